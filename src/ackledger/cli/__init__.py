@@ -1,0 +1,67 @@
+"""The ``ackledger`` command line: thin, every verb calls the library.
+
+Bad input anywhere gets one line on stderr and exit status 2, and nothing is written.
+Each module in ``COMMAND_MODULES`` adds its own sub-commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from ..errors import AckledgerError
+from . import demo, serve, source
+
+COMMAND_MODULES = (source, serve, demo)
+
+EXIT_BAD_INPUT = 2
+
+
+class UsageError(Exception):
+    """Bad input found after parsing (a missing file, an unreadable event...)."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        fail(f"{self.prog}: {message}")
+
+
+def fail(message: str) -> NoReturn:
+    first_line = message.strip().splitlines()[0] if message.strip() else "bad input"
+    print(f"ackledger: error: {first_line}", file=sys.stderr)
+    raise SystemExit(EXIT_BAD_INPUT)
+
+
+def build_parser() -> Parser:
+    parser = Parser(
+        prog="ackledger",
+        description="Retry freely, apply once: outbox, relay, inbox and idempotency ledger.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in COMMAND_MODULES:
+        module.register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.handler(args)
+    except (UsageError, AckledgerError, ValueError, TypeError, KeyError) as exc:
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        if isinstance(exc, KeyError):
+            message = f"unknown event id {message!r}"
+        fail(str(message))
+    except sqlite3.DatabaseError as exc:
+        fail(f"database: {exc}")
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""``ackledger serve sink|ledger``: the HTTP services."""
+
+from __future__ import annotations
+
+import argparse
+
+from .common import add_synchronous, port_arg
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = commands.add_parser("serve", help="run an HTTP service (sink or ledger)")
+    services = serve.add_subparsers(dest="service", metavar="SERVICE", required=True)
+    sink = services.add_parser(
+        "sink",
+        help="the inbox service: POST /events applies each event id once",
+        description="Serve /events, /events/batch, /events/{id}, /healthz and /metrics. "
+        "Prints 'listening on URL' once bound (use --port 0 for a free port).",
+    )
+    _common(sink)
+    sink.set_defaults(handler=cmd_serve_sink)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", required=True, metavar="PATH", help="database (created if missing)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=port_arg, default=8080, help="port (0: any free port)")
+    add_synchronous(parser)
+
+
+def cmd_serve_sink(args: argparse.Namespace) -> int:
+    from ..inbox import Inbox
+    from ..web.server import bind, serve
+    from ..web.sink import create_sink_app
+
+    sock = bind(args.host, args.port)
+    with Inbox(args.db, synchronous=args.synchronous) as inbox:
+        serve(create_sink_app(inbox), sock, "sink")
+    return 0

@@ -1,0 +1,137 @@
+"""Source-side commands: accept, pending, dispatch."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from ..dispatch import dispatch, dispatch_batch
+from ..event import validate_event
+from ..transport import check_target, send_http, send_http_batch
+from .common import add_synchronous, limit_arg, open_outbox, positive_float
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    accept = commands.add_parser(
+        "accept",
+        help="accept one event (JSON on stdin) into the outbox",
+        description="Read one event as JSON from stdin, write the order and the event in one "
+        "transaction, print its seq. The database is created if missing.",
+    )
+    accept.add_argument("--source", required=True, metavar="PATH", help="outbox database")
+    add_synchronous(accept)
+    accept.set_defaults(handler=cmd_accept)
+
+    pending = commands.add_parser(
+        "pending", help="list pending events in acceptance order", description="List unsent, "
+        "unquarantined events in seq order. Reads only."
+    )  # fmt: skip
+    pending.add_argument("--source", required=True, metavar="PATH", help="outbox database")
+    pending.add_argument("--limit", type=limit_arg, default=16, help="1-16 (default 16)")
+    pending.add_argument("--json", action="store_true", help="print a JSON list")
+    pending.set_defaults(handler=cmd_pending)
+
+    send = commands.add_parser(
+        "dispatch",
+        help="send one finite batch to a sink",
+        description="Send pending events in order; mark each sent only on its exact ACK; stop "
+        "at the first failure. Exit 0 if the whole batch was acknowledged, 1 if it stopped.",
+    )
+    send.add_argument("--source", required=True, metavar="PATH", help="outbox database")
+    send.add_argument(
+        "--to", required=True, metavar="URL", help="the sink, http://HOST:PORT/events"
+    )
+    send.add_argument("--limit", type=limit_arg, default=16, help="1-16 (default 16)")
+    send.add_argument("--batch", action="store_true", help="send the batch in one request")
+    send.add_argument("--timeout", type=positive_float, default=5.0, help="seconds per request")
+    send.add_argument(
+        "--allow-host", action="append", default=[], metavar="HOST",
+        help="also allow this host as a target (an explicit widening of the loopback allow-list)",
+    )  # fmt: skip
+    send.add_argument(
+        "--exit-after-ack",
+        type=int,
+        metavar="STATUS",
+        help="crash drill: after the first ACK, before marking it sent, exit at once "
+        "(os._exit) with STATUS",
+    )
+    add_synchronous(send)
+    send.set_defaults(handler=cmd_dispatch)
+
+
+def cmd_accept(args: argparse.Namespace) -> int:
+    from . import UsageError
+
+    text = sys.stdin.read()
+    try:
+        obj = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"stdin: not valid JSON ({exc})") from None
+    event = validate_event(obj)  # before the database is opened: bad input writes nothing
+    with open_outbox(args.source, args.synchronous, create=True) as outbox:
+        print(outbox.accept(event))
+    return 0
+
+
+def cmd_pending(args: argparse.Namespace) -> int:
+    with open_outbox(args.source) as outbox:
+        items = outbox.pending(args.limit)
+    if args.json:
+        print(json.dumps(items))
+    elif not items:
+        print("nothing pending")
+    else:
+        print(f"{'seq':>8}  {'id':<32} {'sku':<20} {'qty':>8}")
+        for item in items:
+            print(f"{item['seq']:>8}  {item['id']:<32} {item['sku']:<20} {item['qty']:>8}")
+    return 0
+
+
+def batch_url(url: str) -> str:
+    return url + "/batch"
+
+
+def cmd_dispatch(args: argparse.Namespace) -> int:
+    check_target(args.to, "/events", args.allow_host)  # refuse before opening anything
+    hosts = args.allow_host
+    crash = args.exit_after_ack
+
+    def die_if_drilled(_: object) -> None:
+        if crash is not None:
+            print(f"drill: ACK received, exiting with {crash} before marking sent", flush=True)
+            os._exit(crash)
+
+    with open_outbox(args.source, args.synchronous) as outbox:
+        try:
+            if args.batch:
+                target = batch_url(args.to)
+
+                def send_batch(events: list[dict[str, Any]]) -> int:
+                    return send_http_batch(
+                        events, target, timeout=args.timeout, allowed_hosts=hosts
+                    )
+
+                marked = dispatch_batch(
+                    outbox, send_batch, args.limit, after_delivery=die_if_drilled
+                )
+            else:
+
+                def send(event: dict[str, Any]) -> bool:
+                    return send_http(event, args.to, timeout=args.timeout, allowed_hosts=hosts)
+
+                marked = dispatch(outbox, send, args.limit, after_delivery=die_if_drilled)
+        except Exception as exc:
+            left = outbox.pending(args.limit)
+            print(f"stopped: {type(exc).__name__}: {exc}", file=sys.stderr)
+            print(
+                f"still pending: {', '.join(item['id'] for item in left) or 'none'}",
+                file=sys.stderr,
+            )
+            return 1
+    for event_id in marked:
+        print(f"sent {event_id}")
+    print(f"dispatched {len(marked)} event(s)")
+    return 0

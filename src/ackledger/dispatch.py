@@ -1,0 +1,99 @@
+"""Send what is pending, in order, and mark only what was exactly acknowledged.
+
+The rules (CONTRACT section 4): the read of ``pending`` is over before the first send, so no
+lock is held while the network is slow; the sender gets a copy, and the mark uses the id that
+was *selected*, so a callback that edits its argument cannot mark another event; the first
+failure stops the batch and is re-raised as the same object.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .errors import NotAcknowledged
+from .outbox import Outbox
+
+Send = Callable[[dict[str, Any]], object]
+SendBatch = Callable[[list[dict[str, Any]]], object]
+
+
+def _copy(item: dict[str, Any]) -> dict[str, Any]:
+    return {"id": item["id"], "sku": item["sku"], "qty": item["qty"]}
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _note_failure(outbox: Outbox, event_id: str, exc: BaseException) -> None:
+    # Bookkeeping must never replace the error the caller has to see.
+    with contextlib.suppress(Exception):
+        outbox.record_failure(event_id, _describe(exc))
+
+
+def dispatch(
+    outbox: Outbox,
+    send: Send,
+    limit: int = 16,
+    *,
+    after_delivery: Callable[[str], object] | None = None,
+) -> list[str]:
+    selection = outbox.pending(limit)
+    marked: list[str] = []
+    for item in selection:
+        event_id: str = item["id"]
+        try:
+            answer = send(_copy(item))
+        except Exception as exc:
+            _note_failure(outbox, event_id, exc)
+            raise
+        if answer is not True:
+            refusal = NotAcknowledged(
+                f"send returned {answer!r} for event {event_id!r}; only True counts as an ACK"
+            )
+            _note_failure(outbox, event_id, refusal)
+            raise refusal
+        if after_delivery is not None:
+            after_delivery(event_id)
+        outbox.mark_sent(event_id, attempted=True)
+        marked.append(event_id)
+    return marked
+
+
+def dispatch_batch(
+    outbox: Outbox,
+    send_batch: SendBatch,
+    limit: int = 16,
+    *,
+    after_delivery: Callable[[list[str]], object] | None = None,
+) -> list[str]:
+    selection = outbox.pending(limit)
+    if not selection:
+        return []
+    ids = [item["id"] for item in selection]
+    try:
+        answer = send_batch([_copy(item) for item in selection])
+    except Exception as exc:
+        _note_failure(outbox, ids[0], exc)
+        raise
+    if isinstance(answer, bool) or not isinstance(answer, int) or not 0 <= answer <= len(ids):
+        refusal = NotAcknowledged(
+            f"send_batch returned {answer!r}; expected a count from 0 to {len(ids)}"
+        )
+        _note_failure(outbox, ids[0], refusal)
+        raise refusal
+    acked: Sequence[str] = ids[:answer]
+    if acked:
+        if after_delivery is not None:
+            after_delivery(list(acked))
+        outbox.mark_sent_many(acked, attempted=True)
+    if answer < len(ids):
+        refusal = NotAcknowledged(
+            f"only {answer} of {len(ids)} events were acknowledged; "
+            f"{ids[answer]!r} and the {len(ids) - answer - 1} after it stay pending"
+        )
+        _note_failure(outbox, ids[answer], refusal)
+        raise refusal
+    return list(acked)

@@ -1,0 +1,40 @@
+"""The error hierarchy. Each class's docstring is its default message."""
+
+from __future__ import annotations
+
+
+class AckledgerError(Exception):
+    """ackledger failed."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (type(self).__doc__ or "").strip())
+
+
+class InvalidEvent(AckledgerError, ValueError):
+    """The event or request is invalid."""
+
+    def __init__(self, message: str | None = None, *, field: str | None = None) -> None:
+        super().__init__(message)
+        #: The name of the offending field, when one can be named.
+        self.field = field
+
+
+class Conflict(AckledgerError):
+    """This id or key is already recorded with different content."""
+
+
+class NotAcknowledged(AckledgerError):
+    """The receiver did not answer with an exact acknowledgement."""
+
+    def __init__(self, message: str | None = None, *, status: int | None = None) -> None:
+        super().__init__(message)
+        #: The HTTP status of the answer, when there was one (a 4xx says: do not retry).
+        self.status = status
+
+
+class UnsafeTarget(AckledgerError, ValueError):
+    """The URL is not an allowed target; no connection was made."""
+
+
+class LeaseLost(AckledgerError):
+    """The partition lease expired or was taken over; this relay may no longer mark it."""

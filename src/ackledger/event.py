@@ -1,0 +1,66 @@
+"""Events of the reference warehouse domain: validation, canonical JSON, fingerprints."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import InvalidEvent
+
+EVENT_KEYS = ("id", "sku", "qty")
+MAX_QTY = 1_000_000
+
+# An identifier: letters, digits and . _ : -, starting with a letter or digit.
+_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*")
+
+
+def check_identifier(value: object, field: str, max_len: int) -> str:
+    """Return ``value`` if it is an identifier string of at most ``max_len`` chars."""
+    if not isinstance(value, str):
+        raise InvalidEvent(f"{field}: must be a string, got {type(value).__name__}", field=field)
+    if not 1 <= len(value) <= max_len:
+        raise InvalidEvent(
+            f"{field}: must be 1-{max_len} characters, got {len(value)}", field=field
+        )
+    if not _ID_RE.fullmatch(value):
+        raise InvalidEvent(
+            f"{field}: only letters, digits and . _ : - are allowed, "
+            "and the first character must be a letter or digit",
+            field=field,
+        )
+    return value
+
+
+def validate_event(obj: object) -> dict[str, Any]:
+    """Return a new, validated ``{"id", "sku", "qty"}`` dict or raise :class:`InvalidEvent`."""
+    if not isinstance(obj, Mapping):
+        raise InvalidEvent(f"event: must be a JSON object, got {type(obj).__name__}", field="event")
+    keys = set(obj.keys())
+    missing = [k for k in EVENT_KEYS if k not in keys]
+    if missing:
+        raise InvalidEvent(f"{missing[0]}: missing", field=missing[0])
+    extra = sorted(str(k) for k in keys - set(EVENT_KEYS))
+    if extra:
+        raise InvalidEvent(f"{extra[0]}: unknown field", field=extra[0])
+    event_id = check_identifier(obj["id"], "id", 128)
+    sku = check_identifier(obj["sku"], "sku", 64)
+    qty = obj["qty"]
+    # bool is a subclass of int; True is not a quantity.
+    if isinstance(qty, bool) or not isinstance(qty, int):
+        raise InvalidEvent(f"qty: must be an integer, got {type(qty).__name__}", field="qty")
+    if not 1 <= qty <= MAX_QTY:
+        raise InvalidEvent(f"qty: must be between 1 and {MAX_QTY}, got {qty}", field="qty")
+    return {"id": event_id, "sku": sku, "qty": int(qty)}
+
+
+def canonical_json(obj: object) -> str:
+    """JSON with sorted keys and no whitespace: equal content, equal text."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def fingerprint(obj: object) -> str:
+    """A SHA-256 of the canonical JSON of ``obj``."""
+    return hashlib.sha256(canonical_json(obj).encode("utf-8")).hexdigest()

@@ -1,0 +1,124 @@
+"""What every backend offers: write and read transactions, and a migration runner.
+
+A backend hands out :class:`Tx` objects. Write transactions take the database's write lock up
+front (SQLite: ``BEGIN IMMEDIATE``) so that a transaction never has to upgrade a read lock to a
+write lock half-way; read transactions end before the ``with`` block returns, leaving nothing
+open. All SQL in the project is written with ``?`` placeholders; a backend whose driver wants
+another style rewrites them once per statement text.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from importlib import resources
+from typing import Any
+
+Row = tuple[Any, ...]
+Params = Sequence[Any]
+
+SYNCHRONOUS_MODES = ("FULL", "NORMAL")
+
+
+def check_synchronous(value: object) -> str:
+    if not isinstance(value, str) or value.upper() not in SYNCHRONOUS_MODES:
+        raise ValueError(f"synchronous: must be FULL or NORMAL, got {value!r}")
+    return value.upper()
+
+
+class Tx(abc.ABC):
+    """One open transaction. ``execute`` returns all rows the statement produced."""
+
+    dialect: str
+
+    @abc.abstractmethod
+    def execute(self, sql: str, params: Params = ()) -> list[Row]: ...
+
+    @abc.abstractmethod
+    def executemany(self, sql: str, params: Sequence[Params]) -> None: ...
+
+    def one(self, sql: str, params: Params = ()) -> Row | None:
+        rows = self.execute(sql, params)
+        return rows[0] if rows else None
+
+    def scalar(self, sql: str, params: Params = ()) -> Any:
+        row = self.one(sql, params)
+        return None if row is None else row[0]
+
+
+class Backend(abc.ABC):
+    """A database that the outbox, inbox and ledger can live in."""
+
+    dialect: str
+    #: A printable name of the database (a path, or a URL without its password).
+    location: str
+
+    @abc.abstractmethod
+    def write(self) -> AbstractContextManager[Tx]:
+        """A write transaction: commits when the block ends, rolls back on an exception."""
+
+    @abc.abstractmethod
+    def read(self) -> AbstractContextManager[Tx]:
+        """A consistent read; the transaction is over when the block ends."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+
+def migrations(dialect: str) -> list[tuple[int, str, str]]:
+    """The migration scripts of a dialect, as ``(version, name, sql)`` in version order."""
+    folder = resources.files("ackledger.store").joinpath("migrations", dialect)
+    found: list[tuple[int, str, str]] = []
+    for entry in folder.iterdir():
+        name = entry.name
+        if not name.endswith(".sql"):
+            continue
+        version = int(name.split("_", 1)[0])
+        found.append((version, name[:-4], entry.read_text(encoding="utf-8")))
+    found.sort()
+    return found
+
+
+def split_statements(script: str) -> Iterator[str]:
+    """Split a migration script on lines that end in ``;`` (scripts keep one statement a line
+    group and never put ``;`` inside literals, which keeps this split exact)."""
+    buffer: list[str] = []
+    for line in script.splitlines():
+        stripped = line.strip()
+        if not buffer and (not stripped or stripped.startswith("--")):
+            continue
+        buffer.append(line)
+        if stripped.endswith(";"):
+            yield "\n".join(buffer)
+            buffer = []
+    if any(part.strip() for part in buffer):
+        yield "\n".join(buffer)
+
+
+def migrate(backend: Backend) -> int:
+    """Apply every migration the database lacks, each in its own write transaction.
+
+    The version check happens inside the write transaction, so processes that open a new
+    database at the same moment apply each migration exactly once.
+    """
+    applied = 0
+    with backend.write() as tx:
+        tx.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
+        )
+    for version, name, script in migrations(backend.dialect):
+        with backend.write() as tx:
+            if tx.one("SELECT 1 FROM schema_migrations WHERE version = ?", (version,)):
+                continue
+            for statement in split_statements(script):
+                tx.execute(statement)
+            tx.execute(
+                "INSERT INTO schema_migrations (version, name, applied_at) "
+                "VALUES (?, ?, CAST(? AS DOUBLE PRECISION))",
+                (version, name, time.time()),
+            )
+            applied += 1
+    return applied

@@ -1,0 +1,1 @@
+"""ASGI apps for the sink and the ledger, and what they share."""
