@@ -11,13 +11,19 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 from types import TracebackType
 
 
 class FaultProxy:
-    def __init__(self, upstream_port: int, *, drop_responses: int = 0) -> None:
+    def __init__(
+        self, upstream_port: int, *, drop_responses: int = 0, delay_responses: float = 0.0
+    ) -> None:
         self.upstream = ("127.0.0.1", upstream_port)
         self.drop_responses = drop_responses
+        #: Seconds to hold each answer (after the upstream committed) before passing it on:
+        #: widens the window in which the client is waiting for an ACK.
+        self.delay_responses = delay_responses
         self.dropped = 0
         self.connections = 0
         self._lock = threading.Lock()
@@ -62,6 +68,8 @@ class FaultProxy:
                     break
                 if self._take_drop():
                     break  # the upstream has answered, so it has committed: cut the answer
+                if self.delay_responses > 0:
+                    time.sleep(self.delay_responses)
                 client.sendall(data)
         except OSError:
             pass

@@ -7,6 +7,8 @@ only an exact acknowledgement (see ``ackledger.dispatch``) turns an event into `
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -15,7 +17,7 @@ from types import TracebackType
 from typing import Any
 
 from .errors import Conflict
-from .event import fingerprint, validate_event
+from .event import check_identifier, fingerprint, validate_event
 from .idempotency import Outcome, claim_once
 from .store import Backend, Tx, open_backend
 from .store import outbox_sql as sql
@@ -50,6 +52,31 @@ def _enqueue(tx: Tx, event: object, partition_key: object, with_order: bool) -> 
     if claim.outcome is Outcome.APPLIED and with_order:
         sql.insert_order(tx, clean, now)
     return int(claim.ref)
+
+
+REORDER_IDS_KEPT = 1000  # the reorder record names this many overtaking ids, then a seq range
+
+
+def _check_event_id(event_id: object) -> str:
+    return check_identifier(event_id, "event_id", 128)
+
+
+def _check_reason(reason: object) -> str:
+    if not isinstance(reason, str) or not reason.strip():
+        raise ValueError("reason: must be a non-empty string saying why")
+    if len(reason) > 2000:
+        raise ValueError(f"reason: must be at most 2000 characters, got {len(reason)}")
+    return reason.strip()
+
+
+def _not_in_state(tx: Tx, event_id: str, wanted: str, verb: str) -> Exception:
+    """The error for an operation on an event that is not in the state it needs."""
+    status = sql.event_status(tx, event_id)
+    if status is None:
+        return KeyError(event_id)
+    _, sent, quarantined, _ = status
+    now = "sent" if sent else "quarantined" if quarantined else "pending"
+    return ValueError(f"event {event_id!r} is {now}, not {wanted}; it cannot be {verb}")
 
 
 class OutboxTransaction:
@@ -120,6 +147,111 @@ class Outbox:
     def order(self, event_id: str) -> dict[str, Any] | None:
         with self._db.read() as tx:
             return sql.order_row(tx, event_id)
+
+    # --- operations: quarantine, requeue, statistics, retention ---------------------------
+
+    def quarantine(self, event_id: str, reason: str) -> int:
+        """Take a pending event out of ``pending`` with the reason why; returns its seq.
+
+        Quarantine is never success: the event is not sent, is not counted as sent, and stays
+        in the outbox until ``requeue`` puts it back. Unknown id: KeyError; an event that is
+        not pending (sent, or already quarantined): ValueError.
+        """
+        event_id = _check_event_id(event_id)
+        reason = _check_reason(reason)
+        now = time.time()
+        with self._db.write() as tx:
+            seq = sql.quarantine(tx, event_id, reason, now)
+            if seq is None:
+                raise _not_in_state(tx, event_id, "pending", "quarantined")
+            sql.append_log(tx, event_id, "quarantined", json.dumps({"reason": reason}), now)
+        return int(seq)
+
+    def requeue(self, event_id: str) -> dict[str, Any]:
+        """Put a quarantined event back into ``pending`` at its original seq.
+
+        Events after it (higher seq) that were delivered while it was out have overtaken it:
+        that reorder is the operator's doing, and it is recorded in the outbox log and returned
+        as ``{"id", "seq", "quarantined_at", "overtaken_by": [ids], "overtaken_count"}``.
+        """
+        event_id = _check_event_id(event_id)
+        now = time.time()
+        with self._db.write() as tx:
+            status = sql.event_status(tx, event_id)
+            if status is None or status[1] or not status[2]:
+                raise _not_in_state(tx, event_id, "quarantined", "requeued")
+            seq, _, _, quarantined_at = status
+            # A row quarantined without a time (hand-edited) counts as out since the start.
+            quarantined_at = 0.0 if quarantined_at is None else quarantined_at
+            ahead = sql.sent_after(tx, seq, quarantined_at)
+            if sql.requeue(tx, event_id) is None:
+                raise _not_in_state(tx, event_id, "quarantined", "requeued")
+            record: dict[str, Any] = {
+                "id": event_id,
+                "seq": seq,
+                "quarantined_at": quarantined_at,
+                "overtaken_count": len(ahead),
+                "overtaken_by": [ahead_id for _, ahead_id in ahead[:REORDER_IDS_KEPT]],
+            }
+            if len(ahead) > REORDER_IDS_KEPT:
+                record["overtaken_seq_range"] = [ahead[0][0], ahead[-1][0]]
+            sql.append_log(tx, event_id, "requeued", json.dumps(record), now)
+        return record
+
+    def quarantined(self) -> list[dict[str, Any]]:
+        """Quarantined events in seq order, each with ``reason`` and ``quarantined_at``."""
+        with self._db.read() as tx:
+            rows = sql.quarantined_rows(tx)
+        for row in rows:
+            row["reason"] = row.pop("quarantine_reason")
+        return rows
+
+    def history(self, event_id: str) -> list[dict[str, Any]]:
+        """What operations did to one event (quarantined, requeued ...), oldest first."""
+        with self._db.read() as tx:
+            rows = sql.log_rows(tx, event_id)
+        for row in rows:
+            row["detail"] = json.loads(row["detail"])
+        return rows
+
+    def stats(self) -> dict[str, Any]:
+        """What an operator watches.
+
+        ``pending`` (sendable now) and ``quarantined`` are current states; ``sent`` and
+        ``attempts`` (every send attempt with an outcome, by dispatch or the relay) count over
+        the database's life, purged rows included; ``last_error`` is the latest error of an
+        event that is still not sent, or None.
+        """
+        with self._db.read() as tx:
+            pending, oldest = sql.pending_summary(tx)
+            sent, quarantined, attempts = sql.totals(tx)
+            purged_sent, purged_attempts = sql.purged_totals(tx)
+            last_error = sql.last_unsent_error(tx)
+        return {
+            "pending": pending,
+            "oldest_pending_age_s": 0.0 if oldest is None else max(0.0, time.time() - oldest),
+            "attempts": attempts + purged_attempts,
+            "sent": sent + purged_sent,
+            "quarantined": quarantined,
+            "purged": purged_sent,
+            "last_error": last_error,
+        }
+
+    def purge(self, older_than_seconds: float) -> int:
+        """Delete sent rows sent more than ``older_than_seconds`` ago; returns how many.
+
+        Pending and quarantined rows are never deleted. A purged id is forgotten by the
+        outbox (accepting it again would enqueue it anew); the sink's inbox still applies it
+        only once.
+        """
+        if isinstance(older_than_seconds, bool) or not isinstance(older_than_seconds, (int, float)):
+            raise ValueError("older_than_seconds: must be a number of seconds")
+        if not 0 <= older_than_seconds < math.inf:
+            raise ValueError(
+                f"older_than_seconds: must be 0 or more and finite, got {older_than_seconds!r}"
+            )
+        with self._db.write() as tx:
+            return sql.purge_sent(tx, time.time() - older_than_seconds)
 
     def close(self) -> None:
         self._db.close()

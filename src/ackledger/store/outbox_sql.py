@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .base import Tx
+from .inbox_sql import bump_counter, counters
 
 PENDING_COLUMNS = ("seq", "id", "sku", "qty")
 
@@ -64,3 +65,134 @@ def event_row(tx: Tx, event_id: str) -> dict[str, Any] | None:
 def order_row(tx: Tx, event_id: str) -> dict[str, Any] | None:
     row = tx.one("SELECT id, sku, qty, created_at FROM orders WHERE id = ?", (event_id,))
     return None if row is None else dict(zip(("id", "sku", "qty", "created_at"), row, strict=True))
+
+
+# --- Operations: quarantine, requeue, statistics, retention (migration 0003) ---------------
+
+QUARANTINED_COLUMNS = (
+    "seq", "id", "sku", "qty", "quarantine_reason", "quarantined_at", "attempts", "last_error",
+)  # fmt: skip
+LOG_COLUMNS = ("seq", "event_id", "kind", "detail", "at")
+PURGED_SENT = "outbox.purged_sent"
+PURGED_ATTEMPTS = "outbox.purged_attempts"
+
+
+def event_status(tx: Tx, event_id: str) -> tuple[int, int, int, float | None] | None:
+    """(seq, sent, quarantined, quarantined_at) of one event, or None."""
+    row = tx.one(
+        "SELECT seq, sent, quarantined, quarantined_at FROM outbox WHERE id = ?", (event_id,)
+    )
+    return None if row is None else (int(row[0]), int(row[1]), int(row[2]), row[3])
+
+
+def quarantine(tx: Tx, event_id: str, reason: str, now: float) -> int | None:
+    """Take a pending event out of pending; returns its seq, or None if it was not pending.
+
+    The state test is in the UPDATE itself, so a concurrent mark cannot slip in between a
+    check and the change on either backend.
+    """
+    seq = tx.scalar(
+        "UPDATE outbox SET quarantined = 1, quarantine_reason = ?, quarantined_at = ? "
+        "WHERE id = ? AND sent = 0 AND quarantined = 0 RETURNING seq",
+        (reason, now, event_id),
+    )
+    return None if seq is None else int(seq)
+
+
+def requeue(tx: Tx, event_id: str) -> int | None:
+    """Put a quarantined event back into pending; returns its seq, or None if it was not
+    quarantined (the state test is in the UPDATE, as in ``quarantine``)."""
+    seq = tx.scalar(
+        "UPDATE outbox SET quarantined = 0, quarantine_reason = NULL, quarantined_at = NULL "
+        "WHERE id = ? AND sent = 0 AND quarantined = 1 RETURNING seq",
+        (event_id,),
+    )
+    return None if seq is None else int(seq)
+
+
+def sent_after(tx: Tx, seq: int, since: float) -> list[tuple[int, str]]:
+    """Later events (higher seq) marked sent at or after ``since``: who overtook ``seq``."""
+    rows = tx.execute(
+        "SELECT seq, id FROM outbox WHERE seq > ? AND sent = 1 AND sent_at >= ? ORDER BY seq",
+        (seq, since),
+    )
+    return [(int(s), str(i)) for s, i in rows]
+
+
+def append_log(tx: Tx, event_id: str, kind: str, detail: str, now: float) -> None:
+    tx.execute(
+        "INSERT INTO outbox_log (event_id, kind, detail, at) VALUES (?, ?, ?, ?)",
+        (event_id, kind, detail, now),
+    )
+
+
+def log_rows(tx: Tx, event_id: str) -> list[dict[str, Any]]:
+    rows = tx.execute(
+        f"SELECT {', '.join(LOG_COLUMNS)} FROM outbox_log WHERE event_id = ? ORDER BY seq",
+        (event_id,),
+    )
+    return [dict(zip(LOG_COLUMNS, row, strict=True)) for row in rows]
+
+
+def quarantined_rows(tx: Tx) -> list[dict[str, Any]]:
+    # Matches the partial index outbox_quarantined.
+    rows = tx.execute(
+        f"SELECT {', '.join(QUARANTINED_COLUMNS)} FROM outbox "
+        "WHERE quarantined = 1 AND sent = 0 ORDER BY seq"
+    )
+    return [dict(zip(QUARANTINED_COLUMNS, row, strict=True)) for row in rows]
+
+
+def pending_summary(tx: Tx) -> tuple[int, float | None]:
+    """(count, created_at of the first) of the sendable events, read through outbox_pending."""
+    count = int(tx.scalar("SELECT COUNT(*) FROM outbox WHERE sent = 0 AND quarantined = 0"))
+    oldest = tx.scalar(
+        "SELECT created_at FROM outbox WHERE sent = 0 AND quarantined = 0 ORDER BY seq LIMIT 1"
+    )
+    return count, None if oldest is None else float(oldest)
+
+
+def totals(tx: Tx) -> tuple[int, int, int]:
+    """(sent, quarantined, attempts) over the rows the outbox still holds."""
+    sent = int(tx.scalar("SELECT COUNT(*) FROM outbox WHERE sent = 1"))
+    quarantined = int(tx.scalar("SELECT COUNT(*) FROM outbox WHERE quarantined = 1 AND sent = 0"))
+    attempts = int(tx.scalar("SELECT COALESCE(SUM(attempts), 0) FROM outbox"))
+    return sent, quarantined, attempts
+
+
+def last_unsent_error(tx: Tx) -> dict[str, Any] | None:
+    """The latest error of an event that is still not sent (pending or quarantined)."""
+    found: list[tuple[Any, ...]] = []
+    for state in ("sent = 0 AND quarantined = 0", "quarantined = 1 AND sent = 0"):
+        found += tx.execute(
+            f"SELECT id, last_error, last_attempt_at FROM outbox WHERE {state} "
+            "AND last_error IS NOT NULL ORDER BY last_attempt_at DESC LIMIT 1"
+        )
+    if not found:
+        return None
+    event_id, error, at = max(found, key=lambda row: row[2] or 0.0)
+    return {"id": event_id, "error": error, "at": at}
+
+
+def purged_totals(tx: Tx) -> tuple[int, int]:
+    """(sent rows, their attempts) that purge has deleted over the database's life."""
+    found = counters(tx, "outbox.")
+    prefix = len("outbox.")
+    return found.get(PURGED_SENT[prefix:], 0), found.get(PURGED_ATTEMPTS[prefix:], 0)
+
+
+def purge_sent(tx: Tx, cutoff: float) -> int:
+    """Delete sent rows whose sent_at is before ``cutoff``; returns how many.
+
+    Their attempts and their number move into durable counters first, so that the totals an
+    operator watches do not fall when old rows go.
+    """
+    where = "WHERE sent = 1 AND sent_at < ?"  # matches the partial index outbox_sent_at
+    row = tx.one(f"SELECT COUNT(*), COALESCE(SUM(attempts), 0) FROM outbox {where}", (cutoff,))
+    count, attempts = (0, 0) if row is None else (int(row[0]), int(row[1]))
+    if count == 0:
+        return 0
+    tx.execute(f"DELETE FROM outbox {where}", (cutoff,))
+    bump_counter(tx, PURGED_SENT, count)
+    bump_counter(tx, PURGED_ATTEMPTS, attempts)
+    return count

@@ -1,0 +1,99 @@
+"""Read-only looks at running services for operators: a sink's receipt, a service's metrics.
+
+The same target rules as sending apply (loopback unless a host is allowed explicitly, no
+proxies, no redirects, capped reads); a service is named by its base URL,
+``http://HOST:PORT`` (a trailing ``/events`` or ``/metrics`` is accepted too).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import urlsplit
+
+from .errors import NotAcknowledged, UnsafeTarget
+from .event import check_identifier
+from .transport import Target, check_target
+
+MAX_READ_BYTES = 1024 * 1024
+_BASE_PATHS = ("", "/", "/events", "/metrics")
+
+
+def base_url(url: object) -> str:
+    """``http://HOST:PORT`` of a service URL; refuses any other path."""
+    if not isinstance(url, str):
+        raise UnsafeTarget(f"url: must be a string, got {type(url).__name__}")
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise UnsafeTarget(f"url: cannot be parsed: {exc}") from None
+    if parts.path not in _BASE_PATHS:
+        raise UnsafeTarget(
+            f"url: give the service's base URL, http://HOST:PORT (got path {parts.path!r})"
+        )
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def _target(url: str, path: str, allowed_hosts: Iterable[str] | None) -> Target:
+    return check_target(base_url(url) + path, path, allowed_hosts)
+
+
+def http_get(
+    url: str, path: str, *, timeout: float = 5.0, allowed_hosts: Iterable[str] | None = None
+) -> tuple[int, bytes]:
+    """GET ``path`` from the service at ``url``: (status, body); connection errors raise."""
+    target = _target(url, path, allowed_hosts)
+    conn = http.client.HTTPConnection(target.host, target.port, timeout=timeout)
+    try:
+        conn.request("GET", target.path, headers={"Accept": "*/*"})
+        response = conn.getresponse()
+        body = response.read(MAX_READ_BYTES + 1)
+    except http.client.HTTPException as exc:
+        raise NotAcknowledged(f"malformed HTTP answer: {type(exc).__name__}: {exc}") from exc
+    finally:
+        conn.close()
+    if len(body) > MAX_READ_BYTES:
+        raise NotAcknowledged(f"answer over {MAX_READ_BYTES} bytes", status=response.status)
+    return response.status, body
+
+
+def sink_receipt(
+    url: str, event_id: str, *, timeout: float = 5.0, allowed_hosts: Iterable[str] | None = None
+) -> dict[str, Any] | None:
+    """The sink service's inbox receipt of one event (``GET /events/{id}``), or None on 404."""
+    check_identifier(event_id, "event_id", 128)  # also makes the id safe as a path segment
+    status, body = http_get(
+        url, f"/events/{event_id}", timeout=timeout, allowed_hosts=allowed_hosts
+    )
+    if status == 404:
+        return None
+    if status != 200:
+        raise NotAcknowledged(f"GET /events/{event_id} answered HTTP {status}", status=status)
+    try:
+        receipt = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise NotAcknowledged("receipt is not valid JSON", status=status) from None
+    if not isinstance(receipt, dict):
+        raise NotAcknowledged("receipt is not a JSON object", status=status)
+    return receipt
+
+
+def scrape(
+    url: str, *, timeout: float = 5.0, allowed_hosts: Iterable[str] | None = None
+) -> dict[str, float]:
+    """The unlabelled samples of a service's ``/metrics``, counters without ``_total``."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    status, body = http_get(url, "/metrics", timeout=timeout, allowed_hosts=allowed_hosts)
+    if status != 200:
+        raise NotAcknowledged(f"GET /metrics answered HTTP {status}", status=status)
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(body.decode("utf-8", "replace")):
+        for sample in family.samples:
+            if sample.labels or sample.name.endswith("_created"):
+                continue
+            name = sample.name.removesuffix("_total")
+            found[name] = float(sample.value)
+    return found

@@ -1,0 +1,102 @@
+"""The relay's Prometheus metrics, read at scrape time from the relay and its outbox.
+
+Outbox figures (pending, oldest pending age, quarantined) come from ``stats()`` on every
+scrape, so they are the database's truth even across relay restarts; send figures are this
+process's own counters.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from .relay import FAILURE_CLASSES, POISON_POLICIES, Relay
+
+
+class RelayCollector(Collector):
+    def __init__(self, relay: Relay) -> None:
+        self._relay = relay
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        stats = self._relay.source.stats()
+        counts = self._relay.counts
+        yield _gauge(
+            "pending", "Events waiting to be sent now (not quarantined).", stats["pending"]
+        )
+        yield _gauge(
+            "oldest_pending_age_seconds",
+            "Age of the oldest pending event; grows while the head is stuck.",
+            stats["oldest_pending_age_s"],
+        )
+        yield _gauge(
+            "quarantined", "Events held out of pending by quarantine (never sent).",
+            stats["quarantined"],
+        )  # fmt: skip
+        yield _counter(
+            "outbox_attempts", "Send attempts recorded in the outbox by any relay or dispatch.",
+            stats["attempts"],
+        )  # fmt: skip
+        yield _counter("outbox_sent", "Events marked sent in the outbox, ever.", stats["sent"])
+        yield _counter("sends_attempted", "Event sends this relay attempted.", counts.attempted)
+        yield _counter("sends_succeeded", "Event sends acknowledged by the sink.", counts.succeeded)
+        failed = CounterMetricFamily(
+            "ackledger_relay_sends_failed",
+            "Event sends that failed, by class (transient: retried; permanent: a 4xx).",
+            labels=["class"],
+        )
+        for kind in FAILURE_CLASSES:
+            failed.add_metric([kind], counts.failed[kind])
+        yield failed
+        poison = CounterMetricFamily(
+            "ackledger_relay_poison_alerts",
+            "Permanent failures alerted on, by the action taken (stop or quarantine).",
+            labels=["action"],
+        )
+        for action in POISON_POLICIES:
+            poison.add_metric([action], counts.poison[action])
+        yield poison
+        yield _counter(
+            "store_errors", "Rounds that failed in the outbox store, not the network.",
+            counts.store_errors,
+        )  # fmt: skip
+        yield _gauge(
+            "consecutive_failures", "Failed rounds since the last success.",
+            counts.consecutive_failures,
+        )  # fmt: skip
+        yield _gauge(
+            "backoff_seconds", "The current backoff wait (0 when healthy).", counts.backoff_s
+        )
+
+
+def _gauge(name: str, help_text: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(f"ackledger_relay_{name}", help_text, value=value)
+
+
+def _counter(name: str, help_text: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(f"ackledger_relay_{name}", help_text, value=value)
+
+
+class MetricsServer:
+    """The relay's /metrics endpoint on its own thread."""
+
+    def __init__(self, relay: Relay, host: str, port: int) -> None:
+        registry = CollectorRegistry()
+        registry.register(RelayCollector(relay))
+        self._server, self._thread = start_http_server(port, addr=host, registry=registry)
+        self.host = host
+        self.port: int = self._server.server_address[1]
+
+    @property
+    def url(self) -> str:
+        shown = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{shown}:{self.port}"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        if isinstance(self._thread, threading.Thread):
+            self._thread.join(timeout=5)

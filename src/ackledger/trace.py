@@ -1,0 +1,204 @@
+"""The evidence for one event, stage by stage: which state do we have proof of?
+
+Orders, the outbox row, the sink's inbox receipt, the ACK and the sent mark are separate
+observations; one does not prove the next. ``trace`` reads each from where it lives and says
+what was seen, where, and what cannot be known from stored state (the ACK is never stored: it
+can only be inferred from the mark, and its loss only from a receipt without a mark).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .errors import AckledgerError
+from .event import check_identifier
+from .inbox import Inbox
+from .outbox import Outbox
+from .probe import base_url, sink_receipt
+
+YES, NO, UNKNOWN, INFERRED = "yes", "no", "unknown", "inferred"
+
+
+@dataclass(frozen=True)
+class Stage:
+    stage: str
+    seen: str  #: yes / no / unknown / inferred
+    state: str
+    where: str
+    detail: str
+
+
+def when(at: object) -> str:
+    if not isinstance(at, (int, float)):
+        return "?"
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(at)))
+
+
+def _is_url(target: str) -> bool:
+    return "://" in target
+
+
+def read_receipt(event_id: str, sink: str) -> tuple[dict[str, Any] | None, str]:
+    """(receipt or None, where it was looked for); raises OSError/AckledgerError if the sink
+    cannot be asked."""
+    if _is_url(sink):
+        return sink_receipt(base_url(sink), event_id), f"GET {base_url(sink)}/events/{event_id}"
+    if not os.path.isfile(sink):
+        raise ValueError(f"--sink: no database at {sink!r}")
+    with Inbox(sink) as inbox:
+        return inbox.receipt(event_id), f"table inbox in {sink}"
+
+
+def trace(event_id: str, source: str, sink: str) -> dict[str, Any]:
+    """Every stage of one event; ``{"id", "stages": [...], "verdict"}``."""
+    check_identifier(event_id, "event_id", 128)
+    with Outbox(source) as outbox:
+        order = outbox.order(event_id)
+        row = outbox.event(event_id)
+        history = outbox.history(event_id)
+    try:
+        receipt, sink_where = read_receipt(event_id, sink)
+        sink_error = None
+    except (OSError, AckledgerError) as exc:
+        receipt, sink_where, sink_error = None, sink, f"{type(exc).__name__}: {exc}"
+    ours = row or order
+    conflict = (
+        receipt is not None
+        and ours is not None
+        and (receipt.get("sku"), receipt.get("qty")) != (ours["sku"], ours["qty"])
+    )
+    stages = [
+        _accepted(order, source),
+        _in_outbox(row, history, source),
+        _at_sink(receipt, sink_where, sink_error, conflict),
+        _ack(row, receipt, sink_error),
+        _marked(row, source),
+    ]
+    return {
+        "id": event_id,
+        "stages": [asdict(stage) for stage in stages],
+        "verdict": _verdict(order, row, receipt, sink_error, conflict),
+    }
+
+
+def _accepted(order: dict[str, Any] | None, source: str) -> Stage:
+    where = f"table orders in {source}"
+    if order is None:
+        return Stage(
+            "accepted", NO, "no order row", where,
+            "never accepted here, or enqueued through Outbox.transaction() (which writes your "
+            "own business rows, not orders)",
+        )  # fmt: skip
+    detail = f"sku={order['sku']} qty={order['qty']} at {when(order['created_at'])}"
+    return Stage("accepted", YES, "order row", where, detail)
+
+
+def _in_outbox(row: dict[str, Any] | None, history: list[dict[str, Any]], source: str) -> Stage:
+    where = f"table outbox in {source}"
+    if row is None:
+        return Stage(
+            "outbox", NO, "no outbox row", where,
+            "never enqueued, or purged after it was sent (purge keeps no row)",
+        )  # fmt: skip
+    state = "sent" if row["sent"] else "quarantined" if row["quarantined"] else "pending"
+    parts = [f"seq={row['seq']}", f"attempts={row['attempts']}"]
+    if row["last_error"]:
+        parts.append(f"last error at {when(row['last_attempt_at'])}: {row['last_error']}")
+    if state == "quarantined":
+        parts.append(
+            f"quarantined at {when(row['quarantined_at'])}: {row['quarantine_reason']} "
+            "(not sent, not counted as sent)"
+        )
+    for entry in history:
+        detail = entry["detail"]
+        if entry["kind"] == "requeued":
+            parts.append(
+                f"requeued at {when(entry['at'])}; {detail['overtaken_count']} later event(s) "
+                f"were delivered while it was out: {', '.join(detail['overtaken_by']) or 'none'}"
+            )
+        elif entry["kind"] == "quarantined" and state != "quarantined":
+            parts.append(f"was quarantined at {when(entry['at'])}: {detail.get('reason')}")
+    return Stage("outbox", YES, state, where, "; ".join(parts))
+
+
+def _at_sink(
+    receipt: dict[str, Any] | None,
+    where: str,
+    error: str | None,
+    conflict: bool,
+) -> Stage:
+    if error is not None:
+        return Stage("sink", UNKNOWN, "sink not readable", where, f"cannot tell: {error}")
+    if receipt is None:
+        return Stage("sink", NO, "no inbox receipt", where, "the sink has not applied this id")
+    receipts = int(receipt.get("receipts") or 1)
+    detail = f"applied at {when(receipt.get('first_received_at'))}; received {receipts} time(s)" + (
+        f" ({receipts - 1} re-send(s) absorbed as duplicates)" if receipts > 1 else ""
+    )
+    if conflict:
+        detail += (
+            f"; CONFLICT: the sink holds this id with other content (sku={receipt.get('sku')} "
+            f"qty={receipt.get('qty')}), so it refuses ours (422)"
+        )
+        return Stage("sink", YES, "receipt with other content", where, detail)
+    return Stage("sink", YES, "inbox receipt", where, detail)
+
+
+def _ack(row: dict[str, Any] | None, receipt: dict[str, Any] | None, error: str | None) -> Stage:
+    where = "not stored anywhere (an ACK lives only in the relay's memory)"
+    if row is not None and row["sent"]:
+        return Stage(
+            "ack", INFERRED, "an exact ACK arrived", where,
+            "inferred from the sent mark, which is written only after an exact ACK",
+        )  # fmt: skip
+    if error is not None:
+        return Stage("ack", UNKNOWN, "cannot be known", where, "the sink could not be read")
+    if receipt is not None:
+        return Stage(
+            "ack", UNKNOWN, "cannot be known", where,
+            "the sink applied it but the outbox has no mark: the ACK was lost on the way back, "
+            "or the relay stopped between ACK and mark, or it was refused; the next send "
+            "completes it (the inbox answers a duplicate ACK)",
+        )  # fmt: skip
+    return Stage(
+        "ack", NO, "none possible", where,
+        "the sink has no receipt, and it acknowledges only what it has committed",
+    )  # fmt: skip
+
+
+def _marked(row: dict[str, Any] | None, source: str) -> Stage:
+    where = f"outbox.sent in {source}"
+    if row is None:
+        return Stage("sent", UNKNOWN, "no row", where, "no outbox row to carry a mark")
+    if row["sent"]:
+        return Stage("sent", YES, "marked sent", where, f"sent = 1 at {when(row['sent_at'])}")
+    return Stage("sent", NO, "not marked", where, "sent = 0: the relay will send it (again)")
+
+
+def _verdict(
+    order: dict[str, Any] | None,
+    row: dict[str, Any] | None,
+    receipt: dict[str, Any] | None,
+    sink_error: str | None,
+    conflict: bool,
+) -> str:
+    if row is None:
+        if order is None and receipt is None:
+            return "unknown here: no order, no outbox row, no receipt"
+        if receipt is not None:
+            return "delivered; its outbox row is gone (purged after it was sent)"
+        return "accepted, but the outbox holds no row (purged, or never enqueued)"
+    if row["sent"]:
+        return "delivered and marked sent"
+    if row["quarantined"]:
+        return "quarantined: NOT delivered; fix the cause, then requeue it"
+    if sink_error is not None:
+        return "pending; the sink could not be read"
+    if conflict:
+        return "pending, and the sink holds this id with other content: it will be refused"
+    if receipt is not None:
+        return "at the sink but not marked: it will be re-sent and absorbed as a duplicate"
+    return "pending: not yet at the sink"
