@@ -1,0 +1,62 @@
+"""Helpers for the operating tests: free ports, waiting on real processes, reading metrics."""
+
+from __future__ import annotations
+
+import socket
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from ackledger.procs import Service, start_service
+
+from .conftest import raw_rows
+
+
+def free_port() -> int:
+    with socket.create_server(("127.0.0.1", 0)) as sock:
+        return int(sock.getsockname()[1])
+
+
+def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    """Poll ``predicate`` (generously: the machine is shared) until it holds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def start_relay(source: Path, url: str, log: Path, *extra: str) -> Service:
+    """An ``ackledger relay`` process with metrics on a free port (its "listening on" line)."""
+    args = ["relay", "--source", str(source), "--to", url, "--metrics-port", "0"]
+    args += ["--base-backoff", "0.05", "--max-backoff", "0.3", "--poll-interval", "0.05"]
+    return start_service([*args, *extra], stderr_path=log)
+
+
+def metrics(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of a /metrics page, parsed by prometheus_client's own parser."""
+    with urllib.request.urlopen(url, timeout=10) as answer:  # noqa: S310 - loopback test URL
+        text = answer.read().decode()
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = float(sample.value)
+    return found
+
+
+def one(
+    samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str
+) -> float:
+    return samples[(name, tuple(sorted(labels.items())))]
+
+
+def count(path: Path, where: str) -> int:
+    return int(raw_rows(path, f"SELECT COUNT(*) FROM outbox WHERE {where}")[0][0])  # type: ignore[call-overload]
+
+
+def ids(path: Path, sql: str) -> list[str]:
+    return [str(row[0]) for row in raw_rows(path, sql)]
