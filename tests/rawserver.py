@@ -6,7 +6,8 @@ import contextlib
 import socket
 import threading
 from collections.abc import Callable
-from types import TracebackType
+
+from ackledger.closing import Closing
 
 # Given the request body, return the raw bytes to answer with, or None to close silently.
 Script = Callable[[bytes], bytes | None]
@@ -19,7 +20,7 @@ def http_answer(status: int, body: bytes, headers: dict[str, str] | None = None)
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
 
 
-class RawServer:
+class RawServer(Closing):
     def __init__(self, script: Script, *, close_after_answer: bool = False) -> None:
         self.script = script
         #: Close each connection right after answering, as an idle keep-alive timeout would.
@@ -94,14 +95,3 @@ class RawServer:
         self._stop.set()
         with contextlib.suppress(OSError):
             self._sock.close()
-
-    def __enter__(self) -> RawServer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -11,10 +11,11 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-from types import TracebackType
+
+from .closing import Closing
 
 
-class FaultProxy:
+class FaultProxy(Closing):
     def __init__(self, upstream_port: int, *, drop_responses: int = 0) -> None:
         self.upstream = ("127.0.0.1", upstream_port)
         self.drop_responses = drop_responses
@@ -90,14 +91,3 @@ class FaultProxy:
     def close(self) -> None:
         self._closed.set()
         self._listener.close()
-
-    def __enter__(self) -> FaultProxy:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
