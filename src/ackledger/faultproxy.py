@@ -12,10 +12,11 @@ import contextlib
 import socket
 import threading
 import time
-from types import TracebackType
+
+from .closing import Closing
 
 
-class FaultProxy:
+class FaultProxy(Closing):
     def __init__(
         self, upstream_port: int, *, drop_responses: int = 0, delay_responses: float = 0.0
     ) -> None:
@@ -98,14 +99,3 @@ class FaultProxy:
     def close(self) -> None:
         self._closed.set()
         self._listener.close()
-
-    def __enter__(self) -> FaultProxy:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

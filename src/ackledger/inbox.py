@@ -11,9 +11,9 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
+from .closing import Closing
 from .errors import AckledgerError, Conflict
 from .event import check_identifier, fingerprint, validate_event
 from .idempotency import Outcome, claim_once
@@ -49,7 +49,7 @@ def _conflict(event_id: str) -> Conflict:
     return Conflict(f"event {event_id!r} was already applied with other content")
 
 
-class Inbox:
+class Inbox(Closing):
     def __init__(self, target: str | os.PathLike[str], *, synchronous: str = "FULL") -> None:
         self._db: Backend = open_backend(target, synchronous=synchronous)
 
@@ -110,14 +110,3 @@ class Inbox:
 
     def close(self) -> None:
         self._db.close()
-
-    def __enter__(self) -> Inbox:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -13,9 +13,9 @@ import os
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from types import TracebackType
 from typing import Any
 
+from .closing import Closing
 from .errors import Conflict
 from .event import check_identifier, fingerprint, validate_event
 from .idempotency import Outcome, claim_once
@@ -94,7 +94,7 @@ class OutboxTransaction:
         return _enqueue(self._tx, event, partition_key, with_order=False)
 
 
-class Outbox:
+class Outbox(Closing):
     def __init__(self, target: str | os.PathLike[str], *, synchronous: str = "FULL") -> None:
         self._db: Backend = open_backend(target, synchronous=synchronous)
 
@@ -255,14 +255,3 @@ class Outbox:
 
     def close(self) -> None:
         self._db.close()
-
-    def __enter__(self) -> Outbox:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

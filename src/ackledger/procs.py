@@ -11,7 +11,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
+
+from .closing import Closing
 
 _LISTENING = re.compile(r"listening on (http://\S+)")
 
@@ -36,7 +37,7 @@ def run_cli(
 
 
 @dataclass
-class Service:
+class Service(Closing):
     """A running ``ackledger serve ...`` process and the base URL it printed."""
 
     process: subprocess.Popen[str]
@@ -59,15 +60,7 @@ class Service:
             self.process.stdout.close()
         return self.process.returncode
 
-    def __enter__(self) -> Service:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def close(self) -> None:
         self.stop()
 
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 
 from ..outbox import MAX_BATCH, Outbox
 from ..store.base import SYNCHRONOUS_MODES
-
-Subparsers = argparse._SubParsersAction  # the type argparse gives sub-command groups
 
 
 def add_synchronous(parser: argparse.ArgumentParser) -> None:
@@ -21,24 +20,23 @@ def add_synchronous(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def limit_arg(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if not 1 <= value <= MAX_BATCH:
-        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_BATCH}, got {value}")
-    return value
+def int_between(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``low`` to ``high``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, got {value}")
+        return value
+
+    return parse
 
 
-def port_arg(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be from 0 to 65535, got {value}")
-    return value
+limit_arg = int_between(1, MAX_BATCH)
+port_arg = int_between(0, 65535)
 
 
 def positive_float(text: str) -> float:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
@@ -30,6 +30,8 @@ from .common import (
 )
 
 MAX_BATCH = 16
+
+Handler = Callable[[Request], Awaitable[Response]]
 
 
 class _InboxCollector(Collector):
@@ -70,12 +72,15 @@ def create_sink_app(inbox: Inbox) -> Starlette:
     )
     started_at = time.time()
 
-    async def post_event(request: Request) -> Response:
-        response = await _post_event(request)
-        requests.labels("/events", str(response.status_code)).inc()
-        return response
+    def counted(route: str, handler: Handler) -> Handler:
+        async def run(request: Request) -> Response:
+            response = await handler(request)
+            requests.labels(route, str(response.status_code)).inc()
+            return response
 
-    async def _post_event(request: Request) -> Response:
+        return run
+
+    async def post_event(request: Request) -> Response:
         try:
             obj = parse_json(await read_capped(request))
             status = inbox.receive(obj)
@@ -91,11 +96,6 @@ def create_sink_app(inbox: Inbox) -> Starlette:
         return json_response({"ack": True, "id": obj["id"], "status": status}, headers=headers)
 
     async def post_batch(request: Request) -> Response:
-        response = await _post_batch(request)
-        requests.labels("/events/batch", str(response.status_code)).inc()
-        return response
-
-    async def _post_batch(request: Request) -> Response:
         try:
             items = parse_json(await read_capped(request))
         except BodyTooLarge:
@@ -143,8 +143,8 @@ def create_sink_app(inbox: Inbox) -> Starlette:
 
     return Starlette(
         routes=[
-            Route("/events", post_event, methods=["POST"]),
-            Route("/events/batch", post_batch, methods=["POST"]),
+            Route("/events", counted("/events", post_event), methods=["POST"]),
+            Route("/events/batch", counted("/events/batch", post_batch), methods=["POST"]),
             Route("/events/{event_id:str}", get_event, methods=["GET"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),

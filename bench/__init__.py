@@ -1,0 +1,1 @@
+"""Benchmarks (not tests): see bench/__main__.py."""
