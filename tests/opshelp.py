@@ -7,12 +7,12 @@ import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from ackledger.procs import Service, start_service
-
-from .conftest import raw_rows
+from tests.conftest import raw_rows
 
 
 def free_port() -> int:
@@ -55,7 +55,8 @@ def one(
 
 
 def count(path: Path, where: str) -> int:
-    return int(raw_rows(path, f"SELECT COUNT(*) FROM outbox WHERE {where}")[0][0])  # type: ignore[call-overload]
+    value: Any = raw_rows(path, f"SELECT COUNT(*) FROM outbox WHERE {where}")[0][0]
+    return int(value)
 
 
 def ids(path: Path, sql: str) -> list[str]:

@@ -15,8 +15,7 @@ from ackledger import Outbox
 from ackledger.store import outbox_sql
 from ackledger.store.base import Params, Row, Tx
 from ackledger.store.sqlite import SqliteTx
-
-from .conftest import raw_rows
+from tests.conftest import raw_rows
 
 
 def _event(event_id: str, sku: str = "pen", qty: int = 1) -> dict[str, Any]:
@@ -36,7 +35,8 @@ def _ids(ob: Outbox) -> list[str]:
 
 
 def _log_count(path: Path) -> int:
-    return int(raw_rows(path, "SELECT COUNT(*) FROM outbox_log")[0][0])  # type: ignore[call-overload]
+    value: Any = raw_rows(path, "SELECT COUNT(*) FROM outbox_log")[0][0]
+    return int(value)
 
 
 def test_quarantine_takes_a_pending_event_out_of_pending_and_never_counts_it_sent(

@@ -139,6 +139,12 @@ class Outbox(Closing):
         with self._db.write() as tx:
             sql.record_failure(tx, event_id, error[:2000], time.time())
 
+    def amend_error(self, event_id: str, error: str) -> None:
+        """Give the last recorded failure a better account (e.g. the sink's own words for a
+        refused batch item); the attempt was already counted by ``record_failure``."""
+        with self._db.write() as tx:
+            sql.amend_error(tx, event_id, error[:2000])
+
     def event(self, event_id: str) -> dict[str, Any] | None:
         """Everything the outbox knows of one event, or None."""
         with self._db.read() as tx:

@@ -56,6 +56,8 @@ _WAIT_SLICE = 0.05
 class RelaySource(WorkSource, Protocol):
     """What the relay needs from the outbox (see the module docstring)."""
 
+    def amend_error(self, event_id: str, error: str) -> None: ...
+
     def quarantine(self, event_id: str, reason: str) -> int: ...
 
     def stats(self) -> dict[str, Any]: ...
@@ -252,6 +254,9 @@ class Relay:
         sender = self._sender
         if sender.refusal is not None and isinstance(exc, NotAcknowledged):
             failure = sender.refusal  # a batch whose answer refused one item
+            if failure.event_id is not None:
+                # dispatch_batch recorded "only n of m acknowledged"; keep the sink's reason.
+                self.source.amend_error(failure.event_id, failure.message)
         elif exc is sender.error:
             status = exc.status if isinstance(exc, NotAcknowledged) else None
             # An event the outbox holds but send_http refuses to send can never go as it is.

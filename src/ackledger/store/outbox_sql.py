@@ -53,6 +53,13 @@ def record_failure(tx: Tx, event_id: str, error: str, now: float) -> bool:
     return bool(rows)
 
 
+def amend_error(tx: Tx, event_id: str, error: str) -> bool:
+    """Replace the last error's text without counting another attempt."""
+    return bool(
+        tx.execute("UPDATE outbox SET last_error = ? WHERE id = ? RETURNING seq", (error, event_id))
+    )
+
+
 def event_row(tx: Tx, event_id: str) -> dict[str, Any] | None:
     columns = (
         "seq", "id", "sku", "qty", "partition_key", "sent", "quarantined", "quarantine_reason",

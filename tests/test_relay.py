@@ -1,0 +1,240 @@
+"""The relay as a real process against a real sink process: outages, signals, poison events."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ackledger import Inbox, Outbox
+from ackledger.faultproxy import FaultProxy
+from ackledger.procs import Service, run_cli, start_service
+from ackledger.relay import PERMANENT, TRANSIENT, failure_class
+from tests.conftest import raw_rows
+from tests.opshelp import count, free_port, ids, metrics, one, start_relay, wait_until
+
+pytestmark = pytest.mark.slow
+
+PENDING = "sent = 0 AND quarantined = 0"
+
+
+def _accept(source: Path, *events: dict[str, Any]) -> None:
+    with Outbox(source) as outbox:
+        for event in events:
+            outbox.accept(event)
+
+
+def _events(n: int, prefix: str = "ev") -> list[dict[str, Any]]:
+    return [{"id": f"{prefix}-{i:03d}", "sku": f"sku-{i % 3}", "qty": i + 1} for i in range(n)]
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [(400, PERMANENT), (404, PERMANENT), (413, PERMANENT), (422, PERMANENT), (408, TRANSIENT),
+     (429, TRANSIENT), (500, TRANSIENT), (503, TRANSIENT), (None, TRANSIENT)],
+)  # fmt: skip
+def test_4xx_is_permanent_and_the_rest_transient(status: int | None, kind: str) -> None:
+    assert failure_class(status) == kind
+
+
+def test_a_relay_started_while_the_sink_is_down_drains_once_it_comes_up(tmp_path: Path) -> None:
+    source, sink_db = tmp_path / "source.db", tmp_path / "sink.db"
+    events = _events(5)
+    _accept(source, *events)
+    port = free_port()
+    relay = start_relay(
+        source, f"http://127.0.0.1:{port}/events", tmp_path / "relay.log", "--seed", "3"
+    )
+    try:
+        # While the sink is down: attempts and the error are recorded on the head event, and
+        # nothing else moves.
+        wait_until(
+            lambda: int(raw_rows(source, "SELECT attempts FROM outbox WHERE seq = 1")[0][0]) >= 3,  # type: ignore[call-overload]
+            "failed attempts to be recorded",
+        )
+        [(error,)] = raw_rows(source, "SELECT last_error FROM outbox WHERE seq = 1")
+        assert "Connection" in str(error) or "refused" in str(error)
+        down = metrics(relay.base_url)
+        assert one(down, "ackledger_relay_pending") == 5
+        assert one(down, "ackledger_relay_sends_failed_total", **{"class": "transient"}) >= 1
+        assert one(down, "ackledger_relay_sends_succeeded_total") == 0
+        assert one(down, "ackledger_relay_oldest_pending_age_seconds") > 0
+        assert count(source, "sent = 1") == 0
+
+        with start_service(
+            ["serve", "sink", "--db", str(sink_db), "--port", str(port)],
+            stderr_path=tmp_path / "sink.log",
+        ):
+            wait_until(lambda: count(source, PENDING) == 0, "the relay to drain the outbox")
+            up = metrics(relay.base_url)
+            assert one(up, "ackledger_relay_pending") == 0
+            assert one(up, "ackledger_relay_sends_succeeded_total") == 5
+            assert one(up, "ackledger_relay_consecutive_failures") == 0
+            # SIGINT is a stop request too: the relay finishes and exits 0.
+            assert relay.stop(signal.SIGINT) == 0
+    finally:
+        relay.stop()
+    assert ids(sink_db, "SELECT id FROM inbox ORDER BY id") == [e["id"] for e in events]
+    with Inbox(sink_db) as inbox:
+        assert inbox.stock("sku-0") == 1 + 4  # qty of ev-000 and ev-003, once each
+    log = (tmp_path / "relay.log").read_text()
+    assert "send-failed" in log and "recovered" in log and "stopped" in log
+
+
+@pytest.mark.parametrize("batch", [True, False])
+def test_sigterm_mid_send_leaves_every_event_either_sent_or_pending(
+    tmp_path: Path, sink_db: Path, sink_service: Service, batch: bool
+) -> None:
+    source = tmp_path / "source.db"
+    events = _events(60)
+    _accept(source, *events)
+    # Every answer is held after the sink has committed, so the relay spends its time waiting
+    # for ACKs: the signal lands while an applied batch is not yet acknowledged.
+    with FaultProxy(sink_service.port, delay_responses=0.2) as proxy:
+        mode = ["--batch", "--limit", "4"] if batch else ["--limit", "16"]
+        relay = start_relay(source, proxy.url, tmp_path / "relay.log", *mode)
+        try:
+            wait_until(lambda: count(source, "sent = 1") >= 4, "the first events to be sent")
+            assert relay.stop(signal.SIGTERM, timeout=30) == 0
+        finally:
+            relay.stop()
+    sent = set(ids(source, "SELECT id FROM outbox WHERE sent = 1"))
+    pending = set(ids(source, f"SELECT id FROM outbox WHERE {PENDING}"))
+    assert sent | pending == {e["id"] for e in events} and not sent & pending
+    assert pending, "the relay should have been stopped mid-way"
+    # Read the sink from its own connection: exactly what is marked sent arrived, once.
+    inbox = set(ids(sink_db, "SELECT id FROM inbox"))
+    assert inbox == sent
+    assert raw_rows(sink_db, "SELECT MAX(receipts) FROM inbox") == [(1,)]
+    # A fresh relay finishes the rest; the clean stop left nothing to re-send.
+    relay = start_relay(source, sink_service.base_url + "/events", tmp_path / "relay2.log")
+    try:
+        wait_until(lambda: count(source, PENDING) == 0, "the second relay to drain")
+    finally:
+        assert relay.stop() == 0
+    assert set(ids(sink_db, "SELECT id FROM inbox")) == {e["id"] for e in events}
+    assert raw_rows(sink_db, "SELECT value FROM counters WHERE name = 'sink.duplicate'") == []
+    stock: dict[Any, Any] = dict(raw_rows(sink_db, "SELECT sku, qty FROM inventory"))  # type: ignore[arg-type]
+    for sku in ("sku-0", "sku-1", "sku-2"):
+        assert stock[sku] == sum(e["qty"] for e in events if e["sku"] == sku)
+
+
+POISON = {"id": "p-2", "sku": "tea", "qty": 1}
+
+
+@pytest.fixture
+def poisoned_sink(sink_db: Path, tmp_path: Path) -> Any:
+    """A sink that already holds p-2 with other content: it answers 422 for ours."""
+    with Inbox(sink_db) as inbox:
+        inbox.receive({**POISON, "qty": 99})
+    service = start_service(
+        ["serve", "sink", "--db", str(sink_db), "--port", "0"], stderr_path=tmp_path / "sink.log"
+    )
+    yield service
+    service.stop()
+
+
+def _poison_source(source: Path) -> None:
+    _accept(
+        source,
+        {"id": "a-1", "sku": "pen", "qty": 1},
+        POISON,
+        {"id": "c-3", "sku": "pen", "qty": 3},
+    )
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_a_poison_event_is_quarantined_and_the_relay_moves_on(
+    tmp_path: Path, poisoned_sink: Service, sink_db: Path, batch: bool
+) -> None:
+    source = tmp_path / "source.db"
+    _poison_source(source)
+    relay = start_relay(
+        source, poisoned_sink.base_url + "/events", tmp_path / "relay.log",
+        "--on-poison", "quarantine", *(["--batch"] if batch else []),
+    )  # fmt: skip
+    try:
+        wait_until(lambda: count(source, PENDING) == 0, "a-1 and c-3 to go, p-2 to be held")
+        samples = metrics(relay.base_url)
+    finally:
+        assert relay.stop() == 0
+    rows = {
+        row[0]: row[1:]
+        for row in raw_rows(source, "SELECT id, sent, quarantined, quarantine_reason FROM outbox")
+    }
+    assert rows["a-1"][:2] == (1, 0) and rows["c-3"][:2] == (1, 0)
+    assert rows["p-2"][:2] == (0, 1)
+    assert "422" in str(rows["p-2"][2])
+    assert ids(sink_db, "SELECT id FROM inbox ORDER BY id") == ["a-1", "c-3", "p-2"]
+    assert raw_rows(sink_db, "SELECT qty FROM inbox WHERE id = 'p-2'") == [(99,)]  # untouched
+    assert one(samples, "ackledger_relay_poison_alerts_total", action="quarantine") == 1
+    assert one(samples, "ackledger_relay_sends_failed_total", **{"class": "permanent"}) == 1
+    assert one(samples, "ackledger_relay_quarantined") == 1
+    assert one(samples, "ackledger_relay_outbox_sent_total") == 2  # quarantine is not success
+    log = (tmp_path / "relay.log").read_text().splitlines()
+    alerts = [line for line in log if " ERROR " in line and "poison" in line]
+    assert alerts and "p-2" in alerts[0] and "ALERT" in alerts[0]
+    listed = run_cli("quarantined", "--source", str(source), "--json")
+    assert [item["id"] for item in json.loads(listed.stdout)] == ["p-2"]
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_a_poison_event_stops_the_relay_under_the_stop_policy_with_an_alert(
+    tmp_path: Path, poisoned_sink: Service, batch: bool
+) -> None:
+    source = tmp_path / "source.db"
+    _poison_source(source)
+    relay = start_relay(
+        source, poisoned_sink.base_url + "/events", tmp_path / "relay.log",
+        "--log-format", "json", *(["--batch"] if batch else []),
+    )  # fmt: skip
+    try:
+        assert relay.process.wait(60) == 3
+    finally:
+        relay.stop()
+    assert ids(source, "SELECT id FROM outbox WHERE sent = 1") == ["a-1"]
+    assert ids(source, f"SELECT id FROM outbox WHERE {PENDING} ORDER BY seq") == ["p-2", "c-3"]
+    [(attempts, error)] = raw_rows(source, "SELECT attempts, last_error FROM outbox WHERE id='p-2'")
+    assert attempts == 1
+    assert "422" in str(error) and "other content" in str(error)
+    lines = (tmp_path / "relay.log").read_text().splitlines()
+    records = [json.loads(line) for line in lines if line.startswith("{")]
+    poison = [r for r in records if r["event"] == "poison"]
+    assert poison and poison[0]["level"] == "error" and poison[0]["id"] == "p-2"
+    assert any(r["event"] == "stopped-on-poison" for r in records)
+    said = [line for line in lines if line.startswith("ackledger relay: stopped on poison")]
+    assert said and "p-2" in said[0] and "trace p-2" in said[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "word"),
+    [
+        (["--to", "http://example.invalid/events"], "host"),
+        (["--to", "http://127.0.0.1:1/elsewhere"], "path"),
+        (["--limit", "17"], "limit"),
+        (["--base-backoff", "5", "--max-backoff", "1"], "backoff"),
+        (["--poll-interval", "0"], "poll-interval"),
+        (["--on-poison", "ignore"], "on-poison"),
+        (["--log-format", "xml"], "log-format"),
+        (["--metrics-port", "70000"], "metrics-port"),
+    ],
+)
+def test_relay_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], word: str) -> None:
+    source = tmp_path / "source.db"
+    _accept(source, POISON)
+    before = raw_rows(source, "SELECT * FROM outbox")
+    base = ["relay", "--source", str(source), "--to", "http://127.0.0.1:1/events"]
+    result = run_cli(*base, *args, timeout=30)
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and word in result.stderr
+    assert raw_rows(source, "SELECT * FROM outbox") == before
+
+
+def test_relay_refuses_a_missing_source_without_creating_it(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.db"
+    result = run_cli("relay", "--source", str(missing), "--to", "http://127.0.0.1:1/events")
+    assert result.returncode == 2 and "no database" in result.stderr
+    assert not missing.exists()
