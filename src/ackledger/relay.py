@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .backoff import Backoff
-from .dispatch import WorkSource, dispatch, dispatch_batch
+from .dispatch import Source, dispatch, dispatch_batch
 from .errors import InvalidEvent, NotAcknowledged
 from .logline import note
 from .outbox import MAX_BATCH, check_limit
@@ -53,7 +53,7 @@ _RETRYABLE_4XX = frozenset({408, 425, 429})
 _WAIT_SLICE = 0.05
 
 
-class RelaySource(WorkSource, Protocol):
+class RelaySource(Source, Protocol):
     """What the relay needs from the outbox (see the module docstring)."""
 
     def amend_error(self, event_id: str, error: str) -> None: ...
