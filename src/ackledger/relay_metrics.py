@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from .relay import FAILURE_CLASSES, POISON_POLICIES, Relay
+from .relay import Relay
 
 
 class RelayCollector(Collector):
@@ -43,22 +43,14 @@ class RelayCollector(Collector):
         yield _counter("outbox_sent", "Events marked sent in the outbox, ever.", stats["sent"])
         yield _counter("sends_attempted", "Event sends this relay attempted.", counts.attempted)
         yield _counter("sends_succeeded", "Event sends acknowledged by the sink.", counts.succeeded)
-        failed = CounterMetricFamily(
-            "ackledger_relay_sends_failed",
-            "Event sends that failed, by class (transient: retried; permanent: a 4xx).",
-            labels=["class"],
-        )
-        for kind in FAILURE_CLASSES:
-            failed.add_metric([kind], counts.failed[kind])
-        yield failed
-        poison = CounterMetricFamily(
-            "ackledger_relay_poison_alerts",
-            "Permanent failures alerted on, by the action taken (stop or quarantine).",
-            labels=["action"],
-        )
-        for action in POISON_POLICIES:
-            poison.add_metric([action], counts.poison[action])
-        yield poison
+        yield _by_label(
+            "sends_failed", "Event sends that failed, by class (transient: retried; "
+            "permanent: a 4xx).", "class", counts.failed,
+        )  # fmt: skip
+        yield _by_label(
+            "poison_alerts", "Permanent failures alerted on, by the action taken.", "action",
+            counts.poison,
+        )  # fmt: skip
         yield _counter(
             "store_errors", "Rounds that failed in the outbox store, not the network.",
             counts.store_errors,
@@ -74,6 +66,13 @@ class RelayCollector(Collector):
 
 def _gauge(name: str, help_text: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(f"ackledger_relay_{name}", help_text, value=value)
+
+
+def _by_label(name: str, help_text: str, label: str, values: dict[str, int]) -> CounterMetricFamily:
+    family = CounterMetricFamily(f"ackledger_relay_{name}", help_text, labels=[label])
+    for key, value in values.items():
+        family.add_metric([key], value)
+    return family
 
 
 def _counter(name: str, help_text: str, value: float) -> CounterMetricFamily:
