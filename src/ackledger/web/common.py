@@ -71,6 +71,9 @@ def parse_json(body: bytes) -> Any:
         return json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ValueError(f"body: not valid JSON ({exc})") from None
+    except RecursionError:
+        # 64 KiB of "[" is valid-looking input that nests past the parser's stack.
+        raise ValueError("body: JSON nested too deeply") from None
 
 
 def metrics_response(registry: CollectorRegistry) -> Response:
