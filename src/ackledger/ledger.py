@@ -158,13 +158,13 @@ def request_from_json(obj: object) -> LedgerRequest:
 
 
 @dataclass(frozen=True)
-class _Recorded:
+class Recorded:
     outcome: Outcome
     delivery_no: int
     attempt: int
 
 
-def _record(tx: Tx, req: LedgerRequest, now: float) -> _Recorded:
+def record_request(tx: Tx, req: LedgerRequest, now: float) -> Recorded:
     """The whole request inside the caller's write transaction: effect once, attempt always."""
     fp = req.fingerprint
     if req.mode == "control":
@@ -193,7 +193,7 @@ def _record(tx: Tx, req: LedgerRequest, now: float) -> _Recorded:
     )
     sql.bump_counter(tx, COUNTER_PREFIX + "attempts")
     sql.bump_counter(tx, COUNTER_PREFIX + _OUTCOME_COUNTER[outcome])
-    return _Recorded(outcome, delivery_no, sql.count_attempts(tx, req.case_id, req.work_id))
+    return Recorded(outcome, delivery_no, sql.count_attempts(tx, req.case_id, req.work_id))
 
 
 class Ledger:
@@ -219,7 +219,7 @@ class Ledger:
     def submit(self, req: LedgerRequest) -> dict[str, Any]:
         """``request`` for an already validated :class:`LedgerRequest`."""
         with self._db.write() as tx:
-            done = _record(tx, req, time.time())
+            done = record_request(tx, req, time.time())
         # A conflict is committed as an attempt (the evidence of the refused request) before
         # it is raised; it created no delivery.
         if done.outcome is Outcome.CONFLICT:
