@@ -45,3 +45,22 @@ def raw_rows(path: Path, sql: str, params: tuple[object, ...] = ()) -> list[tupl
         return conn.execute(sql, params).fetchall()
     finally:
         conn.close()
+
+
+@pytest.fixture
+def ledger_db(tmp_path: Path) -> Path:
+    return tmp_path / "ledger.db"
+
+
+@pytest.fixture
+def ledger_service(ledger_db: Path, tmp_path: Path) -> Iterator[Service]:
+    """An ``ackledger serve ledger`` process on a free loopback port, its Pod named by POD_UID."""
+    service = start_service(
+        ["serve", "ledger", "--db", str(ledger_db), "--port", "0"],
+        env={"POD_UID": "ledger-uid-1"},
+        stderr_path=tmp_path / "ledger.log",
+    )
+    try:
+        yield service
+    finally:
+        service.stop()

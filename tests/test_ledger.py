@@ -18,11 +18,6 @@ DAY = 86400.0
 
 
 @pytest.fixture
-def ledger_db(tmp_path: Path) -> Path:
-    return tmp_path / "ledger.db"
-
-
-@pytest.fixture
 def ledger(ledger_db: Path) -> Any:
     with Ledger(ledger_db) as opened:
         yield opened

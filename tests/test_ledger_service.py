@@ -8,7 +8,6 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,20 +26,6 @@ def _start(db: Path, log: Path, env: dict[str, str] | None = None) -> Service:
     return start_service(
         ["serve", "ledger", "--db", str(db), "--port", "0"], env=env, stderr_path=log
     )
-
-
-@pytest.fixture
-def ledger_db(tmp_path: Path) -> Path:
-    return tmp_path / "ledger.db"
-
-
-@pytest.fixture
-def service(ledger_db: Path, tmp_path: Path) -> Iterator[Service]:
-    running = _start(ledger_db, tmp_path / "ledger.log", {"POD_UID": "ledger-uid-1"})
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 class Client:
@@ -72,8 +57,8 @@ def _count(db: Path, table: str) -> int:
     return count
 
 
-def test_new_key_201_then_replayed_200_with_the_ledger_identity(service: Service) -> None:
-    client = Client(service)
+def test_new_key_201_then_replayed_200_with_the_ledger_identity(ledger_service: Service) -> None:
+    client = Client(ledger_service)
     status, response, first = client.deliver(case_id="c", work_id="w", pod_uid="pod-A")
     assert status == 201 and response.getheader("Idempotent-Replayed") is None
     _, _, health = client.call("GET", "/healthz")
@@ -96,8 +81,8 @@ def test_new_key_201_then_replayed_200_with_the_ledger_identity(service: Service
     client.close()
 
 
-def test_healthz_is_the_ledgers_own_identity(service: Service) -> None:
-    client = Client(service)
+def test_healthz_is_the_ledgers_own_identity(ledger_service: Service) -> None:
+    client = Client(ledger_service)
     status, _, health = client.call("GET", "/healthz")
     assert status == 200
     assert set(health) == {"pod_uid", "boot_id", "node_boot_id", "started_at"}
@@ -118,9 +103,9 @@ def test_without_pod_uid_the_ledger_names_its_host(tmp_path: Path) -> None:
 
 
 def test_a_payload_conflict_is_422_recorded_and_delivers_nothing(
-    service: Service, ledger_db: Path
+    ledger_service: Service, ledger_db: Path
 ) -> None:
-    client = Client(service)
+    client = Client(ledger_service)
     client.deliver(case_id="c", work_id="w", pod_uid="pod-A", payload={"qty": 1})
     status, response, problem = client.deliver(
         case_id="c", work_id="w", pod_uid="pod-B", payload={"qty": 2}
@@ -189,9 +174,9 @@ BAD_BODIES: list[tuple[bytes, str]] = [
 
 
 def test_bad_bodies_are_400_naming_the_field_and_record_nothing(
-    service: Service, ledger_db: Path
+    ledger_service: Service, ledger_db: Path
 ) -> None:
-    client = Client(service)
+    client = Client(ledger_service)
     for body, field in BAD_BODIES:
         status, response, problem = client.call("POST", "/deliveries", body)
         assert (status, problem.get("field")) == (400, field), body[:80]
@@ -205,8 +190,8 @@ def test_bad_bodies_are_400_naming_the_field_and_record_nothing(
     assert raw_rows(ledger_db, "SELECT COUNT(*) FROM counters") == [(0,)]
 
 
-def test_listings_take_only_a_valid_case_id(service: Service) -> None:
-    client = Client(service)
+def test_listings_take_only_a_valid_case_id(ledger_service: Service) -> None:
+    client = Client(ledger_service)
     client.deliver(case_id="a", work_id="w1")
     client.deliver(case_id="b", work_id="w1")
     _, _, everything = client.call("GET", "/deliveries")
@@ -263,8 +248,8 @@ def test_metrics_count_durably_across_a_restart(ledger_db: Path, tmp_path: Path)
         client.close()
 
 
-def test_openapi_describes_the_routes(service: Service) -> None:
-    client = Client(service)
+def test_openapi_describes_the_routes(ledger_service: Service) -> None:
+    client = Client(ledger_service)
     status, _, spec = client.call("GET", "/openapi.json")
     client.close()
     assert status == 200
@@ -276,9 +261,9 @@ def test_openapi_describes_the_routes(service: Service) -> None:
 
 
 def test_32_concurrent_requests_for_one_key_get_one_number(
-    service: Service, ledger_db: Path
+    ledger_service: Service, ledger_db: Path
 ) -> None:
-    clients = [Client(service) for _ in range(32)]
+    clients = [Client(ledger_service) for _ in range(32)]
     for client in clients:
         client.conn.connect()  # 32 open connections before anyone sends
     start = threading.Barrier(len(clients))
