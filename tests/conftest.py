@@ -21,17 +21,20 @@ def sink_db(tmp_path: Path) -> Path:
     return tmp_path / "sink.db"
 
 
-@pytest.fixture
-def sink_service(sink_db: Path, tmp_path: Path) -> Iterator[Service]:
-    """An ``ackledger serve sink`` process on a free loopback port."""
+def _serve(kind: str, db: Path, log: Path, env: dict[str, str] | None = None) -> Iterator[Service]:
     service = start_service(
-        ["serve", "sink", "--db", str(sink_db), "--port", "0"],
-        stderr_path=tmp_path / "sink.log",
+        ["serve", kind, "--db", str(db), "--port", "0"], env=env, stderr_path=log
     )
     try:
         yield service
     finally:
         service.stop()
+
+
+@pytest.fixture
+def sink_service(sink_db: Path, tmp_path: Path) -> Iterator[Service]:
+    """An ``ackledger serve sink`` process on a free loopback port."""
+    yield from _serve("sink", sink_db, tmp_path / "sink.log")
 
 
 def raw_connect(path: Path) -> sqlite3.Connection:
@@ -55,12 +58,4 @@ def ledger_db(tmp_path: Path) -> Path:
 @pytest.fixture
 def ledger_service(ledger_db: Path, tmp_path: Path) -> Iterator[Service]:
     """An ``ackledger serve ledger`` process on a free loopback port, its Pod named by POD_UID."""
-    service = start_service(
-        ["serve", "ledger", "--db", str(ledger_db), "--port", "0"],
-        env={"POD_UID": "ledger-uid-1"},
-        stderr_path=tmp_path / "ledger.log",
-    )
-    try:
-        yield service
-    finally:
-        service.stop()
+    yield from _serve("ledger", ledger_db, tmp_path / "ledger.log", {"POD_UID": "ledger-uid-1"})

@@ -12,17 +12,16 @@ worker without a ledger does when a Job re-runs it.
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
+from .database import Database
 from .errors import Conflict, InvalidEvent
 from .event import check_identifier, fingerprint
 from .idempotency import Outcome, claim_once
-from .store import Backend, Tx, open_backend
+from .store import Tx
 from .store import ledger_sql as sql
 from .store.keys import DELIVERIES
 
@@ -196,14 +195,7 @@ def record_request(tx: Tx, req: LedgerRequest, now: float) -> Recorded:
     return Recorded(outcome, delivery_no, sql.count_attempts(tx, req.case_id, req.work_id))
 
 
-class Ledger:
-    def __init__(self, target: str | os.PathLike[str], *, synchronous: str = "FULL") -> None:
-        self._db: Backend = open_backend(target, synchronous=synchronous)
-
-    @property
-    def backend(self) -> Backend:
-        return self._db
-
+class Ledger(Database):
     def request(
         self,
         case_id: str,
@@ -270,17 +262,3 @@ class Ledger:
         with self._db.write() as tx:
             deliveries, attempts = sql.purge_idle_keys(tx, time.time() - older_than_seconds)
         return {"deliveries": deliveries, "attempts": attempts}
-
-    def close(self) -> None:
-        self._db.close()
-
-    def __enter__(self) -> Ledger:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -11,14 +11,11 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter
-from prometheus_client.core import CounterMetricFamily
-from prometheus_client.registry import Collector
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -28,13 +25,13 @@ from ..errors import InvalidEvent
 from ..ledger import MAX_KEY_LEN, REQUEST_FIELDS, Ledger, PayloadConflict, request_from_json
 from .common import (
     BodyTooLarge,
-    invalid,
+    Handler,
+    ServiceMetrics,
+    bad_input,
     json_response,
-    metrics_response,
     parse_json,
     problem,
     read_capped,
-    too_large,
 )
 
 NODE_BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
@@ -64,53 +61,24 @@ def local_identity() -> Identity:
     return Identity(pod_uid, uuid.uuid4().hex, node_boot_id, time.time())
 
 
-class _LedgerCollector(Collector):
-    """Reads the durable counters at scrape time, so they survive restarts."""
-
-    HELP = {
-        "attempts": "Delivery requests recorded (every outcome).",
-        "deliveries": "Deliveries created (new keys in idempotent mode, every control request).",
-        "duplicates": "Requests answered with an existing delivery of their key.",
-        "conflicts": "Requests refused because their key has another payload.",
-    }
-
-    def __init__(self, ledger: Ledger) -> None:
-        self._ledger = ledger
-
-    def collect(self) -> Iterator[CounterMetricFamily]:
-        counts = self._ledger.counters()
-        for name, help_text in self.HELP.items():
-            family = CounterMetricFamily(f"ackledger_ledger_{name}", help_text)
-            family.add_metric([], counts[name])
-            yield family
+LEDGER_COUNTERS = {
+    "attempts": "Delivery requests recorded (every outcome).",
+    "deliveries": "Deliveries created (new keys in idempotent mode, every control request).",
+    "duplicates": "Requests answered with an existing delivery of their key.",
+    "conflicts": "Requests refused because their key has another payload.",
+}
 
 
 def create_ledger_app(ledger: Ledger, identity: Identity | None = None) -> Starlette:
     me = identity or local_identity()
-    registry = CollectorRegistry()
-    registry.register(_LedgerCollector(ledger))
-    requests = Counter(
-        "ackledger_ledger_requests",
-        "HTTP requests answered by the ledger, by route and status.",
-        ["route", "status"],
-        registry=registry,
-    )
+    service_metrics = ServiceMetrics("ledger", ledger.counters, LEDGER_COUNTERS)
 
     async def post_delivery(request: Request) -> Response:
-        response = await _post_delivery(request)
-        requests.labels("/deliveries", str(response.status_code)).inc()
-        return response
-
-    async def _post_delivery(request: Request) -> Response:
         try:
             req = request_from_json(parse_json(await read_capped(request)))
             done = ledger.submit(req)
-        except BodyTooLarge:
-            return too_large()
-        except InvalidEvent as exc:
-            return invalid(str(exc), exc.field)
-        except ValueError as exc:
-            return invalid(str(exc), "body")
+        except (BodyTooLarge, ValueError) as exc:
+            return bad_input(exc)
         except PayloadConflict as exc:
             return problem(
                 422,
@@ -134,34 +102,33 @@ def create_ledger_app(ledger: Ledger, identity: Identity | None = None) -> Starl
             raise InvalidEvent(f"{unknown[0]}: unknown query parameter", field=unknown[0])
         return request.query_params.get("case_id")
 
-    async def get_deliveries(request: Request) -> Response:
-        try:
-            rows = ledger.deliveries(_scope(request))
-        except InvalidEvent as exc:
-            return invalid(str(exc), exc.field)
-        return json_response(rows)
+    def listing(read: Callable[[str | None], list[dict[str, Any]]]) -> Handler:
+        async def answer(request: Request) -> Response:
+            try:
+                return json_response(read(_scope(request)))
+            except InvalidEvent as exc:
+                return bad_input(exc)
 
-    async def get_attempts(request: Request) -> Response:
-        try:
-            rows = ledger.attempts(_scope(request))
-        except InvalidEvent as exc:
-            return invalid(str(exc), exc.field)
-        return json_response(rows)
+        return answer
 
     async def healthz(request: Request) -> Response:
         return json_response(asdict(me))
 
     async def metrics(request: Request) -> Response:
-        return metrics_response(registry)
+        return service_metrics.response()
 
     async def openapi(request: Request) -> Response:
         return json_response(LEDGER_OPENAPI)
 
     return Starlette(
         routes=[
-            Route("/deliveries", post_delivery, methods=["POST"]),
-            Route("/deliveries", get_deliveries, methods=["GET"]),
-            Route("/attempts", get_attempts, methods=["GET"]),
+            Route(
+                "/deliveries",
+                service_metrics.counted("/deliveries", post_delivery),
+                methods=["POST"],
+            ),
+            Route("/deliveries", listing(ledger.deliveries), methods=["GET"]),
+            Route("/attempts", listing(ledger.attempts), methods=["GET"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
             Route("/openapi.json", openapi, methods=["GET"]),
