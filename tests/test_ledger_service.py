@@ -182,8 +182,9 @@ def test_bad_bodies_are_400_naming_the_field_and_record_nothing(
         assert (status, problem.get("field")) == (400, field), body[:80]
         assert response.getheader("Content-Type") == "application/problem+json"
         assert problem["detail"].startswith(f"{field}:")
+        assert problem["ledger"]["pod_uid"] == "ledger-uid-1"  # every answer says who answered
     status, _, problem = client.call("POST", "/deliveries", b"{" + b" " * (64 * 1024) + b"}")
-    assert status == 413 and problem["status"] == 413
+    assert status == 413 and problem["status"] == 413 and "boot_id" in problem["ledger"]
     client.close()
     assert _count(ledger_db, "attempts") == 0
     assert _count(ledger_db, "deliveries") == 0

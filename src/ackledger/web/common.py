@@ -44,24 +44,30 @@ def problem(status: int, kind: str, title: str, detail: str, **extra: Any) -> Re
     return Response(body, status_code=status, media_type="application/problem+json")
 
 
-def too_large() -> Response:
+def too_large(**extra: Any) -> Response:
     return problem(
-        413, "body-too-large", "Body too large", f"the request body is over {MAX_BODY_BYTES} bytes"
+        413,
+        "body-too-large",
+        "Body too large",
+        f"the request body is over {MAX_BODY_BYTES} bytes",
+        **extra,
     )
 
 
-def invalid(detail: str, field: str | None) -> Response:
-    extra = {"field": field} if field else {}
+def invalid(detail: str, field: str | None, **extra: Any) -> Response:
+    if field:
+        extra["field"] = field
     return problem(400, "invalid", "Invalid request", detail, **extra)
 
 
-def bad_input(exc: BodyTooLarge | ValueError) -> Response:
+def bad_input(exc: BodyTooLarge | ValueError, **extra: Any) -> Response:
     """The answer for input refused before anything is written: 413 for a body over the cap,
-    else 400 naming the field (an InvalidEvent's own, or ``body`` for unparseable JSON)."""
+    else 400 naming the field (an InvalidEvent's own, or ``body`` for unparseable JSON).
+    ``extra`` members are added to the problem JSON."""
     if isinstance(exc, BodyTooLarge):
-        return too_large()
+        return too_large(**extra)
     field = exc.field if isinstance(exc, InvalidEvent) and exc.field else "body"
-    return invalid(str(exc), field)
+    return invalid(str(exc), field, **extra)
 
 
 async def read_capped(request: Request, cap: int = MAX_BODY_BYTES) -> bytes:

@@ -78,7 +78,7 @@ def create_ledger_app(ledger: Ledger, identity: Identity | None = None) -> Starl
             req = request_from_json(parse_json(await read_capped(request)))
             done = ledger.submit(req)
         except (BodyTooLarge, ValueError) as exc:
-            return bad_input(exc)
+            return bad_input(exc, ledger=me.short)
         except PayloadConflict as exc:
             return problem(
                 422,
