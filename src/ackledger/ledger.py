@@ -202,7 +202,7 @@ class Ledger(Database):
         work_id: str,
         pod_uid: str,
         mode: str = "idempotent",
-        payload: Mapping[str, Any] | None = None,
+        payload: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Hand out the delivery of ``(case_id, work_id)``; returns
         ``{"delivery_no", "duplicate", "attempt"}`` or raises :class:`Conflict`."""
