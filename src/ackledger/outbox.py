@@ -7,17 +7,16 @@ only an exact acknowledgement (see ``ackledger.dispatch``) turns an event into `
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from .closing import Closing
+from .database import Database
 from .errors import Conflict
 from .event import fingerprint, validate_event
 from .idempotency import Outcome, claim_once
-from .store import Backend, Tx, open_backend
+from .store import Tx
 from .store import outbox_sql as sql
 from .store.keys import OUTBOX
 
@@ -67,14 +66,7 @@ class OutboxTransaction:
         return _enqueue(self._tx, event, partition_key, with_order=False)
 
 
-class Outbox(Closing):
-    def __init__(self, target: str | os.PathLike[str], *, synchronous: str = "FULL") -> None:
-        self._db: Backend = open_backend(target, synchronous=synchronous)
-
-    @property
-    def backend(self) -> Backend:
-        return self._db
-
+class Outbox(Database):
     def accept(self, event: object) -> int:
         """Write the order and its event in one transaction; returns the outbox seq."""
         clean = validate_event(event)
@@ -120,6 +112,3 @@ class Outbox(Closing):
     def order(self, event_id: str) -> dict[str, Any] | None:
         with self._db.read() as tx:
             return sql.order_row(tx, event_id)
-
-    def close(self) -> None:
-        self._db.close()

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from ..errors import AckledgerError
-from . import demo, serve, source
+from . import demo, ledger, serve, source
 
-COMMAND_MODULES = (source, serve, demo)
+COMMAND_MODULES = (source, serve, ledger, demo)
 
 EXIT_BAD_INPUT = 2
 

@@ -1,0 +1,29 @@
+"""Durations written the way operators write them: ``30d``, ``12h``, ``90m``, ``45s``, ``2w``."""
+
+from __future__ import annotations
+
+import math
+import re
+
+UNIT_SECONDS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+# One number (whole or decimal) and one unit; no sign, no spaces, no exponent.
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``text`` (e.g. ``"7d"`` -> 604800.0); raises ValueError for anything else,
+    including zero: every caller uses a duration as an age, and a zero age means "everything"."""
+    if not isinstance(text, str):
+        raise ValueError(f"duration: must be a string like 30d, got {type(text).__name__}")
+    found = _DURATION_RE.fullmatch(text.strip().lower())
+    if found is None:
+        raise ValueError(
+            f"duration: {text!r} is not a number followed by one of s, m, h, d, w (e.g. 30d, 12h)"
+        )
+    seconds = float(found.group(1)) * UNIT_SECONDS[found.group(2)]
+    if seconds <= 0:
+        raise ValueError(f"duration: must be greater than zero, got {text!r}")
+    if not math.isfinite(seconds):
+        raise ValueError(f"duration: {text!r} is too long")
+    return seconds
