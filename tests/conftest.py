@@ -21,17 +21,20 @@ def sink_db(tmp_path: Path) -> Path:
     return tmp_path / "sink.db"
 
 
-@pytest.fixture
-def sink_service(sink_db: Path, tmp_path: Path) -> Iterator[Service]:
-    """An ``ackledger serve sink`` process on a free loopback port."""
+def _serve(kind: str, db: Path, log: Path, env: dict[str, str] | None = None) -> Iterator[Service]:
     service = start_service(
-        ["serve", "sink", "--db", str(sink_db), "--port", "0"],
-        stderr_path=tmp_path / "sink.log",
+        ["serve", kind, "--db", str(db), "--port", "0"], env=env, stderr_path=log
     )
     try:
         yield service
     finally:
         service.stop()
+
+
+@pytest.fixture
+def sink_service(sink_db: Path, tmp_path: Path) -> Iterator[Service]:
+    """An ``ackledger serve sink`` process on a free loopback port."""
+    yield from _serve("sink", sink_db, tmp_path / "sink.log")
 
 
 def raw_connect(path: Path) -> sqlite3.Connection:
@@ -45,3 +48,14 @@ def raw_rows(path: Path, sql: str, params: tuple[object, ...] = ()) -> list[tupl
         return conn.execute(sql, params).fetchall()
     finally:
         conn.close()
+
+
+@pytest.fixture
+def ledger_db(tmp_path: Path) -> Path:
+    return tmp_path / "ledger.db"
+
+
+@pytest.fixture
+def ledger_service(ledger_db: Path, tmp_path: Path) -> Iterator[Service]:
+    """An ``ackledger serve ledger`` process on a free loopback port, its Pod named by POD_UID."""
+    yield from _serve("ledger", ledger_db, tmp_path / "ledger.log", {"POD_UID": "ledger-uid-1"})

@@ -16,6 +16,7 @@ from .errors import (
 )
 from .event import validate_event
 from .inbox import Inbox
+from .ledger import Ledger
 from .outbox import Outbox
 from .transport import send_http, send_http_batch
 
@@ -25,6 +26,7 @@ __all__ = [
     "Inbox",
     "InvalidEvent",
     "LeaseLost",
+    "Ledger",
     "NotAcknowledged",
     "Outbox",
     "UnsafeTarget",

@@ -7,17 +7,16 @@ id with other content is a conflict: refused, and nothing changes but the confli
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .closing import Closing
+from .database import Database
 from .errors import AckledgerError, Conflict
 from .event import check_identifier, fingerprint, validate_event
 from .idempotency import Outcome, claim_once
-from .store import Backend, Tx, open_backend
+from .store import Tx
 from .store import inbox_sql as sql
 from .store.keys import INBOX
 
@@ -49,14 +48,7 @@ def _conflict(event_id: str) -> Conflict:
     return Conflict(f"event {event_id!r} was already applied with other content")
 
 
-class Inbox(Closing):
-    def __init__(self, target: str | os.PathLike[str], *, synchronous: str = "FULL") -> None:
-        self._db: Backend = open_backend(target, synchronous=synchronous)
-
-    @property
-    def backend(self) -> Backend:
-        return self._db
-
+class Inbox(Database):
     def receive(self, event: object) -> str:
         """Apply ``event`` once; returns ``"applied"`` or ``"duplicate"``, or raises Conflict."""
         clean = validate_event(event)
@@ -107,6 +99,3 @@ class Inbox(Closing):
         with self._db.read() as tx:
             found = sql.counters(tx, COUNTER_PREFIX)
         return {name: found.get(name, 0) for name in ("applied", "duplicate", "conflict")}
-
-    def close(self) -> None:
-        self._db.close()

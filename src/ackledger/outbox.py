@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from .closing import Closing
+from .database import Database
 from .errors import Conflict
 from .event import check_identifier, fingerprint, validate_event
 from .idempotency import Outcome, claim_once
-from .store import Backend, Tx, open_backend
+from .store import Tx
 from .store import outbox_sql as sql
 from .store.keys import OUTBOX
 
@@ -94,14 +93,7 @@ class OutboxTransaction:
         return _enqueue(self._tx, event, partition_key, with_order=False)
 
 
-class Outbox(Closing):
-    def __init__(self, target: str | os.PathLike[str], *, synchronous: str = "FULL") -> None:
-        self._db: Backend = open_backend(target, synchronous=synchronous)
-
-    @property
-    def backend(self) -> Backend:
-        return self._db
-
+class Outbox(Database):
     def accept(self, event: object) -> int:
         """Write the order and its event in one transaction; returns the outbox seq."""
         clean = validate_event(event)
@@ -258,6 +250,3 @@ class Outbox(Closing):
             )
         with self._db.write() as tx:
             return sql.purge_sent(tx, time.time() - older_than_seconds)
-
-    def close(self) -> None:
-        self._db.close()

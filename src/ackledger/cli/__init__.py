@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from ..errors import AckledgerError
-from . import demo, ops, serve, source
+from . import demo, ledger, ops, serve, source
 
-COMMAND_MODULES = (source, serve, demo, ops)
+COMMAND_MODULES = (source, serve, ledger, demo, ops)
 
 EXIT_BAD_INPUT = 2
 

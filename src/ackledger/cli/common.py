@@ -66,3 +66,13 @@ def open_outbox(target: str, synchronous: str = "FULL", *, create: bool = False)
     if not create:
         existing_target(target)
     return Outbox(target, synchronous=synchronous)
+
+
+def duration_arg(text: str) -> float:
+    """An argparse type for ``30d``, ``12h``... (seconds), with the parser's own message."""
+    from ..duration import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -18,6 +18,15 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     _common(sink)
     sink.set_defaults(handler=cmd_serve_sink)
+    ledger = services.add_parser(
+        "ledger",
+        help="the idempotency ledger: POST /deliveries, one delivery number per business key",
+        description="Serve /deliveries, /attempts, /healthz (the ledger's pod_uid and boot_id) "
+        "and /metrics. POD_UID names the ledger's Pod (else local-<hostname>). Prints "
+        "'listening on URL' once bound (use --port 0 for a free port).",
+    )
+    _common(ledger)
+    ledger.set_defaults(handler=cmd_serve_ledger)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -35,4 +44,15 @@ def cmd_serve_sink(args: argparse.Namespace) -> int:
     sock = bind(args.host, args.port)
     with Inbox(args.db, synchronous=args.synchronous) as inbox:
         serve(create_sink_app(inbox), sock, "sink")
+    return 0
+
+
+def cmd_serve_ledger(args: argparse.Namespace) -> int:
+    from ..ledger import Ledger
+    from ..web.ledger import create_ledger_app
+    from ..web.server import bind, serve
+
+    sock = bind(args.host, args.port)
+    with Ledger(args.db, synchronous=args.synchronous) as ledger:
+        serve(create_ledger_app(ledger), sock, "ledger")
     return 0

@@ -7,12 +7,16 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from . import pipeline
+from . import ledger, pipeline
 from .story import Story
 
 Chapter = Callable[[Story, Path], None]
 
-CHAPTERS: tuple[Chapter, ...] = (pipeline.crash_after_ack, pipeline.response_lost)
+CHAPTERS: tuple[Chapter, ...] = (
+    pipeline.crash_after_ack,
+    pipeline.response_lost,
+    ledger.job_reruns,
+)
 
 
 def run(*, keep: bool = False) -> int:

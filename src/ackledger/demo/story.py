@@ -45,7 +45,8 @@ class Story:
             return False
         print(f"VERDICT: PASS - all {total} checks held.")
         print(
-            "Retry freely, apply once: every event was delivered at least once and applied "
-            "exactly once inside the sink's database - not exactly-once delivery."
+            "Retry freely, apply once: at-least-once delivery, with each effect applied once "
+            "inside a named storage boundary (the sink's database, the ledger's database) - "
+            "not exactly-once delivery."
         )
         return True

@@ -47,3 +47,20 @@ INBOX = KeySpace(
     ),
     find_sql="SELECT fingerprint, id FROM inbox WHERE id = ?",
 )
+
+# The ledger's business key (case_id, work_id). Only idempotent deliveries are in the partial
+# unique index, so the conflict target names its predicate; control-mode deliveries never
+# pass through a claim (see ``ledger_sql.insert_control_delivery``).
+DELIVERIES = KeySpace(
+    name="deliveries",
+    claim_sql=(
+        "INSERT INTO deliveries (case_id, work_id, fingerprint, mode, pod_uid, created_at) "
+        "VALUES (?, ?, ?, 'idempotent', ?, ?) "
+        "ON CONFLICT (case_id, work_id) WHERE mode = 'idempotent' DO NOTHING "
+        "RETURNING delivery_no"
+    ),
+    find_sql=(
+        "SELECT fingerprint, delivery_no FROM deliveries "
+        "WHERE case_id = ? AND work_id = ? AND mode = 'idempotent'"
+    ),
+)

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import Response
+
+from ..errors import InvalidEvent
 
 MAX_BODY_BYTES = 64 * 1024
 PROBLEM_TYPE_BASE = "https://ackledger.invalid/problems/"
@@ -39,15 +44,30 @@ def problem(status: int, kind: str, title: str, detail: str, **extra: Any) -> Re
     return Response(body, status_code=status, media_type="application/problem+json")
 
 
-def too_large() -> Response:
+def too_large(**extra: Any) -> Response:
     return problem(
-        413, "body-too-large", "Body too large", f"the request body is over {MAX_BODY_BYTES} bytes"
+        413,
+        "body-too-large",
+        "Body too large",
+        f"the request body is over {MAX_BODY_BYTES} bytes",
+        **extra,
     )
 
 
-def invalid(detail: str, field: str | None) -> Response:
-    extra = {"field": field} if field else {}
+def invalid(detail: str, field: str | None, **extra: Any) -> Response:
+    if field:
+        extra["field"] = field
     return problem(400, "invalid", "Invalid request", detail, **extra)
+
+
+def bad_input(exc: BodyTooLarge | ValueError, **extra: Any) -> Response:
+    """The answer for input refused before anything is written: 413 for a body over the cap,
+    else 400 naming the field (an InvalidEvent's own, or ``body`` for unparseable JSON).
+    ``extra`` members are added to the problem JSON."""
+    if isinstance(exc, BodyTooLarge):
+        return too_large(**extra)
+    field = exc.field if isinstance(exc, InvalidEvent) and exc.field else "body"
+    return invalid(str(exc), field, **extra)
 
 
 async def read_capped(request: Request, cap: int = MAX_BODY_BYTES) -> bytes:
@@ -71,7 +91,61 @@ def parse_json(body: bytes) -> Any:
         return json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ValueError(f"body: not valid JSON ({exc})") from None
+    except RecursionError:
+        # 64 KiB of "[" is valid-looking input that nests past the parser's stack.
+        raise ValueError("body: JSON nested too deeply") from None
 
 
 def metrics_response(registry: CollectorRegistry) -> Response:
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class _DurableCounters(Collector):
+    """Counters kept in the service's database, read at scrape time, so they survive restarts
+    and agree with what is on disk."""
+
+    def __init__(
+        self, prefix: str, read: Callable[[], Mapping[str, int]], help_texts: Mapping[str, str]
+    ) -> None:
+        self._prefix = prefix
+        self._read = read
+        self._help = dict(help_texts)
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        counts = self._read()
+        for name, help_text in self._help.items():
+            family = CounterMetricFamily(self._prefix + name, help_text)
+            family.add_metric([], counts.get(name, 0))
+            yield family
+
+
+class ServiceMetrics:
+    """A service's metrics: its durable counters, and HTTP answers by route and status."""
+
+    def __init__(
+        self, service: str, read: Callable[[], Mapping[str, int]], help_texts: Mapping[str, str]
+    ) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(_DurableCounters(f"ackledger_{service}_", read, help_texts))
+        self._requests = Counter(
+            f"ackledger_{service}_requests",
+            f"HTTP requests answered by the {service}, by route and status.",
+            ["route", "status"],
+            registry=self.registry,
+        )
+
+    def counted(self, route: str, handler: Handler) -> Handler:
+        """``handler``, counting each of its answers under ``route`` and its status."""
+
+        async def counting(request: Request) -> Response:
+            response = await handler(request)
+            self._requests.labels(route, str(response.status_code)).inc()
+            return response
+
+        return counting
+
+    def response(self) -> Response:
+        return metrics_response(self.registry)

@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.registry import Collector
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -19,37 +15,24 @@ from ..event import check_identifier
 from ..inbox import Inbox
 from .common import (
     BodyTooLarge,
+    ServiceMetrics,
+    bad_input,
     invalid,
     json_response,
-    metrics_response,
     parse_json,
     problem,
     problem_body,
     read_capped,
-    too_large,
 )
 
 MAX_BATCH = 16
 
-Handler = Callable[[Request], Awaitable[Response]]
 
-
-class _InboxCollector(Collector):
-    """Reads the durable counters at scrape time, so they survive restarts."""
-
-    def __init__(self, inbox: Inbox) -> None:
-        self._inbox = inbox
-
-    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
-        counts = self._inbox.counters()
-        for name, help_text in (
-            ("applied", "Events applied to the inventory (first receipt of an id)."),
-            ("duplicate", "Re-sent events acknowledged again without a second effect."),
-            ("conflict", "Events refused because their id was applied with other content."),
-        ):
-            family = CounterMetricFamily(f"ackledger_sink_{name}", help_text)
-            family.add_metric([], counts[name])
-            yield family
+SINK_COUNTERS = {
+    "applied": "Events applied to the inventory (first receipt of an id).",
+    "duplicate": "Re-sent events acknowledged again without a second effect.",
+    "conflict": "Events refused because their id was applied with other content.",
+}
 
 
 def _conflict_problem(exc: Conflict) -> dict[str, Any]:
@@ -62,34 +45,15 @@ def _invalid_problem(exc: InvalidEvent) -> dict[str, Any]:
 
 
 def create_sink_app(inbox: Inbox) -> Starlette:
-    registry = CollectorRegistry()
-    registry.register(_InboxCollector(inbox))
-    requests = Counter(
-        "ackledger_sink_requests",
-        "HTTP requests answered by the sink, by route and status.",
-        ["route", "status"],
-        registry=registry,
-    )
+    service_metrics = ServiceMetrics("sink", inbox.counters, SINK_COUNTERS)
     started_at = time.time()
-
-    def counted(route: str, handler: Handler) -> Handler:
-        async def run(request: Request) -> Response:
-            response = await handler(request)
-            requests.labels(route, str(response.status_code)).inc()
-            return response
-
-        return run
 
     async def post_event(request: Request) -> Response:
         try:
             obj = parse_json(await read_capped(request))
             status = inbox.receive(obj)
-        except BodyTooLarge:
-            return too_large()
-        except InvalidEvent as exc:
-            return invalid(str(exc), exc.field)
-        except ValueError as exc:
-            return invalid(str(exc), "body")
+        except (BodyTooLarge, ValueError) as exc:
+            return bad_input(exc)
         except Conflict as exc:
             return problem(422, "conflict", "Conflicting content for this id", str(exc))
         headers = {"Idempotent-Replayed": "true"} if status == "duplicate" else None
@@ -98,10 +62,8 @@ def create_sink_app(inbox: Inbox) -> Starlette:
     async def post_batch(request: Request) -> Response:
         try:
             items = parse_json(await read_capped(request))
-        except BodyTooLarge:
-            return too_large()
-        except ValueError as exc:
-            return invalid(str(exc), "body")
+        except (BodyTooLarge, ValueError) as exc:
+            return bad_input(exc)
         if not isinstance(items, list) or not 1 <= len(items) <= MAX_BATCH:
             return invalid(f"body: must be a JSON list of 1-{MAX_BATCH} events", "body")
         result = inbox.receive_batch(items)
@@ -136,15 +98,19 @@ def create_sink_app(inbox: Inbox) -> Starlette:
         return json_response({"status": "ok", "started_at": started_at})
 
     async def metrics(request: Request) -> Response:
-        return metrics_response(registry)
+        return service_metrics.response()
 
     async def openapi(request: Request) -> Response:
         return json_response(SINK_OPENAPI)
 
     return Starlette(
         routes=[
-            Route("/events", counted("/events", post_event), methods=["POST"]),
-            Route("/events/batch", counted("/events/batch", post_batch), methods=["POST"]),
+            Route("/events", service_metrics.counted("/events", post_event), methods=["POST"]),
+            Route(
+                "/events/batch",
+                service_metrics.counted("/events/batch", post_batch),
+                methods=["POST"],
+            ),
             Route("/events/{event_id:str}", get_event, methods=["GET"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),

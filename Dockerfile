@@ -1,0 +1,24 @@
+# The ackledger image: the ledger and sink services, and the worker (`ackledger deliver`).
+# Build from the repository root:  docker build -t ackledger:0.1.0 .
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY src ./src
+RUN pip install ".[server]" && rm -rf /src
+
+# A fixed non-root uid, so the manifests can say runAsUser: 10001 and runAsNonRoot.
+RUN useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin ackledger \
+    && mkdir /data && chown 10001:10001 /data
+USER 10001
+WORKDIR /data
+VOLUME ["/data"]
+EXPOSE 8080
+
+ENTRYPOINT ["ackledger"]
+CMD ["serve", "ledger", "--db", "/data/ledger.db", "--host", "0.0.0.0", "--port", "8080"]

@@ -1,0 +1,129 @@
+"""Ledger commands: ``deliver`` (the worker) and ``ledger purge`` (key retention)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import uuid
+
+from ..ledger import DEFAULT_RETENTION_SECONDS, MODES, check_request
+from ..transport import check_target
+from .common import duration_arg, existing_target, positive_float
+
+#: ``--fail-after-save``: EX_TEMPFAIL, the status a Job treats as a failed Pod and retries.
+EXIT_FAIL_AFTER_SAVE = 75
+#: The ledger could not be reached or answered with a server error: worth retrying.
+EXIT_UNAVAILABLE = 1
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    deliver = commands.add_parser(
+        "deliver",
+        help="ask a ledger for the delivery of a business key (the Job worker)",
+        description="Send one request to a ledger's /deliveries and print its answer as JSON. "
+        "The business key (--case-id, --work-id) decides the delivery; --pod-uid only traces "
+        "which execution asked. Exit 0 on an answer, 2 on bad input or a refusal (400, 422), "
+        f"{EXIT_UNAVAILABLE} if the ledger is unreachable.",
+    )
+    deliver.add_argument(
+        "--ledger", required=True, metavar="URL", help="the ledger, http://HOST:PORT/deliveries"
+    )
+    deliver.add_argument("--case-id", required=True, help="the business scope")
+    deliver.add_argument("--work-id", required=True, help="the logical piece of work in it")
+    deliver.add_argument(
+        "--pod-uid",
+        help="this execution (default: $POD_UID, else a fresh random UUID per process)",
+    )
+    deliver.add_argument("--mode", choices=MODES, default="idempotent", help="default idempotent")
+    deliver.add_argument(
+        "--payload", metavar="JSON", help="a JSON object; the same key with another payload is "
+        "refused (422)"
+    )  # fmt: skip
+    deliver.add_argument("--timeout", type=positive_float, default=5.0, help="seconds")
+    deliver.add_argument(
+        "--allow-host", action="append", default=[], metavar="HOST",
+        help="also allow this host as the ledger (an explicit widening of the loopback "
+        "allow-list, e.g. the ledger's Service name in a cluster)",
+    )  # fmt: skip
+    deliver.add_argument(
+        "--fail-after-save",
+        action="store_true",
+        help=f"drill: once the ledger has answered, exit {EXIT_FAIL_AFTER_SAVE} without "
+        "printing success (the post-save failure that makes a Job retry)",
+    )
+    deliver.set_defaults(handler=cmd_deliver)
+
+    ledger = commands.add_parser("ledger", help="maintain a ledger database")
+    actions = ledger.add_subparsers(dest="action", metavar="ACTION", required=True)
+    purge = actions.add_parser(
+        "purge",
+        help="forget business keys nobody asked for in DURATION",
+        description="Delete every key (its deliveries and attempts) with no request for longer "
+        "than --older-than. A purged key starts fresh: the next request for it gets a NEW "
+        "delivery number, so purge only keys that can no longer be retried. Keys with any "
+        "recent request are kept whole.",
+    )
+    purge.add_argument("--db", required=True, metavar="PATH", help="the ledger database")
+    purge.add_argument(
+        "--older-than",
+        type=duration_arg,
+        default=DEFAULT_RETENTION_SECONDS,
+        metavar="DURATION",
+        help="e.g. 30d, 12h, 90m (default 30d, the documented key retention)",
+    )
+    purge.set_defaults(handler=cmd_purge)
+
+
+def cmd_deliver(args: argparse.Namespace) -> int:
+    from ..errors import InvalidEvent, NotAcknowledged, UnsafeTarget
+    from ..ledger_client import request_delivery
+    from . import UsageError
+
+    try:
+        check_target(args.ledger, "/deliveries", args.allow_host)
+    except UnsafeTarget as exc:
+        raise UsageError(f"--ledger: {exc}") from None
+    payload = None
+    if args.payload is not None:
+        try:
+            payload = json.loads(args.payload)
+        except ValueError as exc:
+            raise UsageError(f"--payload: not valid JSON ({exc})") from None
+    pod_uid = args.pod_uid or os.environ.get("POD_UID") or str(uuid.uuid4())
+    try:
+        req = check_request(args.case_id, args.work_id, pod_uid, args.mode, payload)
+    except InvalidEvent as exc:
+        raise UsageError(f"--{(exc.field or 'input').replace('_', '-')}: {exc}") from None
+    try:
+        answer = request_delivery(
+            args.ledger, req, timeout=args.timeout, allowed_hosts=args.allow_host
+        )
+    except (OSError, NotAcknowledged) as exc:
+        # A refusal (Conflict, InvalidEvent) is not caught here: one line, exit 2, as retrying
+        # it cannot help; a ledger that did not answer may be worth another try.
+        print(f"ackledger: ledger unavailable: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    if args.fail_after_save:
+        print(
+            f"drill: the ledger saved delivery {answer['delivery_no']} (attempt "
+            f"{answer.get('attempt')}); exiting {EXIT_FAIL_AFTER_SAVE} before reporting success",
+            file=sys.stderr,
+        )
+        return EXIT_FAIL_AFTER_SAVE
+    print(json.dumps(answer))
+    return 0
+
+
+def cmd_purge(args: argparse.Namespace) -> int:
+    from ..ledger import Ledger
+
+    existing_target(args.db, "db")
+    with Ledger(args.db) as ledger:
+        removed = ledger.purge(args.older_than)
+    print(
+        f"purged {removed['deliveries']} deliveries and {removed['attempts']} attempts of keys "
+        f"idle for over {args.older_than:g} s"
+    )
+    return 0

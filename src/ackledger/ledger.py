@@ -1,0 +1,264 @@
+"""The idempotency ledger: one delivery number per business key, however often a job re-runs.
+
+An execution (a Pod, a process, its random UUID) is not the work. The work is the business key
+``(case_id, work_id)``; the memory of what was done with it lives here, outside the worker, and
+is looked up and written in one write transaction. Every request leaves an attempt row with the
+``pod_uid`` that sent it, so deduplicating the effect never hides a retry.
+
+``control`` mode is the comparison group: every request makes a new delivery, which is what a
+worker without a ledger does when a Job re-runs it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .database import Database
+from .errors import Conflict, InvalidEvent
+from .event import check_identifier, fingerprint
+from .idempotency import Outcome, claim_once
+from .store import Tx
+from .store import ledger_sql as sql
+from .store.keys import DELIVERIES
+
+MODES = ("idempotent", "control")
+MAX_KEY_LEN = 128
+MAX_POD_UID_LEN = 128
+MAX_PAYLOAD_DEPTH = 32
+#: Keys nobody asked for in this long are forgotten by ``purge()`` (and ``ledger purge``).
+DEFAULT_RETENTION_SECONDS = 30 * 24 * 3600.0
+#: The fields of a request body; ``payload`` is the only optional one over HTTP.
+REQUEST_FIELDS = ("case_id", "work_id", "pod_uid", "mode", "payload")
+COUNTER_PREFIX = "ledger."
+COUNTER_NAMES = ("attempts", "deliveries", "duplicates", "conflicts")
+_OUTCOME_COUNTER = {
+    Outcome.APPLIED: "deliveries",
+    Outcome.DUPLICATE: "duplicates",
+    Outcome.CONFLICT: "conflicts",
+}
+
+
+class PayloadConflict(Conflict):
+    """This business key is already recorded with another payload."""
+
+    def __init__(self, message: str, *, attempt: int, delivery_no: int) -> None:
+        super().__init__(message)
+        #: The attempt number this refused request was recorded under.
+        self.attempt = attempt
+        #: The delivery the key already has (not handed out to this request).
+        self.delivery_no = delivery_no
+
+
+@dataclass(frozen=True)
+class LedgerRequest:
+    case_id: str
+    work_id: str
+    pod_uid: str
+    mode: str
+    payload: dict[str, Any] | None
+
+    @property
+    def fingerprint(self) -> str:
+        # A missing payload fingerprints as JSON null, so it differs from an empty object.
+        return fingerprint(self.payload)
+
+
+def check_pod_uid(value: object) -> str:
+    if not isinstance(value, str):
+        raise InvalidEvent(
+            f"pod_uid: must be a string, got {type(value).__name__}", field="pod_uid"
+        )
+    if not 1 <= len(value) <= MAX_POD_UID_LEN:
+        raise InvalidEvent(
+            f"pod_uid: must be 1-{MAX_POD_UID_LEN} characters, got {len(value)}", field="pod_uid"
+        )
+    if not all(" " <= ch <= "~" for ch in value):
+        raise InvalidEvent("pod_uid: only printable ASCII characters are allowed", field="pod_uid")
+    return value
+
+
+def check_mode(value: object) -> str:
+    if not isinstance(value, str) or value not in MODES:
+        raise InvalidEvent(f"mode: must be 'idempotent' or 'control', got {value!r}", field="mode")
+    return value
+
+
+def _check_json(value: object, depth: int) -> None:
+    """Refuse what JSON cannot carry exactly (so equal payloads always fingerprint equal)."""
+    if depth > MAX_PAYLOAD_DEPTH:
+        raise InvalidEvent(
+            f"payload: nested deeper than {MAX_PAYLOAD_DEPTH} levels", field="payload"
+        )
+    if value is None or isinstance(value, (bool, int)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidEvent("payload: NaN and infinities are not JSON", field="payload")
+    elif isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidEvent("payload: strings must be valid Unicode", field="payload") from None
+    elif isinstance(value, list):
+        for item in value:
+            _check_json(item, depth + 1)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidEvent("payload: object keys must be strings", field="payload")
+            _check_json(key, depth + 1)
+            _check_json(item, depth + 1)
+    else:
+        raise InvalidEvent(f"payload: {type(value).__name__} is not a JSON value", field="payload")
+
+
+def check_payload(value: object) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidEvent(
+            f"payload: must be a JSON object or null, got {type(value).__name__}", field="payload"
+        )
+    _check_json(value, 1)
+    return dict(value)
+
+
+def check_request(
+    case_id: object, work_id: object, pod_uid: object, mode: object, payload: object
+) -> LedgerRequest:
+    """Validate one request; raises :class:`InvalidEvent` naming the first bad field."""
+    return LedgerRequest(
+        case_id=check_identifier(case_id, "case_id", MAX_KEY_LEN),
+        work_id=check_identifier(work_id, "work_id", MAX_KEY_LEN),
+        pod_uid=check_pod_uid(pod_uid),
+        mode=check_mode(mode),
+        payload=check_payload(payload),
+    )
+
+
+def request_from_json(obj: object) -> LedgerRequest:
+    """A request body: a JSON object with exactly the fields of ``REQUEST_FIELDS``
+    (``payload`` optional)."""
+    if not isinstance(obj, Mapping):
+        raise InvalidEvent(f"body: must be a JSON object, got {type(obj).__name__}", field="body")
+    for name in REQUEST_FIELDS[:-1]:
+        if name not in obj:
+            raise InvalidEvent(f"{name}: missing", field=name)
+    extra = sorted(str(key) for key in obj if key not in REQUEST_FIELDS)
+    if extra:
+        raise InvalidEvent(f"{extra[0]}: unknown field", field=extra[0])
+    return check_request(
+        obj["case_id"], obj["work_id"], obj["pod_uid"], obj["mode"], obj.get("payload")
+    )
+
+
+@dataclass(frozen=True)
+class Recorded:
+    outcome: Outcome
+    delivery_no: int
+    attempt: int
+
+
+def record_request(tx: Tx, req: LedgerRequest, now: float) -> Recorded:
+    """The whole request inside the caller's write transaction: effect once, attempt always."""
+    fp = req.fingerprint
+    if req.mode == "control":
+        outcome = Outcome.APPLIED
+        delivery_no = sql.insert_control_delivery(
+            tx,
+            case_id=req.case_id,
+            work_id=req.work_id,
+            fingerprint=fp,
+            pod_uid=req.pod_uid,
+            now=now,
+        )
+    else:
+        claim = claim_once(tx, DELIVERIES, (req.case_id, req.work_id), fp, (req.pod_uid, now))
+        outcome, delivery_no = claim.outcome, int(claim.ref)
+    sql.insert_attempt(
+        tx,
+        case_id=req.case_id,
+        work_id=req.work_id,
+        pod_uid=req.pod_uid,
+        mode=req.mode,
+        delivery_no=None if outcome is Outcome.CONFLICT else delivery_no,
+        outcome=outcome.value,
+        fingerprint=fp,
+        now=now,
+    )
+    sql.bump_counter(tx, COUNTER_PREFIX + "attempts")
+    sql.bump_counter(tx, COUNTER_PREFIX + _OUTCOME_COUNTER[outcome])
+    return Recorded(outcome, delivery_no, sql.count_attempts(tx, req.case_id, req.work_id))
+
+
+class Ledger(Database):
+    def request(
+        self,
+        case_id: str,
+        work_id: str,
+        pod_uid: str,
+        mode: str = "idempotent",
+        payload: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Hand out the delivery of ``(case_id, work_id)``; returns
+        ``{"delivery_no", "duplicate", "attempt"}`` or raises :class:`Conflict`."""
+        return self.submit(check_request(case_id, work_id, pod_uid, mode, payload))
+
+    def submit(self, req: LedgerRequest) -> dict[str, Any]:
+        """``request`` for an already validated :class:`LedgerRequest`."""
+        with self._db.write() as tx:
+            done = record_request(tx, req, time.time())
+        # A conflict is committed as an attempt (the evidence of the refused request) before
+        # it is raised; it created no delivery.
+        if done.outcome is Outcome.CONFLICT:
+            raise PayloadConflict(
+                f"key ({req.case_id!r}, {req.work_id!r}) already has delivery "
+                f"{done.delivery_no} with another payload; this attempt was refused",
+                attempt=done.attempt,
+                delivery_no=done.delivery_no,
+            )
+        return {
+            "delivery_no": done.delivery_no,
+            "duplicate": done.outcome is Outcome.DUPLICATE,
+            "attempt": done.attempt,
+        }
+
+    def deliveries(self, case_id: str | None = None) -> list[dict[str, Any]]:
+        """Deliveries in number order, all or those of one case."""
+        scope = None if case_id is None else check_identifier(case_id, "case_id", MAX_KEY_LEN)
+        with self._db.read() as tx:
+            return sql.deliveries(tx, scope)
+
+    def attempts(self, case_id: str | None = None) -> list[dict[str, Any]]:
+        """Attempts in arrival order, all or those of one case."""
+        scope = None if case_id is None else check_identifier(case_id, "case_id", MAX_KEY_LEN)
+        with self._db.read() as tx:
+            return sql.attempts(tx, scope)
+
+    def counters(self) -> dict[str, int]:
+        """Durable totals that only grow: attempts, deliveries, duplicates, conflicts."""
+        with self._db.read() as tx:
+            found = sql.counters(tx, COUNTER_PREFIX)
+        return {name: found.get(name, 0) for name in COUNTER_NAMES}
+
+    def purge(self, older_than_seconds: float = DEFAULT_RETENTION_SECONDS) -> dict[str, int]:
+        """Forget every key with no request in the last ``older_than_seconds``.
+
+        A purged key starts fresh: its next request gets a new delivery number and attempt 1.
+        Returns how many deliveries and attempts were removed.
+        """
+        if (
+            isinstance(older_than_seconds, bool)
+            or not isinstance(older_than_seconds, (int, float))
+            or not 0 < older_than_seconds < math.inf
+        ):
+            raise ValueError(
+                f"older_than_seconds: must be a positive number, got {older_than_seconds!r}"
+            )
+        with self._db.write() as tx:
+            deliveries, attempts = sql.purge_idle_keys(tx, time.time() - older_than_seconds)
+        return {"deliveries": deliveries, "attempts": attempts}

@@ -1,0 +1,225 @@
+"""The ledger service: ``POST /deliveries`` hands out one delivery number per business key.
+
+The service answers with its own identity (``pod_uid``, ``boot_id``) on every delivery and on
+``/healthz``: a ledger that restarted in a new Pod with an empty emptyDir would hand out fresh
+numbers, and a client can only tell by seeing another incarnation answer.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..errors import InvalidEvent
+from ..ledger import MAX_KEY_LEN, REQUEST_FIELDS, Ledger, PayloadConflict, request_from_json
+from .common import (
+    BodyTooLarge,
+    Handler,
+    ServiceMetrics,
+    bad_input,
+    json_response,
+    parse_json,
+    problem,
+    read_capped,
+)
+
+NODE_BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Which ledger incarnation answers: the Pod, this process, the node's boot."""
+
+    pod_uid: str
+    boot_id: str
+    node_boot_id: str | None
+    started_at: float
+
+    @property
+    def short(self) -> dict[str, str]:
+        return {"pod_uid": self.pod_uid, "boot_id": self.boot_id}
+
+
+def local_identity() -> Identity:
+    """``POD_UID`` from the downward API, else ``local-<hostname>``; a fresh ``boot_id``."""
+    pod_uid = os.environ.get("POD_UID") or f"local-{socket.gethostname()}"
+    try:
+        node_boot_id: str | None = NODE_BOOT_ID_PATH.read_text(encoding="ascii").strip()
+    except OSError:
+        node_boot_id = None
+    return Identity(pod_uid, uuid.uuid4().hex, node_boot_id, time.time())
+
+
+LEDGER_COUNTERS = {
+    "attempts": "Delivery requests recorded (every outcome).",
+    "deliveries": "Deliveries created (new keys in idempotent mode, every control request).",
+    "duplicates": "Requests answered with an existing delivery of their key.",
+    "conflicts": "Requests refused because their key has another payload.",
+}
+
+
+def create_ledger_app(ledger: Ledger, identity: Identity | None = None) -> Starlette:
+    me = identity or local_identity()
+    service_metrics = ServiceMetrics("ledger", ledger.counters, LEDGER_COUNTERS)
+
+    async def post_delivery(request: Request) -> Response:
+        try:
+            req = request_from_json(parse_json(await read_capped(request)))
+            done = ledger.submit(req)
+        except (BodyTooLarge, ValueError) as exc:
+            return bad_input(exc, ledger=me.short)
+        except PayloadConflict as exc:
+            return problem(
+                422,
+                "conflict",
+                "This business key has another payload",
+                str(exc),
+                case_id=req.case_id,
+                work_id=req.work_id,
+                attempt=exc.attempt,
+                ledger=me.short,
+            )
+        answer = {**done, "case_id": req.case_id, "work_id": req.work_id, "mode": req.mode}
+        answer["ledger"] = me.short
+        if done["duplicate"]:
+            return json_response(answer, 200, {"Idempotent-Replayed": "true"})
+        return json_response(answer, 201)
+
+    def _scope(request: Request) -> str | None:
+        unknown = sorted(set(request.query_params) - {"case_id"})
+        if unknown:
+            raise InvalidEvent(f"{unknown[0]}: unknown query parameter", field=unknown[0])
+        return request.query_params.get("case_id")
+
+    def listing(read: Callable[[str | None], list[dict[str, Any]]]) -> Handler:
+        async def answer(request: Request) -> Response:
+            try:
+                return json_response(read(_scope(request)))
+            except InvalidEvent as exc:
+                return bad_input(exc)
+
+        return answer
+
+    async def healthz(request: Request) -> Response:
+        return json_response(asdict(me))
+
+    async def metrics(request: Request) -> Response:
+        return service_metrics.response()
+
+    async def openapi(request: Request) -> Response:
+        return json_response(LEDGER_OPENAPI)
+
+    return Starlette(
+        routes=[
+            Route(
+                "/deliveries",
+                service_metrics.counted("/deliveries", post_delivery),
+                methods=["POST"],
+            ),
+            Route("/deliveries", listing(ledger.deliveries), methods=["GET"]),
+            Route("/attempts", listing(ledger.attempts), methods=["GET"]),
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"]),
+            Route("/openapi.json", openapi, methods=["GET"]),
+        ]
+    )
+
+
+_KEY = {"type": "string", "pattern": f"^[A-Za-z0-9][A-Za-z0-9._:-]{{0,{MAX_KEY_LEN - 1}}}$"}
+_PROBLEM = {"application/problem+json": {"schema": {"type": "object"}}}
+_IDENTITY = {
+    "type": "object",
+    "properties": {"pod_uid": {"type": "string"}, "boot_id": {"type": "string"}},
+}
+_ANSWER = {
+    "type": "object",
+    "required": ["delivery_no", "duplicate", "attempt", "ledger"],
+    "properties": {
+        "delivery_no": {"type": "integer"},
+        "duplicate": {"type": "boolean"},
+        "attempt": {"type": "integer", "description": "the nth request for this key"},
+        "case_id": _KEY,
+        "work_id": _KEY,
+        "mode": {"enum": ["idempotent", "control"]},
+        "ledger": _IDENTITY,
+    },
+}
+_CASE_QUERY = [{"name": "case_id", "in": "query", "required": False, "schema": _KEY}]
+
+LEDGER_OPENAPI: dict[str, Any] = {
+    "openapi": "3.1.0",
+    "info": {"title": "ackledger ledger", "version": "1"},
+    "paths": {
+        "/deliveries": {
+            "post": {
+                "summary": "The delivery of a business key: created once, then replayed",
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "type": "object",
+                                "required": list(REQUEST_FIELDS[:-1]),
+                                "additionalProperties": False,
+                                "properties": {
+                                    "case_id": _KEY,
+                                    "work_id": _KEY,
+                                    "pod_uid": {
+                                        "type": "string",
+                                        "pattern": "^[ -~]{1,128}$",
+                                        "description": "the execution, for tracing only",
+                                    },
+                                    "mode": {"enum": ["idempotent", "control"]},
+                                    "payload": {"type": ["object", "null"]},
+                                },
+                            }
+                        }
+                    },
+                },
+                "responses": {
+                    "201": {
+                        "description": "a new delivery",
+                        "content": {"application/json": {"schema": _ANSWER}},
+                    },
+                    "200": {
+                        "description": "the key's existing delivery (Idempotent-Replayed: true)",
+                        "content": {"application/json": {"schema": _ANSWER}},
+                    },
+                    "400": {"description": "invalid request", "content": _PROBLEM},
+                    "413": {"description": "body over 64 KiB", "content": _PROBLEM},
+                    "422": {"description": "same key, other payload", "content": _PROBLEM},
+                },
+            },
+            "get": {
+                "summary": "Deliveries in number order",
+                "parameters": _CASE_QUERY,
+                "responses": {"200": {"description": "a JSON list"}},
+            },
+        },
+        "/attempts": {
+            "get": {
+                "summary": "Every request in arrival order, with the pod_uid that sent it",
+                "parameters": _CASE_QUERY,
+                "responses": {"200": {"description": "a JSON list"}},
+            }
+        },
+        "/healthz": {
+            "get": {
+                "summary": "The ledger's own identity: pod_uid, boot_id, node_boot_id, started_at",
+                "responses": {"200": {"description": "alive"}},
+            }
+        },
+        "/metrics": {"get": {"responses": {"200": {"description": "Prometheus text"}}}},
+    },
+}
