@@ -174,3 +174,14 @@ def test_bad_targets(tmp_path: Path) -> None:
         Outbox(tmp_path / "missing" / "x.db")
     with pytest.raises(ValueError, match="scheme"):
         Outbox("mysql://localhost/x")
+
+
+def test_an_order_whose_event_was_purged_cannot_be_accepted_again(source_db: Path) -> None:
+    with Outbox(source_db) as outbox:
+        outbox.accept(ev("o-1"))
+        outbox.mark_sent("o-1")
+        with outbox.transaction() as tx:  # what a purge leaves: the order without its event
+            tx.execute("DELETE FROM outbox WHERE id = ?", ("o-1",))
+        with pytest.raises(Conflict, match="purged"):
+            outbox.accept(ev("o-1"))
+    assert counts(source_db) == (1, 0)

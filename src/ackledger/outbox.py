@@ -48,8 +48,13 @@ def _enqueue(tx: Tx, event: object, partition_key: object, with_order: bool) -> 
     )
     if claim.outcome is Outcome.CONFLICT:
         raise Conflict(f"event {clean['id']!r} is already in the outbox with other content")
-    if claim.outcome is Outcome.APPLIED and with_order:
-        sql.insert_order(tx, clean, now)
+    if claim.outcome is Outcome.APPLIED and with_order and not sql.insert_order(tx, clean, now):
+        # The order exists but its event does not: the event was sent and purged. Accepting
+        # it again would announce the same order twice, so refuse (the exception rolls back).
+        raise Conflict(
+            f"order {clean['id']!r} was already accepted and its sent event purged; "
+            "it cannot be accepted again"
+        )
     return int(claim.ref)
 
 

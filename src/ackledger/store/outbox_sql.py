@@ -11,11 +11,14 @@ from .inbox_sql import bump_counter, counters
 PENDING_COLUMNS = ("seq", "id", "sku", "qty")
 
 
-def insert_order(tx: Tx, event: dict[str, Any], now: float) -> None:
-    tx.execute(
-        "INSERT INTO orders (id, sku, qty, created_at) VALUES (?, ?, ?, ?)",
+def insert_order(tx: Tx, event: dict[str, Any], now: float) -> bool:
+    """Insert the order; False if an order with this id already exists."""
+    rows = tx.execute(
+        "INSERT INTO orders (id, sku, qty, created_at) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT (id) DO NOTHING RETURNING id",
         (event["id"], event["sku"], event["qty"], now),
     )
+    return bool(rows)
 
 
 def pending(tx: Tx, limit: int) -> list[dict[str, Any]]:
