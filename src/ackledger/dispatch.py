@@ -10,13 +10,25 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import NotAcknowledged
-from .outbox import Outbox
 
 Send = Callable[[dict[str, Any]], object]
 SendBatch = Callable[[list[dict[str, Any]]], object]
+
+
+class Source(Protocol):
+    """What dispatch reads from and marks in: an ``Outbox``, or one partition of it under a
+    lease (``ackledger.partitions.LeasedPartition``, whose marks check the lease)."""
+
+    def pending(self, limit: int = ...) -> list[dict[str, Any]]: ...
+
+    def mark_sent(self, event_id: str, *, attempted: bool = ...) -> None: ...
+
+    def mark_sent_many(self, event_ids: Sequence[str], *, attempted: bool = ...) -> None: ...
+
+    def record_failure(self, event_id: str, error: str) -> None: ...
 
 
 def _copy(item: dict[str, Any]) -> dict[str, Any]:
@@ -27,14 +39,14 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _note_failure(outbox: Outbox, event_id: str, exc: BaseException) -> None:
+def _note_failure(outbox: Source, event_id: str, exc: BaseException) -> None:
     # Bookkeeping must never replace the error the caller has to see.
     with contextlib.suppress(Exception):
         outbox.record_failure(event_id, _describe(exc))
 
 
 def dispatch(
-    outbox: Outbox,
+    outbox: Source,
     send: Send,
     limit: int = 16,
     *,
@@ -63,7 +75,7 @@ def dispatch(
 
 
 def dispatch_batch(
-    outbox: Outbox,
+    outbox: Source,
     send_batch: SendBatch,
     limit: int = 16,
     *,

@@ -40,19 +40,21 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         backend.close()
     known = {version for version, _, _ in migrations(backend.dialect)}
     unknown = [name for version, name in versions if version not in known]
+    names = [name for _, name in versions]
+    version = versions[-1][0] if versions else 0
     result = {
         "target": backend.location,
         "dialect": backend.dialect,
         "applied": applied,
-        "version": versions[-1][0] if versions else 0,
-        "migrations": [name for _, name in versions],
+        "version": version,
+        "migrations": names,
     }
     if args.json:
         print(json.dumps(result))
     else:
         print(
             f"{backend.location}: applied {applied} migration(s); "
-            f"schema at version {result['version']} ({', '.join(result['migrations'])})"
+            f"schema at version {version} ({', '.join(names)})"
         )
     if unknown:
         # A newer ackledger has migrated this database: this one may not understand it.

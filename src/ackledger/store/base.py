@@ -66,7 +66,7 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None: ...
 
-    def lock_schema(self, tx: Tx) -> None:
+    def lock_schema(self, tx: Tx) -> None:  # noqa: B027 - deliberately a no-op by default
         """Serialise schema changes between processes for the rest of ``tx``.
 
         SQLite's ``BEGIN IMMEDIATE`` already does; a server database takes a lock here.
