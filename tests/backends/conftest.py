@@ -33,6 +33,17 @@ class Target:
         finally:
             conn.close()
 
+    def execute(self, sql: str, params: tuple[object, ...] = ()) -> None:
+        """Write through an independent connection (a test's hand on the clock, say)."""
+        if self.dialect == "postgres":
+            pg.rows(self.ref, sql, params)
+            return
+        conn = sqlite3.connect(self.ref, isolation_level=None, timeout=30)
+        try:
+            conn.execute(sql, params)
+        finally:
+            conn.close()
+
     def dump(self) -> dict[str, list[tuple[Any, ...]]]:
         """Every row of every ackledger table, in a stable order."""
         return {t: sorted(map(tuple, self.rows(f"SELECT * FROM {t}")), key=repr) for t in TABLES}
