@@ -6,6 +6,7 @@ Sizes: ``ACKLEDGER_RELAY_EVENTS`` (default 20,000) events over 64 partitions, 4 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -120,7 +121,7 @@ def check_sink(sink_db: Path, made: dict[str, tuple[int, str, int]]) -> dict[str
         assert seqs == sorted(seqs), f"partition {partition}: arrival order is not seq order"
         # A re-send is allowed only of the last event not yet acknowledged: all its copies
         # arrive before the next event of its partition does.
-        for (_, seq, last, _), (next_arrival, _, _, _) in zip(items, items[1:], strict=False):
+        for (_, seq, last, _), (next_arrival, _, _, _) in itertools.pairwise(items):
             assert last < next_arrival, f"partition {partition}: seq {seq} re-sent late"
     totals: dict[str, int] = defaultdict(int)
     for _, partition, qty in made.values():
@@ -185,3 +186,56 @@ def test_kill_minus_nine_of_random_workers_keeps_every_invariant(
     check_source(pg_url)
     counts = check_sink(tmp_path / "sink.db", made)
     print(f"\n{EVENTS} events with {kills} kill -9: {counts}")
+
+
+def process_state(pid: int) -> str:
+    # The third field of /proc/PID/stat: R running, S sleeping, T stopped, ...
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def wait_for(predicate: object, what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not (callable(predicate) and predicate()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_a_paused_worker_cannot_mark_after_its_lease_was_taken_over(
+    pg_url: str, sink: Service, tmp_path: Path
+) -> None:
+    count = 300
+    made = fill(pg_url, count, 1)  # one partition: both workers want the same one
+    by_seq = sorted(made, key=lambda event_id: made[event_id][0])
+    # A: after its 5th ACK, before marking that event, it is stopped (SIGSTOP) past its lease.
+    a = start_worker(pg_url, sink, "relay-a", tmp_path, "--stop-self-after-acks", "5", ttl=1.5)
+    b: Worker | None = None
+    try:
+        wait_for(lambda: process_state(a.process.pid) == "T", "relay-a to be stopped")
+        held = pg.rows(pg_url, "SELECT owner, token FROM partition_leases")
+        assert [row[0] for row in held] == ["relay-a"]
+        a_token = int(held[0][1])
+        # B takes the partition once A's lease has expired, re-sends A's unmarked 5th event
+        # and sends everything after it.
+        b = start_worker(pg_url, sink, "relay-b", tmp_path, ttl=30)
+        wait_for(lambda: pending_count(pg_url) == 0, "relay-b to drain the partition")
+        owner, b_token = pg.rows(pg_url, "SELECT owner, token FROM partition_leases")[0]
+        assert owner == "relay-b" and int(b_token) > a_token
+        a.process.send_signal(signal.SIGCONT)
+        wait_for(lambda: "lease lost" in a.log.read_text(), "relay-a to find its lease lost")
+    finally:
+        a.process.send_signal(signal.SIGCONT)
+        codes = [stop_worker(a)] + ([stop_worker(b)] if b is not None else [])
+    assert codes == [0, 0]
+    report_a = json.loads(a.log.read_text().strip().splitlines()[-1])
+    assert (report_a["sent"], report_a["lost"]) == (4, 1)  # its 5th mark was refused
+    assert f"(token {a_token})" in a.log.read_text()
+    check_source(pg_url)
+    counts = check_sink(tmp_path / "sink.db", made)
+    # Exactly one re-send: B's copy of the event A had delivered but could not mark. A sent
+    # nothing after it resumed.
+    assert counts == {"events": count, "resends": 1}
+    fifth = by_seq[4]
+    assert raw_rows(tmp_path / "sink.db", "SELECT receipts FROM inbox WHERE id = ?", (fifth,)) == [
+        (2,)
+    ]
+    assert pg.rows(pg_url, "SELECT attempts FROM outbox WHERE id = ?", (fifth,)) == [(1,)]

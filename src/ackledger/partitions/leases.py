@@ -149,6 +149,8 @@ class LeasedPartition:
     def __init__(self, leases: PartitionLeases, lease: Lease) -> None:
         self.leases = leases
         self.lease = lease
+        #: How many events this view has marked sent (also when a later mark failed).
+        self.marked = 0
 
     @property
     def partition(self) -> str:
@@ -159,9 +161,11 @@ class LeasedPartition:
 
     def mark_sent(self, event_id: str, *, attempted: bool = False) -> None:
         self.leases.mark_sent(self.lease, event_id, attempted=attempted)
+        self.marked += 1
 
     def mark_sent_many(self, event_ids: Sequence[str], *, attempted: bool = False) -> None:
         self.leases.mark_sent_many(self.lease, event_ids, attempted=attempted)
+        self.marked += len(event_ids)
 
     def record_failure(self, event_id: str, error: str) -> None:
         self.leases.outbox.record_failure(event_id, error)

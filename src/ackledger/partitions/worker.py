@@ -115,6 +115,8 @@ class PartitionWorker:
             self.log(f"{self.report.owner}: lease lost: {exc}")
         except Exception as exc:
             self._park(view.lease, exc)
+        finally:
+            self.report.sent += view.marked
         return True
 
     def _drain(self, view: LeasedPartition) -> None:
@@ -124,7 +126,6 @@ class PartitionWorker:
             if batch:
                 view.renew()  # raises LeaseLost if it ended while we were sending
             marked = self._dispatch(view)
-            self.report.sent += len(marked)
             self._failures.pop(view.partition, None)
             if len(marked) < self.limit:
                 break  # drained (for now)
