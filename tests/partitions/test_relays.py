@@ -18,6 +18,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -108,7 +109,9 @@ def sink(tmp_path: Path) -> Iterator[Service]:
 
 def check_sink(sink_db: Path, made: dict[str, tuple[int, str, int]]) -> dict[str, int]:
     """The invariants; returns a few counts for the report."""
-    rows = raw_rows(sink_db, "SELECT id, sku, qty, receipts, arrival, last_arrival FROM inbox")
+    rows: list[tuple[Any, ...]] = raw_rows(
+        sink_db, "SELECT id, sku, qty, receipts, arrival, last_arrival FROM inbox"
+    )
     assert len(rows) == len(made), "every event arrived, each recorded once"
     by_partition: dict[str, list[tuple[int, int, int, int]]] = defaultdict(list)
     for event_id, sku, qty, receipts, arrival, last_arrival in rows:
@@ -126,7 +129,7 @@ def check_sink(sink_db: Path, made: dict[str, tuple[int, str, int]]) -> dict[str
     totals: dict[str, int] = defaultdict(int)
     for _, partition, qty in made.values():
         totals[partition] += qty
-    stock = dict(raw_rows(sink_db, "SELECT sku, qty FROM inventory"))
+    stock = {str(sku): qty for sku, qty in raw_rows(sink_db, "SELECT sku, qty FROM inventory")}
     assert stock == totals, "each event applied exactly once"
     receipts = sum(int(row[3]) for row in rows)
     return {"events": len(rows), "resends": receipts - len(rows)}
