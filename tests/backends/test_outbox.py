@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any
 
 import pytest
@@ -180,3 +181,13 @@ def test_several_outbox_objects_share_one_database(target: Target) -> None:
         assert two.accept(ev("e1")) == one.pending()[0]["seq"]
         two.accept(ev("e2"))
         assert [item["id"] for item in one.pending()] == ["e1", "e2"]
+
+
+def test_a_transaction_inside_another_is_refused_not_left_hanging(target: Target) -> None:
+    with Outbox(target.ref) as ob:
+        with pytest.raises((RuntimeError, sqlite3.OperationalError)), ob.transaction() as tx:
+            tx.enqueue(ev("outer", "same-partition"))
+            ob.accept(ev("inner", "same-partition"))  # would wait for the outer's lock
+        assert ob.pending() == []
+        ob.accept(ev("after"))
+    assert target.rows("SELECT id FROM outbox") == [("after",)]

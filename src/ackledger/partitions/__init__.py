@@ -8,13 +8,14 @@ Run a worker: ``python -m ackledger.partitions --source URL --to URL --owner NAM
 """
 
 from .leases import Lease, LeasedPartition, PartitionLeases
-from .worker import PartitionWorker, WorkerReport, run_partition_worker
+from .worker import PartitionWorker, WorkerOptions, WorkerReport, run_partition_worker
 
 __all__ = [
     "Lease",
     "LeasedPartition",
     "PartitionLeases",
     "PartitionWorker",
+    "WorkerOptions",
     "WorkerReport",
     "run_partition_worker",
 ]

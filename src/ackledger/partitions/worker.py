@@ -25,6 +25,7 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Required, TypedDict, Unpack
 
 from ..dispatch import Send, SendBatch, dispatch, dispatch_batch
 from ..errors import LeaseLost
@@ -53,35 +54,49 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+class WorkerOptions(TypedDict, total=False):
+    """The keyword arguments of :func:`run_partition_worker` (and ``PartitionWorker``)."""
+
+    #: This worker's name in lease rows; unique among running workers. Required.
+    owner: Required[str]
+    #: The callable of ``dispatch`` (one event), or of ``dispatch_batch``: give exactly one.
+    send: Send | None
+    send_batch: SendBatch | None
+    #: Seconds a lease lasts unrenewed (marks renew it); a crashed worker's partitions wait
+    #: this long before another worker takes them. Default 30.
+    lease_ttl: float
+    #: Events per dispatch, 1-16. Default 16.
+    limit: int
+    #: Set it to end the loop (after the batch in flight; the lease is released).
+    stop: threading.Event | None
+    #: Seconds to wait when no partition can be leased. Default 0.5.
+    idle_wait: float
+    #: The longest a failed partition stays parked. Default 30.
+    max_backoff: float
+    #: Batches sent under one lease before it is released for others. Default 16.
+    batches_per_lease: int
+    #: Called with each acknowledged id before its mark (drills; see dispatch).
+    after_delivery: Callable[[str], object] | None
+    #: Where the worker's few log lines go. Default: stderr.
+    log: Callable[[str], None]
+
+
 class PartitionWorker:
-    def __init__(
-        self,
-        outbox: Outbox,
-        *,
-        owner: str,
-        send: Send | None = None,
-        send_batch: SendBatch | None = None,
-        lease_ttl: float = DEFAULT_TTL,
-        limit: int = 16,
-        stop: threading.Event | None = None,
-        idle_wait: float = IDLE_WAIT_S,
-        max_backoff: float = MAX_BACKOFF_S,
-        batches_per_lease: int = BATCHES_PER_LEASE,
-        after_delivery: Callable[[str], object] | None = None,
-        log: Callable[[str], None] = _stderr,
-    ) -> None:
+    def __init__(self, outbox: Outbox, **options: Unpack[WorkerOptions]) -> None:
+        send, send_batch = options.get("send"), options.get("send_batch")
         if (send is None) == (send_batch is None):
             raise ValueError("send, send_batch: give exactly one of them")
-        self.leases = PartitionLeases(outbox, owner, lease_ttl)
+        owner = options["owner"]
+        self.leases = PartitionLeases(outbox, owner, options.get("lease_ttl", DEFAULT_TTL))
         self.send = send
         self.send_batch = send_batch
-        self.limit = check_limit(limit)
-        self.stop = stop if stop is not None else threading.Event()
-        self.idle_wait = check_ttl(idle_wait, "idle_wait")
-        self.max_backoff = check_ttl(max_backoff, "max_backoff")
-        self.batches_per_lease = batches_per_lease
-        self.after_delivery = after_delivery
-        self.log = log
+        self.limit = check_limit(options.get("limit", 16))
+        self.stop = options.get("stop") or threading.Event()
+        self.idle_wait = check_ttl(options.get("idle_wait", IDLE_WAIT_S), "idle_wait")
+        self.max_backoff = check_ttl(options.get("max_backoff", MAX_BACKOFF_S), "max_backoff")
+        self.batches_per_lease = options.get("batches_per_lease", BATCHES_PER_LEASE)
+        self.after_delivery = options.get("after_delivery")
+        self.log = options.get("log", _stderr)
         self.report = WorkerReport(owner)
         #: Consecutive failures per partition (this worker's view; resets on success).
         self._failures: dict[str, int] = {}
@@ -164,38 +179,10 @@ class PartitionWorker:
             self.log(f"{self.report.owner}: could not park {lease.partition!r}: {parked}")
 
 
-def run_partition_worker(
-    outbox: Outbox,
-    *,
-    owner: str,
-    send: Send | None = None,
-    send_batch: SendBatch | None = None,
-    lease_ttl: float = DEFAULT_TTL,
-    limit: int = 16,
-    stop: threading.Event | None = None,
-    idle_wait: float = IDLE_WAIT_S,
-    max_backoff: float = MAX_BACKOFF_S,
-    after_delivery: Callable[[str], object] | None = None,
-    log: Callable[[str], None] = _stderr,
-) -> WorkerReport:
-    """Run one partition worker until ``stop`` is set; returns what it did.
+def run_partition_worker(outbox: Outbox, **options: Unpack[WorkerOptions]) -> WorkerReport:
+    """Run one partition worker until ``options["stop"]`` is set; returns what it did.
 
-    ``send``/``send_batch`` are the callables of ``dispatch``/``dispatch_batch`` (give one).
-    ``owner`` names this worker in lease rows and must be unique among running workers.
-    ``lease_ttl``: how long a lease lasts without renewal (marks renew it); a crashed worker's
-    partitions wait this long before another worker takes them.
+    The options are :class:`WorkerOptions`: ``owner`` and one of ``send``/``send_batch`` are
+    required, the rest have defaults.
     """
-    worker = PartitionWorker(
-        outbox,
-        owner=owner,
-        send=send,
-        send_batch=send_batch,
-        lease_ttl=lease_ttl,
-        limit=limit,
-        stop=stop,
-        idle_wait=idle_wait,
-        max_backoff=max_backoff,
-        after_delivery=after_delivery,
-        log=log,
-    )
-    return worker.run()
+    return PartitionWorker(outbox, **options).run()

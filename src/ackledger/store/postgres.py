@@ -81,6 +81,7 @@ class PostgresBackend(Backend):
         self._pool: ConnectionPool[Any] | None = None
         self._closed = False
         self._lock = threading.Lock()
+        self._local = threading.local()
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         # Session settings, applied once per pooled connection (autocommit, so they stick).
@@ -128,17 +129,34 @@ class PostgresBackend(Backend):
         return pool
 
     @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        # SQLite refuses a transaction inside another on the same connection; here the inner
+        # one would take a second pooled connection and could wait forever for a lock the
+        # outer one holds. Refuse it the same way.
+        if getattr(self._local, "busy", False):
+            raise RuntimeError(
+                f"a transaction on {self.location} is already open in this thread; "
+                "do the work inside it instead of opening another"
+            )
+        self._local.busy = True
+        try:
+            with self.pool().connection() as conn:
+                yield conn
+        finally:
+            self._local.busy = False
+
+    @contextmanager
     def write(self) -> Iterator[Tx]:
         # READ COMMITTED (the server default): each statement sees what is committed when it
         # starts; the project's SQL is written so that this is enough (claims are single
         # INSERT ... ON CONFLICT statements, leases are checked in the statement that marks).
-        with self.pool().connection() as conn, conn.transaction():
+        with self._connection() as conn, conn.transaction():
             yield PostgresTx(conn)
 
     @contextmanager
     def read(self) -> Iterator[Tx]:
         # A snapshot for the whole block, like SQLite's read transaction, and never a write.
-        with self.pool().connection() as conn:
+        with self._connection() as conn:
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             try:
                 yield PostgresTx(conn)
