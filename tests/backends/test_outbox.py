@@ -92,6 +92,7 @@ def test_transaction_commits_business_write_and_event_together(target: Target) -
         with ob.transaction() as tx:
             tx.execute("INSERT INTO notes (id, body) VALUES (?, ?)", ("n1", "100% real?"))
             assert tx.execute("SELECT body FROM notes WHERE id = ?", ("n1",)) == [("100% real?",)]
+            assert tx.execute("SELECT COUNT(*) FROM notes WHERE body LIKE '100%'") == [(1,)]
             seq = tx.enqueue(ev("e1", "box"), partition_key="customer-7")
         assert [item["id"] for item in ob.pending()] == ["e1"]
     assert target.rows("SELECT id, body FROM notes") == [("n1", "100% real?")]
