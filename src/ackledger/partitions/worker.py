@@ -102,15 +102,18 @@ class PartitionWorker:
         self._failures: dict[str, int] = {}
 
     def run(self) -> WorkerReport:
+        database_errors = 0
         while not self.stop.is_set():
             try:
                 busy = self.run_once()
             except Exception as exc:
                 # The database itself failed (unreachable, restarting): wait, then go on.
+                database_errors += 1
                 self.report.failures += 1
                 self.log(f"{self.report.owner}: database error: {type(exc).__name__}: {exc}")
-                self.stop.wait(self._backoff(1))
+                self.stop.wait(self._backoff(database_errors))
                 continue
+            database_errors = 0
             if not busy:
                 self.stop.wait(self.idle_wait)
         return self.report
