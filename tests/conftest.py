@@ -59,3 +59,46 @@ def ledger_db(tmp_path: Path) -> Path:
 def ledger_service(ledger_db: Path, tmp_path: Path) -> Iterator[Service]:
     """An ``ackledger serve ledger`` process on a free loopback port, its Pod named by POD_UID."""
     yield from _serve("ledger", ledger_db, tmp_path / "ledger.log", {"POD_UID": "ledger-uid-1"})
+
+
+# --- PostgreSQL: a migrated template per session, a fresh database per test (see tests/pg.py)
+
+
+@pytest.fixture(scope="session")
+def pg_template() -> Iterator[str]:
+    from ackledger.store import open_backend
+
+    from . import pg
+
+    pg.require_postgres()
+    name = pg.create_database()
+    try:
+        open_backend(pg.url_for(name)).close()  # migrate once; copies start migrated
+        yield name
+    finally:
+        pg.drop_database(name)
+
+
+@pytest.fixture
+def pg_url(pg_template: str) -> Iterator[str]:
+    """The URL of a fresh, migrated PostgreSQL database of this test alone."""
+    from . import pg
+
+    name = pg.create_database(pg_template)
+    try:
+        yield pg.url_for(name)
+    finally:
+        pg.drop_database(name)
+
+
+@pytest.fixture
+def pg_empty_url() -> Iterator[str]:
+    """The URL of a fresh PostgreSQL database without any schema."""
+    from . import pg
+
+    pg.require_postgres()
+    name = pg.create_database()
+    try:
+        yield pg.url_for(name)
+    finally:
+        pg.drop_database(name)

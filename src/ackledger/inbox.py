@@ -33,13 +33,18 @@ class BatchResult:
 
 
 def _apply(tx: Tx, clean: dict[str, Any], now: float) -> Outcome:
+    arrival = sql.next_arrival(tx)
     claim = claim_once(
-        tx, INBOX, (clean["id"],), fingerprint(clean), (clean["sku"], clean["qty"], now, now)
+        tx,
+        INBOX,
+        (clean["id"],),
+        fingerprint(clean),
+        (clean["sku"], clean["qty"], now, now, arrival, arrival),
     )
     if claim.outcome is Outcome.APPLIED:
         sql.add_stock(tx, clean["sku"], clean["qty"])
     elif claim.outcome is Outcome.DUPLICATE:
-        sql.note_receipt(tx, clean["id"], now)
+        sql.note_receipt(tx, clean["id"], now, arrival)
     sql.bump_counter(tx, COUNTER_PREFIX + claim.outcome.value)
     return claim.outcome
 

@@ -42,6 +42,7 @@ def _check_partition_key(value: object) -> str:
 def _enqueue(tx: Tx, event: object, partition_key: object, with_order: bool) -> int:
     clean = validate_event(event)
     key = clean["sku"] if partition_key is None else _check_partition_key(partition_key)
+    sql.lock_partition(tx, key)
     now = time.time()
     claim = claim_once(
         tx, OUTBOX, (clean["id"],), fingerprint(clean), (clean["sku"], clean["qty"], key, now)

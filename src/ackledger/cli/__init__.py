@@ -7,15 +7,15 @@ Each module in ``COMMAND_MODULES`` adds its own sub-commands.
 from __future__ import annotations
 
 import argparse
-import sqlite3
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
 from ..errors import AckledgerError
-from . import demo, ledger, ops, serve, source
+from ..store import database_errors
+from . import demo, ledger, migrate, ops, serve, source
 
-COMMAND_MODULES = (source, serve, ledger, demo, ops)
+COMMAND_MODULES = (source, serve, ledger, demo, migrate, ops)
 
 EXIT_BAD_INPUT = 2
 
@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc, KeyError):
             message = f"unknown event id {message!r}"
         fail(str(message))
-    except sqlite3.DatabaseError as exc:
+    except database_errors() as exc:
         fail(f"database: {exc}")
     except KeyboardInterrupt:
         return 130

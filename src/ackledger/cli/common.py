@@ -16,7 +16,8 @@ def add_synchronous(parser: argparse.ArgumentParser) -> None:
         type=str.upper,
         choices=SYNCHRONOUS_MODES,
         default="FULL",
-        help="SQLite durability: FULL survives power loss (default), NORMAL only a process crash",
+        help="durability: FULL survives power loss (default), NORMAL only a process crash "
+        "(PostgreSQL: synchronous_commit on/off)",
     )
 
 

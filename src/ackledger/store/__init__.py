@@ -7,15 +7,31 @@
 from __future__ import annotations
 
 import os
+import sqlite3
+import sys
 
 from .base import Backend, Tx, check_synchronous, migrate
 
-__all__ = ["Backend", "Tx", "open_backend"]
+__all__ = ["Backend", "Tx", "database_errors", "open_backend"]
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
-def open_backend(target: object, *, synchronous: str = "FULL") -> Backend:
+def database_errors() -> tuple[type[Exception], ...]:
+    """The database driver errors a command line should report in one line.
+
+    psycopg's are included only once it is loaded, so this never imports it.
+    """
+    found: list[type[Exception]] = [sqlite3.DatabaseError]
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is not None:
+        found.append(psycopg.Error)
+    return tuple(found)
+
+
+def open_backend(
+    target: object, *, synchronous: str = "FULL", migrate_schema: bool = True
+) -> Backend:
     mode = check_synchronous(synchronous)
     backend: Backend
     if isinstance(target, str) and target.startswith(POSTGRES_SCHEMES):
@@ -35,6 +51,8 @@ def open_backend(target: object, *, synchronous: str = "FULL") -> Backend:
         raise TypeError(
             f"target: must be a path or a postgresql:// URL, got {type(target).__name__}"
         )
+    if not migrate_schema:
+        return backend
     try:
         migrate(backend)
     except BaseException:

@@ -66,6 +66,12 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None: ...
 
+    def lock_schema(self, tx: Tx) -> None:  # noqa: B027 - deliberately a no-op by default
+        """Serialise schema changes between processes for the rest of ``tx``.
+
+        SQLite's ``BEGIN IMMEDIATE`` already does; a server database takes a lock here.
+        """
+
 
 def migrations(dialect: str) -> list[tuple[int, str, str]]:
     """The migration scripts of a dialect, as ``(version, name, sql)`` in version order."""
@@ -97,20 +103,25 @@ def split_statements(script: str) -> Iterator[str]:
         yield "\n".join(buffer)
 
 
-def migrate(backend: Backend) -> int:
-    """Apply every migration the database lacks, each in its own write transaction.
+def migrate(backend: Backend, *, upto: int | None = None) -> int:
+    """Apply every migration the database lacks (up to version ``upto``, if given), each in
+    its own write transaction; returns how many were applied.
 
-    The version check happens inside the write transaction, so processes that open a new
-    database at the same moment apply each migration exactly once.
+    The version check happens inside the write transaction, after ``lock_schema``, so
+    processes that open a new database at the same moment apply each migration exactly once.
     """
     applied = 0
     with backend.write() as tx:
+        backend.lock_schema(tx)
         tx.execute(
             "CREATE TABLE IF NOT EXISTS schema_migrations ("
             "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
         )
     for version, name, script in migrations(backend.dialect):
+        if upto is not None and version > upto:
+            break
         with backend.write() as tx:
+            backend.lock_schema(tx)
             if tx.one("SELECT 1 FROM schema_migrations WHERE version = ?", (version,)):
                 continue
             for statement in split_statements(script):
@@ -122,3 +133,10 @@ def migrate(backend: Backend) -> int:
             )
             applied += 1
     return applied
+
+
+def schema_versions(backend: Backend) -> list[tuple[int, str]]:
+    """The migrations recorded in the database, as ``(version, name)`` in version order."""
+    with backend.read() as tx:
+        rows = tx.execute("SELECT version, name FROM schema_migrations ORDER BY version")
+    return [(int(version), str(name)) for version, name in rows]

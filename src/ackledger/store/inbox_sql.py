@@ -17,10 +17,22 @@ def add_stock(tx: Tx, sku: str, qty: int) -> None:
     )
 
 
-def note_receipt(tx: Tx, event_id: str, now: float) -> None:
+def next_arrival(tx: Tx) -> int:
+    """The next number of the sink's arrival sequence. The counter row stays locked until the
+    transaction ends, so the numbers follow commit order on every backend."""
+    return int(
+        tx.scalar(
+            "INSERT INTO counters (name, value) VALUES ('sink.arrival', 1) "
+            "ON CONFLICT (name) DO UPDATE SET value = counters.value + 1 RETURNING value"
+        )
+    )
+
+
+def note_receipt(tx: Tx, event_id: str, now: float, arrival: int) -> None:
     tx.execute(
-        "UPDATE inbox SET receipts = receipts + 1, last_received_at = ? WHERE id = ?",
-        (now, event_id),
+        "UPDATE inbox SET receipts = receipts + 1, last_received_at = ?, last_arrival = ? "
+        "WHERE id = ?",
+        (now, arrival, event_id),
     )
 
 

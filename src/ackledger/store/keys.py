@@ -42,8 +42,9 @@ OUTBOX = KeySpace(
 INBOX = KeySpace(
     name="inbox",
     claim_sql=(
-        "INSERT INTO inbox (id, fingerprint, sku, qty, first_received_at, last_received_at) "
-        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING RETURNING id"
+        "INSERT INTO inbox (id, fingerprint, sku, qty, first_received_at, last_received_at, "
+        "arrival, last_arrival) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (id) DO NOTHING RETURNING id"
     ),
     find_sql="SELECT fingerprint, id FROM inbox WHERE id = ?",
 )

@@ -11,6 +11,24 @@ from .inbox_sql import bump_counter, counters
 PENDING_COLUMNS = ("seq", "id", "sku", "qty")
 
 
+#: The first key of the advisory locks that serialise enqueues per partition (PostgreSQL).
+PARTITION_LOCK_CLASS = 0x6F627078  # "obpx"
+
+
+def lock_partition(tx: Tx, partition_key: str) -> None:
+    """Make enqueues into one partition commit in seq order (PostgreSQL; SQLite already does).
+
+    PostgreSQL hands out ``seq`` when a row is inserted, not when it commits: without this, a
+    transaction could take seq 6, another seq 7 and commit first, and a relay would send 7
+    before 6 of the same partition. The lock is held until commit, so the second enqueue into a
+    partition takes its seq only after the first one's transaction has ended.
+    """
+    if tx.dialect == "postgres":
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(?, hashtext(?))", (PARTITION_LOCK_CLASS, partition_key)
+        )
+
+
 def insert_order(tx: Tx, event: dict[str, Any], now: float) -> bool:
     """Insert the order; False if an order with this id already exists."""
     rows = tx.execute(

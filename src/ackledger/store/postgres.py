@@ -1,9 +1,184 @@
-"""PostgreSQL backend (psycopg 3). Not built yet: see issue 6."""
+"""PostgreSQL: psycopg 3 with a small connection pool, READ COMMITTED writes.
+
+psycopg is imported only when a ``postgresql://`` target is opened, so SQLite users install
+nothing. Every statement of the project is written with ``?`` placeholders; they are rewritten
+to psycopg's ``%s`` once per statement text (a literal ``%`` becomes ``%%``).
+
+Durability: ``synchronous="FULL"`` is ``synchronous_commit = on`` (a commit returns once its WAL
+is flushed to disk); ``"NORMAL"`` is ``synchronous_commit = off`` (a commit returns before its
+WAL is flushed: a crash of the PostgreSQL *server* can lose the last commits, about the last
+``3 * wal_writer_delay``; it never corrupts the database, and a crash of our process loses
+nothing that was committed).
+"""
 
 from __future__ import annotations
 
-from .base import Backend
+import contextlib
+import functools
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from .base import Backend, Params, Row, Tx, check_synchronous
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg_pool import ConnectionPool
+
+#: Connections per backend object. Each Outbox/Inbox holds its own pool; the work that goes
+#: through one object is short transactions, so a few connections are plenty.
+POOL_SIZE = 4
+CONNECT_TIMEOUT_S = 10
+#: Any constant shared by all ackledger processes: the key of the migration advisory lock.
+MIGRATION_LOCK_KEY = 0x61636B6C  # "ackl"
+
+SYNCHRONOUS_COMMIT = {"FULL": "on", "NORMAL": "off"}
+
+
+@functools.lru_cache(maxsize=1024)
+def to_pyformat(sql: str) -> str:
+    """``?`` placeholders to psycopg's ``%s``; a literal ``%`` is doubled so it stays one."""
+    return sql.replace("%", "%%").replace("?", "%s")
+
+
+def redact(url: str) -> str:
+    """The URL without its password (in the user-info part or as a query parameter)."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        netloc = f"{userinfo.split(':', 1)[0]}@{host}"
+    query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k != "password"])
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+class PostgresTx(Tx):
+    dialect = "postgres"
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, params: Params = ()) -> list[Row]:
+        cursor = self._conn.execute(to_pyformat(sql), tuple(params))
+        # Statements without a result (DDL, UPDATE without RETURNING) have no description.
+        return cursor.fetchall() if cursor.description is not None else []
+
+    def executemany(self, sql: str, params: Sequence[Params]) -> None:
+        with self._conn.cursor() as cursor:
+            cursor.executemany(to_pyformat(sql), [tuple(p) for p in params])
+
+
+class PostgresBackend(Backend):
+    dialect = "postgres"
+
+    def __init__(self, url: str, synchronous: str = "FULL", *, pool_size: int = POOL_SIZE) -> None:
+        self.synchronous = check_synchronous(synchronous)
+        self.url = url
+        self.location = redact(url)
+        self._pool_size = pool_size
+        self._pool: ConnectionPool[Any] | None = None
+        self._closed = False
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        # Session settings, applied once per pooled connection (autocommit, so they stick).
+        conn.execute(f"SET synchronous_commit = {SYNCHRONOUS_COMMIT[self.synchronous]}")
+        conn.execute("SET client_min_messages = warning")  # no "already exists, skipping"
+
+    def _connect_kwargs(self) -> dict[str, Any]:
+        from psycopg.conninfo import conninfo_to_dict
+
+        kwargs: dict[str, Any] = {"autocommit": True}
+        if "connect_timeout" not in conninfo_to_dict(self.url):
+            kwargs["connect_timeout"] = CONNECT_TIMEOUT_S
+        if "application_name" not in conninfo_to_dict(self.url):
+            kwargs["application_name"] = "ackledger"
+        return kwargs
+
+    def pool(self) -> ConnectionPool[Any]:
+        """The pool, opened on first use."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"the database {self.location} is closed")
+            if self._pool is None:
+                self._pool = self._open_pool()
+            return self._pool
+
+    def _open_pool(self) -> ConnectionPool[Any]:
+        import psycopg
+        from psycopg_pool import ConnectionPool
+
+        kwargs = self._connect_kwargs()
+        # One direct attempt first: an unreachable server fails at once with libpq's own
+        # reason, where a pool would retry in the background until its time-out.
+        psycopg.connect(self.url, **kwargs).close()
+        pool: ConnectionPool[Any] = ConnectionPool(
+            self.url,
+            kwargs=kwargs,
+            min_size=1,
+            max_size=self._pool_size,
+            open=False,
+            configure=self._configure,
+            name=f"ackledger {self.location}",
+            num_workers=1,
+        )
+        pool.open(wait=True, timeout=CONNECT_TIMEOUT_S)
+        return pool
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        # SQLite refuses a transaction inside another on the same connection; here the inner
+        # one would take a second pooled connection and could wait forever for a lock the
+        # outer one holds. Refuse it the same way.
+        if getattr(self._local, "busy", False):
+            raise RuntimeError(
+                f"a transaction on {self.location} is already open in this thread; "
+                "do the work inside it instead of opening another"
+            )
+        self._local.busy = True
+        try:
+            with self.pool().connection() as conn:
+                yield conn
+        finally:
+            self._local.busy = False
+
+    @contextmanager
+    def write(self) -> Iterator[Tx]:
+        # READ COMMITTED (the server default): each statement sees what is committed when it
+        # starts; the project's SQL is written so that this is enough (claims are single
+        # INSERT ... ON CONFLICT statements, leases are checked in the statement that marks).
+        with self._connection() as conn, conn.transaction():
+            yield PostgresTx(conn)
+
+    @contextmanager
+    def read(self) -> Iterator[Tx]:
+        # A snapshot for the whole block, like SQLite's read transaction, and never a write.
+        with self._connection() as conn:
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            try:
+                yield PostgresTx(conn)
+            except BaseException:
+                # A broken connection cannot roll back; the pool discards it either way.
+                with contextlib.suppress(Exception):
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def lock_schema(self, tx: Tx) -> None:
+        # Held until the migration transaction ends: processes that open a new database at
+        # once queue here, and each then sees what the one before it committed.
+        tx.execute("SELECT pg_advisory_xact_lock(?)", (MIGRATION_LOCK_KEY,))
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
 
 
 def open_postgres(url: str, synchronous: str = "FULL") -> Backend:
-    raise NotImplementedError("the PostgreSQL backend is not built yet")
+    return PostgresBackend(url, synchronous)

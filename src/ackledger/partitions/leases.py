@@ -1,0 +1,177 @@
+"""Leasing partitions of an outbox: claim, renew, release, and marks that check the lease.
+
+A partition is the set of outbox events that share a ``partition_key`` (the event's sku by
+default). Events of one partition are sent in seq order by at most one relay at a time: the
+one that holds the partition's lease. Each lease carries a fencing token larger than any
+before it; a mark carries the token, and the database refuses it in the same statement if the
+lease expired or another relay holds the partition now (:class:`~ackledger.LeaseLost`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..errors import LeaseLost
+from ..outbox import Outbox, check_limit
+from ..store import lease_sql as sql
+
+DEFAULT_TTL = 30.0
+MAX_TTL = 3600.0
+#: Claimers that race for the same partition: the losers look again this many times.
+CLAIM_TRIES = 3
+
+
+def check_owner(value: object) -> str:
+    if not isinstance(value, str) or not 1 <= len(value) <= 128:
+        raise ValueError("owner: must be a string of 1-128 characters")
+    if not value.isprintable() or not value.isascii():
+        raise ValueError("owner: must be printable ASCII")
+    return value
+
+
+def check_ttl(value: object, field: str = "lease_ttl") -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{field}: must be a number of seconds, got {type(value).__name__}")
+    if not (0 < value <= MAX_TTL) or math.isnan(value):
+        raise ValueError(f"{field}: must be more than 0 and at most {MAX_TTL:g} seconds")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Lease:
+    partition: str
+    owner: str
+    token: int
+    #: When the lease ends unless renewed, by the database's clock (seconds since the epoch).
+    expires_at: float
+
+
+class PartitionLeases:
+    """The lease operations of one relay (``owner``) on one outbox."""
+
+    def __init__(self, outbox: Outbox, owner: str, ttl: float = DEFAULT_TTL) -> None:
+        self.outbox = outbox
+        self.owner = check_owner(owner)
+        self.ttl = check_ttl(ttl)
+
+    def claim(self) -> Lease | None:
+        """Lease the partition whose oldest pending event is oldest among those nobody holds.
+
+        Returns None when every partition with pending events is held by a live lease.
+        """
+        for _ in range(CLAIM_TRIES):
+            with self.outbox.backend.write() as tx:
+                found = sql.claim(tx, self.owner, self.ttl)
+                # Nothing taken: either there is nothing to take, or another relay took the
+                # candidate first (then look again, a few times).
+                if found is None and not sql.unleased_work(tx):
+                    return None
+            if found is not None:
+                key, token, expires_at = found
+                return Lease(key, self.owner, token, expires_at)
+        return None
+
+    def renew(self, lease: Lease, ttl: float | None = None) -> Lease:
+        """Extend the lease to now + ttl (default: this relay's ttl); raises LeaseLost."""
+        seconds = self.ttl if ttl is None else check_ttl(ttl, "ttl")
+        with self.outbox.backend.write() as tx:
+            expires_at = sql.renew(tx, lease.partition, lease.owner, lease.token, seconds)
+        if expires_at is None:
+            raise _lost(lease)
+        return replace(lease, expires_at=expires_at)
+
+    def release(self, lease: Lease) -> bool:
+        """Let the partition go now; False if the lease had already ended."""
+        with self.outbox.backend.write() as tx:
+            return sql.release(tx, lease.partition, lease.owner, lease.token)
+
+    def pending_in_partition(self, partition: str, limit: int = 16) -> list[dict[str, Any]]:
+        """A partition's unsent, unquarantined events in seq order. Writes nothing."""
+        check_limit(limit)
+        if not isinstance(partition, str):
+            raise TypeError(f"partition: must be a string, got {type(partition).__name__}")
+        with self.outbox.backend.read() as tx:
+            return sql.pending_in_partition(tx, partition, limit)
+
+    def mark_sent(self, lease: Lease, event_id: str, *, attempted: bool = False) -> None:
+        """Mark an event of the leased partition sent, and renew the lease.
+
+        Raises LeaseLost (nothing marked) if the lease expired or was taken over, KeyError if
+        the partition has no such event.
+        """
+        self.mark_sent_many(lease, [event_id], attempted=attempted)
+
+    def mark_sent_many(
+        self, lease: Lease, event_ids: Sequence[str], *, attempted: bool = False
+    ) -> None:
+        """Mark several events in one transaction: all of them, or none."""
+        ids = list(event_ids)
+        for event_id in ids:
+            if not isinstance(event_id, str):
+                raise TypeError(f"event_id: must be a string, got {type(event_id).__name__}")
+        now = time.time()
+        with self.outbox.backend.write() as tx:
+            for event_id in ids:
+                outcome = sql.mark_sent(
+                    tx, lease.partition, lease.owner, lease.token, event_id,
+                    ttl=self.ttl, attempted=attempted, now=now,
+                )  # fmt: skip
+                if outcome == "lost":
+                    raise _lost(lease)
+                if outcome == "unknown":
+                    raise KeyError(event_id)
+
+    def leases(self) -> list[dict[str, Any]]:
+        """Every lease row (live or ended) of this outbox, by partition."""
+        with self.outbox.backend.read() as tx:
+            return sql.leases(tx)
+
+
+def _lost(lease: Lease) -> LeaseLost:
+    return LeaseLost(
+        f"lease on partition {lease.partition!r} (token {lease.token}) expired or was taken "
+        f"over; {lease.owner!r} may no longer mark its events"
+    )
+
+
+class LeasedPartition:
+    """One partition under a lease, in the shape ``ackledger.dispatch`` reads and marks.
+
+    ``dispatch(LeasedPartition(leases, lease), send)`` keeps every rule of dispatch (order,
+    copies, exact ACK, stop at the first failure) and adds one: a mark raises LeaseLost when
+    the lease is gone, so a relay that lost its partition stops at its next mark.
+    """
+
+    def __init__(self, leases: PartitionLeases, lease: Lease) -> None:
+        self.leases = leases
+        self.lease = lease
+        #: How many events this view has marked sent (also when a later mark failed).
+        self.marked = 0
+
+    @property
+    def partition(self) -> str:
+        return self.lease.partition
+
+    def pending(self, limit: int = 16) -> list[dict[str, Any]]:
+        return self.leases.pending_in_partition(self.lease.partition, limit)
+
+    def mark_sent(self, event_id: str, *, attempted: bool = False) -> None:
+        self.leases.mark_sent(self.lease, event_id, attempted=attempted)
+        self.marked += 1
+
+    def mark_sent_many(self, event_ids: Sequence[str], *, attempted: bool = False) -> None:
+        self.leases.mark_sent_many(self.lease, event_ids, attempted=attempted)
+        self.marked += len(event_ids)
+
+    def record_failure(self, event_id: str, error: str) -> None:
+        self.leases.outbox.record_failure(event_id, error)
+
+    def renew(self, ttl: float | None = None) -> None:
+        self.lease = self.leases.renew(self.lease, ttl)
+
+    def release(self) -> bool:
+        return self.leases.release(self.lease)

@@ -1,0 +1,191 @@
+"""The partition worker: one of N relays on one outbox, order kept per partition.
+
+The loop: lease a partition that has pending events and no live lease; send its events with
+``ackledger.dispatch`` (so every dispatch rule holds: seq order, copies, exact ACK, stop at the
+first failure, mark only what was selected) through a :class:`LeasedPartition`, whose marks
+check and renew the lease; release it when it is drained (or after ``batches_per_lease``
+batches, so that busy partitions take turns); lease the next one.
+
+- A send that fails stops that partition only: its lease is *parked* (kept, unrenewed, for a
+  capped, jittered backoff), so no relay retries it before then, and the worker moves on to
+  other partitions.
+- A mark refused with LeaseLost drops the partition at once: it has a new owner, or will have.
+- A crashed worker's leases end by expiry (``lease_ttl``); until then nobody sends its
+  partitions. A worker that stops on request releases its lease first.
+
+The seam for a relay command is :func:`run_partition_worker`: give it an ``Outbox``, an owner
+name unique among the running relays, a ``send`` (or ``send_batch``) callable exactly as for
+``dispatch``/``dispatch_batch``, and a ``threading.Event`` that ends the loop.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Required, TypedDict, Unpack
+
+from ..dispatch import Send, SendBatch, dispatch, dispatch_batch
+from ..errors import LeaseLost
+from ..outbox import Outbox, check_limit
+from .leases import DEFAULT_TTL, Lease, LeasedPartition, PartitionLeases, check_ttl
+
+IDLE_WAIT_S = 0.5
+BATCHES_PER_LEASE = 16
+FIRST_BACKOFF_S = 0.5
+MAX_BACKOFF_S = 30.0
+
+
+@dataclass
+class WorkerReport:
+    """What one worker did, for its final log line and for tests."""
+
+    owner: str
+    sent: int = 0
+    leases: int = 0
+    lost: int = 0
+    failures: int = 0
+    lost_partitions: list[str] = field(default_factory=list)
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+class WorkerOptions(TypedDict, total=False):
+    """The keyword arguments of :func:`run_partition_worker` (and ``PartitionWorker``)."""
+
+    #: This worker's name in lease rows; unique among running workers. Required.
+    owner: Required[str]
+    #: The callable of ``dispatch`` (one event), or of ``dispatch_batch``: give exactly one.
+    send: Send | None
+    send_batch: SendBatch | None
+    #: Seconds a lease lasts unrenewed (marks renew it); a crashed worker's partitions wait
+    #: this long before another worker takes them. Default 30.
+    lease_ttl: float
+    #: Events per dispatch, 1-16. Default 16.
+    limit: int
+    #: Set it to end the loop (after the batch in flight; the lease is released).
+    stop: threading.Event | None
+    #: Seconds to wait when no partition can be leased. Default 0.5.
+    idle_wait: float
+    #: The longest a failed partition stays parked. Default 30.
+    max_backoff: float
+    #: Batches sent under one lease before it is released for others. Default 16.
+    batches_per_lease: int
+    #: Called with each acknowledged id before its mark (drills; see dispatch).
+    after_delivery: Callable[[str], object] | None
+    #: Where the worker's few log lines go. Default: stderr.
+    log: Callable[[str], None]
+
+
+class PartitionWorker:
+    def __init__(self, outbox: Outbox, **options: Unpack[WorkerOptions]) -> None:
+        send, send_batch = options.get("send"), options.get("send_batch")
+        if (send is None) == (send_batch is None):
+            raise ValueError("send, send_batch: give exactly one of them")
+        owner = options["owner"]
+        self.leases = PartitionLeases(outbox, owner, options.get("lease_ttl", DEFAULT_TTL))
+        self.send = send
+        self.send_batch = send_batch
+        self.limit = check_limit(options.get("limit", 16))
+        self.stop = options.get("stop") or threading.Event()
+        self.idle_wait = check_ttl(options.get("idle_wait", IDLE_WAIT_S), "idle_wait")
+        self.max_backoff = check_ttl(options.get("max_backoff", MAX_BACKOFF_S), "max_backoff")
+        self.batches_per_lease = options.get("batches_per_lease", BATCHES_PER_LEASE)
+        self.after_delivery = options.get("after_delivery")
+        self.log = options.get("log", _stderr)
+        self.report = WorkerReport(owner)
+        #: Consecutive failures per partition (this worker's view; resets on success).
+        self._failures: dict[str, int] = {}
+
+    def run(self) -> WorkerReport:
+        database_errors = 0
+        while not self.stop.is_set():
+            try:
+                busy = self.run_once()
+            except Exception as exc:
+                # The database itself failed (unreachable, restarting): wait, then go on.
+                database_errors += 1
+                self.report.failures += 1
+                self.log(f"{self.report.owner}: database error: {type(exc).__name__}: {exc}")
+                self.stop.wait(self._backoff(database_errors))
+                continue
+            database_errors = 0
+            if not busy:
+                self.stop.wait(self.idle_wait)
+        return self.report
+
+    def run_once(self) -> bool:
+        """Lease one partition and work on it; False if there was nothing to lease."""
+        lease = self.leases.claim()
+        if lease is None:
+            return False
+        self.report.leases += 1
+        view = LeasedPartition(self.leases, lease)
+        try:
+            self._drain(view)
+        except LeaseLost as exc:
+            self.report.lost += 1
+            self.report.lost_partitions.append(lease.partition)
+            self.log(f"{self.report.owner}: lease lost: {exc}")
+        except Exception as exc:
+            self._park(view.lease, exc)
+        finally:
+            self.report.sent += view.marked
+        return True
+
+    def _drain(self, view: LeasedPartition) -> None:
+        for batch in range(self.batches_per_lease):
+            if self.stop.is_set():
+                break
+            if batch:
+                view.renew()  # raises LeaseLost if it ended while we were sending
+            marked = self._dispatch(view)
+            self._failures.pop(view.partition, None)
+            if len(marked) < self.limit:
+                break  # drained (for now)
+        view.release()
+
+    def _dispatch(self, view: LeasedPartition) -> list[str]:
+        if self.send is not None:
+            return dispatch(view, self.send, self.limit, after_delivery=self.after_delivery)
+        assert self.send_batch is not None
+        each = self.after_delivery
+
+        def after_batch(ids: list[str]) -> None:
+            if each is not None:
+                for event_id in ids:
+                    each(event_id)
+
+        return dispatch_batch(view, self.send_batch, self.limit, after_delivery=after_batch)
+
+    def _backoff(self, failures: int) -> float:
+        ceiling = min(self.max_backoff, FIRST_BACKOFF_S * 2.0 ** min(failures - 1, 30))
+        return ceiling * random.uniform(0.5, 1.0)
+
+    def _park(self, lease: Lease, exc: Exception) -> None:
+        """Keep the failed partition's lease, unrenewed, for a backoff: nobody retries it
+        before then, and this worker turns to other partitions."""
+        self.report.failures += 1
+        count = self._failures[lease.partition] = self._failures.get(lease.partition, 0) + 1
+        wait = self._backoff(count)
+        self.log(
+            f"{self.report.owner}: partition {lease.partition!r} stopped at a failure "
+            f"({type(exc).__name__}: {exc}); retrying it in {wait:.1f}s"
+        )
+        try:
+            self.leases.renew(lease, wait)
+        except Exception as parked:  # the lease is gone or the database is: either way, move on
+            self.log(f"{self.report.owner}: could not park {lease.partition!r}: {parked}")
+
+
+def run_partition_worker(outbox: Outbox, **options: Unpack[WorkerOptions]) -> WorkerReport:
+    """Run one partition worker until ``options["stop"]`` is set; returns what it did.
+
+    The options are :class:`WorkerOptions`: ``owner`` and one of ``send``/``send_batch`` are
+    required, the rest have defaults.
+    """
+    return PartitionWorker(outbox, **options).run()

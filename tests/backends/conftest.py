@@ -1,0 +1,79 @@
+"""The backend suite: every test runs on SQLite and on PostgreSQL, through ``target``."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from .. import pg
+
+#: Tables whose full content a "writes nothing" check compares (everything but migrations).
+TABLES = ("orders", "outbox", "inbox", "inventory", "counters", "partition_leases")
+
+
+@dataclass(frozen=True)
+class Target:
+    dialect: str
+    #: What ackledger is given: a file path or a postgresql:// URL.
+    ref: str
+
+    def rows(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
+        """Read through an independent connection (``?`` placeholders on both)."""
+        if self.dialect == "postgres":
+            return pg.rows(self.ref, sql, params)
+        conn = sqlite3.connect(f"file:{self.ref}?mode=ro", uri=True, isolation_level=None)
+        try:
+            return conn.execute(sql, params).fetchall()
+        finally:
+            conn.close()
+
+    def execute(self, sql: str, params: tuple[object, ...] = ()) -> None:
+        """Write through an independent connection (a test's hand on the clock, say)."""
+        if self.dialect == "postgres":
+            pg.rows(self.ref, sql, params)
+            return
+        conn = sqlite3.connect(self.ref, isolation_level=None, timeout=30)
+        try:
+            conn.execute(sql, params)
+        finally:
+            conn.close()
+
+    def dump(self) -> dict[str, list[tuple[Any, ...]]]:
+        """Every row of every ackledger table, in a stable order."""
+        return {t: sorted(map(tuple, self.rows(f"SELECT * FROM {t}")), key=repr) for t in TABLES}
+
+    def can_lock_exclusively(self) -> bool:
+        """Can another connection take an exclusive write lock at once (no one holds a lock)?"""
+        if self.dialect == "postgres":
+            with psycopg.connect(self.ref, autocommit=True) as conn:
+                try:
+                    with conn.transaction():
+                        conn.execute("SET LOCAL lock_timeout = '100ms'")
+                        conn.execute("LOCK TABLE outbox IN ACCESS EXCLUSIVE MODE")
+                        conn.execute("UPDATE counters SET value = value WHERE name = 'x'")
+                except psycopg.errors.LockNotAvailable:
+                    return False
+            return True
+        lite = sqlite3.connect(self.ref, isolation_level=None, timeout=0)
+        try:
+            lite.execute("BEGIN EXCLUSIVE")
+            lite.execute("COMMIT")
+        except sqlite3.OperationalError:
+            return False
+        finally:
+            lite.close()
+        return True
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
+    if request.param == "sqlite":
+        yield Target("sqlite", str(tmp_path / "store.db"))
+    else:
+        yield Target("postgres", request.getfixturevalue("pg_url"))

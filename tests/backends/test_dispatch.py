@@ -1,0 +1,153 @@
+"""CONTRACT sections 4 and 5b (dispatch, dispatch_batch) on every backend."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from ackledger import NotAcknowledged, Outbox, dispatch, dispatch_batch
+
+from .conftest import Target
+
+
+def fill(ob: Outbox, n: int) -> list[str]:
+    ids = [f"ev-{chr(ord('z') - k)}" for k in range(n)]  # ids sort against seq order
+    for k, event_id in enumerate(ids):
+        ob.accept({"id": event_id, "sku": f"s{k % 3}", "qty": k + 1})
+    return ids
+
+
+def sent_ids(target: Target) -> list[str]:
+    return [row[0] for row in target.rows("SELECT id FROM outbox WHERE sent = 1 ORDER BY seq")]
+
+
+def test_sends_copies_in_seq_order_and_marks_what_was_acknowledged(target: Target) -> None:
+    seen: list[dict[str, Any]] = []
+    with Outbox(target.ref) as ob:
+        ids = fill(ob, 4)
+
+        def send(event: dict[str, Any]) -> bool:
+            seen.append(dict(event))
+            return True
+
+        assert dispatch(ob, send) == ids
+        assert ob.pending() == []
+    assert [e["id"] for e in seen] == ids
+    assert seen[0] == {"id": ids[0], "sku": "s0", "qty": 1}  # the event itself, no seq
+    assert sent_ids(target) == ids
+
+
+def test_first_exception_stops_the_batch_and_is_reraised_as_the_same_object(
+    target: Target,
+) -> None:
+    boom = ConnectionResetError("sink went away")
+    calls: list[str] = []
+    with Outbox(target.ref) as ob:
+        ids = fill(ob, 4)
+
+        def send(event: dict[str, Any]) -> bool:
+            calls.append(event["id"])
+            if len(calls) == 2:
+                raise boom
+            return True
+
+        with pytest.raises(ConnectionResetError) as raised:
+            dispatch(ob, send)
+        assert raised.value is boom
+        assert [item["id"] for item in ob.pending()] == ids[1:]
+    assert calls == ids[:2]
+    assert sent_ids(target) == ids[:1]
+    assert target.rows("SELECT attempts FROM outbox WHERE id = ?", (ids[1],)) == [(1,)]
+
+
+@pytest.mark.parametrize("answer", [1, "ok", None, False, {"ack": True}])
+def test_anything_but_true_is_not_an_ack_and_stops(target: Target, answer: object) -> None:
+    with Outbox(target.ref) as ob:
+        ids = fill(ob, 3)
+        with pytest.raises(NotAcknowledged):
+            dispatch(ob, lambda event: answer)
+        assert [item["id"] for item in ob.pending()] == ids
+    assert sent_ids(target) == []
+
+
+def test_a_callback_editing_its_copy_cannot_mark_another_event(target: Target) -> None:
+    with Outbox(target.ref) as ob:
+        ids = fill(ob, 3)
+
+        def send(event: dict[str, Any]) -> bool:
+            event["id"] = ids[2]  # points at another pending event
+            event["qty"] = 999
+            return True
+
+        assert dispatch(ob, send, limit=1) == [ids[0]]
+        assert [item["id"] for item in ob.pending()] == ids[1:]
+    assert sent_ids(target) == [ids[0]]
+    assert target.rows("SELECT qty FROM outbox WHERE id = ?", (ids[0],)) == [(1,)]
+
+
+def test_no_lock_is_held_while_send_runs(target: Target) -> None:
+    free: list[bool] = []
+    with Outbox(target.ref) as ob, Outbox(target.ref) as other:
+        fill(ob, 2)
+
+        def send(event: dict[str, Any]) -> bool:
+            free.append(target.can_lock_exclusively())
+            other.accept({"id": f"during-{event['id']}", "sku": "x", "qty": 1})
+            return True
+
+        dispatch(ob, send)
+        assert [item["id"] for item in ob.pending()] == ["during-ev-z", "during-ev-y"]
+    assert free == [True, True]
+
+
+def test_after_delivery_sees_the_selected_id_before_it_is_marked(target: Target) -> None:
+    with Outbox(target.ref) as ob:
+        ids = fill(ob, 2)
+        states: list[tuple[str, list[str]]] = []
+
+        def after(event_id: str) -> None:
+            states.append((event_id, [item["id"] for item in ob.pending()]))
+
+        dispatch(ob, lambda event: True, after_delivery=after)
+    assert states == [(ids[0], ids), (ids[1], ids[1:])]
+
+
+def test_dispatch_batch_marks_the_acknowledged_prefix(target: Target) -> None:
+    batches: list[list[str]] = []
+    with Outbox(target.ref) as ob:
+        ids = fill(ob, 5)
+
+        def send_batch(events: list[dict[str, Any]]) -> int:
+            batches.append([e["id"] for e in events])
+            return 2
+
+        with pytest.raises(NotAcknowledged, match="only 2 of 5"):
+            dispatch_batch(ob, send_batch)
+        assert batches == [ids]
+        assert [item["id"] for item in ob.pending()] == ids[2:]
+        assert dispatch_batch(ob, len) == ids[2:]
+    assert sent_ids(target) == ids
+
+
+def answering(answer: object) -> Callable[[list[dict[str, Any]]], object]:
+    return lambda events: answer
+
+
+def test_dispatch_batch_reraises_the_senders_exception_and_marks_nothing(target: Target) -> None:
+    boom = TimeoutError("slow sink")
+    with Outbox(target.ref) as ob:
+        ids = fill(ob, 3)
+
+        def send_batch(events: list[dict[str, Any]]) -> int:
+            raise boom
+
+        with pytest.raises(TimeoutError) as raised:
+            dispatch_batch(ob, send_batch)
+        assert raised.value is boom
+        for bad in (True, -1, 4, "3", None):
+            with pytest.raises(NotAcknowledged):
+                dispatch_batch(ob, answering(bad))
+        assert [item["id"] for item in ob.pending()] == ids
+    assert sent_ids(target) == []

@@ -1,0 +1,119 @@
+"""CONTRACT section 6 (Inbox) on every backend, including concurrent duplicates."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from ackledger import Conflict, Inbox, InvalidEvent
+
+from .conftest import Target
+
+
+def ev(event_id: str, sku: str = "apple", qty: int = 2) -> dict[str, Any]:
+    return {"id": event_id, "sku": sku, "qty": qty}
+
+
+def test_applied_then_duplicate_then_conflict(target: Target) -> None:
+    with Inbox(target.ref) as inbox:
+        assert inbox.receive(ev("e1", qty=2)) == "applied"
+        assert inbox.receive(ev("e1", qty=2)) == "duplicate"
+        assert inbox.stock("apple") == 2
+        before = target.rows("SELECT id, sku, qty, receipts FROM inbox")
+        with pytest.raises(Conflict):
+            inbox.receive(ev("e1", qty=5))
+        assert inbox.stock("apple") == 2
+        assert inbox.counters() == {"applied": 1, "duplicate": 1, "conflict": 1}
+    assert (
+        target.rows("SELECT id, sku, qty, receipts FROM inbox") == before == [("e1", "apple", 2, 2)]
+    )
+    assert target.rows("SELECT sku, qty FROM inventory") == [("apple", 2)]
+
+
+def test_stock_adds_up_per_sku_and_is_zero_for_unknown(target: Target) -> None:
+    with Inbox(target.ref) as inbox:
+        inbox.receive(ev("e1", "apple", 2))
+        inbox.receive(ev("e2", "apple", 3))
+        inbox.receive(ev("e3", "pear", 7))
+        assert inbox.stock("apple") == 5
+        assert inbox.stock("pear") == 7
+        assert inbox.stock("never-seen") == 0
+        with pytest.raises(InvalidEvent):
+            inbox.stock("not a sku")
+
+
+def test_invalid_events_change_nothing(target: Target) -> None:
+    with Inbox(target.ref) as inbox:
+        inbox.receive(ev("seed"))
+        before = target.dump()
+        for bad in ({"id": "e2", "sku": "apple"}, ev("e2", qty=0), "text", ev("bad id")):
+            with pytest.raises(InvalidEvent):
+                inbox.receive(bad)
+        assert target.dump() == before
+
+
+def test_receive_batch_applies_the_prefix_before_a_conflict(target: Target) -> None:
+    with Inbox(target.ref) as inbox:
+        inbox.receive(ev("old", qty=1))
+        result = inbox.receive_batch([ev("b1"), ev("old", qty=1), ev("old", qty=9), ev("b2")])
+        assert result.statuses == ["applied", "duplicate"]
+        assert isinstance(result.error, Conflict)
+        assert inbox.receipt("b2") is None
+        assert inbox.stock("apple") == 1 + 2
+
+
+def test_receive_batch_stops_before_an_invalid_item(target: Target) -> None:
+    with Inbox(target.ref) as inbox:
+        result = inbox.receive_batch([ev("b1"), {"id": "b2"}, ev("b3")])
+        assert result.statuses == ["applied"]
+        assert isinstance(result.error, InvalidEvent)
+        assert [inbox.receipt(i) is not None for i in ("b1", "b2", "b3")] == [True, False, False]
+
+
+def test_arrival_numbers_follow_receipts_and_resends(target: Target) -> None:
+    with Inbox(target.ref) as inbox:
+        inbox.receive(ev("e1"))
+        inbox.receive(ev("e2"))
+        inbox.receive(ev("e1"))  # a re-send
+    rows = target.rows("SELECT id, arrival, last_arrival FROM inbox ORDER BY arrival")
+    assert [r[0] for r in rows] == ["e1", "e2"]
+    (_, a1, last1), (_, a2, last2) = rows
+    assert a1 < a2 == last2 < last1
+
+
+def test_concurrent_duplicates_are_applied_exactly_once(target: Target) -> None:
+    """32 threads, each with its own connection, receive one event at the same moment."""
+    workers = 32
+    with Inbox(target.ref):
+        pass  # create the schema before the race
+    inboxes = [Inbox(target.ref) for _ in range(workers)]
+    barrier = threading.Barrier(workers)
+    answers: list[str] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def receive(inbox: Inbox) -> None:
+        try:
+            inbox.stock("apple")  # connect before the barrier
+            barrier.wait(timeout=60)
+            answer = inbox.receive(ev("same", qty=3))
+        except BaseException as exc:
+            with lock:
+                errors.append(exc)
+            return
+        with lock:
+            answers.append(answer)
+
+    threads = [threading.Thread(target=receive, args=(inbox,)) for inbox in inboxes]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    for inbox in inboxes:
+        inbox.close()
+    assert errors == []
+    assert sorted(answers) == ["applied"] + ["duplicate"] * (workers - 1)
+    assert target.rows("SELECT sku, qty FROM inventory") == [("apple", 3)]
+    assert target.rows("SELECT receipts FROM inbox WHERE id = 'same'") == [(workers,)]

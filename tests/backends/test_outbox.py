@@ -1,0 +1,194 @@
+"""CONTRACT section 3 (Outbox) on every backend."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import pytest
+
+from ackledger import Conflict, InvalidEvent, Outbox
+
+from .conftest import Target
+
+
+def ev(event_id: str, sku: str = "sku-1", qty: int = 1) -> dict[str, Any]:
+    return {"id": event_id, "sku": sku, "qty": qty}
+
+
+def no_open_transaction(outbox: Outbox, target: Target) -> bool:
+    backend: Any = outbox.backend
+    if target.dialect == "sqlite" and backend.in_transaction():
+        return False
+    return target.can_lock_exclusively()
+
+
+def test_accept_writes_order_and_event_in_acceptance_order(target: Target) -> None:
+    with Outbox(target.ref) as ob:
+        first = ob.accept(ev("b-1", "apple", 3))
+        second = ob.accept(ev("a-1", "pear", 5))
+    assert first < second
+    assert target.rows("SELECT id, sku, qty FROM orders ORDER BY id") == [
+        ("a-1", "pear", 5),
+        ("b-1", "apple", 3),
+    ]
+    assert target.rows("SELECT seq, id, sku, qty, sent FROM outbox ORDER BY seq") == [
+        (first, "b-1", "apple", 3, 0),
+        (second, "a-1", "pear", 5, 0),
+    ]
+
+
+def test_identical_event_again_returns_its_seq_and_writes_nothing(target: Target) -> None:
+    with Outbox(target.ref) as ob:
+        seq = ob.accept(ev("e1"))
+        before = target.dump()
+        assert ob.accept(ev("e1")) == seq
+        assert target.dump() == before
+
+
+def test_same_id_other_content_is_a_conflict_and_writes_nothing(target: Target) -> None:
+    with Outbox(target.ref) as ob:
+        ob.accept(ev("e1", qty=1))
+        before = target.dump()
+        with pytest.raises(Conflict):
+            ob.accept(ev("e1", qty=2))
+        with pytest.raises(Conflict), ob.transaction() as tx:
+            tx.enqueue(ev("e1", sku="other"))
+        assert target.dump() == before
+
+
+@pytest.mark.parametrize(
+    ("bad", "field"),
+    [
+        ({"id": "x", "sku": "s"}, "qty"),
+        ({"id": "x", "sku": "s", "qty": True}, "qty"),
+        ({"id": "x", "sku": "s", "qty": "3"}, "qty"),
+        ({"id": "x", "sku": "s", "qty": 1.0}, "qty"),
+        ({"id": "", "sku": "s", "qty": 1}, "id"),
+        ({"id": "x y", "sku": "s", "qty": 1}, "id"),
+        ({"id": "x", "sku": "s", "qty": 1, "extra": 1}, "extra"),
+        ([1, 2], "event"),
+    ],
+)
+def test_invalid_events_are_refused_naming_the_field_and_write_nothing(
+    target: Target, bad: object, field: str
+) -> None:
+    with Outbox(target.ref) as ob:
+        ob.accept(ev("seed"))
+        before = target.dump()
+        with pytest.raises(InvalidEvent) as refused:
+            ob.accept(bad)
+        assert refused.value.field == field
+        with pytest.raises(InvalidEvent), ob.transaction() as tx:
+            tx.execute("UPDATE orders SET qty = 99")
+            tx.enqueue(bad)
+        assert target.dump() == before
+
+
+def test_transaction_commits_business_write_and_event_together(target: Target) -> None:
+    with Outbox(target.ref) as ob:
+        with ob.transaction() as tx:
+            tx.execute("CREATE TABLE notes (id TEXT PRIMARY KEY, body TEXT NOT NULL)")
+        with ob.transaction() as tx:
+            tx.execute("INSERT INTO notes (id, body) VALUES (?, ?)", ("n1", "100% real?"))
+            assert tx.execute("SELECT body FROM notes WHERE id = ?", ("n1",)) == [("100% real?",)]
+            assert tx.execute("SELECT COUNT(*) FROM notes WHERE body LIKE '100%'") == [(1,)]
+            seq = tx.enqueue(ev("e1", "box"), partition_key="customer-7")
+        assert [item["id"] for item in ob.pending()] == ["e1"]
+    assert target.rows("SELECT id, body FROM notes") == [("n1", "100% real?")]
+    assert target.rows("SELECT seq, partition_key FROM outbox") == [(seq, "customer-7")]
+    # tx.enqueue writes the event only; accept also writes the order.
+    assert target.rows("SELECT COUNT(*) FROM orders") == [(0,)]
+
+
+def test_transaction_that_fails_keeps_neither_write(target: Target) -> None:
+    with Outbox(target.ref) as ob:
+        with ob.transaction() as tx:
+            tx.execute("CREATE TABLE notes (id TEXT PRIMARY KEY)")
+        with pytest.raises(RuntimeError, match="business rule"), ob.transaction() as tx:
+            tx.execute("INSERT INTO notes (id) VALUES (?)", ("n1",))
+            tx.enqueue(ev("e1"))
+            raise RuntimeError("business rule broken")
+        assert ob.pending() == []
+    assert target.rows("SELECT COUNT(*) FROM notes") == [(0,)]
+    assert target.rows("SELECT COUNT(*) FROM outbox") == [(0,)]
+
+
+def test_partition_key_defaults_to_the_sku_and_is_checked(target: Target) -> None:
+    with Outbox(target.ref) as ob:
+        ob.accept(ev("e1", "apple"))
+        with ob.transaction() as tx:
+            tx.enqueue(ev("e2", "apple"))
+        before = target.dump()
+        for bad in ("", "x" * 129, 7):
+            with pytest.raises(ValueError, match="partition_key"), ob.transaction() as tx:
+                tx.enqueue(ev("e3"), partition_key=bad)  # type: ignore[arg-type]
+        assert target.dump() == before
+    assert target.rows("SELECT id, partition_key FROM outbox ORDER BY seq") == [
+        ("e1", "apple"),
+        ("e2", "apple"),
+    ]
+
+
+def test_pending_is_in_seq_order_even_when_ids_sort_otherwise(target: Target) -> None:
+    ids = ["zulu", "alpha", "mike", "9-first-by-digit", "bravo"]
+    with Outbox(target.ref) as ob:
+        seqs = [ob.accept(ev(event_id, f"sku-{n % 2}")) for n, event_id in enumerate(ids)]
+        items = ob.pending()
+    assert [item["id"] for item in items] == ids
+    assert [item["seq"] for item in items] == seqs == sorted(seqs)
+    assert items[0] == {"seq": seqs[0], "id": "zulu", "sku": "sku-0", "qty": 1}
+
+
+def test_pending_limit_bounds_and_types(target: Target) -> None:
+    with Outbox(target.ref) as ob:
+        for n in range(20):
+            ob.accept(ev(f"e{n:02d}"))
+        assert len(ob.pending(1)) == 1
+        assert len(ob.pending(16)) == 16
+        assert len(ob.pending()) == 16
+        for bad in (0, 17, -1, True, 1.5, "3", None):
+            with pytest.raises(ValueError, match="limit"):
+                ob.pending(bad)  # type: ignore[arg-type]
+
+
+def test_pending_writes_nothing_and_leaves_no_transaction_open(target: Target) -> None:
+    with Outbox(target.ref) as ob:
+        ob.accept(ev("e1"))
+        ob.accept(ev("e2"))
+        before = target.dump()
+        assert len(ob.pending()) == 2
+        assert target.dump() == before
+        assert no_open_transaction(ob, target)
+
+
+def test_mark_sent_is_idempotent_and_unknown_ids_raise_key_error(target: Target) -> None:
+    with Outbox(target.ref) as ob:
+        ob.accept(ev("e1"))
+        ob.accept(ev("e2"))
+        ob.mark_sent("e1")
+        ob.mark_sent("e1")
+        assert [item["id"] for item in ob.pending()] == ["e2"]
+        before = target.dump()
+        with pytest.raises(KeyError):
+            ob.mark_sent("nope")
+        assert target.dump() == before
+    assert target.rows("SELECT id, sent FROM outbox ORDER BY seq") == [("e1", 1), ("e2", 0)]
+
+
+def test_several_outbox_objects_share_one_database(target: Target) -> None:
+    with Outbox(target.ref) as one, Outbox(target.ref) as two:
+        one.accept(ev("e1"))
+        assert two.accept(ev("e1")) == one.pending()[0]["seq"]
+        two.accept(ev("e2"))
+        assert [item["id"] for item in one.pending()] == ["e1", "e2"]
+
+
+def test_a_transaction_inside_another_is_refused_not_left_hanging(target: Target) -> None:
+    with Outbox(target.ref) as ob:
+        with pytest.raises((RuntimeError, sqlite3.OperationalError)), ob.transaction() as tx:
+            tx.enqueue(ev("outer", "same-partition"))
+            ob.accept(ev("inner", "same-partition"))  # would wait for the outer's lock
+        assert ob.pending() == []
+        ob.accept(ev("after"))
+    assert target.rows("SELECT id FROM outbox") == [("after",)]

@@ -1,0 +1,235 @@
+"""Partition leases and the partition worker, in-process, on every backend."""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+from ackledger import LeaseLost, NotAcknowledged, Outbox, dispatch
+from ackledger.partitions import LeasedPartition, PartitionLeases, run_partition_worker
+
+from .conftest import Target
+
+
+def fill(ob: Outbox, partitions: list[str], per_partition: int) -> dict[str, list[str]]:
+    """Events interleaved across partitions; ids sort against seq order. Returns ids by key."""
+    ids: dict[str, list[str]] = defaultdict(list)
+    with ob.transaction() as tx:
+        for _ in range(per_partition):
+            for key in partitions:
+                event_id = f"{999_999 - len(ids[key]) - 1000 * partitions.index(key)}-{key}"
+                tx.enqueue({"id": event_id, "sku": key, "qty": 1})
+                ids[key].append(event_id)
+    return ids
+
+
+def expire(target: Target, partition: str) -> None:
+    # The test's hand on the clock: the lease is over now, whoever holds it.
+    target.execute(
+        "UPDATE partition_leases SET expires_at = 0 WHERE partition_key = ?", (partition,)
+    )
+
+
+def test_claims_take_the_oldest_unheld_partitions_one_owner_each(target: Target) -> None:
+    with Outbox(target.ref) as ob:
+        fill(ob, ["p-b", "p-a", "p-c"], 2)
+        ob.accept({"id": "done", "sku": "p-sent", "qty": 1})
+        ob.mark_sent("done")
+        one, two = PartitionLeases(ob, "one"), PartitionLeases(ob, "two")
+        first, second, third = one.claim(), two.claim(), one.claim()
+        assert first is not None and second is not None and third is not None
+        assert [first.partition, second.partition, third.partition] == ["p-b", "p-a", "p-c"]
+        assert first.token < second.token < third.token
+        assert two.claim() is None  # everything with pending events is held
+        assert (first.owner, second.owner) == ("one", "two")
+
+
+def test_a_new_lease_always_has_a_larger_token(target: Target) -> None:
+    with Outbox(target.ref) as ob:
+        fill(ob, ["p"], 3)
+        one, two = PartitionLeases(ob, "one"), PartitionLeases(ob, "two")
+        tokens = []
+        for leases in (one, one, two, one):
+            lease = leases.claim()
+            assert lease is not None
+            tokens.append(lease.token)
+            assert leases.release(lease) is True
+            assert leases.release(lease) is False
+        assert tokens == sorted(set(tokens))
+
+
+def test_marks_under_a_lease_check_it_and_renew_it(target: Target) -> None:
+    with Outbox(target.ref) as ob:
+        ids = fill(ob, ["p", "q"], 3)
+        one, two = PartitionLeases(ob, "one", ttl=60), PartitionLeases(ob, "two", ttl=60)
+        lease = one.claim()
+        assert lease is not None and lease.partition == "p"
+        other = two.claim()
+        assert other is not None and other.partition == "q"
+        target.execute("UPDATE partition_leases SET expires_at = expires_at - 30")
+        one.mark_sent(lease, ids["p"][0])
+        (row,) = [r for r in one.leases() if r["partition"] == "p"]
+        assert row["expires_at"] > lease.expires_at - 30 + 15  # renewed by the mark
+        before = target.dump()
+        with pytest.raises(KeyError):
+            one.mark_sent(lease, ids["q"][0])  # not in the leased partition
+        with pytest.raises(KeyError):
+            one.mark_sent(lease, "no-such-event")
+        assert target.dump() == before
+
+        expire(target, "p")
+        before = target.dump()
+        with pytest.raises(LeaseLost):
+            one.mark_sent(lease, ids["p"][1])  # expired, nobody else holds it yet
+        assert target.dump() == before
+        taken = two.claim()
+        assert taken is not None and taken.partition == "p" and taken.token > lease.token
+        with pytest.raises(LeaseLost):
+            one.mark_sent_many(lease, ids["p"][1:])
+        with pytest.raises(LeaseLost):
+            one.renew(lease)
+        assert one.release(lease) is False
+        two.mark_sent_many(taken, ids["p"][1:])
+    sent = target.rows("SELECT id FROM outbox WHERE sent = 1 ORDER BY seq")
+    assert [r[0] for r in sent] == ids["p"]
+
+
+def test_pending_in_partition_is_in_seq_order_bounded_and_writes_nothing(target: Target) -> None:
+    with Outbox(target.ref) as ob:
+        ids = fill(ob, ["p", "q"], 20)
+        leases = PartitionLeases(ob, "one")
+        before = target.dump()
+        items = leases.pending_in_partition("q", 16)
+        assert [item["id"] for item in items] == ids["q"][:16]
+        assert [item["seq"] for item in items] == sorted(item["seq"] for item in items)
+        assert leases.pending_in_partition("none-such") == []
+        for bad in (0, 17, True, "2"):
+            with pytest.raises(ValueError, match="limit"):
+                leases.pending_in_partition("q", bad)  # type: ignore[arg-type]
+        assert target.dump() == before
+
+
+def test_dispatch_through_a_leased_partition_stops_when_the_lease_is_lost(
+    target: Target,
+) -> None:
+    with Outbox(target.ref) as ob:
+        ids = fill(ob, ["p"], 4)
+        one, two = PartitionLeases(ob, "one"), PartitionLeases(ob, "two")
+        lease = one.claim()
+        assert lease is not None
+        sent: list[str] = []
+
+        def send(event: dict[str, Any]) -> bool:
+            sent.append(event["id"])
+            if len(sent) == 2:  # paused here long enough to lose the lease
+                expire(target, "p")
+                taken = two.claim()
+                assert taken is not None and taken.partition == "p"
+            return True
+
+        with pytest.raises(LeaseLost):
+            dispatch(LeasedPartition(one, lease), send)
+        assert sent == ids["p"][:2]
+        # The first was marked under the lease; the second was refused: the new owner re-sends it.
+        assert [item["id"] for item in ob.pending()] == ids["p"][1:]
+
+
+def test_concurrent_claimers_never_share_a_partition(target: Target) -> None:
+    keys = [f"k{n:02d}" for n in range(12)]
+    with Outbox(target.ref) as ob:
+        fill(ob, keys, 1)
+    outboxes = [Outbox(target.ref) for _ in range(6)]
+    barrier = threading.Barrier(len(outboxes))
+    taken: dict[str, list[str]] = {}
+    errors: list[BaseException] = []
+
+    def claim_all(n: int, ob: Outbox) -> None:
+        leases = PartitionLeases(ob, f"w{n}")
+        mine: list[str] = []
+        try:
+            barrier.wait(timeout=60)
+            while (lease := leases.claim()) is not None:
+                mine.append(lease.partition)
+        except BaseException as exc:
+            errors.append(exc)
+        taken[f"w{n}"] = mine
+
+    threads = [threading.Thread(target=claim_all, args=pair) for pair in enumerate(outboxes)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    for ob in outboxes:
+        ob.close()
+    assert errors == []
+    claimed = [key for mine in taken.values() for key in mine]
+    assert sorted(claimed) == keys  # every partition once, none twice
+
+
+def test_workers_send_each_partition_in_seq_order_and_everything_once(target: Target) -> None:
+    keys = [f"p{n}" for n in range(6)]
+    with Outbox(target.ref) as ob:
+        ids = fill(ob, keys, 30)
+    arrivals: list[str] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def send(event: dict[str, Any]) -> bool:
+        with lock:
+            arrivals.append(event["id"])
+        return True
+
+    def work(owner: str) -> None:
+        with Outbox(target.ref) as mine:
+            run_partition_worker(
+                mine, owner=owner, send=send, stop=stop, idle_wait=0.05, log=lambda _: None
+            )
+
+    threads = [threading.Thread(target=work, args=(f"w{n}",)) for n in range(3)]
+    for thread in threads:
+        thread.start()
+    with Outbox(target.ref) as ob:
+        while ob.pending(1) and not stop.wait(0.05):
+            pass
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert sorted(arrivals) == sorted(i for key in keys for i in ids[key])  # each once
+    for key in keys:
+        assert [i for i in arrivals if i.endswith(f"-{key}")] == ids[key]
+    with Outbox(target.ref) as ob:
+        leases = PartitionLeases(ob, "observer").leases()
+    assert {row["partition"] for row in leases} == set(keys)
+    assert not any(row["live"] for row in leases)  # a stopped worker lets its lease go
+
+
+def test_a_failing_partition_is_parked_while_the_others_go_on(target: Target) -> None:
+    with Outbox(target.ref) as ob:
+        ids = fill(ob, ["bad", "good-1", "good-2"], 20)
+    stop = threading.Event()
+    log: list[str] = []
+
+    def send(event: dict[str, Any]) -> bool:
+        if event["sku"] == "bad":
+            raise NotAcknowledged("HTTP 422 instead of 200")
+        return True
+
+    with Outbox(target.ref) as ob:
+        worker = threading.Thread(
+            target=run_partition_worker,
+            args=(ob,),
+            kwargs={"owner": "w", "send": send, "stop": stop, "idle_wait": 0.05, "log": log.append},
+        )
+        worker.start()
+        while {item["sku"] for item in ob.pending(16)} != {"bad"} and not stop.wait(0.05):
+            pass
+        stop.set()
+        worker.join(timeout=120)
+        left = [item["id"] for item in ob.pending(16)]
+    assert left == ids["bad"][:16]
+    assert any("partition 'bad' stopped at a failure" in line for line in log)
+    assert target.rows("SELECT attempts FROM outbox WHERE id = ?", (ids["bad"][0],))[0][0] >= 1
+    assert target.rows("SELECT attempts FROM outbox WHERE id = ?", (ids["bad"][1],)) == [(0,)]

@@ -1,0 +1,64 @@
+"""The sink service and the source commands on every backend (real processes, loopback)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+from pathlib import Path
+
+from ackledger import send_http
+from ackledger.procs import run_cli, start_service
+
+from .conftest import Target
+
+
+def post(base_url: str, body: bytes) -> tuple[int, dict[str, str], object]:
+    host, port = base_url.removeprefix("http://").rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        conn.request("POST", "/events", body=body, headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        headers = {k.lower(): v for k, v in response.getheaders()}
+        return response.status, headers, json.loads(response.read())
+    finally:
+        conn.close()
+
+
+def test_sink_service_answers_per_contract(target: Target, tmp_path: Path) -> None:
+    args = ["serve", "sink", "--db", target.ref, "--port", "0"]
+    with start_service(args, stderr_path=tmp_path / "sink.log") as sink:
+        event = {"id": "e1", "sku": "apple", "qty": 4}
+        assert send_http(event, sink.base_url + "/events") is True
+        status, headers, body = post(sink.base_url, json.dumps(event).encode())
+        assert (status, body) == (200, {"ack": True, "id": "e1", "status": "duplicate"})
+        assert headers.get("idempotent-replayed") == "true"
+        status, _, problem = post(sink.base_url, json.dumps({**event, "qty": 5}).encode())
+        assert status == 422
+        status, _, problem = post(sink.base_url, b'{"id": "e2", "sku": "apple"}')
+        assert status == 400
+        assert isinstance(problem, dict) and problem.get("field") == "qty"
+    assert target.rows("SELECT sku, qty FROM inventory") == [("apple", 4)]
+    assert target.rows("SELECT id, receipts FROM inbox") == [("e1", 2)]
+
+
+def test_accept_pending_dispatch_commands(target: Target, tmp_path: Path) -> None:
+    for n in range(3):
+        event = json.dumps({"id": f"e{n}", "sku": "apple", "qty": n + 1})
+        done = run_cli("accept", "--source", target.ref, stdin=event)
+        assert done.returncode == 0, done.stderr
+    listed = run_cli("pending", "--source", target.ref, "--json")
+    assert [item["id"] for item in json.loads(listed.stdout)] == ["e0", "e1", "e2"]
+    sink_db = str(tmp_path / "sink.db")
+    with start_service(["serve", "sink", "--db", sink_db, "--port", "0"]) as sink:
+        done = run_cli("dispatch", "--source", target.ref, "--to", sink.base_url + "/events")
+        assert done.returncode == 0, done.stderr
+    assert "dispatched 3 event(s)" in done.stdout
+    assert target.rows("SELECT COUNT(*) FROM outbox WHERE sent = 0") == [(0,)]
+
+
+def test_an_unreachable_postgres_is_one_line_and_exit_2() -> None:
+    done = run_cli("pending", "--source", "postgresql://postgres@127.0.0.1:1/nothing")
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1
+    assert done.stderr.startswith("ackledger: error: database:")
+    assert "Traceback" not in done.stderr

@@ -1,0 +1,64 @@
+"""PostgreSQL hands out seq at insert, not at commit: enqueues into one partition must still
+become visible in seq order, or a relay could send seq 7 before seq 6 of the same partition."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from ackledger import Outbox
+from ackledger.partitions import PartitionLeases
+
+from .. import pg
+
+pytestmark = pytest.mark.postgres
+
+
+def waiting_on_advisory_lock(url: str) -> bool:
+    rows = pg.rows(
+        url,
+        "SELECT COUNT(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
+        "WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = current_database()",
+    )
+    return int(rows[0][0]) > 0
+
+
+def test_a_later_enqueue_into_the_same_partition_waits_for_the_earlier_commit(
+    pg_url: str,
+) -> None:
+    first_open = threading.Event()
+    let_first_commit = threading.Event()
+    seqs: dict[str, int] = {}
+
+    def first() -> None:
+        with Outbox(pg_url) as ob, ob.transaction() as tx:
+            seqs["first"] = tx.enqueue({"id": "first", "sku": "p", "qty": 1})
+            first_open.set()
+            let_first_commit.wait(timeout=60)
+
+    def second() -> None:
+        with Outbox(pg_url) as ob, ob.transaction() as tx:
+            seqs["second"] = tx.enqueue({"id": "second", "sku": "p", "qty": 1})
+
+    with Outbox(pg_url) as ob:
+        one = threading.Thread(target=first)
+        one.start()
+        assert first_open.wait(timeout=60)
+        two = threading.Thread(target=second)
+        two.start()
+        deadline = time.monotonic() + 60
+        while not waiting_on_advisory_lock(pg_url):
+            assert time.monotonic() < deadline and two.is_alive(), "second did not wait"
+            time.sleep(0.02)
+        # While the first is open, the second has not even taken its seq, so a relay sees
+        # neither: never the later one alone.
+        assert "second" not in seqs
+        assert PartitionLeases(ob, "observer").pending_in_partition("p") == []
+        let_first_commit.set()
+        one.join(timeout=60)
+        two.join(timeout=60)
+        items = PartitionLeases(ob, "observer").pending_in_partition("p")
+    assert [item["id"] for item in items] == ["first", "second"]
+    assert seqs["first"] < seqs["second"]
