@@ -31,6 +31,12 @@ class Source(Protocol):
     def record_failure(self, event_id: str, error: str) -> None: ...
 
 
+class StopRequested(BaseException):
+    """Raised by a send callback to end a batch before its next send, when the process was
+    asked to stop. A BaseException so that dispatch records no failed attempt: nothing was
+    sent."""
+
+
 def _copy(item: dict[str, Any]) -> dict[str, Any]:
     return {"id": item["id"], "sku": item["sku"], "qty": item["qty"]}
 

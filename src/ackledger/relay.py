@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .backoff import Backoff
-from .dispatch import Source, dispatch, dispatch_batch
+from .dispatch import Source, StopRequested, dispatch, dispatch_batch
 from .errors import InvalidEvent, NotAcknowledged
 from .logline import note
 from .outbox import MAX_BATCH, check_limit
@@ -78,13 +78,6 @@ class Failure:
     kind: str
     message: str
     status: int | None = None
-
-
-class StopRequested(BaseException):
-    """Raised inside a round to leave before the next send starts.
-
-    A BaseException so that dispatch does not count it as a failed attempt: nothing was sent.
-    """
 
 
 @dataclass

@@ -8,22 +8,29 @@ process's own counters.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from .relay import Relay
+from .relay import RelayCounts
+
+#: Reads the outbox's figures (``Outbox.stats``).
+Stats = Callable[[], dict[str, Any]]
 
 
 class RelayCollector(Collector):
-    def __init__(self, relay: Relay) -> None:
-        self._relay = relay
+    """Serves the single-loop relay and the partition worker alike: both keep RelayCounts."""
+
+    def __init__(self, stats: Stats, counts: RelayCounts) -> None:
+        self._stats = stats
+        self._counts = counts
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
-        stats = self._relay.source.stats()
-        counts = self._relay.counts
+        stats = self._stats()
+        counts = self._counts
         yield _gauge(
             "pending", "Events waiting to be sent now (not quarantined).", stats["pending"]
         )
@@ -82,9 +89,9 @@ def _counter(name: str, help_text: str, value: float) -> CounterMetricFamily:
 class MetricsServer:
     """The relay's /metrics endpoint on its own thread."""
 
-    def __init__(self, relay: Relay, host: str, port: int) -> None:
+    def __init__(self, stats: Stats, counts: RelayCounts, host: str, port: int) -> None:
         registry = CollectorRegistry()
-        registry.register(RelayCollector(relay))
+        registry.register(RelayCollector(stats, counts))
         self._server, self._thread = start_http_server(port, addr=host, registry=registry)
         self.host = host
         self.port: int = self._server.server_address[1]

@@ -7,21 +7,34 @@ import json
 import random
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from types import FrameType
 from typing import Any
 
 from ..backoff import Backoff
 from ..duration import parse_duration
-from ..errors import AckledgerError
+from ..errors import AckledgerError, InvalidEvent, NotAcknowledged
 from ..event import check_identifier
 from ..logline import FORMATS, install
+from ..outbox import Outbox
+from ..partitions.leases import check_owner, default_owner
 from ..probe import base_url, scrape
-from ..relay import POISON_POLICIES, Relay, RelaySettings
+from ..relay import (
+    EXIT_POISON,
+    PERMANENT,
+    POISON_POLICIES,
+    Relay,
+    RelayCounts,
+    RelaySettings,
+    failure_class,
+)
 from ..relay import logger as relay_logger
+from ..store import is_postgres
 from ..trace import trace, when
-from ..transport import check_target
+from ..transport import check_target, post_batch, send_http
 from .common import add_synchronous, limit_arg, open_outbox, port_arg, positive_float
 
 
@@ -82,6 +95,26 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     relay.add_argument(
         "--allow-host", action="append", default=[], metavar="HOST",
         help="also allow this host as a target (an explicit widening of the loopback allow-list)",
+    )  # fmt: skip
+    lease = relay.add_argument_group(
+        "PostgreSQL: one of N relays",
+        "With a postgresql:// source the relay leases partitions (the event's sku by default) "
+        "so that several relays can run at once: order is kept within each partition, not "
+        "across them, and a failure stops only its partition.",
+    )
+    lease.add_argument(
+        "--owner", metavar="NAME",
+        help="this relay's name in lease rows, unique among running relays "
+        "(default: $POD_NAME, else HOSTNAME-PID)",
+    )  # fmt: skip
+    lease.add_argument(
+        "--lease-ttl", type=positive_float, default=30.0, metavar="SECONDS",
+        help="how long a lease lasts unrenewed; a crashed relay's partitions wait this long "
+        "(default 30)",
+    )  # fmt: skip
+    lease.add_argument(
+        "--single", action="store_true",
+        help="run the single loop instead (one global order; run only one such relay)",
     )  # fmt: skip
     add_synchronous(relay)
     relay.set_defaults(handler=cmd_relay)
@@ -173,17 +206,13 @@ def cmd_relay(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(f"--max-backoff: {exc}") from None
     install(relay_logger, args.log_format)
+    partitioned = is_postgres(args.source) and not args.single
+    owner = check_owner(args.owner or default_owner()) if partitioned else None
     with open_outbox(args.source, args.synchronous) as outbox:
+        if owner is not None:
+            return _relay_partitions(args, settings, outbox, owner)
         relay = Relay(outbox, settings, backoff)
-        metrics = None
-        if args.metrics_port is not None:
-            from ..relay_metrics import MetricsServer
-
-            try:
-                metrics = MetricsServer(relay, args.metrics_host, args.metrics_port)
-            except OSError as exc:
-                raise UsageError(f"--metrics-port: cannot listen: {exc}") from None
-            print(f"ackledger relay metrics listening on {metrics.url}", flush=True)
+        metrics = _metrics(args, outbox, relay.counts)
         restore = _on_stop_signals(relay.request_stop)
         try:
             code = relay.run()
@@ -199,6 +228,81 @@ def cmd_relay(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return code
+
+
+def _metrics(args: argparse.Namespace, outbox: Outbox, counts: RelayCounts) -> Any:
+    """Start the relay's /metrics endpoint if asked; returns it (or None) to close later."""
+    from . import UsageError
+
+    if args.metrics_port is None:
+        return None
+    from ..relay_metrics import MetricsServer
+
+    try:
+        metrics = MetricsServer(outbox.stats, counts, args.metrics_host, args.metrics_port)
+    except OSError as exc:
+        raise UsageError(f"--metrics-port: cannot listen: {exc}") from None
+    print(f"ackledger relay metrics listening on {metrics.url}", flush=True)
+    return metrics
+
+
+def _relay_partitions(
+    args: argparse.Namespace, settings: RelaySettings, outbox: Outbox, owner: str
+) -> int:
+    """One of N relays on a PostgreSQL outbox: the partition worker, with the relay's poison
+    policy, stop signals and metrics."""
+    from ..partitions import PartitionWorker
+
+    # What the last batch answer said about the item it refused (send_batch returns a count).
+    refusal: dict[str, Any] = {}
+
+    def send(event: dict[str, Any]) -> bool:
+        return send_http(event, settings.url, timeout=settings.timeout,
+                         allowed_hosts=settings.allowed_hosts)  # fmt: skip
+
+    def send_batch(events: list[dict[str, Any]]) -> int:
+        answer = post_batch(events, settings.url + "/batch", timeout=settings.timeout,
+                            allowed_hosts=settings.allowed_hosts)  # fmt: skip
+        refusal.clear()
+        if answer.acked < len(events) and answer.error is not None:
+            status = answer.error.get("status")
+            refusal["status"] = status if isinstance(status, int) else None
+            refusal["detail"] = answer.error.get("detail") or answer.error.get("title")
+        return answer.acked
+
+    def classify(exc: Exception) -> str:
+        if isinstance(exc, InvalidEvent):
+            return PERMANENT
+        status = exc.status if isinstance(exc, NotAcknowledged) else None
+        return failure_class(refusal.get("status", status))
+
+    def describe(exc: Exception) -> str:
+        if refusal and isinstance(exc, NotAcknowledged):
+            return f"HTTP {refusal['status']} in batch: {refusal['detail']}"
+        return f"{type(exc).__name__}: {exc}"
+
+    stop = threading.Event()
+    worker = PartitionWorker(
+        outbox, owner=owner, send=None if settings.batch else send,
+        send_batch=send_batch if settings.batch else None, lease_ttl=args.lease_ttl,
+        limit=settings.limit, stop=stop, idle_wait=settings.poll_interval,
+        max_backoff=args.max_backoff, classify=classify, describe=describe,
+        on_poison=settings.on_poison,
+    )  # fmt: skip
+    metrics = _metrics(args, outbox, worker.counts)
+    restore = _on_stop_signals(stop.set)
+    print(f"ackledger relay {owner} leasing partitions of {outbox.backend.location}", flush=True)
+    try:
+        report = worker.run()
+    finally:
+        restore()
+        if metrics is not None:
+            metrics.close()
+    print(json.dumps(asdict(report)), flush=True)
+    if report.poisoned is not None:
+        print(f"ackledger relay: stopped on poison event {report.poisoned}", file=sys.stderr)
+        return EXIT_POISON
+    return 0
 
 
 def _on_stop_signals(stop: Callable[[], None]) -> Callable[[], None]:

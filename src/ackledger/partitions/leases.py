@@ -10,6 +10,8 @@ lease expired or another relay holds the partition now (:class:`~ackledger.Lease
 from __future__ import annotations
 
 import math
+import os
+import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -31,6 +33,11 @@ def check_owner(value: object) -> str:
     if not value.isprintable() or not value.isascii():
         raise ValueError("owner: must be printable ASCII")
     return value
+
+
+def default_owner() -> str:
+    """A relay's lease owner name: the Pod's name in Kubernetes, else host and process id."""
+    return os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
 
 
 def check_ttl(value: object, field: str = "lease_ttl") -> float:

@@ -27,9 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Required, TypedDict, Unpack
 
-from ..dispatch import Send, SendBatch, dispatch, dispatch_batch
+from ..dispatch import Send, SendBatch, StopRequested, dispatch, dispatch_batch
 from ..errors import LeaseLost
 from ..outbox import Outbox, check_limit
+from ..relay import PERMANENT, POISON_POLICIES, TRANSIENT, RelayCounts
 from .leases import DEFAULT_TTL, Lease, LeasedPartition, PartitionLeases, check_ttl
 
 IDLE_WAIT_S = 0.5
@@ -48,6 +49,9 @@ class WorkerReport:
     lost: int = 0
     failures: int = 0
     lost_partitions: list[str] = field(default_factory=list)
+    quarantined: list[str] = field(default_factory=list)
+    #: The event that stopped the worker under ``on_poison="stop"``, and why.
+    poisoned: str | None = None
 
 
 def _stderr(message: str) -> None:
@@ -79,6 +83,14 @@ class WorkerOptions(TypedDict, total=False):
     after_delivery: Callable[[str], object] | None
     #: Where the worker's few log lines go. Default: stderr.
     log: Callable[[str], None]
+    #: Tells a failure's class: "transient" (park the partition and retry it later) or
+    #: "permanent" (a 4xx: this event will never be accepted as it is). Default: transient.
+    classify: Callable[[Exception], str]
+    #: What a permanent failure does: None parks it like any other (default); "stop" ends
+    #: the worker (``report.poisoned``); "quarantine" quarantines the event and goes on.
+    on_poison: str | None
+    #: How a failure is described in logs and quarantine reasons. Default: its type and text.
+    describe: Callable[[Exception], str]
 
 
 class PartitionWorker:
@@ -98,6 +110,16 @@ class PartitionWorker:
         self.after_delivery = options.get("after_delivery")
         self.log = options.get("log", _stderr)
         self.report = WorkerReport(owner)
+        self.outbox = outbox
+        self.classify: Callable[[Exception], str] = options.get("classify", lambda exc: TRANSIENT)
+        self.describe: Callable[[Exception], str] = options.get(
+            "describe", lambda exc: f"{type(exc).__name__}: {exc}"
+        )
+        self.on_poison = options.get("on_poison")
+        if self.on_poison is not None and self.on_poison not in POISON_POLICIES:
+            raise ValueError(f"on_poison: must be stop or quarantine, got {self.on_poison!r}")
+        #: Send figures of this process, in the relay's shape (its metrics read them).
+        self.counts = RelayCounts()
         #: Consecutive failures per partition (this worker's view; resets on success).
         self._failures: dict[str, int] = {}
 
@@ -127,12 +149,14 @@ class PartitionWorker:
         view = LeasedPartition(self.leases, lease)
         try:
             self._drain(view)
+        except StopRequested:
+            view.release()  # stopped between two sends: everything sent so far is marked
         except LeaseLost as exc:
             self.report.lost += 1
             self.report.lost_partitions.append(lease.partition)
             self.log(f"{self.report.owner}: lease lost: {exc}")
         except Exception as exc:
-            self._park(view.lease, exc)
+            self._failed(view, exc)
         finally:
             self.report.sent += view.marked
         return True
@@ -150,17 +174,64 @@ class PartitionWorker:
         view.release()
 
     def _dispatch(self, view: LeasedPartition) -> list[str]:
+        counts = self.counts
         if self.send is not None:
-            return dispatch(view, self.send, self.limit, after_delivery=self.after_delivery)
-        assert self.send_batch is not None
+            send = self.send
+
+            def one(event: dict[str, object]) -> object:
+                if self.stop.is_set():
+                    raise StopRequested  # between two sends: the one before was marked
+                counts.attempted += 1
+                answer = send(event)
+                counts.succeeded += answer is True
+                return answer
+
+            return dispatch(view, one, self.limit, after_delivery=self.after_delivery)
+        send_batch = self.send_batch
+        assert send_batch is not None
         each = self.after_delivery
+
+        def many(events: list[dict[str, object]]) -> object:
+            answer = send_batch(events)
+            counts.attempted += len(events)
+            if isinstance(answer, int) and not isinstance(answer, bool):
+                counts.succeeded += max(0, min(answer, len(events)))
+            return answer
 
         def after_batch(ids: list[str]) -> None:
             if each is not None:
                 for event_id in ids:
                     each(event_id)
 
-        return dispatch_batch(view, self.send_batch, self.limit, after_delivery=after_batch)
+        return dispatch_batch(view, many, self.limit, after_delivery=after_batch)
+
+    def _failed(self, view: LeasedPartition, exc: Exception) -> None:
+        """A send failed: a permanent failure follows the poison policy; the rest park."""
+        kind = self.classify(exc)
+        self.counts.failed[kind] = self.counts.failed.get(kind, 0) + 1
+        if kind != PERMANENT or self.on_poison is None:
+            self._park(view.lease, exc)
+            return
+        head = view.pending(1)
+        event_id = head[0]["id"] if head else "?"
+        self.counts.poison[self.on_poison] += 1
+        self.log(
+            f"{self.report.owner}: ALERT: the sink refused event {event_id} of partition "
+            f"{view.partition!r} permanently ({self.describe(exc)}); "
+            f"policy --on-poison {self.on_poison}"
+        )
+        if self.on_poison == "stop" or not head:
+            self.report.poisoned = f"{event_id}: {self.describe(exc)}"
+            self.stop.set()
+            view.release()
+            return
+        try:
+            self.outbox.quarantine(event_id, f"sink refused it permanently: {self.describe(exc)}")
+            self.report.quarantined.append(event_id)
+            self.log(f"{self.report.owner}: event {event_id} quarantined; its partition goes on")
+        except (KeyError, ValueError) as moved:  # an operator or another relay moved it first
+            self.log(f"{self.report.owner}: quarantine of {event_id} skipped: {moved}")
+        view.release()
 
     def _backoff(self, failures: int) -> float:
         ceiling = min(self.max_backoff, FIRST_BACKOFF_S * 2.0 ** min(failures - 1, 30))

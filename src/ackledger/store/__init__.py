@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+from typing import TypeGuard
 import sqlite3
 import sys
 
@@ -15,6 +16,10 @@ from .base import Backend, Tx, check_synchronous, migrate
 __all__ = ["Backend", "Tx", "database_errors", "open_backend"]
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_postgres(target: object) -> TypeGuard[str]:
+    return isinstance(target, str) and target.startswith(POSTGRES_SCHEMES)
 
 
 def database_errors() -> tuple[type[Exception], ...]:
@@ -34,7 +39,7 @@ def open_backend(
 ) -> Backend:
     mode = check_synchronous(synchronous)
     backend: Backend
-    if isinstance(target, str) and target.startswith(POSTGRES_SCHEMES):
+    if is_postgres(target):
         from .postgres import open_postgres
 
         backend = open_postgres(target, synchronous=mode)

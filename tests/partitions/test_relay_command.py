@@ -1,0 +1,126 @@
+"""``ackledger relay --source postgresql://``: one of N relays, with the relay's policies."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from ackledger import Inbox, Outbox
+from ackledger.procs import Service, cli_command, start_service
+from tests.conftest import raw_rows
+
+pytestmark = pytest.mark.slow
+
+
+def start_relay(source: str, url: str, owner: str, log: Path, *extra: str) -> subprocess.Popen[str]:
+    args = ["--source", source, "--to", url, "--owner", owner, "--poll-interval", "0.1"]
+    with log.open("w") as out:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(
+            cli_command("relay", *args, "--max-backoff", "0.5", *extra),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+
+def wait_until(check: object, what: str, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():  # type: ignore[operator]
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def stop(process: subprocess.Popen[str]) -> int:
+    process.send_signal(signal.SIGTERM)
+    return process.wait(30)
+
+
+def test_two_relays_share_the_partitions_and_keep_their_order(
+    pg_url: str, sink_service: Service, sink_db: Path, tmp_path: Path
+) -> None:
+    skus = [f"sku-{i}" for i in range(8)]
+    with Outbox(pg_url) as outbox:
+        for n in range(400):
+            outbox.accept({"id": f"e-{n:04d}", "sku": skus[n % 8], "qty": 1})
+    url = sink_service.base_url + "/events"
+    logs = [tmp_path / "a.log", tmp_path / "b.log"]
+    relays = [
+        start_relay(pg_url, url, "relay-a", logs[0], "--batch", "--limit", "4"),
+        start_relay(pg_url, url, "relay-b", logs[1]),
+    ]
+    try:
+        with Outbox(pg_url) as outbox:
+            wait_until(lambda: outbox.stats()["pending"] == 0, "the outbox to drain")
+    finally:
+        codes = [stop(relay) for relay in relays]
+    assert codes == [0, 0], [log.read_text()[-2000:] for log in logs]
+    reports = [json.loads(log.read_text().strip().splitlines()[-1]) for log in logs]
+    assert sum(r["sent"] for r in reports) >= 400
+    arrivals = raw_rows(sink_db, "SELECT id, sku FROM inbox ORDER BY arrival")
+    assert len(arrivals) == 400
+    by_partition: dict[object, list[object]] = defaultdict(list)
+    for event_id, sku in arrivals:
+        by_partition[sku].append(event_id)
+    for ids in by_partition.values():
+        assert ids == sorted(ids)  # ids were accepted in this order within each sku
+    assert raw_rows(sink_db, "SELECT sum(qty) FROM inventory") == [(400,)]
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_a_poison_event_is_quarantined_and_its_partition_goes_on(
+    pg_url: str, sink_service: Service, sink_db: Path, tmp_path: Path, batch: bool
+) -> None:
+    with Inbox(sink_db) as inbox:
+        inbox.receive({"id": "bad", "sku": "tea", "qty": 99})  # the sink holds other content
+    with Outbox(pg_url) as outbox:
+        for event_id in ("t-1", "bad", "t-2"):
+            outbox.accept({"id": event_id, "sku": "tea", "qty": 1})
+    log = tmp_path / "relay.log"
+    extra = ["--on-poison", "quarantine", *(["--batch"] if batch else [])]
+    relay = start_relay(pg_url, sink_service.base_url + "/events", "relay-q", log, *extra)
+    try:
+        with Outbox(pg_url) as outbox:
+            wait_until(lambda: outbox.stats()["pending"] == 0, "t-2 to be sent")
+            held = outbox.quarantined()
+    finally:
+        assert stop(relay) == 0
+    assert [item["id"] for item in held] == ["bad"]
+    assert "422" in held[0]["reason"]
+    assert "ALERT" in log.read_text()
+    assert raw_rows(sink_db, "SELECT id FROM inbox ORDER BY arrival") == [
+        ("bad",),
+        ("t-1",),
+        ("t-2",),
+    ]
+
+
+def test_under_stop_a_poison_event_ends_the_relay_with_exit_3(
+    pg_url: str, sink_service: Service, sink_db: Path, tmp_path: Path
+) -> None:
+    with Inbox(sink_db) as inbox:
+        inbox.receive({"id": "bad", "sku": "tea", "qty": 99})
+    with Outbox(pg_url) as outbox:
+        outbox.accept({"id": "bad", "sku": "tea", "qty": 1})
+    log = tmp_path / "relay.log"
+    relay = start_relay(pg_url, sink_service.base_url + "/events", "relay-s", log)
+    assert relay.wait(60) == 3, log.read_text()
+    assert "poison" in log.read_text()
+    with Outbox(pg_url) as outbox:
+        assert [item["id"] for item in outbox.pending()] == ["bad"]
+
+
+def test_sqlite_sources_keep_the_single_loop(source_db: Path, tmp_path: Path) -> None:
+    Outbox(source_db).close()
+    log = tmp_path / "relay.log"
+    relay = start_relay(str(source_db), "http://127.0.0.1:9/events", "ignored", log)
+    time.sleep(1.0)
+    assert stop(relay) == 0
+    assert "leasing partitions" not in log.read_text()
