@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ackledger import Inbox, Outbox
-from ackledger.procs import Service, cli_command, start_service
+from ackledger.procs import Service, cli_command
 from tests.conftest import raw_rows
 
 pytestmark = pytest.mark.slow
@@ -66,9 +66,9 @@ def test_two_relays_share_the_partitions_and_keep_their_order(
     assert sum(r["sent"] for r in reports) >= 400
     arrivals = raw_rows(sink_db, "SELECT id, sku FROM inbox ORDER BY arrival")
     assert len(arrivals) == 400
-    by_partition: dict[object, list[object]] = defaultdict(list)
+    by_partition: dict[str, list[str]] = defaultdict(list)
     for event_id, sku in arrivals:
-        by_partition[sku].append(event_id)
+        by_partition[str(sku)].append(str(event_id))
     for ids in by_partition.values():
         assert ids == sorted(ids)  # ids were accepted in this order within each sku
     assert raw_rows(sink_db, "SELECT sum(qty) FROM inventory") == [(400,)]

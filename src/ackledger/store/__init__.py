@@ -7,9 +7,9 @@
 from __future__ import annotations
 
 import os
-from typing import TypeGuard
 import sqlite3
 import sys
+from typing import TypeGuard
 
 from .base import Backend, Tx, check_synchronous, migrate
 
