@@ -8,7 +8,6 @@ on its own connection: a worker asks once and exits.
 
 from __future__ import annotations
 
-import http.client
 import json
 from collections.abc import Iterable
 from typing import Any
@@ -17,31 +16,11 @@ from urllib.parse import quote
 from .errors import Conflict, InvalidEvent, NotAcknowledged
 from .event import canonical_json
 from .ledger import LedgerRequest
-from .transport import MAX_ANSWER_BYTES, Target, check_target
+from .transport import MAX_ANSWER_BYTES, check_target, request_once
 
 DELIVERIES_PATH = "/deliveries"
 #: Listings can be long; they are still read up to a cap.
 MAX_LISTING_BYTES = 16 * 1024 * 1024
-
-
-def _exchange(
-    target: Target, method: str, path: str, body: bytes | None, *, timeout: float, cap: int
-) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection(target.host, target.port, timeout=timeout)
-    try:
-        headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = "application/json"
-        conn.request(method, path, body=body, headers=headers)
-        response = conn.getresponse()
-        data = response.read(cap + 1)
-    except http.client.HTTPException as exc:
-        raise NotAcknowledged(f"malformed HTTP answer: {type(exc).__name__}: {exc}") from exc
-    finally:
-        conn.close()
-    if len(data) > cap:
-        raise NotAcknowledged(f"answer body over {cap} bytes; not read further", status=0)
-    return response.status, data
 
 
 def _json(status: int, data: bytes) -> Any:
@@ -70,7 +49,7 @@ def request_delivery(
     }
     if req.payload is not None:
         body["payload"] = req.payload
-    status, data = _exchange(
+    status, data = request_once(
         target,
         "POST",
         DELIVERIES_PATH,
@@ -106,7 +85,7 @@ def read_ledger(
         raise ValueError(f"what: must be healthz, deliveries or attempts, got {what!r}")
     target = check_target(url, DELIVERIES_PATH, allowed_hosts)
     path = f"/{what}" + ("" if case_id is None else f"?case_id={quote(case_id, safe='')}")
-    status, data = _exchange(target, "GET", path, None, timeout=timeout, cap=MAX_LISTING_BYTES)
+    status, data = request_once(target, "GET", path, None, timeout=timeout, cap=MAX_LISTING_BYTES)
     if status != 200:
         raise NotAcknowledged(f"HTTP {status} for GET {path}", status=status)
     return _json(status, data)

@@ -7,7 +7,6 @@ proxies, no redirects, capped reads); a service is named by its base URL,
 
 from __future__ import annotations
 
-import http.client
 import json
 from collections.abc import Iterable
 from typing import Any
@@ -15,7 +14,7 @@ from urllib.parse import urlsplit
 
 from .errors import NotAcknowledged, UnsafeTarget
 from .event import check_identifier
-from .transport import Target, check_target
+from .transport import Target, check_target, request_once
 
 MAX_READ_BYTES = 1024 * 1024
 _BASE_PATHS = ("", "/", "/events", "/metrics")
@@ -45,18 +44,7 @@ def http_get(
 ) -> tuple[int, bytes]:
     """GET ``path`` from the service at ``url``: (status, body); connection errors raise."""
     target = _target(url, path, allowed_hosts)
-    conn = http.client.HTTPConnection(target.host, target.port, timeout=timeout)
-    try:
-        conn.request("GET", target.path, headers={"Accept": "*/*"})
-        response = conn.getresponse()
-        body = response.read(MAX_READ_BYTES + 1)
-    except http.client.HTTPException as exc:
-        raise NotAcknowledged(f"malformed HTTP answer: {type(exc).__name__}: {exc}") from exc
-    finally:
-        conn.close()
-    if len(body) > MAX_READ_BYTES:
-        raise NotAcknowledged(f"answer over {MAX_READ_BYTES} bytes", status=response.status)
-    return response.status, body
+    return request_once(target, "GET", target.path, timeout=timeout, cap=MAX_READ_BYTES)
 
 
 def sink_receipt(

@@ -165,6 +165,36 @@ def _post_json(target: Target, body: bytes, timeout: float) -> tuple[int, Any]:
         raise NotAcknowledged("answer is not valid JSON", status=status) from None
 
 
+def request_once(
+    target: Target,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    *,
+    timeout: float = 5.0,
+    cap: int = MAX_ANSWER_BYTES,
+) -> tuple[int, bytes]:
+    """One request on its own connection (workers and operator tools ask once): returns
+    (status, body), the body read up to ``cap``; connection errors raise as OSError."""
+    conn = http.client.HTTPConnection(target.host, target.port, timeout=timeout)
+    try:
+        headers = {"Accept": "application/json, text/plain"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        conn.request(method, path, body=body, headers=headers)
+        response = conn.getresponse()
+        data = response.read(cap + 1)
+    except http.client.HTTPException as exc:
+        if isinstance(exc, OSError):  # RemoteDisconnected: a connection failure, kept as one
+            raise
+        raise NotAcknowledged(f"malformed HTTP answer: {type(exc).__name__}: {exc}") from exc
+    finally:
+        conn.close()
+    if len(data) > cap:
+        raise NotAcknowledged(f"answer body over {cap} bytes; not read further", status=0)
+    return response.status, data
+
+
 def _status_message(status: int, data: bytes) -> str:
     detail = ""
     try:

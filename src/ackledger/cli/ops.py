@@ -15,7 +15,6 @@ from types import FrameType
 from typing import Any
 
 from ..backoff import Backoff
-from ..duration import parse_duration
 from ..errors import AckledgerError, InvalidEvent, NotAcknowledged
 from ..event import check_identifier
 from ..logline import FORMATS, install
@@ -35,14 +34,7 @@ from ..relay import logger as relay_logger
 from ..store import is_postgres
 from ..trace import trace, when
 from ..transport import check_target, post_batch, send_http
-from .common import add_synchronous, limit_arg, open_outbox, port_arg, positive_float
-
-
-def _duration_arg(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+from .common import add_synchronous, duration_arg, limit_arg, open_outbox, port_arg, positive_float
 
 
 def _seed_arg(text: str) -> int:
@@ -178,7 +170,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     _source(purge)
     purge.add_argument(
-        "--sent-older-than", required=True, type=_duration_arg, metavar="DURATION",
+        "--sent-older-than", required=True, type=duration_arg, metavar="DURATION",
         help="e.g. 7d, 12h, 30m, 45s",
     )  # fmt: skip
     purge.set_defaults(handler=cmd_purge)
