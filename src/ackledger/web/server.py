@@ -10,7 +10,7 @@ import socket
 import sys
 
 import uvicorn
-from starlette.applications import Starlette
+from starlette.types import ASGIApp
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -33,7 +33,7 @@ def url_of(sock: socket.socket) -> str:
     return f"http://{shown}:{port}"
 
 
-def serve(app: Starlette, sock: socket.socket, name: str) -> None:
+def serve(app: ASGIApp, sock: socket.socket, name: str) -> None:
     print(f"ackledger {name} listening on {url_of(sock)}", flush=True)
     config = uvicorn.Config(
         app,

@@ -1,9 +1,14 @@
-"""The sink service: ``POST /events`` applies an event once through the inbox."""
+"""The sink service: ``POST /events`` applies an event once through the inbox.
+
+The two POST routes are plain ASGI handlers (``fastpath``) and share write transactions with
+whatever other requests are ready at the same time (group commit): one fsync then makes many
+clients' events durable, and each is answered only after it.
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
@@ -13,21 +18,28 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope
 
 from ..errors import AckledgerError, Conflict, InvalidEvent
 from ..event import check_identifier
-from ..inbox import Inbox
+from ..inbox import BatchResult, Inbox
 from .common import (
+    Answer,
     BodyTooLarge,
+    ClientGone,
     invalid,
+    invalid_answer,
+    json_answer,
     json_response,
     metrics_response,
     parse_json,
     problem,
+    problem_answer,
     problem_body,
-    read_capped,
-    too_large,
+    read_body,
+    too_large_answer,
 )
+from .fastpath import FastPosts, GroupCommit, PostRoute
 
 MAX_BATCH = 16
 
@@ -59,7 +71,17 @@ def _invalid_problem(exc: InvalidEvent) -> dict[str, Any]:
     return problem_body(400, "invalid", "Invalid event", str(exc), **extra)
 
 
-def create_sink_app(inbox: Inbox) -> Starlette:
+async def _json_body(scope: Scope, receive: Receive) -> Any:
+    """The parsed body, or the Answer that refuses it; None if the client went away."""
+    try:
+        return parse_json(await read_body(scope, receive))
+    except BodyTooLarge:
+        return too_large_answer()
+    except ValueError as exc:
+        return invalid_answer(str(exc), "body")
+
+
+def create_sink_app(inbox: Inbox) -> ASGIApp:
     registry = CollectorRegistry()
     registry.register(_InboxCollector(inbox))
     requests = Counter(
@@ -69,42 +91,37 @@ def create_sink_app(inbox: Inbox) -> Starlette:
         registry=registry,
     )
     started_at = time.time()
+    group: GroupCommit[Sequence[object], BatchResult] = GroupCommit(inbox.receive_runs)
 
-    async def post_event(request: Request) -> Response:
-        response = await _post_event(request)
-        requests.labels("/events", str(response.status_code)).inc()
-        return response
-
-    async def _post_event(request: Request) -> Response:
+    async def event_answer(scope: Scope, receive: Receive) -> Answer | None:
         try:
-            obj = parse_json(await read_capped(request))
-            status = inbox.receive(obj)
-        except BodyTooLarge:
-            return too_large()
-        except InvalidEvent as exc:
-            return invalid(str(exc), exc.field)
-        except ValueError as exc:
-            return invalid(str(exc), "body")
-        except Conflict as exc:
-            return problem(422, "conflict", "Conflicting content for this id", str(exc))
+            obj = await _json_body(scope, receive)
+        except ClientGone:
+            return None
+        if isinstance(obj, Answer):
+            return obj
+        result = await group.submit([obj])
+        error = result.error
+        if isinstance(error, InvalidEvent):
+            return invalid_answer(str(error), error.field)
+        if isinstance(error, Conflict):
+            return problem_answer(422, "conflict", "Conflicting content for this id", str(error))
+        if error is not None:  # pragma: no cover - receive_runs only reports the two above
+            raise error
+        status = result.statuses[0]
         headers = {"Idempotent-Replayed": "true"} if status == "duplicate" else None
-        return json_response({"ack": True, "id": obj["id"], "status": status}, headers=headers)
+        return json_answer({"ack": True, "id": obj["id"], "status": status}, headers=headers)
 
-    async def post_batch(request: Request) -> Response:
-        response = await _post_batch(request)
-        requests.labels("/events/batch", str(response.status_code)).inc()
-        return response
-
-    async def _post_batch(request: Request) -> Response:
+    async def batch_answer(scope: Scope, receive: Receive) -> Answer | None:
         try:
-            items = parse_json(await read_capped(request))
-        except BodyTooLarge:
-            return too_large()
-        except ValueError as exc:
-            return invalid(str(exc), "body")
+            items = await _json_body(scope, receive)
+        except ClientGone:
+            return None
+        if isinstance(items, Answer):
+            return items
         if not isinstance(items, list) or not 1 <= len(items) <= MAX_BATCH:
-            return invalid(f"body: must be a JSON list of 1-{MAX_BATCH} events", "body")
-        result = inbox.receive_batch(items)
+            return invalid_answer(f"body: must be a JSON list of 1-{MAX_BATCH} events", "body")
+        result = await group.submit(items)
         acks = [
             {"id": item["id"], "ack": True, "status": status}
             for item, status in zip(items, result.statuses, strict=False)
@@ -116,10 +133,13 @@ def create_sink_app(inbox: Inbox) -> Starlette:
                 payload["error"] = _conflict_problem(result.error)
             elif isinstance(result.error, InvalidEvent):
                 payload["error"] = _invalid_problem(result.error)
-            else:  # pragma: no cover - receive_batch only reports the two above
+            else:  # pragma: no cover - receive_runs only reports the two above
                 payload["error"] = problem_body(500, "internal", "Error", str(result.error))
             payload["error"]["index"] = index
-        return json_response(payload)
+        return json_answer(payload)
+
+    post_event = PostRoute("/events", event_answer, requests)
+    post_batch = PostRoute("/events/batch", batch_answer, requests)
 
     async def get_event(request: Request) -> Response:
         event_id = request.path_params["event_id"]
@@ -141,7 +161,7 @@ def create_sink_app(inbox: Inbox) -> Starlette:
     async def openapi(request: Request) -> Response:
         return json_response(SINK_OPENAPI)
 
-    return Starlette(
+    app = Starlette(
         routes=[
             Route("/events", post_event, methods=["POST"]),
             Route("/events/batch", post_batch, methods=["POST"]),
@@ -151,6 +171,7 @@ def create_sink_app(inbox: Inbox) -> Starlette:
             Route("/openapi.json", openapi, methods=["GET"]),
         ]
     )
+    return FastPosts(app, {"/events": post_event, "/events/batch": post_batch})
 
 
 _EVENT_SCHEMA = {
