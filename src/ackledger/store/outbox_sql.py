@@ -35,8 +35,9 @@ def mark_sent(tx: Tx, ids: Sequence[str], attempted: bool, now: float) -> list[s
     """Mark ids sent (a batch in one statement); returns the ids that are unknown, in order."""
     bump = 1 if attempted else 0
     found: set[str] = set()
-    for start in range(0, len(ids), MARK_CHUNK):
-        chunk = list(dict.fromkeys(ids[start : start + MARK_CHUNK]))
+    unique = list(dict.fromkeys(ids))  # an id given twice is one mark and one attempt
+    for start in range(0, len(unique), MARK_CHUNK):
+        chunk = unique[start : start + MARK_CHUNK]
         marks = ", ".join("?" * len(chunk))
         rows = tx.execute(
             "UPDATE outbox SET sent = 1, sent_at = COALESCE(sent_at, ?), "
