@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import sys
 import time
@@ -37,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-docs", action="store_true", help="print the figures, leave docs/ alone"
     )
+    parser.add_argument("--json", metavar="PATH", help="also write the figures to PATH as JSON")
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
     chosen = [name for name in args.only.split(",") if name] or list(SECTIONS)
@@ -59,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         if target.value is not None:
             verdict = {True: "met", False: "NOT met", None: "-"}[target.met]
             print(f"  {target.label}: {target.value:,.2f} (target {target.goal:,}) {verdict}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as dump:
+            json.dump([f.as_dict() for f in results.figures.values()], dump, indent=1)
     if not args.no_docs:
         out = report.write(results, plan, about, command=command, started=started, took=took)
         print(f"wrote {out}")

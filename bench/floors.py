@@ -13,8 +13,6 @@ import sqlite3
 import sys
 from pathlib import Path
 
-from ackledger.procs import start_listener
-
 from .common import Plan, Results, scratch, timed_loop
 
 BODY = b'{"id":"floor","qty":1,"sku":"floor"}'
@@ -72,6 +70,8 @@ def http_round_trip_rate(url: str, seconds: float) -> float:
 
 def measure(plan: Plan, results: Results) -> None:
     print("floors", flush=True)
+    from ackledger.procs import start_listener
+
     rawserver = Path(__file__).with_name("rawserver.py")
     with scratch("floors") as folder, start_listener([sys.executable, str(rawserver)]) as raw:
         for _ in range(plan.reps):
