@@ -93,19 +93,21 @@ def measure(plan: Plan, results: Results) -> None:
                 "/s",
                 sqlite_commit_rate(folder, "NORMAL", plan.floor_seconds),
             )
-            results.add(
+            trip = results.add(
                 "floor.http",
                 "http.client keep-alive round trip to a raw socket server",
                 "/s",
                 http_round_trip_rate(raw.base_url, plan.floor_seconds),
+            ).samples[-1]
+            commit = results.figures["floor.commit_full"].samples[-1]
+            # One event relayed one at a time costs a commit at the sink, a commit of the mark
+            # at the source and one round trip between them.
+            results.add(
+                "floor.relay",
+                "per-item relay floor 1/(2 commits + 1 round trip)",
+                "/s",
+                1.0 / (2.0 / commit + 1.0 / trip),
             )
-    commit = results.get("floor.commit_full")
-    trip = results.get("floor.http")
-    if commit and trip:
-        # One event relayed one at a time costs a commit at the sink, a commit of the mark at
-        # the source and one round trip between them.
-        floor = 1.0 / (2.0 / commit + 1.0 / trip)
-        results.add("floor.relay", "per-item relay floor 1/(2 commits + 1 round trip)", "/s", floor)
     for key in ("floor.fdatasync", "floor.commit_full", "floor.commit_normal", "floor.http"):
         figure = results.figures[key]
         print(f"  {figure.label}: {figure.median:,.0f}/s", flush=True)

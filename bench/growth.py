@@ -15,20 +15,14 @@ import time
 from pathlib import Path
 
 from ackledger import Outbox
-from ackledger.procs import cli_command, run_cli
+from ackledger.procs import cli_command
 
 from . import fill
 from .common import Plan, Results, scratch
-from .relay import start_sink
+from .relay import relay_daemon_has_batch, start_sink
 
 PENDING_ON_TOP = 2_000
 PENDING_CALLS = 2_000
-
-
-def relay_daemon_has_batch() -> bool:
-    """True once ``ackledger relay --batch`` exists (the relay is built on another branch)."""
-    answer = run_cli("relay", "--help", timeout=30)
-    return answer.returncode == 0 and "--batch" in answer.stdout
 
 
 def pending_latency_us(path: Path) -> float:

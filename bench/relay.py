@@ -7,13 +7,16 @@ with synchronous=FULL. The clock runs from the first dispatch to the last mark.
 from __future__ import annotations
 
 import os
+import signal
+import sqlite3
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 from ackledger import Outbox
 from ackledger.dispatch import dispatch, dispatch_batch
-from ackledger.procs import Service, start_service
+from ackledger.procs import Service, cli_command, run_cli, start_service
 from ackledger.transport import close_connections, send_http, send_http_batch
 
 from . import fill
@@ -68,6 +71,50 @@ def relay_rate(source: Path, url: str, *, batch: bool) -> tuple[int, float]:
     return total, rate(total, end - start)
 
 
+def relay_daemon_has_batch() -> bool:
+    """True once ``ackledger relay --batch`` exists (the relay is built on another branch)."""
+    answer = run_cli("relay", "--help", timeout=30)
+    return answer.returncode == 0 and "--batch" in answer.stdout
+
+
+def _sent_count(source: Path) -> int:
+    # Bench-only read from a separate connection: the daemon is another process.
+    conn = sqlite3.connect(f"file:{source}?mode=ro", uri=True, isolation_level=None)
+    try:
+        return int(conn.execute("SELECT count(*) FROM outbox WHERE sent = 1").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def daemon_rate(source: Path, url: str, total: int) -> float:
+    """Events/s of ``ackledger relay --batch``, from its first mark to its last one.
+
+    The clock starts at the first sent row seen, so the interpreter's start-up is not counted.
+    """
+    process = subprocess.Popen(
+        cli_command("relay", "--source", str(source), "--to", url + "/events", "--batch"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        first: tuple[float, int] | None = None
+        sent = 0
+        while sent < total and time.monotonic() < deadline:
+            sent = _sent_count(source)
+            now = time.perf_counter()
+            if first is None and sent:
+                first = (now, sent)
+            time.sleep(0.002)
+        end = time.perf_counter()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
+    if first is None or sent < total:
+        return float("nan")
+    return rate(sent - first[1], end - first[0])
+
+
 def measure_accept(plan: Plan, results: Results) -> None:
     print("accept", flush=True)
     with scratch("accept") as folder:
@@ -84,10 +131,22 @@ def measure_accept(plan: Plan, results: Results) -> None:
 
 def measure_relay(plan: Plan, results: Results) -> None:
     print("relay", flush=True)
+    daemon = relay_daemon_has_batch()
+    if not daemon:
+        results.skip("relay.daemon", "`ackledger relay --batch` is not available on this branch")
     with scratch("relay") as folder:
         sink = start_sink(folder, "sink")
         try:
             for rep in range(plan.reps):
+                if daemon:
+                    source = folder / f"daemon-{rep}.db"
+                    fill.pending_events(source, f"d{rep}", plan.batch_events)
+                    results.add(
+                        "relay.daemon",
+                        "batch relay daemon (`ackledger relay --batch`)",
+                        "/s",
+                        daemon_rate(source, sink.base_url, plan.batch_events),
+                    )
                 source = folder / f"item-{rep}.db"
                 fill.pending_events(source, f"i{rep}", plan.relay_events)
                 _, value = relay_rate(source, sink.base_url, batch=False)

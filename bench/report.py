@@ -45,6 +45,8 @@ def targets(results: Results, plan: Plan) -> list[Target]:
                10.0, "ratio", "x"),
         Target("batch relay events/s (goal, durable)", results.get("relay.batch"), 20_000,
                "ratio", "/s"),
+        Target("`ackledger relay --batch` events/s (goal, durable)", results.get("relay.daemon"),
+               20_000, "ratio", "/s"),
         Target("ledger FULL / Powertools+Redis",
                _ratio(results, "ledger.full", "ledger.powertools"), 2.0, "ratio", "x"),
         Target("ledger NORMAL / Powertools+Redis",
@@ -211,14 +213,17 @@ def plots(results: Results, plan: Plan) -> set[str]:
         plt.close(fig)
         written.add(name)
 
-    def bars(ax: Any, keys: list[tuple[str, str]], color: str | list[str]) -> None:
-        present = [(k, name) for k, name in keys if results.get(k) is not None]
-        values = [results.figures[k].median for k, _ in present]
+    def bars(ax: Any, keys: list[tuple[str, str, str]]) -> None:
+        """One bar per (figure key, label, colour) that was measured, with its min-max."""
+        present = [(k, name, c) for k, name, c in keys if results.get(k) is not None]
+        values = [results.figures[k].median for k, _, _ in present]
         errors = [
-            [results.figures[k].median - results.figures[k].low for k, _ in present],
-            [results.figures[k].high - results.figures[k].median for k, _ in present],
+            [results.figures[k].median - results.figures[k].low for k, _, _ in present],
+            [results.figures[k].high - results.figures[k].median for k, _, _ in present],
         ]
-        ax.bar([name for _, name in present], values, yerr=errors, color=color, capsize=4)
+        names = [name for _, name, _ in present]
+        colors = [c for _, _, c in present]
+        ax.bar(names, values, yerr=errors, color=colors, capsize=4)
         for index, value in enumerate(values):
             ax.annotate(f"{value:,.0f}", (index, value), ha="center", va="bottom", fontsize=8)
 
@@ -226,15 +231,15 @@ def plots(results: Results, plan: Plan) -> set[str]:
     bars(
         ax,
         [
-            ("floor.commit_full", "commit\nFULL"),
-            ("floor.http", "HTTP\nround trip"),
-            ("floor.relay", "per-item\nfloor"),
-            ("relay.item", "per-item\nrelay"),
-            ("relay.batch", "batch\nrelay"),
-            ("accept.full", "accept\nFULL"),
-            ("accept.normal", "accept\nNORMAL"),
+            ("floor.commit_full", "commit\nFULL", "#999999"),
+            ("floor.http", "HTTP\nround trip", "#999999"),
+            ("floor.relay", "per-item\nfloor", "#555555"),
+            ("relay.item", "per-item\nrelay", "#1f77b4"),
+            ("relay.batch", "batch\nrelay", "#2ca02c"),
+            ("relay.daemon", "relay\n--batch", "#17becf"),
+            ("accept.full", "accept\nFULL", "#ff7f0e"),
+            ("accept.normal", "accept\nNORMAL", "#ff7f0e"),
         ],
-        ["#999999", "#999999", "#555555", "#1f77b4", "#2ca02c", "#ff7f0e", "#ff7f0e"],
     )
     ax.set_yscale("log")
     ax.set_ylabel("per second (log)")
@@ -278,12 +283,11 @@ def plots(results: Results, plan: Plan) -> set[str]:
         bars(
             ax,
             [
-                ("ledger.powertools", "Powertools\n+ Redis"),
-                ("ledger.full", "ours\nFULL"),
-                ("ledger.normal", "ours\nNORMAL"),
-                ("ledger.http.rps", "ours over HTTP\n16 clients"),
+                ("ledger.powertools", "Powertools\n+ Redis", "#999999"),
+                ("ledger.full", "ours\nFULL", "#1f77b4"),
+                ("ledger.normal", "ours\nNORMAL", "#2ca02c"),
+                ("ledger.http.rps", "ours over HTTP\n16 clients", "#9467bd"),
             ],
-            ["#999999", "#1f77b4", "#2ca02c", "#9467bd"],
         )
         ax.set_ylabel("requests/s")
         ax.set_title(f"Ledger, {plan.ledger_requests:,} requests, half repeats")

@@ -30,15 +30,10 @@ def measure(plan: Plan, results: Results) -> None:
                     if set(load.statuses) != {200}:
                         results.notes.append(f"sink load with {clients} clients: {load.statuses}")
                     key = f"sink.c{clients}"
-                    results.add(
-                        f"{key}.rps", f"sink /events, {clients} clients", "/s", load.throughput
-                    )
-                    results.add(
-                        f"{key}.p50", f"sink /events, {clients} clients, p50", "ms", load.p(50)
-                    )
-                    results.add(
-                        f"{key}.p99", f"sink /events, {clients} clients, p99", "ms", load.p(99)
-                    )
+                    who = f"{clients} client" + ("s" if clients > 1 else "")
+                    results.add(f"{key}.rps", f"sink /events, {who}", "/s", load.throughput)
+                    results.add(f"{key}.p50", f"sink /events, {who}, p50", "ms", load.p(50))
+                    results.add(f"{key}.p99", f"sink /events, {who}, p99", "ms", load.p(99))
         finally:
             sink.stop()
     for clients in CLIENT_COUNTS:
