@@ -11,9 +11,11 @@ import http.client
 import os
 import sqlite3
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from .common import Plan, Results, scratch, timed_loop
+from .rawserver import one_row_committer
 
 BODY = b'{"id":"floor","qty":1,"sku":"floor"}'
 
@@ -51,7 +53,9 @@ def sqlite_commit_rate(folder: Path, synchronous: str, seconds: float) -> float:
         conn.close()
 
 
-def http_round_trip_rate(url: str, seconds: float) -> float:
+def http_round_trip_rate(
+    url: str, seconds: float, after: Callable[[], None] | None = None
+) -> float:
     host, port = url.removeprefix("http://").rsplit(":", 1)
     conn = http.client.HTTPConnection(host, int(port), timeout=10)
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -60,6 +64,8 @@ def http_round_trip_rate(url: str, seconds: float) -> float:
         conn.request("POST", "/events", body=BODY, headers=headers)
         response = conn.getresponse()
         response.read()
+        if after is not None:
+            after()
 
     try:
         step()  # connect outside the timing
@@ -73,7 +79,14 @@ def measure(plan: Plan, results: Results) -> None:
     from ackledger.procs import start_listener
 
     rawserver = Path(__file__).with_name("rawserver.py")
-    with scratch("floors") as folder, start_listener([sys.executable, str(rawserver)]) as raw:
+    with (
+        scratch("floors") as folder,
+        start_listener([sys.executable, str(rawserver)]) as raw,
+        start_listener(
+            [sys.executable, str(rawserver), "--commit", str(folder / "raw-sink.db")]
+        ) as durable,
+    ):
+        mark = one_row_committer(str(folder / "raw-source.db"))
         for _ in range(plan.reps):
             results.add(
                 "floor.fdatasync",
@@ -107,6 +120,14 @@ def measure(plan: Plan, results: Results) -> None:
                 "per-item relay floor 1/(2 commits + 1 round trip)",
                 "/s",
                 1.0 / (2.0 / commit + 1.0 / trip),
+            )
+            # The same three steps done for real by two processes that hand over to each other:
+            # what the machine allows a relay once its fsyncs and wake-ups interleave.
+            results.add(
+                "floor.handover",
+                "two-process hand-over: round trip + a one-row FULL commit on each side",
+                "/s",
+                http_round_trip_rate(durable.base_url, plan.floor_seconds, after=mark),
             )
     for key in ("floor.fdatasync", "floor.commit_full", "floor.commit_normal", "floor.http"):
         figure = results.figures[key]

@@ -2,13 +2,17 @@
 
 It reads a request head, reads ``Content-Length`` bytes of body and writes a fixed 200 with a
 small JSON body, on a plain blocking socket, one connection at a time. Whatever our sink costs
-beyond this is the sink's own overhead. Run as ``python -m bench.rawserver``; prints its URL.
+beyond this is the sink's own overhead. Run as ``python rawserver.py [--commit DB]``; prints its
+URL. With ``--commit DB`` it first makes a one-row commit (WAL, synchronous=FULL) in DB for every
+request: the least a durable sink can do.
 """
 
 from __future__ import annotations
 
 import socket
+import sqlite3
 import sys
+from collections.abc import Callable
 
 ANSWER_BODY = b'{"ack":true,"id":"floor","status":"applied"}'
 ANSWER = (
@@ -19,7 +23,22 @@ ANSWER = (
 )
 
 
-def _serve_connection(conn: socket.socket) -> None:
+def one_row_committer(path: str) -> Callable[[], None]:
+    """A function that makes one one-row commit in ``path`` (WAL, synchronous=FULL)."""
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute("PRAGMA synchronous = FULL")
+    db.execute("CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
+
+    def commit() -> None:
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("INSERT INTO t (v) VALUES (?)", ("x" * 40,))
+        db.execute("COMMIT")
+
+    return commit
+
+
+def _serve_connection(conn: socket.socket, before_answer: Callable[[], None] | None) -> None:
     buffer = b""
     while True:
         head_end = buffer.find(b"\r\n\r\n")
@@ -41,10 +60,15 @@ def _serve_connection(conn: socket.socket) -> None:
                 return
             buffer += chunk
         buffer = buffer[end:]
+        if before_answer is not None:
+            before_answer()
         conn.sendall(ANSWER)
 
 
 def main() -> None:
+    commit = None
+    if "--commit" in sys.argv:
+        commit = one_row_committer(sys.argv[sys.argv.index("--commit") + 1])
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", 0))
@@ -54,7 +78,7 @@ def main() -> None:
         conn, _ = listener.accept()
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with conn:
-            _serve_connection(conn)
+            _serve_connection(conn, commit)
         if "--once" in sys.argv:
             return
 

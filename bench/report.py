@@ -41,6 +41,8 @@ def targets(results: Results, plan: Plan) -> list[Target]:
     return [
         Target("per-item relay / floor 1/(2 commits + 1 round trip)",
                _ratio(results, "relay.item", "floor.relay"), 0.8, "ratio", "x"),
+        Target("per-item relay / measured hand-over floor (same steps, raw sockets and SQLite)",
+               _ratio(results, "relay.item", "floor.handover"), 0.8, "ratio", "x"),
         Target("batch relay / per-item relay", _ratio(results, "relay.batch", "relay.item"),
                10.0, "ratio", "x"),
         Target("batch relay events/s (goal, durable)", results.get("relay.batch"), 20_000,
@@ -143,7 +145,13 @@ def write(
         ("Floors", "floor.", "What the machine allows: a durable 4 KiB write, a one-row SQLite "
          "commit in WAL mode, and a keep-alive round trip from `http.client` to a raw socket "
          "server (`bench/rawserver.py`). The per-item relay floor is 1 / (2 commits with "
-         "synchronous=FULL + 1 round trip).", None),
+         "synchronous=FULL + 1 round trip), the sum of the parts measured one by one. The "
+         "hand-over floor does those same three steps for real with no ackledger code at all: "
+         "`http.client` posts to the raw server, which makes a one-row FULL commit before it "
+         "answers, and the client then makes its own one-row FULL commit, in a loop. On this "
+         "machine it reaches about half of the summed floor: each fsync in one process slows "
+         "the next one in the other, and every hand-over wakes a halted vCPU (see the last "
+         "section).", None),
         ("Accept", "accept.", "`Outbox.accept` in a loop: order row and outbox row in one "
          "transaction per event.", None),
         ("Relay end to end", "relay.", "A pre-filled outbox (synchronous=FULL) relayed into a "
@@ -234,6 +242,7 @@ def plots(results: Results, plan: Plan) -> set[str]:
             ("floor.commit_full", "commit\nFULL", "#999999"),
             ("floor.http", "HTTP\nround trip", "#999999"),
             ("floor.relay", "per-item\nfloor", "#555555"),
+            ("floor.handover", "hand-over\nfloor", "#555555"),
             ("relay.item", "per-item\nrelay", "#1f77b4"),
             ("relay.batch", "batch\nrelay", "#2ca02c"),
             ("relay.daemon", "relay\n--batch", "#17becf"),
