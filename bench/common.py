@@ -45,7 +45,7 @@ QUICK = Plan(
 
 FULL = Plan(
     name="full",
-    reps=5,
+    reps=7,
     floor_seconds=1.5,
     accept_events=6_000,
     relay_events=5_000,

@@ -149,7 +149,7 @@ def write(
          "hand-over floor does those same three steps for real with no ackledger code at all: "
          "`http.client` posts to the raw server, which makes a one-row FULL commit before it "
          "answers, and the client then makes its own one-row FULL commit, in a loop. On this "
-         "machine it reaches about half of the summed floor: each fsync in one process slows "
+         "machine it reaches 0.5-0.7 of the summed floor: each fsync in one process slows "
          "the next one in the other, and every hand-over wakes a halted vCPU (see the last "
          "section).", None),
         ("Accept", "accept.", "`Outbox.accept` in a loop: order row and outbox row in one "
@@ -161,9 +161,12 @@ def write(
         ("The sink under concurrent clients", "sink.", "Keep-alive clients (`bench/load.py`, "
          "asyncio, one connection each) posting new events to `/events` of one sink process "
          "(synchronous=FULL) for a fixed time.", "sink_concurrency.png"),
-        ("Growth", "growth.", "An outbox with many rows already sent (written by the bench-only "
-         "bulk insert in `bench/fill.py`) plus 2,000 pending: latency of `pending(16)` and the "
-         "peak RSS of a relay draining the pending events.", "growth.png"),
+        ("Growth", "growth.", "An outbox with "
+         + ", ".join(f"{rows:,}" for rows in plan.growth_rows)
+         + " rows already sent (written by the bench-only bulk insert in `bench/fill.py`; the "
+         "quick run stops at 100,000, the full run adds 1,000,000) plus 2,000 pending: latency "
+         "of `pending(16)` and the peak RSS of a relay draining the pending events.",
+         "growth.png"),
         ("Ledger in process, against Powertools for AWS Lambda", "ledger.",
          f"{plan.ledger_requests:,} requests, every other one a repeat of an earlier key. Peer: "
          "`idempotent_function` with `RedisCachePersistenceLayer` (ssl=False) on the local Redis, "
