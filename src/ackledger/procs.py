@@ -72,9 +72,21 @@ def start_service(
     timeout: float = 20,
 ) -> Service:
     """Start ``ackledger ARGS`` (a ``serve`` command with ``--port 0``) and wait for its URL."""
+    return start_listener(cli_command(*args), env=env, stderr_path=stderr_path, timeout=timeout)
+
+
+def start_listener(
+    command: Sequence[str],
+    *,
+    env: dict[str, str] | None = None,
+    stderr_path: Path | None = None,
+    timeout: float = 20,
+) -> Service:
+    """Start any command that prints "listening on URL" and wait for that line."""
+    args = list(command)
     stderr = open(stderr_path, "ab") if stderr_path else subprocess.DEVNULL  # noqa: SIM115
     process = subprocess.Popen(
-        cli_command(*args),
+        args,
         stdout=subprocess.PIPE,
         stderr=stderr,
         text=True,

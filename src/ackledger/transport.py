@@ -10,6 +10,7 @@ a send either happened once on this call or raised.
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import select
@@ -20,7 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .errors import NotAcknowledged, UnsafeTarget
-from .event import canonical_json, validate_event
+from .event import event_json, validate_event
 
 MAX_ANSWER_BYTES = 64 * 1024
 MAX_BATCH = 16
@@ -40,6 +41,13 @@ def check_target(
     """Parse ``url`` or raise :class:`UnsafeTarget`; makes no connection and no DNS query."""
     if not isinstance(url, str):
         raise UnsafeTarget(f"url: must be a string, got {type(url).__name__}")
+    hosts = None if allowed_hosts is None else tuple(allowed_hosts)
+    # A relay sends every event to the same URL: parse it once, not once per event.
+    return _check_target(url, path, hosts)
+
+
+@functools.lru_cache(maxsize=256)
+def _check_target(url: str, path: str, allowed_hosts: tuple[str, ...] | None) -> Target:
     if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
         raise UnsafeTarget("url: must not contain whitespace or control characters")
     if "?" in url or "#" in url:
@@ -96,9 +104,11 @@ def _connection(target: Target, timeout: float) -> http.client.HTTPConnection:
     if conn is None:
         conn = http.client.HTTPConnection(target.host, target.port, timeout=timeout)
         pool[key] = conn
-    conn.timeout = timeout
-    if conn.sock is not None:
-        conn.sock.settimeout(timeout)
+    if conn.timeout != timeout:
+        # settimeout is a system call; a relay keeps one timeout, so it is made once.
+        conn.timeout = timeout
+        if conn.sock is not None:
+            conn.sock.settimeout(timeout)
     return conn
 
 
@@ -216,7 +226,7 @@ def send_http(
     """POST one event to a sink's ``/events``; returns True only for an exact ACK."""
     clean = validate_event(event)
     target = check_target(url, "/events", allowed_hosts)
-    status, answer = _post_json(target, canonical_json(clean).encode(), timeout)
+    status, answer = _post_json(target, event_json(clean).encode(), timeout)
     if not isinstance(answer, dict):
         raise NotAcknowledged("answer is not a JSON object", status=status)
     if answer.get("ack") is not True:
@@ -250,7 +260,8 @@ def post_batch(
         raise ValueError(f"events: must hold 1-{MAX_BATCH} events, got {len(events)}")
     clean = [validate_event(item) for item in events]
     target = check_target(url, "/events/batch", allowed_hosts)
-    status, answer = _post_json(target, canonical_json(clean).encode(), timeout)
+    body = "[" + ",".join(event_json(item) for item in clean) + "]"
+    status, answer = _post_json(target, body.encode(), timeout)
     if not isinstance(answer, dict) or not isinstance(answer.get("acks"), list):
         raise NotAcknowledged("batch answer has no 'acks' list", status=status)
     acks: list[Any] = answer["acks"]

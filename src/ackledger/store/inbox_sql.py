@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from .base import Tx
@@ -9,23 +10,27 @@ from .base import Tx
 RECEIPT_COLUMNS = ("id", "sku", "qty", "first_received_at", "last_received_at", "receipts")
 
 
-def add_stock(tx: Tx, sku: str, qty: int) -> None:
-    tx.execute(
-        "INSERT INTO inventory (sku, qty) VALUES (?, ?) "
-        "ON CONFLICT (sku) DO UPDATE SET qty = inventory.qty + excluded.qty",
-        (sku, qty),
-    )
-
-
-def next_arrival(tx: Tx) -> int:
-    """The next number of the sink's arrival sequence. The counter row stays locked until the
-    transaction ends, so the numbers follow commit order on every backend."""
-    return int(
-        tx.scalar(
-            "INSERT INTO counters (name, value) VALUES ('sink.arrival', 1) "
-            "ON CONFLICT (name) DO UPDATE SET value = counters.value + 1 RETURNING value"
+def add_stock(tx: Tx, added: Mapping[str, int]) -> None:
+    """Add ``added[sku]`` to each sku's stock (one statement, run once per sku)."""
+    if added:
+        tx.executemany(
+            "INSERT INTO inventory (sku, qty) VALUES (?, ?) "
+            "ON CONFLICT (sku) DO UPDATE SET qty = inventory.qty + excluded.qty",
+            list(added.items()),
         )
+
+
+def reserve_arrivals(tx: Tx, count: int) -> int:
+    """Take ``count`` numbers of the sink's arrival sequence; returns the one before the first.
+    The counter row stays locked until the transaction ends, so the numbers follow commit
+    order on every backend."""
+    last = tx.scalar(
+        "INSERT INTO counters (name, value) VALUES ('sink.arrival', ?) "
+        "ON CONFLICT (name) DO UPDATE SET value = counters.value + excluded.value "
+        "RETURNING value",
+        (count,),
     )
+    return int(last) - count
 
 
 def note_receipt(tx: Tx, event_id: str, now: float, arrival: int) -> None:
@@ -37,11 +42,16 @@ def note_receipt(tx: Tx, event_id: str, now: float, arrival: int) -> None:
 
 
 def bump_counter(tx: Tx, name: str, by: int = 1) -> None:
-    tx.execute(
-        "INSERT INTO counters (name, value) VALUES (?, ?) "
-        "ON CONFLICT (name) DO UPDATE SET value = counters.value + excluded.value",
-        (name, by),
-    )
+    bump_counters(tx, {name: by})
+
+
+def bump_counters(tx: Tx, counts: Mapping[str, int]) -> None:
+    if counts:
+        tx.executemany(
+            "INSERT INTO counters (name, value) VALUES (?, ?) "
+            "ON CONFLICT (name) DO UPDATE SET value = counters.value + excluded.value",
+            list(counts.items()),
+        )
 
 
 def counters(tx: Tx, prefix: str) -> dict[str, int]:

@@ -1,9 +1,16 @@
-"""What both services share: problem JSON (RFC 9457), a capped body reader, JSON answers."""
+"""What both services share: problem JSON (RFC 9457), a capped body reader, JSON answers.
+
+Answers are built once as an :class:`Answer` (status, body, media type, headers) and then
+either turned into a Starlette ``Response`` or sent straight on an ASGI ``send``: the hot POST
+routes (see ``fastpath``) skip Starlette's request and response objects but say exactly the
+same bytes.
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
@@ -11,6 +18,7 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from ..errors import InvalidEvent
 
@@ -22,11 +30,50 @@ class BodyTooLarge(Exception):
     pass
 
 
+class ClientGone(Exception):
+    """The client disconnected before its request body was complete."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    body: bytes
+    media_type: str
+    headers: dict[str, str] | None = None
+
+    def response(self) -> Response:
+        return Response(
+            self.body, status_code=self.status, headers=self.headers, media_type=self.media_type
+        )
+
+    async def send(self, send: Send) -> None:
+        """Send as ``response()`` would: the same status, headers and body (media types here
+        are never text/*, so Starlette adds no charset either)."""
+        headers = [
+            (b"content-length", str(len(self.body)).encode()),
+            (b"content-type", self.media_type.encode("latin-1")),
+        ]
+        if self.headers:
+            headers = [
+                *(
+                    (k.lower().encode("latin-1"), v.encode("latin-1"))
+                    for k, v in self.headers.items()
+                ),
+                *headers,
+            ]
+        await send({"type": "http.response.start", "status": self.status, "headers": headers})
+        await send({"type": "http.response.body", "body": self.body})
+
+
+def json_answer(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> Answer:
+    body = json.dumps(payload, separators=(",", ":")).encode()
+    return Answer(status, body, "application/json", headers)
+
+
 def json_response(
     payload: Any, status: int = 200, headers: dict[str, str] | None = None
 ) -> Response:
-    body = json.dumps(payload, separators=(",", ":")).encode()
-    return Response(body, status_code=status, headers=headers, media_type="application/json")
+    return json_answer(payload, status, headers).response()
 
 
 def problem_body(status: int, kind: str, title: str, detail: str, **extra: Any) -> dict[str, Any]:
@@ -39,25 +86,52 @@ def problem_body(status: int, kind: str, title: str, detail: str, **extra: Any) 
     }
 
 
-def problem(status: int, kind: str, title: str, detail: str, **extra: Any) -> Response:
+def problem_answer(status: int, kind: str, title: str, detail: str, **extra: Any) -> Answer:
     body = json.dumps(problem_body(status, kind, title, detail, **extra)).encode()
-    return Response(body, status_code=status, media_type="application/problem+json")
+    return Answer(status, body, "application/problem+json")
+
+
+def problem(status: int, kind: str, title: str, detail: str, **extra: Any) -> Response:
+    return problem_answer(status, kind, title, detail, **extra).response()
+
+
+def too_large_answer(**extra: Any) -> Answer:
+    detail = f"the request body is over {MAX_BODY_BYTES} bytes"
+    return problem_answer(413, "body-too-large", "Body too large", detail, **extra)
 
 
 def too_large(**extra: Any) -> Response:
-    return problem(
-        413,
-        "body-too-large",
-        "Body too large",
-        f"the request body is over {MAX_BODY_BYTES} bytes",
-        **extra,
-    )
+    return too_large_answer(**extra).response()
+
+
+def invalid_answer(detail: str, field: str | None, **extra: Any) -> Answer:
+    if field:
+        extra["field"] = field
+    return problem_answer(400, "invalid", "Invalid request", detail, **extra)
 
 
 def invalid(detail: str, field: str | None, **extra: Any) -> Response:
-    if field:
-        extra["field"] = field
-    return problem(400, "invalid", "Invalid request", detail, **extra)
+    return invalid_answer(detail, field, **extra).response()
+
+
+async def read_body(scope: Scope, receive: Receive, cap: int = MAX_BODY_BYTES) -> bytes:
+    """``read_capped`` for a raw ASGI request: the body, or BodyTooLarge without reading on."""
+    for name, value in scope["headers"]:
+        if name == b"content-length" and value.isdigit() and int(value) > cap:
+            raise BodyTooLarge
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        chunk: bytes = message.get("body", b"")
+        size += len(chunk)
+        if size > cap:
+            raise BodyTooLarge
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
 
 
 def bad_input(exc: BodyTooLarge | ValueError, **extra: Any) -> Response:
@@ -130,7 +204,7 @@ class ServiceMetrics:
     ) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(_DurableCounters(f"ackledger_{service}_", read, help_texts))
-        self._requests = Counter(
+        self.requests = Counter(
             f"ackledger_{service}_requests",
             f"HTTP requests answered by the {service}, by route and status.",
             ["route", "status"],
@@ -142,7 +216,7 @@ class ServiceMetrics:
 
         async def counting(request: Request) -> Response:
             response = await handler(request)
-            self._requests.labels(route, str(response.status_code)).inc()
+            self.requests.labels(route, str(response.status_code)).inc()
             return response
 
         return counting

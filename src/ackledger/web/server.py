@@ -10,14 +10,18 @@ import socket
 import sys
 
 import uvicorn
-from starlette.applications import Starlette
+from starlette.types import ASGIApp
 
 
 def bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # IPPROTO_TCP, not 0: asyncio turns Nagle off (TCP_NODELAY) only on sockets whose proto
-    # says TCP, and without that every answer waits ~40 ms for the client's delayed ACK.
+    # Naming IPPROTO_TCP matters: asyncio turns Nagle's algorithm off (TCP_NODELAY) only on
+    # sockets whose proto says TCP, and accepted sockets copy the listener's. With proto 0, a
+    # server that writes the head and the body of an answer separately (uvicorn does) waits
+    # for the client's delayed ACK, about 40 ms, on every keep-alive request. TCP_NODELAY on
+    # the listener is inherited by accepted sockets on Linux as well.
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
@@ -35,7 +39,7 @@ def url_of(sock: socket.socket) -> str:
     return f"http://{shown}:{port}"
 
 
-def serve(app: Starlette, sock: socket.socket, name: str) -> None:
+def serve(app: ASGIApp, sock: socket.socket, name: str) -> None:
     print(f"ackledger {name} listening on {url_of(sock)}", flush=True)
     config = uvicorn.Config(
         app,

@@ -1,29 +1,42 @@
-"""The sink service: ``POST /events`` applies an event once through the inbox."""
+"""The sink service: ``POST /events`` applies an event once through the inbox.
+
+The two POST routes are plain ASGI handlers (``fastpath``) and share write transactions with
+whatever other requests are ready at the same time (group commit): one fsync then makes many
+clients' events durable, and each is answered only after it.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope
 
 from ..errors import AckledgerError, Conflict, InvalidEvent
 from ..event import check_identifier
-from ..inbox import Inbox
+from ..inbox import BatchResult, Inbox
 from .common import (
+    Answer,
     BodyTooLarge,
+    ClientGone,
     ServiceMetrics,
-    bad_input,
     invalid,
+    invalid_answer,
+    json_answer,
     json_response,
     parse_json,
     problem,
+    problem_answer,
     problem_body,
-    read_capped,
+    read_body,
+    too_large_answer,
 )
+from .fastpath import FastPosts, GroupCommit, PostRoute
 
 MAX_BATCH = 16
 
@@ -44,29 +57,50 @@ def _invalid_problem(exc: InvalidEvent) -> dict[str, Any]:
     return problem_body(400, "invalid", "Invalid event", str(exc), **extra)
 
 
-def create_sink_app(inbox: Inbox) -> Starlette:
+async def _json_body(scope: Scope, receive: Receive) -> Any:
+    """The parsed body, or the Answer that refuses it; None if the client went away."""
+    try:
+        return parse_json(await read_body(scope, receive))
+    except BodyTooLarge:
+        return too_large_answer()
+    except ValueError as exc:
+        return invalid_answer(str(exc), "body")
+
+
+def create_sink_app(inbox: Inbox) -> ASGIApp:
     service_metrics = ServiceMetrics("sink", inbox.counters, SINK_COUNTERS)
     started_at = time.time()
+    group: GroupCommit[Sequence[object], BatchResult] = GroupCommit(inbox.receive_runs)
 
-    async def post_event(request: Request) -> Response:
+    async def event_answer(scope: Scope, receive: Receive) -> Answer | None:
         try:
-            obj = parse_json(await read_capped(request))
-            status = inbox.receive(obj)
-        except (BodyTooLarge, ValueError) as exc:
-            return bad_input(exc)
-        except Conflict as exc:
-            return problem(422, "conflict", "Conflicting content for this id", str(exc))
+            obj = await _json_body(scope, receive)
+        except ClientGone:
+            return None
+        if isinstance(obj, Answer):
+            return obj
+        result = await group.submit([obj])
+        error = result.error
+        if isinstance(error, InvalidEvent):
+            return invalid_answer(str(error), error.field)
+        if isinstance(error, Conflict):
+            return problem_answer(422, "conflict", "Conflicting content for this id", str(error))
+        if error is not None:  # pragma: no cover - receive_runs only reports the two above
+            raise error
+        status = result.statuses[0]
         headers = {"Idempotent-Replayed": "true"} if status == "duplicate" else None
-        return json_response({"ack": True, "id": obj["id"], "status": status}, headers=headers)
+        return json_answer({"ack": True, "id": obj["id"], "status": status}, headers=headers)
 
-    async def post_batch(request: Request) -> Response:
+    async def batch_answer(scope: Scope, receive: Receive) -> Answer | None:
         try:
-            items = parse_json(await read_capped(request))
-        except (BodyTooLarge, ValueError) as exc:
-            return bad_input(exc)
+            items = await _json_body(scope, receive)
+        except ClientGone:
+            return None
+        if isinstance(items, Answer):
+            return items
         if not isinstance(items, list) or not 1 <= len(items) <= MAX_BATCH:
-            return invalid(f"body: must be a JSON list of 1-{MAX_BATCH} events", "body")
-        result = inbox.receive_batch(items)
+            return invalid_answer(f"body: must be a JSON list of 1-{MAX_BATCH} events", "body")
+        result = await group.submit(items)
         acks = [
             {"id": item["id"], "ack": True, "status": status}
             for item, status in zip(items, result.statuses, strict=False)
@@ -78,10 +112,13 @@ def create_sink_app(inbox: Inbox) -> Starlette:
                 payload["error"] = _conflict_problem(result.error)
             elif isinstance(result.error, InvalidEvent):
                 payload["error"] = _invalid_problem(result.error)
-            else:  # pragma: no cover - receive_batch only reports the two above
+            else:  # pragma: no cover - receive_runs only reports the two above
                 payload["error"] = problem_body(500, "internal", "Error", str(result.error))
             payload["error"]["index"] = index
-        return json_response(payload)
+        return json_answer(payload)
+
+    post_event = PostRoute("/events", event_answer, service_metrics.requests)
+    post_batch = PostRoute("/events/batch", batch_answer, service_metrics.requests)
 
     async def get_event(request: Request) -> Response:
         event_id = request.path_params["event_id"]
@@ -103,20 +140,17 @@ def create_sink_app(inbox: Inbox) -> Starlette:
     async def openapi(request: Request) -> Response:
         return json_response(SINK_OPENAPI)
 
-    return Starlette(
+    app = Starlette(
         routes=[
-            Route("/events", service_metrics.counted("/events", post_event), methods=["POST"]),
-            Route(
-                "/events/batch",
-                service_metrics.counted("/events/batch", post_batch),
-                methods=["POST"],
-            ),
+            Route("/events", post_event, methods=["POST"]),
+            Route("/events/batch", post_batch, methods=["POST"]),
             Route("/events/{event_id:str}", get_event, methods=["GET"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
             Route("/openapi.json", openapi, methods=["GET"]),
         ]
     )
+    return FastPosts(app, {"/events": post_event, "/events/batch": post_batch})
 
 
 _EVENT_SCHEMA = {

@@ -1,0 +1,220 @@
+"""The ledger against a peer, and over HTTP.
+
+In process, on one workload (N requests, every other one a repeat of an earlier key):
+ours with synchronous=FULL and NORMAL against Powertools for AWS Lambda's
+``idempotent_function`` with its Redis persistence layer on the local Redis (which keeps
+nothing on disk). Over HTTP: ``ackledger serve ledger`` under 16 keep-alive clients.
+
+The ledger is built on another branch; until ``ackledger.ledger`` imports, these workloads are
+skipped and the report says so.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import random
+import time
+import uuid
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ackledger.procs import run_cli, start_service
+
+from .common import Plan, Results, rate, scratch
+from .load import run_load
+
+REDIS_HOST = "127.0.0.1"
+REDIS_PORT = 6379
+HTTP_CLIENTS = 16
+
+Request = Callable[[str, str], object]
+
+
+def workload(count: int, seed: int = 7) -> list[int]:
+    """Key numbers: even positions are new keys, odd ones repeat an earlier key."""
+    rng = random.Random(seed)
+    keys: list[int] = []
+    fresh = 0
+    for position in range(count):
+        if position % 2 == 0 or fresh == 0:
+            keys.append(fresh)
+            fresh += 1
+        else:
+            keys.append(rng.randrange(fresh))
+    return keys
+
+
+def _timed(request: Request, case_id: str, keys: list[int]) -> float:
+    start = time.perf_counter()
+    for key in keys:
+        request(case_id, f"work-{key}")
+    return rate(len(keys), time.perf_counter() - start)
+
+
+def ledger_class() -> Any | None:
+    try:
+        module = importlib.import_module("ackledger.ledger")
+    except ImportError:
+        return None
+    return getattr(module, "Ledger", None)
+
+
+def ours_rate(folder: Path, synchronous: str, keys: list[int], tag: str) -> float:
+    ledger_type = ledger_class()
+    assert ledger_type is not None
+    ledger = ledger_type(folder / f"ledger-{tag}.db", synchronous=synchronous)
+    try:
+
+        def request(case_id: str, work_id: str) -> object:
+            return ledger.request(case_id, work_id, "bench-pod", mode="idempotent")
+
+        return _timed(request, f"case-{tag}", keys)
+    finally:
+        ledger.close()
+
+
+class Powertools:
+    """``idempotent_function`` with the Redis persistence layer (ssl=False, loopback)."""
+
+    def __init__(self) -> None:
+        # Outside Lambda there is no context to read the remaining time from; Powertools warns
+        # once about it and carries on.
+        warnings.filterwarnings("ignore", message="Couldn't determine the remaining time")
+        with warnings.catch_warnings():
+            # The Redis layer is deprecated in favour of an alias of itself; same code.
+            warnings.simplefilter("ignore")
+            import redis
+            from aws_lambda_powertools.utilities.idempotency import (
+                IdempotencyConfig,
+                idempotent_function,
+            )
+            from aws_lambda_powertools.utilities.idempotency.persistence.redis import (
+                RedisCachePersistenceLayer,
+            )
+
+            self.client = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, ssl=False)
+            self.client.ping()
+            self.prefix = f"ackledger-bench-{uuid.uuid4().hex}"
+            client: Any = self.client  # redis.Redis is the protocol Powertools types loosely
+            store = RedisCachePersistenceLayer(client=client)
+            config = IdempotencyConfig(expires_after_seconds=900)
+            counter = itertools.count(1)
+
+            def handle(req: dict[str, str]) -> dict[str, int]:
+                return {"delivery_no": next(counter)}
+
+            decorate: Any = idempotent_function
+            self._handle: Callable[..., object] = decorate(
+                handle,
+                data_keyword_argument="req",
+                persistence_store=store,
+                config=config,
+                key_prefix=self.prefix,
+            )
+
+    def request(self, case_id: str, work_id: str) -> object:
+        return self._handle(req={"case_id": case_id, "work_id": work_id})
+
+    def version(self) -> str:
+        from aws_lambda_powertools.shared.version import VERSION
+
+        info = self.client.info("server")
+        return f"aws-lambda-powertools {VERSION}, Redis {info.get('redis_version', '?')}"
+
+    def cleanup(self) -> None:
+        for key in self.client.scan_iter(match=f"{self.prefix}*", count=1000):
+            self.client.delete(key)
+        self.client.close()
+
+
+def measure_in_process(plan: Plan, results: Results) -> None:
+    print("ledger in process vs Powertools", flush=True)
+    keys = workload(plan.ledger_requests)
+    try:
+        peer: Powertools | None = Powertools()
+    except Exception as exc:
+        peer = None
+        results.skip("ledger.peer", f"Powertools with Redis not available: {exc}")
+    if peer is not None:
+        results.notes.append(f"peer: {peer.version()}")
+    have_ledger = ledger_class() is not None
+    if not have_ledger:
+        results.skip(
+            "ledger", "ledger not available (ackledger.ledger does not import on this branch)"
+        )
+    with scratch("ledger") as folder:
+        try:
+            for rep in range(plan.reps):
+                if peer is not None:
+                    results.add(
+                        "ledger.powertools",
+                        "Powertools idempotent_function + Redis",
+                        "/s",
+                        _timed(peer.request, f"case-{rep}", keys),
+                    )
+                if have_ledger:
+                    for mode in ("FULL", "NORMAL"):
+                        results.add(
+                            f"ledger.{mode.lower()}",
+                            f"Ledger.request, synchronous={mode}",
+                            "/s",
+                            ours_rate(folder, mode, keys, f"{mode}{rep}"),
+                        )
+        finally:
+            if peer is not None:
+                peer.cleanup()
+    for key in ("ledger.powertools", "ledger.full", "ledger.normal"):
+        value = results.get(key)
+        if value is not None:
+            print(f"  {results.figures[key].label}: {value:,.0f}/s", flush=True)
+
+
+def ledger_service_available() -> bool:
+    return run_cli("serve", "ledger", "--help", timeout=30).returncode == 0
+
+
+def measure_http(plan: Plan, results: Results) -> None:
+    print(f"ledger over HTTP, {HTTP_CLIENTS} clients", flush=True)
+    if not ledger_service_available():
+        results.skip(
+            "ledger.http", "ledger not available (no `ackledger serve ledger` on this branch)"
+        )
+        return
+    with scratch("ledger-http") as folder:
+        service = start_service(
+            ["serve", "ledger", "--db", str(folder / "ledger.db"), "--port", "0"],
+            stderr_path=folder / "ledger.log",
+        )
+        try:
+            for rep in range(plan.reps):
+
+                def make(client: int, number: int, tag: str = f"r{rep}") -> dict[str, Any]:
+                    # Every other request repeats the one before it (a retried job).
+                    return {
+                        "case_id": f"case-{tag}-{client}",
+                        "work_id": f"work-{number // 2}",
+                        "pod_uid": f"pod-{number}",
+                        "mode": "idempotent",
+                    }
+
+                load = run_load(
+                    service.base_url, "/deliveries", HTTP_CLIENTS, plan.ledger_http_seconds, make
+                )
+                if not set(load.statuses) <= {200, 201}:
+                    results.notes.append(f"ledger HTTP answers: {load.statuses}")
+                results.add(
+                    "ledger.http.rps", "ledger POST /deliveries, 16 clients", "/s", load.throughput
+                )
+                results.add(
+                    "ledger.http.p50", "ledger POST /deliveries, 16 clients, p50", "ms", load.p(50)
+                )
+                results.add(
+                    "ledger.http.p99", "ledger POST /deliveries, 16 clients, p99", "ms", load.p(99)
+                )
+        finally:
+            service.stop()
+    rps, p50, p99 = (results.get(f"ledger.http.{part}") or 0.0 for part in ("rps", "p50", "p99"))
+    print(f"  {rps:,.0f}/s, p50 {p50:.2f} ms, p99 {p99:.2f} ms", flush=True)

@@ -1,0 +1,168 @@
+"""Accept, and the relay end to end: one at a time, and in batches.
+
+The relay runs in this process against a real ``ackledger serve sink`` process, both databases
+with synchronous=FULL. The clock runs from the first dispatch to the last mark.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from ackledger import Outbox
+from ackledger.dispatch import dispatch, dispatch_batch
+from ackledger.procs import Service, cli_command, run_cli, start_service
+from ackledger.transport import close_connections, send_http, send_http_batch
+
+from . import fill
+from .common import Plan, Results, rate, scratch
+
+
+def accept_rate(folder: Path, synchronous: str, count: int, prefix: str) -> float:
+    path = folder / f"accept-{prefix}.db"
+    events = [fill.event(prefix, n) for n in range(count)]
+    with Outbox(path, synchronous=synchronous) as outbox:
+        outbox.accept(fill.event(prefix + "-warm", 0))
+        start = time.perf_counter()
+        for item in events:
+            outbox.accept(item)
+        return rate(count, time.perf_counter() - start)
+
+
+def start_sink(folder: Path, name: str, *extra: str) -> Service:
+    return start_service(
+        ["serve", "sink", "--db", str(folder / f"{name}.db"), "--port", "0", *extra],
+        stderr_path=folder / f"{name}.log",
+    )
+
+
+def relay_rate(source: Path, url: str, *, batch: bool) -> tuple[int, float]:
+    """Drain ``source`` into the sink at ``url``; returns (events, events per second)."""
+    total = 0
+    with Outbox(source, synchronous="FULL") as outbox:
+        if batch:
+            target = url + "/events/batch"
+
+            def send_batch(events: list[dict[str, Any]]) -> int:
+                return send_http_batch(events, target)
+
+            start = time.perf_counter()
+            end = start
+            while marked := dispatch_batch(outbox, send_batch, 16):
+                total += len(marked)
+                end = time.perf_counter()
+        else:
+            target = url + "/events"
+
+            def send(event: dict[str, Any]) -> bool:
+                return send_http(event, target)
+
+            start = time.perf_counter()
+            end = start
+            while marked := dispatch(outbox, send, 16):
+                total += len(marked)
+                end = time.perf_counter()
+    close_connections()
+    return total, rate(total, end - start)
+
+
+def relay_daemon_has_batch() -> bool:
+    """True once ``ackledger relay --batch`` exists (the relay is built on another branch)."""
+    answer = run_cli("relay", "--help", timeout=30)
+    return answer.returncode == 0 and "--batch" in answer.stdout
+
+
+def _sent_count(source: Path) -> int:
+    # Bench-only read from a separate connection: the daemon is another process.
+    conn = sqlite3.connect(f"file:{source}?mode=ro", uri=True, isolation_level=None)
+    try:
+        return int(conn.execute("SELECT count(*) FROM outbox WHERE sent = 1").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def daemon_rate(source: Path, url: str, total: int) -> float:
+    """Events/s of ``ackledger relay --batch``, from its first mark to its last one.
+
+    The clock starts at the first sent row seen, so the interpreter's start-up is not counted.
+    """
+    process = subprocess.Popen(
+        cli_command("relay", "--source", str(source), "--to", url + "/events", "--batch"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        first: tuple[float, int] | None = None
+        sent = 0
+        while sent < total and time.monotonic() < deadline:
+            sent = _sent_count(source)
+            now = time.perf_counter()
+            if first is None and sent:
+                first = (now, sent)
+            time.sleep(0.002)
+        end = time.perf_counter()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
+    if first is None or sent < total:
+        return float("nan")
+    return rate(sent - first[1], end - first[0])
+
+
+def measure_accept(plan: Plan, results: Results) -> None:
+    print("accept", flush=True)
+    with scratch("accept") as folder:
+        for rep in range(plan.reps):
+            for mode in ("FULL", "NORMAL"):
+                count = plan.accept_events if mode == "FULL" else plan.accept_events * 4
+                value = accept_rate(folder, mode, count, f"a{rep}{mode}")
+                results.add(
+                    f"accept.{mode.lower()}", f"Outbox.accept, synchronous={mode}", "/s", value
+                )
+    for mode in ("full", "normal"):
+        print(f"  accept {mode}: {results.figures[f'accept.{mode}'].median:,.0f}/s", flush=True)
+
+
+def measure_relay(plan: Plan, results: Results) -> None:
+    print("relay", flush=True)
+    daemon = relay_daemon_has_batch()
+    if not daemon:
+        results.skip("relay.daemon", "`ackledger relay --batch` is not available on this branch")
+    with scratch("relay") as folder:
+        sink = start_sink(folder, "sink")
+        try:
+            for rep in range(plan.reps):
+                if daemon:
+                    source = folder / f"daemon-{rep}.db"
+                    fill.pending_events(source, f"d{rep}", plan.batch_events)
+                    results.add(
+                        "relay.daemon",
+                        "batch relay daemon (`ackledger relay --batch`)",
+                        "/s",
+                        daemon_rate(source, sink.base_url, plan.batch_events),
+                    )
+                source = folder / f"item-{rep}.db"
+                fill.pending_events(source, f"i{rep}", plan.relay_events)
+                _, value = relay_rate(source, sink.base_url, batch=False)
+                results.add("relay.item", "per-item relay (dispatch + send_http)", "/s", value)
+                source = folder / f"batch-{rep}.db"
+                fill.pending_events(source, f"b{rep}", plan.batch_events)
+                _, value = relay_rate(source, sink.base_url, batch=True)
+                results.add(
+                    "relay.batch", "batch relay (dispatch_batch + send_http_batch)", "/s", value
+                )
+                for path in folder.glob("*-[0-9]*.db*"):
+                    os.unlink(path)
+        finally:
+            sink.stop()
+    item = results.get("relay.item")
+    batch = results.get("relay.batch")
+    floor = results.get("floor.relay")
+    print(f"  per-item relay: {item or 0:,.0f}/s (floor {floor or 0:,.0f}/s)", flush=True)
+    print(f"  batch relay: {batch or 0:,.0f} events/s", flush=True)

@@ -1,0 +1,113 @@
+"""The hot POST routes as plain ASGI, and group commit.
+
+Starlette's middleware stack, router and request/response objects cost more per request than
+the inbox's own work (docs/benchmarks.md). ``FastPosts`` answers POST on a few exact paths by
+calling the route's ASGI handler directly and hands every other request to the Starlette app,
+which keeps the same handlers as routes: a GET on those paths still gets Starlette's 405, and
+everything else behaves as before.
+
+``GroupCommit`` lets requests that are ready in the same turn of the event loop share one
+write transaction: each request still gets its own result, and is answered only after the one
+commit that made it durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Generic, TypeVar
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .common import Answer
+
+AnswerMaker = Callable[[Scope, Receive], Awaitable[Answer | None]]
+
+
+class PostRoute:
+    """An ASGI handler for one POST route: make the answer, count it, send it.
+
+    It is an object, not a function, so that Starlette mounts it as an ASGI app as it is.
+    ``answer`` returns None when the client went away before its request was complete.
+    """
+
+    def __init__(self, label: str, answer: AnswerMaker, counter: Any = None) -> None:
+        self._label = label
+        self._answer = answer
+        self._counter = counter
+        self._children: dict[int, Any] = {}
+
+    def _count(self, status: int) -> None:
+        if self._counter is None:
+            return
+        child = self._children.get(status)
+        if child is None:
+            child = self._counter.labels(self._label, str(status))
+            self._children[status] = child
+        child.inc()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        answer = await self._answer(scope, receive)
+        if answer is None:
+            return
+        self._count(answer.status)
+        await answer.send(send)
+
+
+class FastPosts:
+    """Route ``POST`` on the given exact paths straight to their handlers; all else to ``app``."""
+
+    def __init__(self, app: ASGIApp, posts: dict[str, PostRoute]) -> None:
+        self.app = app
+        self._posts = posts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path"):
+            handler = self._posts.get(scope["path"])
+            if handler is not None:
+                await handler(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
+class GroupCommit(Generic[Item, Result]):
+    """Gather the items submitted in one turn of the event loop into one ``apply_all`` call.
+
+    ``apply_all(items)`` runs in ONE write transaction and returns one result per item, in
+    order. Every request that was ready when the loop got to it has submitted its item by the
+    time the flush runs (the flush is scheduled behind them), so N concurrent clients share one
+    commit; a lone client pays only two extra turns of the loop. If ``apply_all`` raises,
+    nothing was committed and every item of the group gets that exception.
+    """
+
+    def __init__(self, apply_all: Callable[[Sequence[Item]], list[Result]]) -> None:
+        self._apply_all = apply_all
+        self._waiting: list[tuple[Item, asyncio.Future[Result]]] = []
+        self._scheduled = False
+
+    async def submit(self, item: Item) -> Result:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Result] = loop.create_future()
+        self._waiting.append((item, future))
+        if not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self._flush)
+        return await future
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        waiting, self._waiting = self._waiting, []
+        try:
+            results = self._apply_all([item for item, _ in waiting])
+        except Exception as exc:
+            for _, future in waiting:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        for (_, future), result in zip(waiting, results, strict=True):
+            if not future.done():
+                future.set_result(result)

@@ -1,0 +1,212 @@
+"""The sink's hot POST routes (plain ASGI, group commit) say exactly what the contract says.
+
+A real ``ackledger serve sink`` process; answers are read with ``http.client`` so that status
+lines, headers and bodies are seen as they travel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ackledger.procs import Service
+from ackledger.web.fastpath import GroupCommit
+
+from .conftest import raw_rows
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def conn(sink_service: Service) -> Iterator[http.client.HTTPConnection]:
+    connection = http.client.HTTPConnection("127.0.0.1", sink_service.port, timeout=30)
+    yield connection
+    connection.close()
+
+
+def _call(
+    conn: http.client.HTTPConnection, method: str, path: str, body: bytes | None = None
+) -> tuple[int, dict[str, str], bytes]:
+    conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
+    response = conn.getresponse()
+    data = response.read()
+    return response.status, {k.lower(): v for k, v in response.getheaders()}, data
+
+
+def _post(conn: http.client.HTTPConnection, path: str, obj: Any) -> tuple[int, dict[str, str], Any]:
+    status, headers, data = _call(conn, "POST", path, json.dumps(obj).encode())
+    return status, headers, json.loads(data)
+
+
+def test_applied_then_duplicate_with_replay_header(conn: http.client.HTTPConnection) -> None:
+    event = {"id": "e1", "sku": "s1", "qty": 2}
+    status, headers, body = _post(conn, "/events", event)
+    assert (status, body) == (200, {"ack": True, "id": "e1", "status": "applied"})
+    assert headers["content-type"] == "application/json"
+    assert "idempotent-replayed" not in headers
+    status, headers, body = _post(conn, "/events", event)
+    assert (status, body) == (200, {"ack": True, "id": "e1", "status": "duplicate"})
+    assert headers["idempotent-replayed"] == "true"
+
+
+def test_conflict_is_422_problem_and_changes_nothing(
+    conn: http.client.HTTPConnection, sink_db: Path
+) -> None:
+    assert _post(conn, "/events", {"id": "c1", "sku": "s1", "qty": 2})[0] == 200
+    status, headers, body = _post(conn, "/events", {"id": "c1", "sku": "s1", "qty": 3})
+    assert status == 422
+    assert headers["content-type"] == "application/problem+json"
+    assert body["status"] == 422
+    assert body["type"].endswith("/conflict")
+    assert raw_rows(sink_db, "SELECT qty FROM inventory WHERE sku = 's1'") == [(2,)]
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        (b"not json", "body"),
+        (b"[1]", "event"),
+        (b'{"id": "x", "sku": "s"}', "qty"),
+        (b'{"id": "x", "sku": "s", "qty": true}', "qty"),
+        (b'{"id": "-x", "sku": "s", "qty": 1}', "id"),
+    ],
+)
+def test_invalid_is_400_naming_the_field(
+    conn: http.client.HTTPConnection, sink_db: Path, raw: bytes, field: str
+) -> None:
+    status, headers, data = _call(conn, "POST", "/events", raw)
+    assert status == 400
+    assert headers["content-type"] == "application/problem+json"
+    assert json.loads(data)["field"] == field
+    assert raw_rows(sink_db, "SELECT count(*) FROM inbox") == [(0,)]
+
+
+@pytest.mark.parametrize("path", ["/events", "/events/batch"])
+def test_body_over_64_kib_is_413(conn: http.client.HTTPConnection, path: str) -> None:
+    status, headers, data = _call(conn, "POST", path, b"[" + b" " * (64 * 1024) + b"]")
+    assert status == 413
+    assert headers["content-type"] == "application/problem+json"
+    assert json.loads(data)["status"] == 413
+
+
+@pytest.mark.parametrize(("method", "path"), [("GET", "/events"), ("PUT", "/events/batch")])
+def test_other_methods_on_the_hot_paths_are_405(
+    conn: http.client.HTTPConnection, method: str, path: str
+) -> None:
+    status, headers, _ = _call(conn, method, path, b"[]" if method == "PUT" else None)
+    assert status == 405
+    assert headers["allow"] == "POST"
+
+
+@pytest.mark.parametrize(
+    "body", [[], {"id": "x"}, [{"id": f"m{n}", "sku": "s", "qty": 1} for n in range(17)]]
+)
+def test_batch_of_wrong_shape_is_400(conn: http.client.HTTPConnection, body: Any) -> None:
+    status, _, answer = _post(conn, "/events/batch", body)
+    assert status == 400
+    assert answer["field"] == "body"
+
+
+def test_batch_with_invalid_item_applies_the_prefix(
+    conn: http.client.HTTPConnection, sink_db: Path
+) -> None:
+    items = [
+        {"id": "v1", "sku": "s", "qty": 1},
+        {"id": "v2", "sku": "s"},
+        {"id": "v3", "sku": "s", "qty": 1},
+    ]
+    status, _, answer = _post(conn, "/events/batch", items)
+    assert status == 200
+    assert answer["acks"] == [{"id": "v1", "ack": True, "status": "applied"}]
+    assert answer["error"]["status"] == 400
+    assert answer["error"]["field"] == "qty"
+    assert answer["error"]["index"] == 1
+    assert raw_rows(sink_db, "SELECT id FROM inbox") == [("v1",)]
+
+
+def test_metrics_count_the_hot_routes(conn: http.client.HTTPConnection) -> None:
+    _post(conn, "/events", {"id": "m1", "sku": "s", "qty": 1})
+    _post(conn, "/events", {"id": "m1", "sku": "s", "qty": 2})
+    _post(conn, "/events/batch", [{"id": "m2", "sku": "s", "qty": 1}])
+    _, _, data = _call(conn, "GET", "/metrics")
+    text = data.decode()
+    assert 'ackledger_sink_requests_total{route="/events",status="200"} 1.0' in text
+    assert 'ackledger_sink_requests_total{route="/events",status="422"} 1.0' in text
+    assert 'ackledger_sink_requests_total{route="/events/batch",status="200"} 1.0' in text
+    assert "ackledger_sink_applied_total 2.0" in text
+    assert "ackledger_sink_conflict_total 1.0" in text
+
+
+def test_concurrent_clients_each_get_their_own_answer(sink_service: Service, sink_db: Path) -> None:
+    # Many keep-alive clients at once: their requests share commits, but each answer must be
+    # the one for its own event, and every event is applied exactly once.
+    clients, per_client = 12, 15
+    answers: dict[str, tuple[int, str]] = {}
+    errors: list[BaseException] = []
+
+    def run(client: int) -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", sink_service.port, timeout=30)
+        try:
+            for number in range(per_client):
+                # Every client also re-sends the shared event "common": one applies it.
+                event_id = "common" if number == 0 else f"k{client}-{number}"
+                sku = "shared" if number == 0 else f"s{client % 3}"
+                status, _, body = _post(
+                    connection, "/events", {"id": event_id, "sku": sku, "qty": 1}
+                )
+                assert body["id"] == event_id
+                answers[f"{client}:{event_id}"] = (status, body["status"])
+        except BaseException as exc:  # reported below, on the main thread
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(c,)) for c in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not errors
+    assert len(answers) == clients * per_client
+    common = [value for key, value in answers.items() if key.endswith(":common")]
+    assert sorted(common) == [(200, "applied")] + [(200, "duplicate")] * (clients - 1)
+    total = raw_rows(sink_db, "SELECT sum(qty) FROM inventory")[0][0]
+    assert total == clients * (per_client - 1) + 1
+    assert raw_rows(sink_db, "SELECT count(*) FROM inbox") == [(clients * (per_client - 1) + 1,)]
+
+
+def test_group_commit_gathers_one_turn_into_one_call() -> None:
+    calls: list[list[int]] = []
+
+    def apply_all(items: Sequence[int]) -> list[int]:
+        calls.append(list(items))
+        return [item * 10 for item in items]
+
+    async def scenario() -> list[int]:
+        group: GroupCommit[int, int] = GroupCommit(apply_all)
+        first = await asyncio.gather(*(group.submit(n) for n in range(5)))
+        second = await group.submit(7)
+        return [*first, second]
+
+    assert asyncio.run(scenario()) == [0, 10, 20, 30, 40, 70]
+    assert calls == [[0, 1, 2, 3, 4], [7]]
+
+
+def test_group_commit_failure_reaches_every_member() -> None:
+    def apply_all(items: Sequence[int]) -> list[int]:
+        raise OSError("disk gone")
+
+    async def scenario() -> list[BaseException | int]:
+        group: GroupCommit[int, int] = GroupCommit(apply_all)
+        return await asyncio.gather(*(group.submit(n) for n in range(3)), return_exceptions=True)
+
+    outcomes = asyncio.run(scenario())
+    assert len(outcomes) == 3
+    assert all(isinstance(o, OSError) for o in outcomes)
