@@ -172,6 +172,14 @@ def write(
          "`idempotent_function` with `RedisCachePersistenceLayer` (ssl=False) on the local Redis, "
          "which keeps nothing on disk. Ledger over HTTP: `ackledger serve ledger`, 16 keep-alive "
          "clients posting to `/deliveries`.", "ledger.png"),
+        ("PostgreSQL", "pg.", "All on the local PostgreSQL server (a fresh database per "
+         "workload). Relays: N `ackledger relay` processes, each one of N leasing partitions, "
+         "drain an outbox of events over 64 partitions into one `ackledger serve sink` process "
+         "whose inbox is on PostgreSQL; the clock runs from the first mark to the last. This "
+         "machine has 2 cores shared by PostgreSQL, the sink, the relays and the load client, "
+         "so more relays cannot add throughput here: the rows show the cost of leases and "
+         "PostgreSQL round trips, not how far it scales. Sink and ledger: the same clients as "
+         "above against services whose database is PostgreSQL.", None),
     ]  # fmt: skip
     for title, prefix, text, image in sections:
         lines += [f"## {title}", "", text, "", *_table(results, prefix)]
