@@ -54,6 +54,10 @@ class Backend(abc.ABC):
     dialect: str
     #: A printable name of the database (a path, or a URL without its password).
     location: str
+    #: Can transactions begun from several threads be in flight at once (a pool of
+    #: connections)? Services then run database calls on worker threads; otherwise they run
+    #: them one at a time, as the backend would anyway.
+    concurrent: bool = False
 
     @abc.abstractmethod
     def write(self) -> AbstractContextManager[Tx]:

@@ -72,6 +72,7 @@ class PostgresTx(Tx):
 
 class PostgresBackend(Backend):
     dialect = "postgres"
+    concurrent = True
 
     def __init__(self, url: str, synchronous: str = "FULL", *, pool_size: int = POOL_SIZE) -> None:
         self.synchronous = check_synchronous(synchronous)

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
 from ..errors import InvalidEvent
+from ..store import Backend
 
 MAX_BODY_BYTES = 64 * 1024
 PROBLEM_TYPE_BASE = "https://ackledger.invalid/problems/"
@@ -94,6 +96,30 @@ def parse_json(body: bytes) -> Any:
     except RecursionError:
         # 64 KiB of "[" is valid-looking input that nests past the parser's stack.
         raise ValueError("body: JSON nested too deeply") from None
+
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class DatabaseCalls:
+    """How a service makes its blocking database calls.
+
+    On a backend with a pool of connections (PostgreSQL) each call runs on a worker thread, so
+    one process has several transactions in flight, as several replicas would: the claims of
+    the inbox and the ledger must be (and are tested to be) correct under that. A call made on
+    the event loop would hold up every other request until its commit returns. SQLite has one
+    connection and one writer, so there the calls stay on the event loop, one at a time, which
+    is all the database could do anyway, without a thread hop per request.
+    """
+
+    def __init__(self, backend: Backend) -> None:
+        self.concurrent = backend.concurrent
+
+    async def __call__(self, func: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        if self.concurrent:
+            return await run_in_threadpool(func, *args, **kwargs)
+        return func(*args, **kwargs)
 
 
 def metrics_response(registry: CollectorRegistry) -> Response:
