@@ -12,6 +12,7 @@ import pytest
 
 from ackledger import Conflict, InvalidEvent, Ledger
 from ackledger.ledger import DEFAULT_RETENTION_SECONDS, PayloadConflict
+from ackledger.store.inbox_sql import COUNTER_SHARDS
 
 from .conftest import Target
 
@@ -315,3 +316,39 @@ def test_schema_has_the_contract_names_and_a_partial_key_index(target: Target) -
         ("control", 2),
         ("idempotent", 1),
     ]
+
+
+@pytest.mark.postgres
+def test_requests_for_other_keys_do_not_wait_for_an_open_one_on_postgres(pg_url: str) -> None:
+    """Replicas must not take turns: a request whose transaction is still open (it bumped its
+    counters, it has not committed) does not hold up a request for another key on another
+    connection. One counter row bumped by every request would make the second one wait."""
+    from ackledger.ledger import check_request, record_request
+
+    def shard(ledger: Ledger) -> int:
+        with ledger.backend.read() as tx:
+            return int(tx.scalar("SELECT pg_backend_pid()")) % COUNTER_SHARDS
+
+    with Ledger(pg_url) as first:
+        # Counter rows are chosen by server process: take a second connection whose row
+        # differs (each new connection is a new server process; it takes a few tries at most).
+        opened = [Ledger(pg_url)]
+        while shard(opened[-1]) == shard(first):
+            opened.append(Ledger(pg_url))
+        second = opened[-1]
+        answers: list[dict[str, Any]] = []
+        with first.backend.write() as tx:
+            held = record_request(tx, check_request("c", "held", "pod-A", "idempotent", None), 0)
+            waiter = threading.Thread(
+                target=lambda: answers.append(second.request("c", "other", "pod-B"))
+            )
+            waiter.start()
+            waiter.join(timeout=60)
+            assert len(answers) == 1, "a request waited for another key's open transaction"
+        for ledger in opened:
+            ledger.close()
+        assert [(d["work_id"], d["delivery_no"]) for d in first.deliveries()] == [
+            ("held", held.delivery_no),
+            ("other", answers[0]["delivery_no"]),
+        ]
+        assert first.counters() == {"attempts": 2, "deliveries": 2, "duplicates": 0, "conflicts": 0}

@@ -54,10 +54,10 @@ class Backend(abc.ABC):
     dialect: str
     #: A printable name of the database (a path, or a URL without its password).
     location: str
-    #: Can transactions begun from several threads be in flight at once (a pool of
-    #: connections)? Services then run database calls on worker threads; otherwise they run
-    #: them one at a time, as the backend would anyway.
-    concurrent: bool = False
+    #: How many transactions threads of one process can have in flight at once (the size of
+    #: a connection pool; 1: one connection). Services run up to this many database calls on
+    #: worker threads at a time.
+    concurrency: int = 1
 
     @abc.abstractmethod
     def write(self) -> AbstractContextManager[Tx]:

@@ -72,13 +72,13 @@ class PostgresTx(Tx):
 
 class PostgresBackend(Backend):
     dialect = "postgres"
-    concurrent = True
 
     def __init__(self, url: str, synchronous: str = "FULL", *, pool_size: int = POOL_SIZE) -> None:
         self.synchronous = check_synchronous(synchronous)
         self.url = url
         self.location = redact(url)
         self._pool_size = pool_size
+        self.concurrency = pool_size
         self._pool: ConnectionPool[Any] | None = None
         self._closed = False
         self._lock = threading.Lock()

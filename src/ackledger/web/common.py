@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, ParamSpec, TypeVar
 
+import anyio
+import anyio.to_thread
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -105,21 +107,26 @@ T = TypeVar("T")
 class DatabaseCalls:
     """How a service makes its blocking database calls.
 
-    On a backend with a pool of connections (PostgreSQL) each call runs on a worker thread, so
-    one process has several transactions in flight, as several replicas would: the claims of
-    the inbox and the ledger must be (and are tested to be) correct under that. A call made on
-    the event loop would hold up every other request until its commit returns. SQLite has one
-    connection and one writer, so there the calls stay on the event loop, one at a time, which
-    is all the database could do anyway, without a thread hop per request.
+    On a backend with a pool of connections (PostgreSQL) each call runs on a worker thread,
+    at most as many at once as the pool has connections, so one process has several
+    transactions in flight, as several replicas would, and a slow commit or an unreachable
+    database does not hold up ``/healthz``. SQLite has one connection and one writer: there
+    the calls stay on the event loop, one at a time, which is all the database could do
+    anyway, without a thread hop per request.
     """
 
     def __init__(self, backend: Backend) -> None:
-        self.concurrent = backend.concurrent
+        self.concurrency = backend.concurrency
+        self._limiter: anyio.CapacityLimiter | None = None
 
     async def __call__(self, func: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        if self.concurrent:
-            return await run_in_threadpool(func, *args, **kwargs)
-        return func(*args, **kwargs)
+        if self.concurrency <= 1:
+            return func(*args, **kwargs)
+        if self._limiter is None:  # made on the event loop, which anyio requires
+            self._limiter = anyio.CapacityLimiter(self.concurrency)
+        return await anyio.to_thread.run_sync(
+            functools.partial(func, *args, **kwargs), limiter=self._limiter
+        )
 
 
 def metrics_response(registry: CollectorRegistry) -> Response:
