@@ -1,6 +1,6 @@
-"""The ledger service on every backend: real processes, real HTTP, concurrent clients and two
-ledger processes (replicas) on one database. Everything is read back through a connection of
-the test's own."""
+"""The ledger service and commands on every backend: real processes, real HTTP, concurrent
+clients and two ledger processes (replicas) on one database. Everything is read back through a
+connection of the test's own."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from ackledger.procs import Service, start_service
+from ackledger import Ledger
+from ackledger.procs import Service, run_cli, start_service
 from tests.httprace import Client, concurrently
 
 from .conftest import Target
@@ -178,3 +179,21 @@ def test_8_clients_x_50_keys_then_a_crash_and_restart_keeps_every_number(
     client.close()
     assert target.rows("SELECT COUNT(*) FROM deliveries") == [(400,)]
     assert target.rows("SELECT COUNT(*) FROM attempts") == [(800,)]
+
+
+def test_purge_command_forgets_idle_keys_and_a_purged_key_starts_fresh(target: Target) -> None:
+    with Ledger(target.ref) as ledger:
+        old = ledger.request("c", "old", "pod-A")["delivery_no"]
+        live = ledger.request("c", "live", "pod-A")["delivery_no"]
+    target.execute("UPDATE attempts SET at = at - 3 * 86400 WHERE work_id = 'old'")
+
+    kept = run_cli("ledger", "purge", "--db", target.ref)  # the default: 30 days
+    assert kept.returncode == 0 and "purged 0 deliveries" in kept.stdout
+    done = run_cli("ledger", "purge", "--db", target.ref, "--older-than", "2d")
+    assert done.returncode == 0, done.stderr
+    assert "purged 1 deliveries and 1 attempts" in done.stdout
+    assert target.rows("SELECT work_id FROM deliveries") == [("live",)]
+    with Ledger(target.ref) as ledger:
+        fresh = ledger.request("c", "old", "pod-B")
+        assert ledger.request("c", "live", "pod-B")["delivery_no"] == live
+    assert fresh["duplicate"] is False and fresh["delivery_no"] not in (old, live)
