@@ -14,7 +14,7 @@ from ackledger.demo.ledger import job_reruns
 from ackledger.demo.story import Story
 from ackledger.procs import Service, start_service
 from tests.conftest import raw_rows
-from tests.httprace import Client
+from tests.race import Client
 
 pytestmark = pytest.mark.slow
 

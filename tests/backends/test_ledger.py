@@ -14,6 +14,7 @@ from ackledger import Conflict, InvalidEvent, Ledger
 from ackledger.ledger import DEFAULT_RETENTION_SECONDS, PayloadConflict
 from ackledger.store.inbox_sql import COUNTER_SHARDS
 
+from ..race import at_once
 from .conftest import Target
 
 DAY = 86400.0
@@ -217,31 +218,15 @@ def test_concurrent_connections_for_one_key_make_one_delivery(target: Target) ->
     clients = 32
     Ledger(target.ref).close()  # the schema exists before the race starts
     ledgers = [Ledger(target.ref) for _ in range(clients)]
-    start = threading.Barrier(clients)
-    answers: list[dict[str, Any]] = []
-    errors: list[BaseException] = []
-    lock = threading.Lock()
-
-    def client(i: int, own: Ledger) -> None:
-        try:
-            own.deliveries("warm-up")  # connect before the barrier
-            start.wait(timeout=60)
-            answer = own.request("race", "order-1", f"pod-{i}")
-        except BaseException as exc:
-            with lock:
-                errors.append(exc)
-            return
-        with lock:
-            answers.append(answer)
-
-    threads = [threading.Thread(target=client, args=pair) for pair in enumerate(ledgers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    for own in ledgers:
-        own.close()
-    assert errors == []
+    try:
+        answers = at_once(
+            ledgers,
+            lambda i, own: own.request("race", "order-1", f"pod-{i}"),
+            ready=lambda own: own.deliveries("warm-up"),  # connected before the barrier
+        )
+    finally:
+        for own in ledgers:
+            own.close()
     assert len({a["delivery_no"] for a in answers}) == 1
     assert sorted(a["duplicate"] for a in answers) == [False] + [True] * (clients - 1)
     assert sorted(a["attempt"] for a in answers) == list(range(1, clients + 1))

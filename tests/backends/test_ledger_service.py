@@ -14,8 +14,8 @@ import pytest
 
 from ackledger import Ledger
 from ackledger.procs import Service, run_cli, start_service
-from tests.httprace import Client, concurrently
 
+from ..race import Client, at_once, connected
 from .conftest import Target
 
 pytestmark = pytest.mark.slow
@@ -52,8 +52,10 @@ def race_for_one_key(services: list[Service], key: str, clients: int = 32) -> li
     """``clients`` connections, spread over ``services`` in turn, ask for one key at once."""
     pool = [Client(services[i % len(services)]) for i in range(clients)]
     try:
-        answers = concurrently(
-            pool, lambda i, client: client.deliver(case_id="race", work_id=key, pod_uid=f"p{i}")
+        answers = at_once(
+            pool,
+            lambda i, client: client.deliver(case_id="race", work_id=key, pod_uid=f"p{i}"),
+            ready=connected,
         )
     finally:
         for client in pool:

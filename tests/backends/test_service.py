@@ -9,8 +9,8 @@ from pathlib import Path
 
 from ackledger import send_http
 from ackledger.procs import run_cli, start_service
-from tests.httprace import Answer, Client, concurrently
 
+from ..race import Answer, Client, at_once, connected
 from .conftest import Target
 
 
@@ -84,7 +84,7 @@ def test_two_sink_processes_apply_one_event_once(target: Target, tmp_path: Path)
     try:
         for round_no in range(rounds):
             event = {"id": f"e{round_no}", "sku": "apple", "qty": 3}
-            answers = concurrently(clients, partial(post_event, event))
+            answers = at_once(clients, partial(post_event, event), ready=connected)
             assert [status for status, _, _ in answers] == [200] * 32
             assert (
                 sorted(body["status"] for _, _, body in answers) == ["applied"] + ["duplicate"] * 31

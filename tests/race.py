@@ -1,4 +1,5 @@
-"""HTTP clients with a connection each, and a way to make them all ask at the same moment."""
+"""Races: many parties acting at the same moment (threads behind one barrier), and HTTP clients
+with a connection each to race with."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any, TypeVar
 from ackledger.procs import Service
 
 T = TypeVar("T")
+P = TypeVar("P")
 Answer = tuple[int, http.client.HTTPResponse, Any]
 
 
@@ -38,34 +40,45 @@ class Client:
         self.conn.close()
 
 
-def concurrently(clients: Sequence[Client], ask: Callable[[int, Client], T]) -> list[T]:
-    """Run ``ask(i, client)`` for every client on its own thread, all released at once.
+def at_once(
+    parties: Sequence[P],
+    act: Callable[[int, P], T],
+    *,
+    ready: Callable[[P], object] | None = None,
+) -> list[T]:
+    """Run ``act(i, party)`` for every party on its own thread, all released at one barrier.
 
-    Every connection is open before anyone sends, so the requests reach the services together.
-    Returns the answers in client order; re-raises the first error a thread met.
+    ``ready(party)`` runs on the party's thread before the barrier (open a connection, say),
+    so that what is timed is only the act. Returns the answers in party order; re-raises the
+    first error a thread met.
     """
-    for client in clients:
-        if client.conn.sock is None:
-            client.conn.connect()
-    start = threading.Barrier(len(clients))
-    answers: list[T | None] = [None] * len(clients)
+    start = threading.Barrier(len(parties))
+    answers: list[T | None] = [None] * len(parties)
     errors: list[BaseException] = []
     lock = threading.Lock()
 
-    def run(i: int, client: Client) -> None:
+    def run(i: int, party: P) -> None:
         try:
+            if ready is not None:
+                ready(party)
             start.wait(timeout=60)
-            answers[i] = ask(i, client)
+            answers[i] = act(i, party)
         except BaseException as exc:
             with lock:
                 errors.append(exc)
 
-    threads = [threading.Thread(target=run, args=pair) for pair in enumerate(clients)]
+    threads = [threading.Thread(target=run, args=pair) for pair in enumerate(parties)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=180)
     if errors:
         raise errors[0]
-    assert all(answer is not None for answer in answers), "a client did not finish"
+    assert all(answer is not None for answer in answers), "a party did not finish"
     return [answer for answer in answers if answer is not None]
+
+
+def connected(client: Client) -> None:
+    """``ready`` for HTTP clients: the connection is open before anyone sends."""
+    if client.conn.sock is None:
+        client.conn.connect()
