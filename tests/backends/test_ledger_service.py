@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from ackledger import Ledger
+from ackledger.ledger import COUNTER_NAMES
 from ackledger.procs import Service, run_cli, start_service
 
 from ..race import Client, at_once, connected
@@ -199,3 +201,38 @@ def test_purge_command_forgets_idle_keys_and_a_purged_key_starts_fresh(target: T
         fresh = ledger.request("c", "old", "pod-B")
         assert ledger.request("c", "live", "pod-B")["delivery_no"] == live
     assert fresh["duplicate"] is False and fresh["delivery_no"] not in (old, live)
+
+
+def test_the_service_answers_per_contract(target: Target, start_ledger: StartLedger) -> None:
+    """Every kind of answer once, on each backend (on PostgreSQL the requests run on the
+    service's worker threads, refusals included)."""
+    client = Client(start_ledger("a"))
+    status, response, first = client.deliver(case_id="c", work_id="w", pod_uid="pod-A")
+    assert status == 201 and first["ledger"]["pod_uid"] == "ledger-a"
+    status, response, again = client.deliver(case_id="c", work_id="w", pod_uid="pod-B")
+    assert (status, response.getheader("Idempotent-Replayed")) == (200, "true")
+    assert (again["delivery_no"], again["attempt"]) == (first["delivery_no"], 2)
+    status, response, problem = client.deliver(case_id="c", work_id="w", payload={"x": 1})
+    assert (status, problem["attempt"]) == (422, 3)
+    assert response.getheader("Content-Type") == "application/problem+json"
+    status, _, problem = client.deliver(case_id="c", work_id="w w")
+    assert (status, problem["field"]) == (400, "work_id")
+    status, _, control = client.deliver(case_id="c", work_id="w", mode="control")
+    assert status == 201 and control["delivery_no"] != first["delivery_no"]
+    _, _, deliveries = client.call("GET", "/deliveries?case_id=c")
+    assert [d["delivery_no"] for d in deliveries] == [first["delivery_no"], control["delivery_no"]]
+    _, _, attempts = client.call("GET", "/attempts?case_id=c")
+    assert [a["outcome"] for a in attempts] == ["applied", "duplicate", "conflict", "applied"]
+    status, _, text = client.call("GET", "/metrics")
+    client.close()
+    assert status == 200
+    samples = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text.decode())
+        for sample in family.samples
+        if not sample.labels
+    }
+    assert {name: samples[f"ackledger_ledger_{name}_total"] for name in COUNTER_NAMES} == {
+        "attempts": 4, "deliveries": 2, "duplicates": 1, "conflicts": 1,
+    }  # fmt: skip
+    assert target.rows("SELECT COUNT(*) FROM attempts") == [(4,)]
