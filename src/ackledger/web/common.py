@@ -112,7 +112,8 @@ class DatabaseCalls:
     transactions in flight, as several replicas would, and a slow commit or an unreachable
     database does not hold up ``/healthz``. SQLite has one connection and one writer: there
     the calls stay on the event loop, one at a time, which is all the database could do
-    anyway, without a thread hop per request.
+    anyway, without a thread hop per request. (The ledger uses this; the sink stays on the
+    event loop on every backend, for the reason given in web/sink.py.)
     """
 
     def __init__(self, backend: Backend) -> None:
