@@ -1,4 +1,5 @@
-# The ackledger image: the ledger and sink services, and the worker (`ackledger deliver`).
+# The ackledger image: the ledger and sink services, the relay, and the worker
+# (`ackledger deliver`), on SQLite or PostgreSQL (the postgres extra: psycopg with its libpq).
 # Build from the repository root:  docker build -t ackledger:0.1.0 .
 FROM python:3.11-slim
 
@@ -10,7 +11,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY src ./src
-RUN pip install ".[server]" && rm -rf /src
+RUN pip install ".[server,postgres]" && rm -rf /src
 
 # A fixed non-root uid, so the manifests can say runAsUser: 10001 and runAsNonRoot.
 RUN useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin ackledger \

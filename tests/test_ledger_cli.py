@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -132,26 +131,6 @@ def test_an_unreachable_ledger_is_exit_1_in_one_line(tmp_path: Path) -> None:
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.startswith("ackledger: ledger unavailable:")
     assert done.stderr.count("\n") == 1
-
-
-def test_purge_forgets_idle_keys_and_a_purged_key_starts_fresh(ledger_db: Path) -> None:
-    with Ledger(ledger_db) as ledger:
-        old = ledger.request("c", "old", "pod-A")["delivery_no"]
-        live = ledger.request("c", "live", "pod-A")["delivery_no"]
-    conn = sqlite3.connect(ledger_db, isolation_level=None)
-    conn.execute("UPDATE attempts SET at = at - 3 * 86400 WHERE work_id = 'old'")
-    conn.close()
-
-    kept = run_cli("ledger", "purge", "--db", str(ledger_db))  # the default: 30 days
-    assert kept.returncode == 0 and "purged 0 deliveries" in kept.stdout
-    done = run_cli("ledger", "purge", "--db", str(ledger_db), "--older-than", "2d")
-    assert done.returncode == 0, done.stderr
-    assert "purged 1 deliveries and 1 attempts" in done.stdout
-    assert raw_rows(ledger_db, "SELECT work_id FROM deliveries") == [("live",)]
-    with Ledger(ledger_db) as ledger:
-        fresh = ledger.request("c", "old", "pod-B")
-        assert ledger.request("c", "live", "pod-B")["delivery_no"] == live
-    assert fresh["duplicate"] is False and fresh["delivery_no"] not in (old, live)
 
 
 @pytest.mark.parametrize("age", ["7", "0d", "-1d", "1y", "d", "1.d", "nan"])

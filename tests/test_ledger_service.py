@@ -1,15 +1,11 @@
-"""The ledger service as a real ``ackledger serve ledger`` process on loopback."""
+"""The ledger service as a real ``ackledger serve ledger`` process on loopback (SQLite file;
+the concurrency and replica tests run on every backend in tests/backends/test_ledger_service.py)."""
 
 from __future__ import annotations
 
-import http.client
-import json
 import os
-import signal
 import socket
-import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -18,6 +14,7 @@ from ackledger.demo.ledger import job_reruns
 from ackledger.demo.story import Story
 from ackledger.procs import Service, start_service
 from tests.conftest import raw_rows
+from tests.race import Client
 
 pytestmark = pytest.mark.slow
 
@@ -26,29 +23,6 @@ def _start(db: Path, log: Path, env: dict[str, str] | None = None) -> Service:
     return start_service(
         ["serve", "ledger", "--db", str(db), "--port", "0"], env=env, stderr_path=log
     )
-
-
-class Client:
-    """One HTTP connection of its own (kept alive across its requests)."""
-
-    def __init__(self, service: Service) -> None:
-        self.conn = http.client.HTTPConnection("127.0.0.1", service.port, timeout=60)
-
-    def call(
-        self, method: str, path: str, body: bytes | None = None
-    ) -> tuple[int, http.client.HTTPResponse, Any]:
-        headers = {"Content-Type": "application/json"} if body is not None else {}
-        self.conn.request(method, path, body=body, headers=headers)
-        response = self.conn.getresponse()
-        data = response.read()
-        return response.status, response, json.loads(data) if data[:1] in (b"{", b"[") else data
-
-    def deliver(self, **fields: Any) -> tuple[int, http.client.HTTPResponse, Any]:
-        body = {"pod_uid": "pod", "mode": "idempotent", **fields}
-        return self.call("POST", "/deliveries", json.dumps(body).encode())
-
-    def close(self) -> None:
-        self.conn.close()
 
 
 def _count(db: Path, table: str) -> int:
@@ -259,86 +233,6 @@ def test_openapi_describes_the_routes(ledger_service: Service) -> None:
     assert {"200", "201", "400", "413", "422"} <= set(post["responses"])
     schema = post["requestBody"]["content"]["application/json"]["schema"]
     assert schema["required"] == ["case_id", "work_id", "pod_uid", "mode"]
-
-
-def test_32_concurrent_requests_for_one_key_get_one_number(
-    ledger_service: Service, ledger_db: Path
-) -> None:
-    clients = [Client(ledger_service) for _ in range(32)]
-    for client in clients:
-        client.conn.connect()  # 32 open connections before anyone sends
-    start = threading.Barrier(len(clients))
-    answers: list[tuple[int, Any]] = []
-    errors: list[BaseException] = []
-
-    def run(i: int, client: Client) -> None:
-        try:
-            start.wait()
-            status, _, answer = client.deliver(case_id="race", work_id="order-1", pod_uid=f"p{i}")
-            answers.append((status, answer))
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=pair) for pair in enumerate(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    for client in clients:
-        client.close()
-    assert errors == []
-    assert sorted(status for status, _ in answers) == [200] * 31 + [201]
-    assert len({answer["delivery_no"] for _, answer in answers}) == 1
-    assert sorted(answer["attempt"] for _, answer in answers) == list(range(1, 33))
-    assert _count(ledger_db, "deliveries") == 1
-    assert raw_rows(ledger_db, "SELECT COUNT(DISTINCT pod_uid), COUNT(*) FROM attempts") == [
-        (32, 32)
-    ]
-
-
-def test_8_clients_x_50_keys_then_a_crash_and_restart_keeps_every_number(
-    ledger_db: Path, tmp_path: Path
-) -> None:
-    numbers: dict[tuple[int, int], int] = {}
-    errors: list[BaseException] = []
-
-    def run(service: Service, i: int) -> None:
-        client = Client(service)
-        try:
-            for k in range(50):
-                status, _, answer = client.deliver(case_id=f"client-{i}", work_id=f"key-{k}")
-                assert status == 201, answer
-                numbers[(i, k)] = answer["delivery_no"]
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            client.close()
-
-    first = _start(ledger_db, tmp_path / "first.log")
-    try:
-        looker = Client(first)
-        _, _, before = looker.call("GET", "/healthz")
-        looker.close()
-        threads = [threading.Thread(target=run, args=(first, i)) for i in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        first.stop(signal.SIGKILL)  # kill -9: only what was committed can survive
-    assert errors == []
-    assert len(numbers) == 400 and len(set(numbers.values())) == 400
-    assert _count(ledger_db, "deliveries") == 400
-
-    with _start(ledger_db, tmp_path / "second.log") as second:
-        client = Client(second)
-        _, _, after = client.call("GET", "/healthz")
-        assert after["boot_id"] != before["boot_id"]  # another incarnation, same file
-        for (i, k), number in sorted(numbers.items()):
-            status, _, answer = client.deliver(case_id=f"client-{i}", work_id=f"key-{k}")
-            assert (status, answer["delivery_no"], answer["attempt"]) == (200, number, 2)
-        client.close()
-    assert _count(ledger_db, "deliveries") == 400
 
 
 def test_the_seed_story_runs_with_real_processes(tmp_path: Path) -> None:

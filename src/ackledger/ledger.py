@@ -179,6 +179,9 @@ def record_request(tx: Tx, req: LedgerRequest, now: float) -> Recorded:
     else:
         claim = claim_once(tx, DELIVERIES, (req.case_id, req.work_id), fp, (req.pod_uid, now))
         outcome, delivery_no = claim.outcome, int(claim.ref)
+    # The attempt number counts the key's earlier attempts, so concurrent requests for the key
+    # must take turns for it (they already have their delivery, or their refusal).
+    sql.lock_key(tx, req.case_id, req.work_id)
     sql.insert_attempt(
         tx,
         case_id=req.case_id,
@@ -190,8 +193,10 @@ def record_request(tx: Tx, req: LedgerRequest, now: float) -> Recorded:
         fingerprint=fp,
         now=now,
     )
-    sql.bump_counter(tx, COUNTER_PREFIX + "attempts")
-    sql.bump_counter(tx, COUNTER_PREFIX + _OUTCOME_COUNTER[outcome])
+    # Spread counters: every request bumps "attempts", and one row for it would make all
+    # requests (on PostgreSQL, all replicas) take turns until each one's commit.
+    sql.bump_spread_counter(tx, COUNTER_PREFIX + "attempts")
+    sql.bump_spread_counter(tx, COUNTER_PREFIX + _OUTCOME_COUNTER[outcome])
     return Recorded(outcome, delivery_no, sql.count_attempts(tx, req.case_id, req.work_id))
 
 

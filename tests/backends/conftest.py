@@ -14,7 +14,10 @@ import pytest
 from .. import pg
 
 #: Tables whose full content a "writes nothing" check compares (everything but migrations).
-TABLES = ("orders", "outbox", "inbox", "inventory", "counters", "partition_leases")
+TABLES = (
+    "orders", "outbox", "inbox", "inventory", "counters", "partition_leases", "deliveries",
+    "attempts",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
 
 from ackledger import Conflict, Inbox, InvalidEvent
 
+from ..race import at_once
 from .conftest import Target
 
 
@@ -89,31 +89,15 @@ def test_concurrent_duplicates_are_applied_exactly_once(target: Target) -> None:
     with Inbox(target.ref):
         pass  # create the schema before the race
     inboxes = [Inbox(target.ref) for _ in range(workers)]
-    barrier = threading.Barrier(workers)
-    answers: list[str] = []
-    errors: list[BaseException] = []
-    lock = threading.Lock()
-
-    def receive(inbox: Inbox) -> None:
-        try:
-            inbox.stock("apple")  # connect before the barrier
-            barrier.wait(timeout=60)
-            answer = inbox.receive(ev("same", qty=3))
-        except BaseException as exc:
-            with lock:
-                errors.append(exc)
-            return
-        with lock:
-            answers.append(answer)
-
-    threads = [threading.Thread(target=receive, args=(inbox,)) for inbox in inboxes]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    for inbox in inboxes:
-        inbox.close()
-    assert errors == []
+    try:
+        answers = at_once(
+            inboxes,
+            lambda _, inbox: inbox.receive(ev("same", qty=3)),
+            ready=lambda inbox: inbox.stock("apple"),  # connected before the barrier
+        )
+    finally:
+        for inbox in inboxes:
+            inbox.close()
     assert sorted(answers) == ["applied"] + ["duplicate"] * (workers - 1)
     assert target.rows("SELECT sku, qty FROM inventory") == [("apple", 3)]
     assert target.rows("SELECT receipts FROM inbox WHERE id = 'same'") == [(workers,)]

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import http.client
 import json
+from functools import partial
 from pathlib import Path
 
 from ackledger import send_http
 from ackledger.procs import run_cli, start_service
 
+from ..race import Answer, Client, at_once, connected
 from .conftest import Target
 
 
@@ -62,3 +64,45 @@ def test_an_unreachable_postgres_is_one_line_and_exit_2() -> None:
     assert done.stderr.count("\n") == 1
     assert done.stderr.startswith("ackledger: error: database:")
     assert "Traceback" not in done.stderr
+
+
+def post_event(event: dict[str, object], _: int, client: Client) -> Answer:
+    return client.post("/events", event)
+
+
+def test_two_sink_processes_apply_one_event_once(target: Target, tmp_path: Path) -> None:
+    """Replicas: two sinks on one database receive the same events at the same moment."""
+    sinks = [
+        start_service(
+            ["serve", "sink", "--db", target.ref, "--port", "0"],
+            stderr_path=tmp_path / f"sink-{name}.log",
+        )
+        for name in ("a", "b")
+    ]
+    clients = [Client(sinks[i % 2]) for i in range(32)]
+    rounds = 4  # the first also fills each sink's connection pool
+    try:
+        for round_no in range(rounds):
+            event = {"id": f"e{round_no}", "sku": "apple", "qty": 3}
+            answers = at_once(clients, partial(post_event, event), ready=connected)
+            assert [status for status, _, _ in answers] == [200] * 32
+            assert (
+                sorted(body["status"] for _, _, body in answers) == ["applied"] + ["duplicate"] * 31
+            )
+            assert {body["id"] for _, _, body in answers} == {event["id"]}
+    finally:
+        for client in clients:
+            client.close()
+        for sink in sinks:
+            sink.stop()
+    assert target.rows("SELECT sku, qty FROM inventory") == [("apple", 3 * rounds)]
+    assert target.rows("SELECT id, receipts FROM inbox ORDER BY id") == [
+        (f"e{n}", 32) for n in range(rounds)
+    ]
+    assert sorted(
+        target.rows("SELECT name, value FROM counters WHERE name LIKE ?", ("sink.%",))
+    ) == [
+        ("sink.applied", rounds),
+        ("sink.arrival", 32 * rounds),
+        ("sink.duplicate", 31 * rounds),
+    ]

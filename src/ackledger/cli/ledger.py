@@ -65,7 +65,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "delivery number, so purge only keys that can no longer be retried. Keys with any "
         "recent request are kept whole.",
     )
-    purge.add_argument("--db", required=True, metavar="PATH", help="the ledger database")
+    purge.add_argument(
+        "--db", required=True, metavar="PATH_OR_URL",
+        help="the ledger database: a SQLite file or a postgresql:// URL",
+    )  # fmt: skip
     purge.add_argument(
         "--older-than",
         type=duration_arg,

@@ -30,7 +30,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--db", required=True, metavar="PATH", help="database (created if missing)")
+    parser.add_argument(
+        "--db",
+        required=True,
+        metavar="PATH_OR_URL",
+        help="a SQLite file (created if missing) or a postgresql:// URL (schema migrated on "
+        "start; several processes may serve one PostgreSQL database)",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=port_arg, default=8080, help="port (0: any free port)")
     add_synchronous(parser)

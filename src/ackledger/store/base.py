@@ -54,6 +54,10 @@ class Backend(abc.ABC):
     dialect: str
     #: A printable name of the database (a path, or a URL without its password).
     location: str
+    #: How many transactions threads of one process can have in flight at once (the size of
+    #: a connection pool; 1: one connection). Services run up to this many database calls on
+    #: worker threads at a time.
+    concurrency: int = 1
 
     @abc.abstractmethod
     def write(self) -> AbstractContextManager[Tx]:

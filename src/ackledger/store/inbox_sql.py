@@ -54,9 +54,37 @@ def bump_counters(tx: Tx, counts: Mapping[str, int]) -> None:
         )
 
 
+#: Rows a spread counter uses at most on PostgreSQL (see ``bump_spread_counter``).
+COUNTER_SHARDS = 64
+
+
+def bump_spread_counter(tx: Tx, name: str) -> None:
+    """Add one to a counter that many transactions bump at once, without making them queue.
+
+    A counter row stays locked from its bump until the transaction ends, commit included, so
+    one row bumped by every transaction makes them take turns. On PostgreSQL the counter is
+    spread over rows ``name#N``, N picked by the connection's server process, so concurrent
+    transactions (on other connections) mostly bump other rows. ``counters`` sums the rows.
+    SQLite has one writer at a time anyway: one row.
+    """
+    if tx.dialect != "postgres":
+        bump_counter(tx, name)
+        return
+    tx.execute(
+        "INSERT INTO counters (name, value) VALUES (? || '#' || (pg_backend_pid() % ?), 1) "
+        "ON CONFLICT (name) DO UPDATE SET value = counters.value + 1",
+        (name, COUNTER_SHARDS),
+    )
+
+
 def counters(tx: Tx, prefix: str) -> dict[str, int]:
+    """The counters named ``prefix...``, without the prefix; a spread counter's rows summed."""
     rows = tx.execute("SELECT name, value FROM counters WHERE name LIKE ?", (prefix + "%",))
-    return {str(name)[len(prefix) :]: int(value) for name, value in rows}
+    found: dict[str, int] = {}
+    for name, value in rows:
+        short = str(name)[len(prefix) :].split("#", 1)[0]
+        found[short] = found.get(short, 0) + int(value)
+    return found
 
 
 def stock(tx: Tx, sku: str) -> int:

@@ -5,18 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 from .base import Tx
-from .inbox_sql import bump_counter, counters
+from .inbox_sql import bump_spread_counter, counters
 
 __all__ = [
     "ATTEMPT_COLUMNS",
     "DELIVERY_COLUMNS",
     "attempts",
-    "bump_counter",
+    "bump_spread_counter",
     "count_attempts",
     "counters",
     "deliveries",
     "insert_attempt",
     "insert_control_delivery",
+    "lock_key",
     "purge_idle_keys",
 ]
 
@@ -26,6 +27,24 @@ DELIVERY_COLUMNS = (
 ATTEMPT_COLUMNS = (
     "attempt_no", "case_id", "work_id", "pod_uid", "mode", "delivery_no", "outcome", "at",
 )  # fmt: skip
+
+
+#: The first key of the advisory locks that number the attempts of one key (PostgreSQL).
+KEY_LOCK_CLASS = 0x6C646B79  # "ldky"
+
+
+def lock_key(tx: Tx, case_id: str, work_id: str) -> None:
+    """Make the requests for one key take turns from here to their commit (PostgreSQL; SQLite
+    has one writer anyway), so that each one counts the attempts committed before it and the
+    attempt numbers of a key are 1, 2, 3... Requests for other keys do not wait (a hash
+    collision only makes two keys share a turn). The caller claims the key before this: the
+    claim is its own guarantee and needs no lock.
+    """
+    if tx.dialect == "postgres":
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(?, hashtext(?))",
+            (KEY_LOCK_CLASS, f"{case_id}/{work_id}"),  # "/" is in no key: no two keys join
+        )
 
 
 def insert_control_delivery(

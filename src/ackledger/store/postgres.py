@@ -78,6 +78,7 @@ class PostgresBackend(Backend):
         self.url = url
         self.location = redact(url)
         self._pool_size = pool_size
+        self.concurrency = pool_size
         self._pool: ConnectionPool[Any] | None = None
         self._closed = False
         self._lock = threading.Lock()

@@ -8,11 +8,14 @@ same bytes.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
+import anyio
+import anyio.to_thread
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
@@ -21,6 +24,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from ..errors import InvalidEvent
+from ..store import Backend
 
 MAX_BODY_BYTES = 64 * 1024
 PROBLEM_TYPE_BASE = "https://ackledger.invalid/problems/"
@@ -168,6 +172,36 @@ def parse_json(body: bytes) -> Any:
     except RecursionError:
         # 64 KiB of "[" is valid-looking input that nests past the parser's stack.
         raise ValueError("body: JSON nested too deeply") from None
+
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class DatabaseCalls:
+    """How a service makes its blocking database calls.
+
+    On a backend with a pool of connections (PostgreSQL) each call runs on a worker thread,
+    at most as many at once as the pool has connections, so one process has several
+    transactions in flight, as several replicas would, and a slow commit or an unreachable
+    database does not hold up ``/healthz``. SQLite has one connection and one writer: there
+    the calls stay on the event loop, one at a time, which is all the database could do
+    anyway, without a thread hop per request. (The ledger uses this; the sink stays on the
+    event loop on every backend, for the reason given in web/sink.py.)
+    """
+
+    def __init__(self, backend: Backend) -> None:
+        self.concurrency = backend.concurrency
+        self._limiter: anyio.CapacityLimiter | None = None
+
+    async def __call__(self, func: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        if self.concurrency <= 1:
+            return func(*args, **kwargs)
+        if self._limiter is None:  # made on the event loop, which anyio requires
+            self._limiter = anyio.CapacityLimiter(self.concurrency)
+        return await anyio.to_thread.run_sync(
+            functools.partial(func, *args, **kwargs), limiter=self._limiter
+        )
 
 
 def metrics_response(registry: CollectorRegistry) -> Response:

@@ -25,6 +25,7 @@ from ..errors import InvalidEvent
 from ..ledger import MAX_KEY_LEN, REQUEST_FIELDS, Ledger, PayloadConflict, request_from_json
 from .common import (
     BodyTooLarge,
+    DatabaseCalls,
     Handler,
     ServiceMetrics,
     bad_input,
@@ -72,11 +73,12 @@ LEDGER_COUNTERS = {
 def create_ledger_app(ledger: Ledger, identity: Identity | None = None) -> Starlette:
     me = identity or local_identity()
     service_metrics = ServiceMetrics("ledger", ledger.counters, LEDGER_COUNTERS)
+    db = DatabaseCalls(ledger.backend)
 
     async def post_delivery(request: Request) -> Response:
         try:
             req = request_from_json(parse_json(await read_capped(request)))
-            done = ledger.submit(req)
+            done = await db(ledger.submit, req)
         except (BodyTooLarge, ValueError) as exc:
             return bad_input(exc, ledger=me.short)
         except PayloadConflict as exc:
@@ -105,7 +107,7 @@ def create_ledger_app(ledger: Ledger, identity: Identity | None = None) -> Starl
     def listing(read: Callable[[str | None], list[dict[str, Any]]]) -> Handler:
         async def answer(request: Request) -> Response:
             try:
-                return json_response(read(_scope(request)))
+                return json_response(await db(read, _scope(request)))
             except InvalidEvent as exc:
                 return bad_input(exc)
 
@@ -115,7 +117,7 @@ def create_ledger_app(ledger: Ledger, identity: Identity | None = None) -> Starl
         return json_response(asdict(me))
 
     async def metrics(request: Request) -> Response:
-        return service_metrics.response()
+        return await db(service_metrics.response)
 
     async def openapi(request: Request) -> Response:
         return json_response(LEDGER_OPENAPI)

@@ -1,0 +1,339 @@
+"""CONTRACT section 7 (Ledger, the Python face) on every backend, read back independently."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from ackledger import Conflict, InvalidEvent, Ledger
+from ackledger.ledger import DEFAULT_RETENTION_SECONDS, PayloadConflict
+from ackledger.store.inbox_sql import COUNTER_SHARDS
+
+from ..race import at_once
+from .conftest import Target
+
+DAY = 86400.0
+
+
+@pytest.fixture
+def ledger(target: Target) -> Iterator[Ledger]:
+    with Ledger(target.ref) as opened:
+        yield opened
+
+
+def count(target: Target, table: str) -> int:
+    (found,) = target.rows(f"SELECT COUNT(*) FROM {table}")[0]
+    assert isinstance(found, int)
+    return found
+
+
+def test_a_retry_in_a_new_pod_gets_the_same_delivery(ledger: Ledger, target: Target) -> None:
+    first = ledger.request("case-1", "order-1", "pod-A")
+    retry = ledger.request("case-1", "order-1", "pod-B")
+    rerun = ledger.request("case-1", "order-1", "pod-C")
+    assert first == {"delivery_no": first["delivery_no"], "duplicate": False, "attempt": 1}
+    assert retry == {"delivery_no": first["delivery_no"], "duplicate": True, "attempt": 2}
+    assert rerun == {"delivery_no": first["delivery_no"], "duplicate": True, "attempt": 3}
+    assert target.rows("SELECT delivery_no, case_id, work_id FROM deliveries") == [
+        (first["delivery_no"], "case-1", "order-1")
+    ]
+    assert target.rows(
+        "SELECT pod_uid, mode, outcome, delivery_no FROM attempts ORDER BY attempt_no"
+    ) == [
+        ("pod-A", "idempotent", "applied", first["delivery_no"]),
+        ("pod-B", "idempotent", "duplicate", first["delivery_no"]),
+        ("pod-C", "idempotent", "duplicate", first["delivery_no"]),
+    ]
+
+
+def test_different_keys_are_different_work(ledger: Ledger) -> None:
+    numbers = {
+        ledger.request(case_id, work_id, "pod")["delivery_no"]
+        for case_id, work_id in [("c1", "w1"), ("c1", "w2"), ("c2", "w1"), ("c2", "w2")]
+    }
+    assert len(numbers) == 4
+    # The key is exact: neither case nor letters are folded.
+    assert ledger.request("C1", "w1", "pod")["duplicate"] is False
+    assert ledger.request("c1", "W1", "pod")["duplicate"] is False
+
+
+def test_control_mode_makes_a_delivery_for_every_request(ledger: Ledger, target: Target) -> None:
+    answers = [ledger.request("c", "w", f"pod-{i}", mode="control") for i in range(3)]
+    assert [a["duplicate"] for a in answers] == [False, False, False]
+    assert [a["attempt"] for a in answers] == [1, 2, 3]
+    assert len({a["delivery_no"] for a in answers}) == 3
+    assert target.rows("SELECT COUNT(*), MIN(mode), MAX(mode) FROM deliveries") == [
+        (3, "control", "control")
+    ]
+    assert target.rows("SELECT mode, outcome, delivery_no FROM attempts ORDER BY attempt_no") == [
+        ("control", "applied", a["delivery_no"]) for a in answers
+    ]
+
+
+def test_control_deliveries_do_not_take_the_idempotent_key(ledger: Ledger) -> None:
+    control = ledger.request("c", "w", "pod-A", mode="control")
+    first = ledger.request("c", "w", "pod-B")
+    again = ledger.request("c", "w", "pod-C")
+    assert first["duplicate"] is False and first["delivery_no"] != control["delivery_no"]
+    assert again["delivery_no"] == first["delivery_no"] and again["duplicate"] is True
+    # The attempt count is per key, whatever the mode.
+    assert again["attempt"] == 3
+
+
+def test_same_payload_is_a_duplicate_whatever_its_key_order(ledger: Ledger) -> None:
+    first = ledger.request("c", "w", "pod-A", payload={"sku": "pen", "qty": 2})
+    again = ledger.request("c", "w", "pod-B", payload={"qty": 2, "sku": "pen"})
+    assert again == {"delivery_no": first["delivery_no"], "duplicate": True, "attempt": 2}
+
+
+@pytest.mark.parametrize(
+    ("created_with", "then"),
+    [
+        ({"qty": 2}, {"qty": 3}),
+        (None, {}),  # no payload fingerprints as JSON null, an empty object does not
+        ({"qty": 2}, None),
+        ({"qty": 2}, {"qty": 2.5}),
+    ],
+)
+def test_another_payload_is_a_recorded_conflict_without_delivery(
+    ledger: Ledger, target: Target, created_with: Any, then: Any
+) -> None:
+    first = ledger.request("c", "w", "pod-A", payload=created_with)
+    with pytest.raises(PayloadConflict) as refused:
+        ledger.request("c", "w", "pod-B", payload=then)
+    assert isinstance(refused.value, Conflict)
+    assert refused.value.attempt == 2
+    assert refused.value.delivery_no == first["delivery_no"]
+    # The refusal committed its attempt row (with no delivery) and nothing else.
+    assert count(target, "deliveries") == 1
+    assert target.rows(
+        "SELECT pod_uid, outcome, delivery_no FROM attempts ORDER BY attempt_no"
+    ) == [("pod-A", "applied", first["delivery_no"]), ("pod-B", "conflict", None)]
+    assert ledger.counters() == {"attempts": 2, "deliveries": 1, "duplicates": 0, "conflicts": 1}
+    # The key keeps its first payload: that one is still a duplicate.
+    assert ledger.request("c", "w", "pod-C", payload=created_with)["duplicate"] is True
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
+GOOD = {"case_id": "c", "work_id": "w", "pod_uid": "pod", "mode": "idempotent", "payload": None}
+
+BAD: list[tuple[str, Any]] = [
+    ("case_id", ""),
+    ("case_id", "x" * 129),
+    ("case_id", "has space"),
+    ("case_id", "-starts-with-dash"),
+    ("case_id", "é"),
+    ("case_id", 5),
+    ("case_id", None),
+    ("work_id", ""),
+    ("work_id", "a/b"),
+    ("work_id", b"bytes"),
+    ("pod_uid", ""),
+    ("pod_uid", "x" * 129),
+    ("pod_uid", "pöd"),
+    ("pod_uid", "tab\there"),
+    ("pod_uid", "new\nline"),
+    ("pod_uid", 7),
+    ("mode", "Idempotent"),
+    ("mode", ""),
+    ("mode", None),
+    ("mode", 1),
+    ("payload", []),
+    ("payload", "text"),
+    ("payload", 3),
+    ("payload", {"a": float("nan")}),
+    ("payload", {"a": float("inf")}),
+    ("payload", {1: "int key"}),
+    ("payload", {"a": object()}),
+    ("payload", {"a": (1, 2)}),
+    ("payload", {"a": "\ud800"}),
+    ("payload", _nested(33)),
+]
+
+
+def test_bad_input_names_the_field_and_writes_nothing(ledger: Ledger, target: Target) -> None:
+    # One database for the whole list (a database per case would cost seconds on PostgreSQL);
+    # a key already recorded makes "writes nothing" cover a duplicate's counters too.
+    ledger.request("c", "w", "pod-0")
+    before = target.dump()
+    for field, value in BAD:
+        with pytest.raises(InvalidEvent) as refused:
+            ledger.request(**{**GOOD, field: value})
+        assert refused.value.field == field, (field, value)
+        assert str(refused.value).startswith(f"{field}:"), (field, value)
+    assert target.dump() == before
+
+
+def test_limits_are_inclusive(ledger: Ledger) -> None:
+    answer = ledger.request(
+        "c" * 128,
+        "A0._:-" + "w" * 122,
+        " !~" + "p" * 125,
+        mode="control",
+        payload=_nested(32) | {"list": [1, "two", None, True, 2.5], "ünï": "cödé"},
+    )
+    assert answer["duplicate"] is False
+    rows = ledger.attempts("c" * 128)
+    assert rows[0]["pod_uid"] == " !~" + "p" * 125
+
+
+def test_listings_filter_by_case_and_keep_their_order(ledger: Ledger) -> None:
+    ledger.request("a", "w2", "p1")
+    ledger.request("b", "w1", "p2")
+    ledger.request("a", "w1", "p3")
+    ledger.request("a", "w2", "p4")
+    assert [(d["case_id"], d["work_id"]) for d in ledger.deliveries()] == [
+        ("a", "w2"),
+        ("b", "w1"),
+        ("a", "w1"),
+    ]
+    assert [(d["work_id"], d["pod_uid"]) for d in ledger.deliveries("a")] == [
+        ("w2", "p1"),
+        ("w1", "p3"),
+    ]
+    assert [a["pod_uid"] for a in ledger.attempts("a")] == ["p1", "p3", "p4"]
+    assert [a["outcome"] for a in ledger.attempts()] == [
+        "applied", "applied", "applied", "duplicate",
+    ]  # fmt: skip
+    assert ledger.attempts("nobody") == [] and ledger.deliveries("nobody") == []
+    for listing in (ledger.attempts, ledger.deliveries):
+        with pytest.raises(InvalidEvent) as refused:
+            listing("not a case")
+        assert refused.value.field == "case_id"
+
+
+def test_concurrent_connections_for_one_key_make_one_delivery(target: Target) -> None:
+    """32 threads, each with its own Ledger (its own connection), ask for one key at once."""
+    clients = 32
+    Ledger(target.ref).close()  # the schema exists before the race starts
+    ledgers = [Ledger(target.ref) for _ in range(clients)]
+    try:
+        answers = at_once(
+            ledgers,
+            lambda i, own: own.request("race", "order-1", f"pod-{i}"),
+            ready=lambda own: own.deliveries("warm-up"),  # connected before the barrier
+        )
+    finally:
+        for own in ledgers:
+            own.close()
+    assert len({a["delivery_no"] for a in answers}) == 1
+    assert sorted(a["duplicate"] for a in answers) == [False] + [True] * (clients - 1)
+    assert sorted(a["attempt"] for a in answers) == list(range(1, clients + 1))
+    assert count(target, "deliveries") == 1
+    assert target.rows("SELECT COUNT(DISTINCT pod_uid), COUNT(*) FROM attempts") == [
+        (clients, clients)
+    ]
+
+
+def _age(target: Target, work_id: str, days: float) -> None:
+    """Make a key's attempts look ``days`` older (a test-side write: time is not mocked)."""
+    target.execute("UPDATE attempts SET at = at - ? WHERE work_id = ?", (days * DAY, work_id))
+
+
+def test_purge_forgets_idle_keys_whole_and_keeps_live_ones(ledger: Ledger, target: Target) -> None:
+    old = ledger.request("c", "old", "pod-A")
+    ledger.request("c", "old", "pod-B")
+    live = ledger.request("c", "live", "pod-A")
+    _age(target, "old", 31)
+    _age(target, "live", 40)
+    ledger.request("c", "live", "pod-B")  # asked for again: the key is live, all of it stays
+
+    assert ledger.purge() == {"deliveries": 1, "attempts": 2}
+    assert target.rows("SELECT work_id FROM deliveries") == [("live",)]
+    assert [a["pod_uid"] for a in ledger.attempts()] == ["pod-A", "pod-B"]
+    again = ledger.request("c", "live", "pod-C")
+    assert again == {"delivery_no": live["delivery_no"], "duplicate": True, "attempt": 3}
+
+    # A purged key starts fresh: a new number (never an old one reused) and attempt 1.
+    fresh = ledger.request("c", "old", "pod-D")
+    assert fresh["duplicate"] is False and fresh["attempt"] == 1
+    assert fresh["delivery_no"] > max(old["delivery_no"], live["delivery_no"])
+    # The counters only grow: purge does not take back what happened.
+    assert ledger.counters()["deliveries"] == 3
+
+
+def test_purge_keeps_keys_inside_the_retention(ledger: Ledger, target: Target) -> None:
+    ledger.request("c", "w", "pod-A", mode="control")
+    ledger.request("c", "w", "pod-B")
+    _age(target, "w", 29)
+    assert DEFAULT_RETENTION_SECONDS == 30 * DAY
+    assert ledger.purge() == {"deliveries": 0, "attempts": 0}
+    assert ledger.purge(28 * DAY) == {"deliveries": 2, "attempts": 2}
+    assert count(target, "deliveries") == 0
+
+
+def test_purge_refuses_a_meaningless_age_and_writes_nothing(ledger: Ledger, target: Target) -> None:
+    ledger.request("c", "w", "pod")
+    _age(target, "w", 400)  # any purge that ran would remove it
+    before = target.dump()
+    meaningless: tuple[Any, ...] = (0, -1, float("nan"), float("inf"), "30d", True, None)
+    for bad in meaningless:
+        with pytest.raises(ValueError, match="older_than_seconds"):
+            ledger.purge(bad)
+    assert target.dump() == before
+
+
+def test_schema_has_the_contract_names_and_a_partial_key_index(target: Target) -> None:
+    Ledger(target.ref).close()
+    assert target.rows("SELECT delivery_no, case_id, work_id FROM deliveries") == []
+    assert target.rows("SELECT case_id, work_id, pod_uid, mode, delivery_no FROM attempts") == []
+    insert = (
+        "INSERT INTO deliveries (case_id, work_id, mode, fingerprint, pod_uid, created_at) "
+        "VALUES ('c', 'w', ?, 'f', 'p', 0)"
+    )
+    target.execute(insert, ("control",))
+    target.execute(insert, ("control",))
+    target.execute(insert, ("idempotent",))
+    with pytest.raises((sqlite3.IntegrityError, psycopg.errors.UniqueViolation)):
+        target.execute(insert, ("idempotent",))
+    assert target.rows("SELECT mode, COUNT(*) FROM deliveries GROUP BY mode ORDER BY mode") == [
+        ("control", 2),
+        ("idempotent", 1),
+    ]
+
+
+@pytest.mark.postgres
+def test_requests_for_other_keys_do_not_wait_for_an_open_one_on_postgres(pg_url: str) -> None:
+    """Replicas must not take turns: a request whose transaction is still open (it bumped its
+    counters, it has not committed) does not hold up a request for another key on another
+    connection. One counter row bumped by every request would make the second one wait."""
+    from ackledger.ledger import check_request, record_request
+
+    def shard(ledger: Ledger) -> int:
+        with ledger.backend.read() as tx:
+            return int(tx.scalar("SELECT pg_backend_pid()")) % COUNTER_SHARDS
+
+    with Ledger(pg_url) as first:
+        # Counter rows are chosen by server process: take a second connection whose row
+        # differs (each new connection is a new server process; it takes a few tries at most).
+        opened = [Ledger(pg_url)]
+        while shard(opened[-1]) == shard(first):
+            opened.append(Ledger(pg_url))
+        second = opened[-1]
+        answers: list[dict[str, Any]] = []
+        with first.backend.write() as tx:
+            held = record_request(tx, check_request("c", "held", "pod-A", "idempotent", None), 0)
+            waiter = threading.Thread(
+                target=lambda: answers.append(second.request("c", "other", "pod-B"))
+            )
+            waiter.start()
+            waiter.join(timeout=60)
+            assert len(answers) == 1, "a request waited for another key's open transaction"
+        for ledger in opened:
+            ledger.close()
+        assert [(d["work_id"], d["delivery_no"]) for d in first.deliveries()] == [
+            ("held", held.delivery_no),
+            ("other", answers[0]["delivery_no"]),
+        ]
+        assert first.counters() == {"attempts": 2, "deliveries": 2, "duplicates": 0, "conflicts": 0}
