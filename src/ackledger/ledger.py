@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -200,6 +200,23 @@ def record_request(tx: Tx, req: LedgerRequest, now: float) -> Recorded:
     return Recorded(outcome, delivery_no, sql.count_attempts(tx, req.case_id, req.work_id))
 
 
+def _answer(req: LedgerRequest, done: Recorded) -> dict[str, Any] | PayloadConflict:
+    # A conflict is committed as an attempt (the evidence of the refused request) before it
+    # is reported; it created no delivery.
+    if done.outcome is Outcome.CONFLICT:
+        return PayloadConflict(
+            f"key ({req.case_id!r}, {req.work_id!r}) already has delivery "
+            f"{done.delivery_no} with another payload; this attempt was refused",
+            attempt=done.attempt,
+            delivery_no=done.delivery_no,
+        )
+    return {
+        "delivery_no": done.delivery_no,
+        "duplicate": done.outcome is Outcome.DUPLICATE,
+        "attempt": done.attempt,
+    }
+
+
 class Ledger(Database):
     def request(
         self,
@@ -217,20 +234,19 @@ class Ledger(Database):
         """``request`` for an already validated :class:`LedgerRequest`."""
         with self._db.write() as tx:
             done = record_request(tx, req, time.time())
-        # A conflict is committed as an attempt (the evidence of the refused request) before
-        # it is raised; it created no delivery.
-        if done.outcome is Outcome.CONFLICT:
-            raise PayloadConflict(
-                f"key ({req.case_id!r}, {req.work_id!r}) already has delivery "
-                f"{done.delivery_no} with another payload; this attempt was refused",
-                attempt=done.attempt,
-                delivery_no=done.delivery_no,
-            )
-        return {
-            "delivery_no": done.delivery_no,
-            "duplicate": done.outcome is Outcome.DUPLICATE,
-            "attempt": done.attempt,
-        }
+        answer = _answer(req, done)
+        if isinstance(answer, PayloadConflict):
+            raise answer
+        return answer
+
+    def submit_many(self, reqs: Sequence[LedgerRequest]) -> list[dict[str, Any] | PayloadConflict]:
+        """Several requests in ONE write transaction, in order, each with its own answer (a
+        conflict is returned, not raised). For a single-writer database this is group commit:
+        one durable commit for every request that was ready at the same time."""
+        now = time.time()
+        with self._db.write() as tx:
+            done = [record_request(tx, req, now) for req in reqs]
+        return [_answer(req, each) for req, each in zip(reqs, done, strict=True)]
 
     def deliveries(self, case_id: str | None = None) -> list[dict[str, Any]]:
         """Deliveries in number order, all or those of one case."""

@@ -337,3 +337,38 @@ def test_requests_for_other_keys_do_not_wait_for_an_open_one_on_postgres(pg_url:
             ("other", answers[0]["delivery_no"]),
         ]
         assert first.counters() == {"attempts": 2, "deliveries": 2, "duplicates": 0, "conflicts": 0}
+
+
+def test_a_group_of_requests_shares_one_transaction_and_keeps_each_answer(
+    ledger: Ledger, target: Target
+) -> None:
+    from ackledger.ledger import check_request
+
+    ledger.request("case-g", "old", "pod-0", payload={"n": 1})
+    reqs = [
+        check_request("case-g", "new", "pod-1", "idempotent", None),
+        check_request("case-g", "new", "pod-2", "idempotent", None),  # same key, same group
+        check_request("case-g", "old", "pod-3", "idempotent", {"n": 2}),  # another payload
+        check_request("case-g", "ctl", "pod-4", "control", None),
+    ]
+    first, again, refused, control = ledger.submit_many(reqs)
+    assert isinstance(first, dict) and first["duplicate"] is False and first["attempt"] == 1
+    assert isinstance(again, dict)
+    assert (again["delivery_no"], again["duplicate"], again["attempt"]) == (
+        first["delivery_no"],
+        True,
+        2,
+    )
+    assert isinstance(refused, PayloadConflict) and refused.attempt == 2
+    assert isinstance(control, dict) and control["duplicate"] is False
+    outcomes = target.rows(
+        "SELECT pod_uid, outcome FROM attempts WHERE case_id = 'case-g' ORDER BY attempt_no"
+    )
+    assert outcomes == [
+        ("pod-0", "applied"),
+        ("pod-1", "applied"),
+        ("pod-2", "duplicate"),
+        ("pod-3", "conflict"),
+        ("pod-4", "applied"),
+    ]
+    assert count(target, "deliveries") == 3

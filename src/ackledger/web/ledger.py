@@ -22,7 +22,14 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import InvalidEvent
-from ..ledger import MAX_KEY_LEN, REQUEST_FIELDS, Ledger, PayloadConflict, request_from_json
+from ..ledger import (
+    MAX_KEY_LEN,
+    REQUEST_FIELDS,
+    Ledger,
+    LedgerRequest,
+    PayloadConflict,
+    request_from_json,
+)
 from .common import (
     BodyTooLarge,
     DatabaseCalls,
@@ -34,6 +41,7 @@ from .common import (
     problem,
     read_capped,
 )
+from .fastpath import GroupCommit
 
 NODE_BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 
@@ -74,11 +82,26 @@ def create_ledger_app(ledger: Ledger, identity: Identity | None = None) -> Starl
     me = identity or local_identity()
     service_metrics = ServiceMetrics("ledger", ledger.counters, LEDGER_COUNTERS)
     db = DatabaseCalls(ledger.backend)
+    # One writer at a time (SQLite): requests that are ready together share one transaction
+    # and one fsync. With a pool (PostgreSQL) each request has its own transaction on a worker
+    # thread instead: requests of one group would hold their keys' locks until the group
+    # commits, and two processes' groups could wait on each other.
+    group: GroupCommit[LedgerRequest, dict[str, Any] | PayloadConflict] = GroupCommit(
+        ledger.submit_many
+    )
+
+    async def submit(req: LedgerRequest) -> dict[str, Any]:
+        if db.concurrency > 1:
+            return await db(ledger.submit, req)
+        answer = await group.submit(req)
+        if isinstance(answer, PayloadConflict):
+            raise answer
+        return answer
 
     async def post_delivery(request: Request) -> Response:
         try:
             req = request_from_json(parse_json(await read_capped(request)))
-            done = await db(ledger.submit, req)
+            done = await submit(req)
         except (BodyTooLarge, ValueError) as exc:
             return bad_input(exc, ledger=me.short)
         except PayloadConflict as exc:
