@@ -172,6 +172,21 @@ def measure_in_process(plan: Plan, results: Results) -> None:
             print(f"  {results.figures[key].label}: {value:,.0f}/s", flush=True)
 
 
+def delivery_requests(tag: str) -> Callable[[int, int], dict[str, Any]]:
+    """Request bodies for the load client: every other request repeats the one before it (a
+    retried job), each client works in its own case."""
+
+    def make(client: int, number: int) -> dict[str, Any]:
+        return {
+            "case_id": f"case-{tag}-{client}",
+            "work_id": f"work-{number // 2}",
+            "pod_uid": f"pod-{number}",
+            "mode": "idempotent",
+        }
+
+    return make
+
+
 def ledger_service_available() -> bool:
     return run_cli("serve", "ledger", "--help", timeout=30).returncode == 0
 
@@ -190,18 +205,12 @@ def measure_http(plan: Plan, results: Results) -> None:
         )
         try:
             for rep in range(plan.reps):
-
-                def make(client: int, number: int, tag: str = f"r{rep}") -> dict[str, Any]:
-                    # Every other request repeats the one before it (a retried job).
-                    return {
-                        "case_id": f"case-{tag}-{client}",
-                        "work_id": f"work-{number // 2}",
-                        "pod_uid": f"pod-{number}",
-                        "mode": "idempotent",
-                    }
-
                 load = run_load(
-                    service.base_url, "/deliveries", HTTP_CLIENTS, plan.ledger_http_seconds, make
+                    service.base_url,
+                    "/deliveries",
+                    HTTP_CLIENTS,
+                    plan.ledger_http_seconds,
+                    delivery_requests(f"r{rep}"),
                 )
                 if not set(load.statuses) <= {200, 201}:
                     results.notes.append(f"ledger HTTP answers: {load.statuses}")

@@ -26,6 +26,7 @@ from ackledger import Outbox
 from ackledger.procs import Service, cli_command, start_service
 
 from .common import Plan, Results, rate, scratch
+from .ledger import delivery_requests
 from .load import run_load
 from .machine import POSTGRES_URL
 
@@ -165,15 +166,7 @@ def measure(plan: Plan, results: Results) -> None:
             ledger = _serve("ledger", ledger_db, folder)
             try:
                 for rep in range(reps):
-
-                    def ask(client: int, number: int, tag: str = f"{rep}") -> Any:
-                        return {
-                            "case_id": f"case-{tag}-{client}",
-                            "work_id": f"work-{number // 2}",
-                            "pod_uid": f"pod-{number}",
-                            "mode": "idempotent",
-                        }
-
+                    ask = delivery_requests(f"pg{rep}")
                     load = run_load(
                         ledger.base_url, "/deliveries", HTTP_CLIENTS, plan.ledger_http_seconds, ask
                     )

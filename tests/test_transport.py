@@ -271,3 +271,15 @@ def test_batch_target_and_size_rules() -> None:
         send_http_batch([], "http://127.0.0.1/events/batch")
     with pytest.raises(ValueError):
         send_http_batch(BATCH * 6, "http://127.0.0.1/events/batch")
+
+
+def test_kept_connections_turn_nagle_off() -> None:
+    # http.client sends a request's head and body in two writes; with Nagle's algorithm on,
+    # the body can wait for the peer's delayed ACK of the head.
+    from ackledger.transport import _pool
+
+    with RawServer(ack_for) as server:
+        assert send_http(EVENT, server.url) is True
+        conn = _pool()[("127.0.0.1", server.port)]
+        assert conn.sock is not None
+        assert conn.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0

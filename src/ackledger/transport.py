@@ -14,6 +14,7 @@ import functools
 import http.client
 import json
 import select
+import socket
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -94,6 +95,15 @@ def _is_dropped(conn: http.client.HTTPConnection) -> bool:
     return bool(readable)
 
 
+class _Connection(http.client.HTTPConnection):
+    """``http.client`` writes a request's head and body in two ``send`` calls; with Nagle's
+    algorithm on, the body can wait for the peer's ACK of the head. Turn it off."""
+
+    def connect(self) -> None:
+        super().connect()
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
 def _connection(target: Target, timeout: float) -> http.client.HTTPConnection:
     key = (target.host, target.port)
     pool = _pool()
@@ -102,7 +112,7 @@ def _connection(target: Target, timeout: float) -> http.client.HTTPConnection:
         conn.close()
         conn = None
     if conn is None:
-        conn = http.client.HTTPConnection(target.host, target.port, timeout=timeout)
+        conn = _Connection(target.host, target.port, timeout=timeout)
         pool[key] = conn
     if conn.timeout != timeout:
         # settimeout is a system call; a relay keeps one timeout, so it is made once.
@@ -186,7 +196,7 @@ def request_once(
 ) -> tuple[int, bytes]:
     """One request on its own connection (workers and operator tools ask once): returns
     (status, body), the body read up to ``cap``; connection errors raise as OSError."""
-    conn = http.client.HTTPConnection(target.host, target.port, timeout=timeout)
+    conn = _Connection(target.host, target.port, timeout=timeout)
     try:
         headers = {"Accept": "application/json, text/plain"}
         if body is not None:
