@@ -228,7 +228,7 @@ def plots(results: Results, plan: Plan) -> set[str]:
 
     def save(fig: Any, name: str) -> None:
         fig.tight_layout()
-        fig.savefig(folder / name, dpi=110)
+        fig.savefig(folder / name, dpi=110, bbox_inches="tight")
         plt.close(fig)
         written.add(name)
 
