@@ -155,6 +155,29 @@ def scratch(prefix: str) -> Iterator[Path]:
         yield Path(name)
 
 
+def drain_rate(
+    sent_count: Callable[[], int], total: int, *, timeout: float, interval: float
+) -> float:
+    """Events/s of relays in other processes, from the first sent event seen to the last.
+
+    ``sent_count`` reads how many are sent (from a separate connection); the clock starts at
+    the first one seen, so the relays' start-up is not counted. NaN if they did not finish.
+    """
+    deadline = time.monotonic() + timeout
+    first: tuple[float, int] | None = None
+    sent = 0
+    while sent < total and time.monotonic() < deadline:
+        sent = sent_count()
+        now = time.perf_counter()
+        if first is None and sent:
+            first = (now, sent)
+        time.sleep(interval)
+    end = time.perf_counter()
+    if first is None or sent < total:
+        return float("nan")
+    return rate(sent - first[1], end - first[0])
+
+
 def rss_kib(pid: int) -> int:
     """Resident set size of a process in KiB (Linux /proc)."""
     with open(f"/proc/{pid}/status", encoding="ascii") as status:

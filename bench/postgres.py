@@ -16,7 +16,6 @@ from __future__ import annotations
 import secrets
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Any
 from ackledger import Outbox
 from ackledger.procs import Service, cli_command, start_service
 
-from .common import Plan, Results, rate, scratch
+from .common import Plan, Results, drain_rate, scratch
 from .ledger import delivery_requests
 from .load import run_load
 from .machine import POSTGRES_URL
@@ -100,24 +99,14 @@ def relay_rate(source: str, sink_url: str, relays: int, total: int, batch: bool)
     ]
     try:
         with Outbox(source) as outbox:
-            deadline = time.monotonic() + 600
-            first: tuple[float, int] | None = None
-            sent = 0
-            while sent < total and time.monotonic() < deadline:
-                sent = int(outbox.stats()["sent"])
-                now = time.perf_counter()
-                if first is None and sent:
-                    first = (now, sent)
-                time.sleep(0.01)
-            end = time.perf_counter()
+            return drain_rate(
+                lambda: int(outbox.stats()["sent"]), total, timeout=600, interval=0.01
+            )
     finally:
         for process in processes:
             process.send_signal(signal.SIGTERM)
         for process in processes:
             process.wait(60)
-    if first is None or sent < total:
-        return float("nan")
-    return rate(sent - first[1], end - first[0])
 
 
 def measure(plan: Plan, results: Results) -> None:

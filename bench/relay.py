@@ -20,7 +20,7 @@ from ackledger.procs import Service, cli_command, run_cli, start_service
 from ackledger.transport import close_connections, send_http, send_http_batch
 
 from . import fill
-from .common import Plan, Results, rate, scratch
+from .common import Plan, Results, drain_rate, rate, scratch
 
 
 def accept_rate(folder: Path, synchronous: str, count: int, prefix: str) -> float:
@@ -97,22 +97,10 @@ def daemon_rate(source: Path, url: str, total: int) -> float:
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 300
-        first: tuple[float, int] | None = None
-        sent = 0
-        while sent < total and time.monotonic() < deadline:
-            sent = _sent_count(source)
-            now = time.perf_counter()
-            if first is None and sent:
-                first = (now, sent)
-            time.sleep(0.002)
-        end = time.perf_counter()
+        return drain_rate(lambda: _sent_count(source), total, timeout=300, interval=0.002)
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(30)
-    if first is None or sent < total:
-        return float("nan")
-    return rate(sent - first[1], end - first[0])
 
 
 def measure_accept(plan: Plan, results: Results) -> None:
