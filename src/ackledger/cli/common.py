@@ -21,6 +21,21 @@ def add_synchronous(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_source(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--source", required=True, metavar="PATH", help="outbox database (or postgresql:// URL)"
+    )
+
+
+def add_http_client(parser: argparse.ArgumentParser, what: str = "a target") -> None:
+    """``--timeout`` and ``--allow-host``: every command that talks to a service over HTTP."""
+    parser.add_argument("--timeout", type=positive_float, default=5.0, help="seconds per request")
+    parser.add_argument(
+        "--allow-host", action="append", default=[], metavar="HOST",
+        help=f"also allow this host as {what} (an explicit widening of the loopback allow-list)",
+    )  # fmt: skip
+
+
 def int_between(low: int, high: int) -> Callable[[str], int]:
     """An argparse type: a whole number from ``low`` to ``high``."""
 

@@ -10,7 +10,7 @@ import uuid
 
 from ..ledger import DEFAULT_RETENTION_SECONDS, MODES, check_request
 from ..transport import check_target
-from .common import duration_arg, existing_target, positive_float
+from .common import add_http_client, duration_arg, existing_target
 
 #: ``--fail-after-save``: EX_TEMPFAIL, the status a Job treats as a failed Pod and retries.
 EXIT_FAIL_AFTER_SAVE = 75
@@ -41,12 +41,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--payload", metavar="JSON", help="a JSON object; the same key with another payload is "
         "refused (422)"
     )  # fmt: skip
-    deliver.add_argument("--timeout", type=positive_float, default=5.0, help="seconds")
-    deliver.add_argument(
-        "--allow-host", action="append", default=[], metavar="HOST",
-        help="also allow this host as the ledger (an explicit widening of the loopback "
-        "allow-list, e.g. the ledger's Service name in a cluster)",
-    )  # fmt: skip
+    add_http_client(deliver, "the ledger (e.g. the ledger's Service name in a cluster)")
     deliver.add_argument(
         "--fail-after-save",
         action="store_true",

@@ -34,7 +34,16 @@ from ..relay import logger as relay_logger
 from ..store import is_postgres
 from ..trace import trace, when
 from ..transport import check_target, post_batch, send_http
-from .common import add_synchronous, duration_arg, limit_arg, open_outbox, port_arg, positive_float
+from .common import (
+    add_http_client,
+    add_source,
+    add_synchronous,
+    duration_arg,
+    limit_arg,
+    open_outbox,
+    port_arg,
+    positive_float,
+)
 
 
 def _seed_arg(text: str) -> int:
@@ -42,10 +51,6 @@ def _seed_arg(text: str) -> int:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-
-
-def _source(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--source", required=True, metavar="PATH", help="outbox database")
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -57,7 +62,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "jittered exponential backoff; alert on a permanent one (a 4xx from the sink) and stop "
         "(exit 3) or quarantine it. SIGTERM/SIGINT: finish the send in flight, exit 0.",
     )
-    _source(relay)
+    add_source(relay)
     relay.add_argument("--to", required=True, metavar="URL", help="http://HOST:PORT/events")
     relay.add_argument("--batch", action="store_true", help="send each selection in one request")
     relay.add_argument("--limit", type=limit_arg, default=16, help="events per round, 1-16")
@@ -83,11 +88,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--metrics-host", default="127.0.0.1", help="address for /metrics (default 127.0.0.1)"
     )
     relay.add_argument("--log-format", choices=FORMATS, default="text", help="text or json")
-    relay.add_argument("--timeout", type=positive_float, default=5.0, help="seconds per request")
-    relay.add_argument(
-        "--allow-host", action="append", default=[], metavar="HOST",
-        help="also allow this host as a target (an explicit widening of the loopback allow-list)",
-    )  # fmt: skip
+    add_http_client(relay)
     lease = relay.add_argument_group(
         "PostgreSQL: one of N relays",
         "With a postgresql:// source the relay leases partitions (the event's sku by default) "
@@ -116,7 +117,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="what to watch: pending, oldest pending age, attempts, quarantined, sent",
         description="Outbox figures, and the counters of a sink or ledger service if given.",
     )
-    _source(status)
+    add_source(status)
     status.add_argument("--sink", metavar="URL", help="a sink service, http://HOST:PORT")
     status.add_argument("--ledger", metavar="URL", help="a ledger service, http://HOST:PORT")
     status.add_argument("--json", action="store_true", help="print JSON")
@@ -129,7 +130,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "where, and what cannot be known. Reads only.",
     )
     tracer.add_argument("event_id", metavar="EVENT_ID")
-    _source(tracer)
+    add_source(tracer)
     tracer.add_argument(
         "--sink", required=True, metavar="PATH_OR_URL", help="sink database or service URL"
     )
@@ -143,7 +144,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "go on. Unknown id or an event that is not pending: exit 2.",
     )
     quarantine.add_argument("event_id", metavar="EVENT_ID")
-    _source(quarantine)
+    add_source(quarantine)
     quarantine.add_argument("--reason", required=True, help="why (kept with the event)")
     quarantine.set_defaults(handler=cmd_quarantine)
 
@@ -154,11 +155,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "events were delivered while it was out (the reorder).",
     )
     requeue.add_argument("event_id", metavar="EVENT_ID")
-    _source(requeue)
+    add_source(requeue)
     requeue.set_defaults(handler=cmd_requeue)
 
     listing = commands.add_parser("quarantined", help="list quarantined events with reasons")
-    _source(listing)
+    add_source(listing)
     listing.add_argument("--json", action="store_true", help="print a JSON list")
     listing.set_defaults(handler=cmd_quarantined)
 
@@ -168,7 +169,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         description="Delete sent rows sent longer ago than DURATION (e.g. 7d, 12h, 30m). "
         "Pending and quarantined rows are never deleted.",
     )
-    _source(purge)
+    add_source(purge)
     purge.add_argument(
         "--sent-older-than", required=True, type=duration_arg, metavar="DURATION",
         help="e.g. 7d, 12h, 30m, 45s",

@@ -11,7 +11,7 @@ from typing import Any
 from ..dispatch import dispatch, dispatch_batch
 from ..event import validate_event
 from ..transport import check_target, send_http, send_http_batch
-from .common import add_synchronous, limit_arg, open_outbox, positive_float
+from .common import add_http_client, add_source, add_synchronous, limit_arg, open_outbox
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -21,7 +21,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         description="Read one event as JSON from stdin, write the order and the event in one "
         "transaction, print its seq. The database is created if missing.",
     )
-    accept.add_argument("--source", required=True, metavar="PATH", help="outbox database")
+    add_source(accept)
     add_synchronous(accept)
     accept.set_defaults(handler=cmd_accept)
 
@@ -29,7 +29,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "pending", help="list pending events in acceptance order", description="List unsent, "
         "unquarantined events in seq order. Reads only."
     )  # fmt: skip
-    pending.add_argument("--source", required=True, metavar="PATH", help="outbox database")
+    add_source(pending)
     pending.add_argument("--limit", type=limit_arg, default=16, help="1-16 (default 16)")
     pending.add_argument("--json", action="store_true", help="print a JSON list")
     pending.set_defaults(handler=cmd_pending)
@@ -40,17 +40,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         description="Send pending events in order; mark each sent only on its exact ACK; stop "
         "at the first failure. Exit 0 if the whole batch was acknowledged, 1 if it stopped.",
     )
-    send.add_argument("--source", required=True, metavar="PATH", help="outbox database")
+    add_source(send)
     send.add_argument(
         "--to", required=True, metavar="URL", help="the sink, http://HOST:PORT/events"
     )
     send.add_argument("--limit", type=limit_arg, default=16, help="1-16 (default 16)")
     send.add_argument("--batch", action="store_true", help="send the batch in one request")
-    send.add_argument("--timeout", type=positive_float, default=5.0, help="seconds per request")
-    send.add_argument(
-        "--allow-host", action="append", default=[], metavar="HOST",
-        help="also allow this host as a target (an explicit widening of the loopback allow-list)",
-    )  # fmt: skip
+    add_http_client(send)
     send.add_argument(
         "--exit-after-ack",
         type=int,

@@ -17,7 +17,14 @@ from dataclasses import asdict
 from typing import Any
 
 from ..cli import Parser, UsageError, fail
-from ..cli.common import add_synchronous, existing_target, limit_arg, positive_float
+from ..cli.common import (
+    add_http_client,
+    add_source,
+    add_synchronous,
+    existing_target,
+    limit_arg,
+    positive_float,
+)
 from ..outbox import Outbox
 from ..store import database_errors
 from ..transport import check_target, close_connections, send_http, send_http_batch
@@ -31,7 +38,7 @@ def build_parser() -> Parser:
         description="One of N relays on one outbox: lease partitions, send each one's events "
         "in seq order, mark them sent only on an exact ACK and only while the lease holds.",
     )
-    parser.add_argument("--source", required=True, metavar="URL", help="the outbox database")
+    add_source(parser)
     parser.add_argument(
         "--to", required=True, metavar="URL", help="the sink, http://HOST:PORT/events"
     )
@@ -42,7 +49,7 @@ def build_parser() -> Parser:
     )  # fmt: skip
     parser.add_argument("--limit", type=limit_arg, default=16, help="events per batch, 1-16")
     parser.add_argument("--batch", action="store_true", help="send each batch in one request")
-    parser.add_argument("--timeout", type=positive_float, default=5.0, help="seconds per request")
+    add_http_client(parser)
     parser.add_argument(
         "--idle-wait", type=positive_float, default=0.5, metavar="S",
         help="seconds to wait when no partition can be leased (default 0.5)",
@@ -50,10 +57,6 @@ def build_parser() -> Parser:
     parser.add_argument(
         "--max-backoff", type=positive_float, default=30.0, metavar="S",
         help="longest wait before a failed partition is tried again (default 30)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--allow-host", action="append", default=[], metavar="HOST",
-        help="also allow this host as a target (an explicit widening of the loopback allow-list)",
     )  # fmt: skip
     parser.add_argument(
         "--stop-self-after-acks", type=int, metavar="N",
