@@ -84,9 +84,9 @@ def test_a_relay_started_while_the_sink_is_down_drains_once_it_comes_up(tmp_path
     assert "send-failed" in log and "recovered" in log and "stopped" in log
 
 
-@pytest.mark.parametrize("batch", [True, False])
+@pytest.mark.parametrize("mode", ["batch", "each", "last"])
 def test_sigterm_mid_send_leaves_every_event_either_sent_or_pending(
-    tmp_path: Path, sink_db: Path, sink_service: Service, batch: bool
+    tmp_path: Path, sink_db: Path, sink_service: Service, mode: str
 ) -> None:
     source = tmp_path / "source.db"
     events = _events(60)
@@ -94,8 +94,13 @@ def test_sigterm_mid_send_leaves_every_event_either_sent_or_pending(
     # Every answer is held after the sink has committed, so the relay spends its time waiting
     # for ACKs: the signal lands while an applied batch is not yet acknowledged.
     with FaultProxy(sink_service.port, delay_responses=0.2) as proxy:
-        mode = ["--batch", "--limit", "4"] if batch else ["--limit", "16"]
-        relay = start_relay(source, proxy.url, tmp_path / "relay.log", *mode)
+        flags = {
+            "batch": ["--batch", "--limit", "4"],
+            "each": ["--limit", "16"],
+            # Marks wait for the disk once per round: a stop mid-round still leaves them all.
+            "last": ["--limit", "16", "--mark-sync", "last"],
+        }[mode]
+        relay = start_relay(source, proxy.url, tmp_path / "relay.log", *flags)
         try:
             wait_until(lambda: count(source, "sent = 1") >= 4, "the first events to be sent")
             assert relay.stop(signal.SIGTERM, timeout=30) == 0
@@ -218,6 +223,7 @@ def test_a_poison_event_stops_the_relay_under_the_stop_policy_with_an_alert(
         (["--base-backoff", "5", "--max-backoff", "1"], "backoff"),
         (["--poll-interval", "0"], "poll-interval"),
         (["--on-poison", "ignore"], "on-poison"),
+        (["--mark-sync", "sometimes"], "mark-sync"),
         (["--log-format", "xml"], "log-format"),
         (["--metrics-port", "70000"], "metrics-port"),
     ],

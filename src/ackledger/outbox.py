@@ -117,17 +117,20 @@ class Outbox(Database):
         with self._db.read() as tx:
             return sql.pending(tx, limit)
 
-    def mark_sent(self, event_id: str, *, attempted: bool = False) -> None:
-        """Set ``sent = 1``; idempotent. ``attempted`` also counts the send that earned it."""
-        self.mark_sent_many([event_id], attempted=attempted)
+    def mark_sent(self, event_id: str, *, attempted: bool = False, durable: bool = True) -> None:
+        """Set ``sent = 1``; idempotent. ``attempted`` also counts the send that earned it.
+        ``durable=False``: see ``Backend.write`` (dispatch's ``mark_sync="last"``)."""
+        self.mark_sent_many([event_id], attempted=attempted, durable=durable)
 
-    def mark_sent_many(self, event_ids: Sequence[str], *, attempted: bool = False) -> None:
+    def mark_sent_many(
+        self, event_ids: Sequence[str], *, attempted: bool = False, durable: bool = True
+    ) -> None:
         """Mark several events sent in one transaction (all or none)."""
         ids = list(event_ids)
         for event_id in ids:
             if not isinstance(event_id, str):
                 raise TypeError(f"event_id: must be a string, got {type(event_id).__name__}")
-        with self._db.write() as tx:
+        with self._db.write(durable=durable) as tx:
             unknown = sql.mark_sent(tx, ids, attempted, time.time())
             if unknown:
                 raise KeyError(unknown[0])

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .backoff import Backoff
-from .dispatch import Source, StopRequested, dispatch, dispatch_batch
+from .dispatch import Source, StopRequested, check_mark_sync, dispatch, dispatch_batch
 from .errors import InvalidEvent, NotAcknowledged
 from .logline import note
 from .outbox import MAX_BATCH, check_limit
@@ -89,10 +89,14 @@ class RelaySettings:
     on_poison: str = "stop"
     timeout: float = 5.0
     allowed_hosts: tuple[str, ...] = ()
+    #: Per-item rounds: fsync every mark ("each") or the last of each round ("last"; see
+    #: ``dispatch``). A batch round's marks are one transaction either way.
+    mark_sync: str = "each"
 
     def __post_init__(self) -> None:
         check_target(self.url, "/events", self.allowed_hosts)
         check_limit(self.limit)
+        check_mark_sync(self.mark_sync)
         if self.on_poison not in POISON_POLICIES:
             raise ValueError(f"on_poison: must be stop or quarantine, got {self.on_poison!r}")
         for name in ("poll_interval", "timeout"):
@@ -237,7 +241,10 @@ class Relay:
         try:
             if self.settings.batch:
                 return dispatch_batch(self.source, self._sender.many, self.settings.limit)
-            return dispatch(self.source, self._sender.one, self.settings.limit)
+            return dispatch(
+                self.source, self._sender.one, self.settings.limit,
+                mark_sync=self.settings.mark_sync,
+            )  # fmt: skip
         finally:
             self.counts.succeeded = before + self._sender.acked
             self.counts.attempted += self._sender.acked

@@ -112,8 +112,9 @@ def test_pending_in_partition_is_in_seq_order_bounded_and_writes_nothing(target:
         assert target.dump() == before
 
 
+@pytest.mark.parametrize("mark_sync", ["each", "last"])
 def test_dispatch_through_a_leased_partition_stops_when_the_lease_is_lost(
-    target: Target,
+    target: Target, mark_sync: str
 ) -> None:
     with Outbox(target.ref) as ob:
         ids = fill(ob, ["p"], 4)
@@ -131,7 +132,7 @@ def test_dispatch_through_a_leased_partition_stops_when_the_lease_is_lost(
             return True
 
         with pytest.raises(LeaseLost):
-            dispatch(LeasedPartition(one, lease), send)
+            dispatch(LeasedPartition(one, lease), send, mark_sync=mark_sync)
         assert sent == ids["p"][:2]
         # The first was marked under the lease; the second was refused: the new owner re-sends it.
         assert [item["id"] for item in ob.pending()] == ids["p"][1:]

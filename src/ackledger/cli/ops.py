@@ -15,6 +15,7 @@ from types import FrameType
 from typing import Any
 
 from ..backoff import Backoff
+from ..dispatch import MARK_SYNCS
 from ..errors import AckledgerError, InvalidEvent, NotAcknowledged
 from ..event import check_identifier
 from ..logline import FORMATS, install
@@ -66,6 +67,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     relay.add_argument("--to", required=True, metavar="URL", help="http://HOST:PORT/events")
     relay.add_argument("--batch", action="store_true", help="send each selection in one request")
     relay.add_argument("--limit", type=limit_arg, default=16, help="events per round, 1-16")
+    relay.add_argument(
+        "--mark-sync", choices=MARK_SYNCS, default="each",
+        help="one event a request: fsync every mark (each, default) or only the last of each "
+        "round (last: one fsync per round; marks lost to a power cut are re-sent as duplicates)",
+    )  # fmt: skip
     relay.add_argument(
         "--base-backoff", type=positive_float, default=0.1, metavar="SECONDS",
         help="first backoff ceiling (default 0.1)",
@@ -191,6 +197,7 @@ def cmd_relay(args: argparse.Namespace) -> int:
         poll_interval=args.poll_interval,
         on_poison=args.on_poison,
         timeout=args.timeout,
+        mark_sync=args.mark_sync,
         allowed_hosts=tuple(args.allow_host),
     )
     rng = random.Random(args.seed) if args.seed is not None else None
@@ -280,7 +287,7 @@ def _relay_partitions(
         send_batch=send_batch if settings.batch else None, lease_ttl=args.lease_ttl,
         limit=settings.limit, stop=stop, idle_wait=settings.poll_interval,
         max_backoff=args.max_backoff, classify=classify, describe=describe,
-        on_poison=settings.on_poison,
+        on_poison=settings.on_poison, mark_sync=settings.mark_sync,
     )  # fmt: skip
     metrics = _metrics(args, outbox, worker.counts)
     restore = _on_stop_signals(stop.set)

@@ -104,16 +104,23 @@ class PartitionLeases:
         with self.outbox.backend.read() as tx:
             return sql.pending_in_partition(tx, partition, limit)
 
-    def mark_sent(self, lease: Lease, event_id: str, *, attempted: bool = False) -> None:
+    def mark_sent(
+        self, lease: Lease, event_id: str, *, attempted: bool = False, durable: bool = True
+    ) -> None:
         """Mark an event of the leased partition sent, and renew the lease.
 
         Raises LeaseLost (nothing marked) if the lease expired or was taken over, KeyError if
         the partition has no such event.
         """
-        self.mark_sent_many(lease, [event_id], attempted=attempted)
+        self.mark_sent_many(lease, [event_id], attempted=attempted, durable=durable)
 
     def mark_sent_many(
-        self, lease: Lease, event_ids: Sequence[str], *, attempted: bool = False
+        self,
+        lease: Lease,
+        event_ids: Sequence[str],
+        *,
+        attempted: bool = False,
+        durable: bool = True,
     ) -> None:
         """Mark several events in one transaction: all of them, or none."""
         ids = list(event_ids)
@@ -121,7 +128,7 @@ class PartitionLeases:
             if not isinstance(event_id, str):
                 raise TypeError(f"event_id: must be a string, got {type(event_id).__name__}")
         now = time.time()
-        with self.outbox.backend.write() as tx:
+        with self.outbox.backend.write(durable=durable) as tx:
             for event_id in ids:
                 outcome = sql.mark_sent(
                     tx, lease.partition, lease.owner, lease.token, event_id,
@@ -166,12 +173,14 @@ class LeasedPartition:
     def pending(self, limit: int = 16) -> list[dict[str, Any]]:
         return self.leases.pending_in_partition(self.lease.partition, limit)
 
-    def mark_sent(self, event_id: str, *, attempted: bool = False) -> None:
-        self.leases.mark_sent(self.lease, event_id, attempted=attempted)
+    def mark_sent(self, event_id: str, *, attempted: bool = False, durable: bool = True) -> None:
+        self.leases.mark_sent(self.lease, event_id, attempted=attempted, durable=durable)
         self.marked += 1
 
-    def mark_sent_many(self, event_ids: Sequence[str], *, attempted: bool = False) -> None:
-        self.leases.mark_sent_many(self.lease, event_ids, attempted=attempted)
+    def mark_sent_many(
+        self, event_ids: Sequence[str], *, attempted: bool = False, durable: bool = True
+    ) -> None:
+        self.leases.mark_sent_many(self.lease, event_ids, attempted=attempted, durable=durable)
         self.marked += len(event_ids)
 
     def record_failure(self, event_id: str, error: str) -> None:

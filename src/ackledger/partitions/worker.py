@@ -27,7 +27,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Required, TypedDict, Unpack
 
-from ..dispatch import Send, SendBatch, StopRequested, dispatch, dispatch_batch
+from ..dispatch import (
+    Send,
+    SendBatch,
+    StopRequested,
+    check_mark_sync,
+    dispatch,
+    dispatch_batch,
+)
 from ..errors import LeaseLost
 from ..outbox import Outbox, check_limit
 from ..relay import PERMANENT, POISON_POLICIES, TRANSIENT, RelayCounts
@@ -81,6 +88,9 @@ class WorkerOptions(TypedDict, total=False):
     batches_per_lease: int
     #: Called with each acknowledged id before its mark (drills; see dispatch).
     after_delivery: Callable[[str], object] | None
+    #: One event at a time: fsync every mark ("each", default) or the last of each dispatch
+    #: ("last"; see ``dispatch``).
+    mark_sync: str
     #: Where the worker's few log lines go. Default: stderr.
     log: Callable[[str], None]
     #: Tells a failure's class: "transient" (park the partition and retry it later) or
@@ -108,6 +118,7 @@ class PartitionWorker:
         self.max_backoff = check_ttl(options.get("max_backoff", MAX_BACKOFF_S), "max_backoff")
         self.batches_per_lease = options.get("batches_per_lease", BATCHES_PER_LEASE)
         self.after_delivery = options.get("after_delivery")
+        self.mark_sync = check_mark_sync(options.get("mark_sync", "each"))
         self.log = options.get("log", _stderr)
         self.report = WorkerReport(owner)
         self.outbox = outbox
@@ -186,7 +197,10 @@ class PartitionWorker:
                 counts.succeeded += answer is True
                 return answer
 
-            return dispatch(view, one, self.limit, after_delivery=self.after_delivery)
+            return dispatch(
+                view, one, self.limit, after_delivery=self.after_delivery,
+                mark_sync=self.mark_sync,
+            )  # fmt: skip
         send_batch = self.send_batch
         assert send_batch is not None
         each = self.after_delivery

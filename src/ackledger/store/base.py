@@ -60,8 +60,16 @@ class Backend(abc.ABC):
     concurrency: int = 1
 
     @abc.abstractmethod
-    def write(self) -> AbstractContextManager[Tx]:
-        """A write transaction: commits when the block ends, rolls back on an exception."""
+    def write(self, *, durable: bool = True) -> AbstractContextManager[Tx]:
+        """A write transaction: commits when the block ends, rolls back on an exception.
+
+        ``durable=False`` commits this one transaction without waiting for the disk even when
+        the backend is opened with synchronous=FULL: it survives a crash of the process, and a
+        later durable commit on the same database makes it durable too (SQLite syncs the whole
+        WAL file, PostgreSQL flushes its WAL up to the later commit). Only for writes whose loss
+        on power failure is harmless and that are followed by a durable one (``dispatch``'s
+        ``mark_sync="last"``).
+        """
 
     @abc.abstractmethod
     def read(self) -> AbstractContextManager[Tx]:

@@ -147,11 +147,15 @@ class PostgresBackend(Backend):
             self._local.busy = False
 
     @contextmanager
-    def write(self) -> Iterator[Tx]:
+    def write(self, *, durable: bool = True) -> Iterator[Tx]:
         # READ COMMITTED (the server default): each statement sees what is committed when it
         # starts; the project's SQL is written so that this is enough (claims are single
         # INSERT ... ON CONFLICT statements, leases are checked in the statement that marks).
         with self._connection() as conn, conn.transaction():
+            if not durable and self.synchronous == "FULL":
+                # For this transaction only; a later synchronous commit flushes the WAL up to
+                # its own record, which covers this one.
+                conn.execute("SET LOCAL synchronous_commit = off")
             yield PostgresTx(conn)
 
     @contextmanager

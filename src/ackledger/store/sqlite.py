@@ -53,15 +53,24 @@ class SqliteBackend(Backend):
         self.synchronous = mode
 
     @contextmanager
-    def write(self) -> Iterator[Tx]:
+    def write(self, *, durable: bool = True) -> Iterator[Tx]:
         with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
+            # synchronous is read when the transaction commits; in WAL mode NORMAL skips only
+            # that commit's fsync, and the next FULL commit's fsync covers the whole WAL file.
+            relaxed = not durable and self.synchronous == "FULL"
+            if relaxed:
+                self._conn.execute("PRAGMA synchronous = NORMAL")
             try:
-                yield SqliteTx(self._conn)
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield SqliteTx(self._conn)
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
+                self._conn.execute("COMMIT")
+            finally:
+                if relaxed:
+                    self._conn.execute("PRAGMA synchronous = FULL")
 
     @contextmanager
     def read(self) -> Iterator[Tx]:
