@@ -41,7 +41,9 @@ def start_sink(folder: Path, name: str, *extra: str) -> Service:
     )
 
 
-def relay_rate(source: Path, url: str, *, batch: bool) -> tuple[int, float]:
+def relay_rate(
+    source: Path, url: str, *, batch: bool, mark_sync: str = "each"
+) -> tuple[int, float]:
     """Drain ``source`` into the sink at ``url``; returns (events, events per second)."""
     total = 0
     with Outbox(source, synchronous="FULL") as outbox:
@@ -64,7 +66,7 @@ def relay_rate(source: Path, url: str, *, batch: bool) -> tuple[int, float]:
 
             start = time.perf_counter()
             end = start
-            while marked := dispatch(outbox, send, 16):
+            while marked := dispatch(outbox, send, 16, mark_sync=mark_sync):
                 total += len(marked)
                 end = time.perf_counter()
     close_connections()
@@ -139,6 +141,15 @@ def measure_relay(plan: Plan, results: Results) -> None:
                 fill.pending_events(source, f"i{rep}", plan.relay_events)
                 _, value = relay_rate(source, sink.base_url, batch=False)
                 results.add("relay.item", "per-item relay (dispatch + send_http)", "/s", value)
+                source = folder / f"last-{rep}.db"
+                fill.pending_events(source, f"l{rep}", plan.relay_events)
+                _, value = relay_rate(source, sink.base_url, batch=False, mark_sync="last")
+                results.add(
+                    "relay.item_last",
+                    "per-item relay, one mark fsync per call (dispatch mark_sync='last')",
+                    "/s",
+                    value,
+                )
                 source = folder / f"batch-{rep}.db"
                 fill.pending_events(source, f"b{rep}", plan.batch_events)
                 _, value = relay_rate(source, sink.base_url, batch=True)
@@ -153,4 +164,6 @@ def measure_relay(plan: Plan, results: Results) -> None:
     batch = results.get("relay.batch")
     floor = results.get("floor.relay")
     print(f"  per-item relay: {item or 0:,.0f}/s (floor {floor or 0:,.0f}/s)", flush=True)
+    last = results.get("relay.item_last")
+    print(f"  per-item relay, mark_sync='last': {last or 0:,.0f}/s", flush=True)
     print(f"  batch relay: {batch or 0:,.0f} events/s", flush=True)

@@ -43,6 +43,9 @@ def targets(results: Results, plan: Plan) -> list[Target]:
                _ratio(results, "relay.item", "floor.relay"), 0.8, "ratio", "x"),
         Target("per-item relay / measured hand-over floor (same steps, raw sockets and SQLite)",
                _ratio(results, "relay.item", "floor.handover"), 0.8, "ratio", "x"),
+        Target("per-item relay, one mark fsync per call (mark_sync='last') / floor "
+               "1/(2 commits + 1 round trip)",
+               _ratio(results, "relay.item_last", "floor.relay"), 0.8, "ratio", "x"),
         Target("batch relay / per-item relay", _ratio(results, "relay.batch", "relay.item"),
                10.0, "ratio", "x"),
         Target("batch relay events/s (goal, durable)", results.get("relay.batch"), 20_000,
@@ -255,6 +258,7 @@ def plots(results: Results, plan: Plan) -> set[str]:
             ("floor.relay", "per-item\nfloor", "#555555"),
             ("floor.handover", "hand-over\nfloor", "#555555"),
             ("relay.item", "per-item\nrelay", "#1f77b4"),
+            ("relay.item_last", "per-item\nsync=last", "#1f77b4"),
             ("relay.batch", "batch\nrelay", "#2ca02c"),
             ("relay.daemon", "relay\n--batch", "#17becf"),
             ("accept.full", "accept\nFULL", "#ff7f0e"),
