@@ -69,7 +69,11 @@ class RawServer(Closing):
         buffer = b""
         with conn:
             while True:
-                got = self._read_request(conn, buffer)
+                try:
+                    got = self._read_request(conn, buffer)
+                except OSError:
+                    # A client that closes with our answer unread resets the connection.
+                    return
                 if got is None:
                     return
                 body, buffer = got

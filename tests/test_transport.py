@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 from collections.abc import Iterator
 
@@ -98,11 +99,19 @@ def test_a_huge_answer_is_refused_without_reading_it_all() -> None:
         assert server.bytes_sent < huge // 2
 
 
-def test_a_huge_answer_without_length_is_cut_at_the_cap() -> None:
-    def flood(body: bytes) -> bytes:
-        return b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + b"x" * (20 * 1024 * 1024)
+CHUNK = b"%x\r\n" % 4096 + b"x" * 4096 + b"\r\n"
 
-    with RawServer(flood) as server:
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + b"x" * (20 * 1024 * 1024),
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + CHUNK * 5000,
+    ],
+    ids=["until-close", "chunked"],
+)
+def test_a_huge_answer_without_length_is_cut_at_the_cap(answer: bytes) -> None:
+    with RawServer(lambda body: answer) as server:
         with pytest.raises(NotAcknowledged, match="over 65536"):
             send_http(EVENT, server.url)
         time.sleep(0.2)
@@ -283,3 +292,173 @@ def test_kept_connections_turn_nagle_off() -> None:
         conn = _pool()[("127.0.0.1", server.port)]
         assert conn.sock is not None
         assert conn.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+
+
+# The answer parser of the keep-alive client, against scripted raw answers.
+
+ACK_BODY = json.dumps({"ack": True, "id": "snack-7"}).encode()
+
+
+def chunked(body: bytes, sizes: list[int], extra_head: str = "", trailer: bytes = b"") -> bytes:
+    head = f"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n{extra_head}\r\n".encode()
+    parts, at = [], 0
+    for size in sizes:
+        parts.append(b"%x;name=value\r\n" % size + body[at : at + size] + b"\r\n")
+        at += size
+    assert at == len(body)
+    return head + b"".join(parts) + b"0\r\n" + trailer + b"\r\n"
+
+
+def test_a_chunked_answer_is_read_and_the_connection_kept() -> None:
+    answer = chunked(ACK_BODY, [1, 10, len(ACK_BODY) - 11], trailer=b"X-Checksum: 1\r\n")
+    with RawServer(lambda body: answer) as server:
+        assert send_http(EVENT, server.url) is True
+        assert send_http(EVENT, server.url) is True
+        assert server.connections == 1
+
+
+def test_a_content_length_just_over_the_cap_is_refused() -> None:
+    answer = http_answer(200, b" " * 65537)
+    with RawServer(lambda body: answer) as server, pytest.raises(NotAcknowledged, match="too"):
+        send_http(EVENT, server.url)
+
+
+def raw(head: bytes, body: bytes = ACK_BODY) -> bytes:
+    return head + b"\r\n\r\n" + body
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        raw(b"HTTP/1.1 200 OK\r\nContent-Length 27"),  # a header line without colon
+        raw(b"HTTP/1.1 200 OK\r\nContent-Length : %d" % len(ACK_BODY)),  # space before colon
+        raw(b"HTTP/1.1 200 OK\r\nX-A: 1\r\n  folded\r\nContent-Length: %d" % len(ACK_BODY)),
+        raw(b"HTTP/1.1 200 OK\r\nX-A: a\x00b\r\nContent-Length: %d" % len(ACK_BODY)),
+        raw(b"HTTP/2 200 OK\r\nContent-Length: %d" % len(ACK_BODY)),
+        raw(b"HTTP/1.1 2000 OK\r\nContent-Length: %d" % len(ACK_BODY)),
+        raw(b"ICY 200 OK\r\nContent-Length: %d" % len(ACK_BODY)),
+        raw(b"200 OK\r\nContent-Length: %d" % len(ACK_BODY)),
+        raw(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: %d" % len(ACK_BODY)),
+        raw(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked"),
+        raw(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5", b"0\r\n\r\n"),
+        raw(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked",
+            b"zz\r\n" + ACK_BODY + b"\r\n0\r\n\r\n",
+        ),
+        raw(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked", b"5\r\nabcdeXY0\r\n\r\n"),
+    ],
+)
+def test_malformed_answers_are_refused(answer: bytes) -> None:
+    with RawServer(lambda body: answer) as server:
+        with pytest.raises(NotAcknowledged, match="malformed HTTP answer"):
+            send_http(EVENT, server.url)
+        # The connection is dropped with its state unknown: the next send opens a new one.
+        with pytest.raises(NotAcknowledged):
+            send_http(EVENT, server.url)
+        assert server.connections == 2
+
+
+def test_an_interim_answer_is_refused() -> None:
+    answer = b"HTTP/1.1 100 Continue\r\n\r\n" + http_answer(200, ACK_BODY)
+    with RawServer(lambda body: answer) as server:
+        with pytest.raises(NotAcknowledged, match="100") as info:
+            send_http(EVENT, server.url)
+        assert info.value.status == 100
+
+
+def test_bytes_after_the_answer_are_never_taken_for_the_next_answer() -> None:
+    # The first answer carries a second, well-formed ACK behind it; the next event's real
+    # answer is a 500. Reading the stray ACK as the next answer would lose that event.
+    stray = http_answer(200, json.dumps({"ack": True, "id": "second"}).encode())
+
+    def script(body: bytes) -> bytes:
+        if json.loads(body)["id"] == "second":
+            return answer_with(500, {"detail": "disk full"})
+        return http_answer(200, ACK_BODY) + stray
+
+    with RawServer(script) as server:
+        with pytest.raises(NotAcknowledged, match="longer than declared"):
+            send_http(EVENT, server.url)
+        with pytest.raises(NotAcknowledged, match="disk full"):
+            send_http({**EVENT, "id": "second"}, server.url)
+        assert server.connections == 2
+
+
+def test_connection_close_is_honoured() -> None:
+    # The server says close but keeps the socket open: only the header makes the client let go.
+    answer = http_answer(200, ACK_BODY, {"Connection": "keep-alive, Close"})
+    with RawServer(lambda body: answer) as server:
+        assert send_http(EVENT, server.url) is True
+        assert send_http(EVENT, server.url) is True
+        assert server.connections == 2
+        assert len(server.requests) == 2
+
+
+def test_an_http_1_0_answer_ends_the_connection() -> None:
+    answer = b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n" % len(ACK_BODY) + ACK_BODY
+    with RawServer(lambda body: answer) as server:
+        assert send_http(EVENT, server.url) is True
+        assert send_http(EVENT, server.url) is True
+        assert server.connections == 2
+
+
+def test_a_kept_connection_closed_after_the_request_raises_and_is_not_retried() -> None:
+    def script(body: bytes) -> bytes | None:
+        return None if json.loads(body)["id"] == "second" else http_answer(200, ACK_BODY)
+
+    with RawServer(script) as server:
+        assert send_http(EVENT, server.url) is True
+        with pytest.raises(OSError):
+            send_http({**EVENT, "id": "second"}, server.url)
+        assert len(server.requests) == 2  # sent once, never again on a fresh connection
+        assert server.connections == 1
+
+
+@pytest.mark.parametrize("cut", [5, 40])  # inside the head, inside the body
+def test_an_answer_cut_short_by_the_server_is_a_connection_failure(cut: int) -> None:
+    answer = http_answer(200, ACK_BODY)[:cut]
+
+    class Cut(RawServer):
+        def _send(self, conn: socket.socket, data: bytes) -> None:
+            super()._send(conn, data)
+            conn.shutdown(socket.SHUT_WR)
+
+    with Cut(lambda body: answer) as server, pytest.raises(OSError):
+        send_http(EVENT, server.url)
+
+
+def test_a_server_stalling_inside_the_body_times_out() -> None:
+    answer = http_answer(200, ACK_BODY)[:-5]
+    with RawServer(lambda body: answer) as server, pytest.raises(OSError):
+        send_http(EVENT, server.url, timeout=0.3)
+
+
+def test_the_request_is_a_well_formed_http_1_1_post() -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    received: list[bytes] = []
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data or not data.endswith(b"}"):
+                data += conn.recv(65536)
+            received.append(data)
+            conn.sendall(http_answer(200, ACK_BODY))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        assert send_http(EVENT, f"http://127.0.0.1:{port}/events") is True
+    finally:
+        thread.join(5)
+        listener.close()
+    head, _, body = received[0].partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    assert lines[0] == b"POST /events HTTP/1.1"
+    fields = dict(line.split(b": ", 1) for line in lines[1:])
+    assert fields[b"Host"] == b"127.0.0.1:%d" % port
+    assert fields[b"Content-Length"] == b"%d" % len(body)
+    assert fields[b"Content-Type"] == b"application/json"
+    assert json.loads(body) == EVENT
