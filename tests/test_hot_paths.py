@@ -21,6 +21,8 @@ from ackledger.event import (
 from ackledger.inbox import Inbox
 from ackledger.store.outbox_sql import MARK_CHUNK
 from ackledger.transport import check_target
+from ackledger.web.common import json_answer
+from ackledger.web.sink import _ack_body, _batch_acks_body
 
 from .conftest import raw_rows
 
@@ -160,3 +162,29 @@ def test_check_target_parses_once_and_still_refuses() -> None:
             check_target("http://sink.internal.invalid:1/events")
     with pytest.raises(UnsafeTarget, match="path"):
         check_target(url, "/events/batch")
+
+
+STATUS = st.sampled_from(["applied", "duplicate"])
+
+
+@given(IDENT, STATUS)
+def test_the_sinks_ack_body_is_its_json(event_id: str, status: str) -> None:
+    try:
+        validate_event(_event(event_id[:128]))
+    except InvalidEvent:
+        return
+    expected = json_answer({"ack": True, "id": event_id[:128], "status": status}).body
+    assert _ack_body(event_id[:128], status) == expected
+
+
+@given(st.lists(st.tuples(IDENT, STATUS), min_size=1, max_size=16))
+def test_the_sinks_batch_acks_body_is_its_json(acks: list[tuple[str, str]]) -> None:
+    items = [_event(event_id[:128]) for event_id, _ in acks]
+    statuses = [status for _, status in acks]
+    payload = {
+        "acks": [
+            {"id": item["id"], "ack": True, "status": status}
+            for item, status in zip(items, statuses, strict=True)
+        ]
+    }
+    assert _batch_acks_body(items, statuses) == json_answer(payload).body

@@ -8,6 +8,9 @@ the same key waits for the first to commit, then does nothing).
 
 from __future__ import annotations
 
+import functools
+import itertools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +24,10 @@ class KeySpace:
     claim_sql: str
     #: params: the key columns; returns (fingerprint, reference).
     find_sql: str
+    #: For a space whose key is one column that is also the reference: claim many rows at
+    #: once (see ``claim_inbox_rows``), and find many keys' fingerprints.
+    claim_rows: Callable[[Tx, Sequence[Params]], set[Any]] | None = None
+    find_keys: Callable[[Tx, Sequence[Any]], dict[Any, str]] | None = None
 
     def claim(self, tx: Tx, key: Params, fingerprint: str, rest: Params) -> Any:
         return tx.scalar(self.claim_sql, (*key, fingerprint, *rest))
@@ -39,14 +46,61 @@ OUTBOX = KeySpace(
     find_sql="SELECT fingerprint, seq FROM outbox WHERE id = ?",
 )
 
+_INBOX_INSERT = (
+    "INSERT INTO inbox (id, fingerprint, sku, qty, first_received_at, last_received_at, "
+    "arrival, last_arrival) VALUES "
+)
+_INBOX_ROW = "(?, ?, ?, ?, ?, ?, ?, ?)"
+_INBOX_ON_CONFLICT = " ON CONFLICT (id) DO NOTHING RETURNING id"
+
+#: Rows per statement of ``claim_inbox_rows`` and keys per ``find_inbox_keys``: at most 8 * 64
+#: parameters (far below SQLite's and PostgreSQL's limits), and at most 64 statement texts of
+#: each, which stay in the drivers' statement caches.
+MANY = 64
+
+
+@functools.lru_cache(maxsize=MANY)
+def _inbox_claim_rows_sql(count: int) -> str:
+    return _INBOX_INSERT + ", ".join([_INBOX_ROW] * count) + _INBOX_ON_CONFLICT
+
+
+@functools.lru_cache(maxsize=MANY)
+def _inbox_find_keys_sql(count: int) -> str:
+    return "SELECT id, fingerprint FROM inbox WHERE id IN (" + ", ".join("?" * count) + ")"
+
+
+def claim_inbox_rows(tx: Tx, rows: Sequence[Params]) -> set[str]:
+    """``INBOX.claim`` of many rows (each: the id, the fingerprint, the rest) in a few
+    statements; returns the ids that were claimed. The ids must be distinct: which of two rows
+    with one id a multi-row insert keeps is not something to depend on.
+
+    It is the same ``INSERT ... ON CONFLICT DO NOTHING`` as the one-row claim, so it is exactly
+    as safe under concurrency; it only saves a statement per event.
+    """
+    claimed: set[str] = set()
+    for start in range(0, len(rows), MANY):
+        chunk = rows[start : start + MANY]
+        params = tuple(itertools.chain.from_iterable(chunk))
+        claimed.update([row[0] for row in tx.execute(_inbox_claim_rows_sql(len(chunk)), params)])
+    return claimed
+
+
+def find_inbox_keys(tx: Tx, ids: Sequence[str]) -> dict[str, str]:
+    """``INBOX.find`` of many ids: the stored fingerprint of each that is there."""
+    found: dict[str, str] = {}
+    for start in range(0, len(ids), MANY):
+        chunk = ids[start : start + MANY]
+        for event_id, stored in tx.execute(_inbox_find_keys_sql(len(chunk)), chunk):
+            found[str(event_id)] = str(stored)
+    return found
+
+
 INBOX = KeySpace(
     name="inbox",
-    claim_sql=(
-        "INSERT INTO inbox (id, fingerprint, sku, qty, first_received_at, last_received_at, "
-        "arrival, last_arrival) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
-        "ON CONFLICT (id) DO NOTHING RETURNING id"
-    ),
+    claim_sql=_INBOX_INSERT + _INBOX_ROW + _INBOX_ON_CONFLICT,
     find_sql="SELECT fingerprint, id FROM inbox WHERE id = ?",
+    claim_rows=claim_inbox_rows,
+    find_keys=find_inbox_keys,
 )
 
 # The ledger's business key (case_id, work_id). Only idempotent deliveries are in the partial

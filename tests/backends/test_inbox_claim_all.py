@@ -1,0 +1,177 @@
+"""Groups of events claimed all at once (``idempotency.claim_all``) give exactly the outcomes,
+receipts, arrival numbers, stock and counters of applying the events one by one, on every
+backend; a conflict anywhere falls back to the one-by-one path, leaving the rest un-applied.
+
+The expected state comes from a small model of the contract (``Model``), not from the code.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ackledger import Conflict, Inbox, InvalidEvent
+from ackledger.event import validate_event
+from ackledger.inbox import BatchResult
+from ackledger.store.keys import MANY
+
+from .conftest import Target
+
+
+def ev(event_id: str, qty: int = 2, sku: str = "apple") -> dict[str, Any]:
+    return {"id": event_id, "sku": sku, "qty": qty}
+
+
+@dataclass
+class Model:
+    """The contract, one event at a time: what the inbox must hold after each group."""
+
+    #: id -> [sku, qty, receipts, arrival, last_arrival]
+    inbox: dict[str, list[Any]] = field(default_factory=dict)
+    stock: dict[str, int] = field(default_factory=dict)
+    counts: dict[str, int] = field(
+        default_factory=lambda: {"applied": 0, "duplicate": 0, "conflict": 0}
+    )
+    arrival: int = 0
+
+    def group(self, runs: list[list[Any]]) -> list[tuple[list[str], str | None]]:
+        # A group takes one block of arrival numbers, one for each event before its run's
+        # first invalid one; events after a conflict leave theirs unused.
+        block_end = self.arrival + sum(len(self._valid_prefix(run)) for run in runs)
+        answers: list[tuple[list[str], str | None]] = []
+        for run in runs:
+            statuses: list[str] = []
+            error: str | None = None
+            for item in run:
+                try:
+                    clean = validate_event(item)
+                except InvalidEvent:
+                    error = "invalid"
+                    break
+                self.arrival += 1
+                row = self.inbox.get(clean["id"])
+                if row is None:
+                    self.inbox[clean["id"]] = [
+                        clean["sku"], clean["qty"], 1, self.arrival, self.arrival
+                    ]  # fmt: skip
+                    self.stock[clean["sku"]] = self.stock.get(clean["sku"], 0) + clean["qty"]
+                    self.counts["applied"] += 1
+                    statuses.append("applied")
+                elif row[:2] == [clean["sku"], clean["qty"]]:
+                    row[2] += 1
+                    row[4] = self.arrival
+                    self.counts["duplicate"] += 1
+                    statuses.append("duplicate")
+                else:
+                    self.counts["conflict"] += 1
+                    error = "conflict"
+                    break
+            answers.append((statuses, error))
+        self.arrival = block_end
+        return answers
+
+    @staticmethod
+    def _valid_prefix(run: list[Any]) -> list[Any]:
+        for n, item in enumerate(run):
+            try:
+                validate_event(item)
+            except InvalidEvent:
+                return run[:n]
+        return run
+
+
+def _answers(results: list[BatchResult]) -> list[tuple[list[str], str | None]]:
+    def kind(error: Exception | None) -> str | None:
+        if error is None:
+            return None
+        return "conflict" if isinstance(error, Conflict) else "invalid"
+
+    return [(r.statuses, kind(r.error)) for r in results]
+
+
+def _check(target_rows: Any, inbox: Inbox, model: Model) -> None:
+    rows = target_rows("SELECT id, sku, qty, receipts, arrival, last_arrival FROM inbox")
+    assert {r[0]: [r[1], int(r[2]), int(r[3]), int(r[4]), int(r[5])] for r in rows} == model.inbox
+    stock = {str(sku): int(qty) for sku, qty in target_rows("SELECT sku, qty FROM inventory")}
+    assert stock == {sku: qty for sku, qty in model.stock.items() if qty}
+    assert inbox.counters() == model.counts
+
+
+def _replay(target: Target, groups: list[list[list[Any]]]) -> None:
+    model = Model()
+    with Inbox(target.ref) as inbox:
+        for runs in groups:
+            assert _answers(inbox.receive_runs(runs)) == model.group(runs)
+            _check(target.rows, inbox, model)
+
+
+def test_a_conflict_in_the_middle_of_a_batch_leaves_the_rest_unapplied(target: Target) -> None:
+    _replay(
+        target,
+        [
+            [[ev("old", 1)]],
+            [[ev("b1"), ev("b2", 3), ev("old", 9), ev("b3"), ev("b4")]],
+            # The same ids again: b3 and b4 were never applied, so now they are.
+            [[ev("b3"), ev("b2", 3), ev("b4")]],
+        ],
+    )
+
+
+def test_a_conflict_in_one_run_leaves_the_other_runs_of_the_group_alone(target: Target) -> None:
+    _replay(
+        target,
+        [
+            [[ev("old", 1)]],
+            [
+                [ev("r1a"), ev("r1b")],
+                [ev("r2a"), ev("old", 5), ev("r2b")],
+                [ev("r3a"), ev("r2b", 7), ev("old", 1)],
+            ],
+        ],
+    )
+
+
+def test_duplicates_inside_a_batch_and_across_batches(target: Target) -> None:
+    _replay(
+        target,
+        [
+            [[ev("a"), ev("b", 3), ev("a"), ev("c", sku="pear"), ev("a")]],
+            [[ev("c", sku="pear"), ev("d"), ev("b", 3)], [ev("d"), ev("e")]],
+            # One id with two contents in one batch: the second is a conflict.
+            [[ev("f"), ev("g"), ev("f", 5), ev("h")]],
+        ],
+    )
+
+
+def test_groups_larger_than_one_claim_statement(target: Target) -> None:
+    size = MANY + MANY // 2
+    first = [[ev(f"e{n}", 1 + n % 3, f"sku{n % 5}") for n in range(k, k + 16)] for k in (0, 16)]
+    # Re-sends spread over both statements of the claim and of the look-up of known ids.
+    again = [ev(f"e{n}", 1 + n % 3, f"sku{n % 5}") for n in range(size)]
+    runs = [again[k : k + 16] for k in range(0, size, 16)]
+    _replay(target, [first, runs, [again[::-1]]])
+
+
+def test_an_invalid_item_cuts_its_run_before_the_claim(target: Target) -> None:
+    _replay(
+        target,
+        [[[ev("a"), ev("b"), {"id": "c"}, ev("d")], [ev("b"), ev("e")], [{"id": "x"}]]],
+    )
+
+
+ID = st.sampled_from(["a", "b", "c", "d", "e", "f"])
+ITEM = st.builds(ev, ID, st.sampled_from([1, 2]), st.sampled_from(["apple", "pear"]))
+RUN = st.lists(st.one_of(ITEM, ITEM, ITEM, st.just({"id": "bad"})), min_size=1, max_size=6)
+GROUPS = st.lists(st.lists(RUN, min_size=1, max_size=4), min_size=1, max_size=5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(GROUPS)
+def test_any_groups_match_the_model_on_sqlite(groups: list[list[list[Any]]]) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        _replay(Target("sqlite", str(Path(folder) / "sink.db")), groups)
