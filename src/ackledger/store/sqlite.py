@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from types import TracebackType
 
 from .base import Backend, Params, Row, Tx, check_synchronous
 
@@ -25,6 +27,53 @@ class SqliteTx(Tx):
 
     def executemany(self, sql: str, params: Sequence[Params]) -> None:
         self._conn.executemany(sql, [tuple(p) for p in params])
+
+
+class _WriteTransaction(AbstractContextManager[Tx]):
+    """``SqliteBackend.write``: one object per backend, entered by every write transaction.
+
+    A plain class rather than a ``@contextmanager`` generator: short transactions (a ledger
+    request is two statements) spend a noticeable share of their time creating and driving
+    a generator per transaction.
+    """
+
+    __slots__ = ("_conn", "_lock", "_tx")
+
+    def __init__(self, conn: sqlite3.Connection, lock: threading.RLock) -> None:
+        self._conn = conn
+        self._lock = lock
+        self._tx = SqliteTx(conn)
+
+    def __enter__(self) -> Tx:
+        self._lock.acquire()
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except BaseException:
+            self._lock.release()
+            raise
+        return self._tx
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if exc_type is not None:
+                self._conn.execute("ROLLBACK")
+                return
+            try:
+                self._conn.execute("COMMIT")
+            except BaseException:
+                # A failed COMMIT (disk full, I/O error) can leave the transaction open; the
+                # caller sees the error, so nothing of it may be committed by a later one.
+                if self._conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        self._conn.execute("ROLLBACK")
+                raise
+        finally:
+            self._lock.release()
 
 
 class SqliteBackend(Backend):
@@ -51,17 +100,12 @@ class SqliteBackend(Backend):
         self._conn.execute(f"PRAGMA synchronous = {mode}")
         self._conn.execute("PRAGMA foreign_keys = ON")
         self.synchronous = mode
+        self._write = _WriteTransaction(self._conn, self._lock)
 
-    @contextmanager
-    def write(self) -> Iterator[Tx]:
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield SqliteTx(self._conn)
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+    def write(self) -> AbstractContextManager[Tx]:
+        # Reentrant per thread like the lock it takes: a nested write fails at BEGIN (SQLite
+        # has no nested transactions) and leaves the outer one as it was.
+        return self._write
 
     @contextmanager
     def read(self) -> Iterator[Tx]:
