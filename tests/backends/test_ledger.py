@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from ackledger import Conflict, InvalidEvent, Ledger
-from ackledger.ledger import DEFAULT_RETENTION_SECONDS, PayloadConflict
+from ackledger.ledger import DEFAULT_RETENTION_SECONDS, PayloadConflict, check_request
 from ackledger.store.inbox_sql import COUNTER_SHARDS
 
 from ..race import at_once
@@ -144,6 +144,7 @@ BAD: list[tuple[str, Any]] = [
     ("pod_uid", "pöd"),
     ("pod_uid", "tab\there"),
     ("pod_uid", "new\nline"),
+    ("pod_uid", "del\x7f"),
     ("pod_uid", 7),
     ("mode", "Idempotent"),
     ("mode", ""),
@@ -236,6 +237,61 @@ def test_concurrent_connections_for_one_key_make_one_delivery(target: Target) ->
     ]
 
 
+def test_attempts_are_numbered_per_key_whatever_the_mode_and_outcome(
+    ledger: Ledger, target: Target
+) -> None:
+    control = ledger.request("c", "w", "pod-1", mode="control")
+    applied = ledger.request("c", "w", "pod-2", payload={"n": 1})
+    duplicate = ledger.request("c", "w", "pod-3", payload={"n": 1})
+    with pytest.raises(PayloadConflict) as refused:
+        ledger.request("c", "w", "pod-4", payload={"n": 2})
+    again = ledger.request("c", "w", "pod-5", mode="control")
+    other = ledger.request("c", "other", "pod-6")
+    assert [control["attempt"], applied["attempt"], duplicate["attempt"]] == [1, 2, 3]
+    assert (refused.value.attempt, refused.value.delivery_no) == (4, applied["delivery_no"])
+    assert again["attempt"] == 5 and again["duplicate"] is False
+    assert other["attempt"] == 1
+    assert len({control["delivery_no"], applied["delivery_no"], again["delivery_no"]}) == 3
+    assert target.rows(
+        "SELECT pod_uid, mode, outcome, delivery_no FROM attempts WHERE work_id = 'w' "
+        "ORDER BY attempt_no"
+    ) == [
+        ("pod-1", "control", "applied", control["delivery_no"]),
+        ("pod-2", "idempotent", "applied", applied["delivery_no"]),
+        ("pod-3", "idempotent", "duplicate", applied["delivery_no"]),
+        ("pod-4", "idempotent", "conflict", None),
+        ("pod-5", "control", "applied", again["delivery_no"]),
+    ]
+
+
+def test_counters_count_every_request_once_and_survive_purge(
+    ledger: Ledger, target: Target
+) -> None:
+    ledger.request("c", "a", "pod", mode="control")
+    ledger.request("c", "a", "pod")
+    ledger.request("c", "a", "pod")
+    with pytest.raises(PayloadConflict):
+        ledger.request("c", "a", "pod", payload={"n": 1})
+    ledger.request("c", "b", "pod")
+    ledger.submit_many(
+        [
+            check_request("c", "b", "pod", "idempotent", None),
+            check_request("c", "b", "pod", "idempotent", {"n": 2}),
+            check_request("c", "d", "pod", "control", None),
+        ]
+    )
+    counted = {"attempts": 8, "deliveries": 4, "duplicates": 2, "conflicts": 2}
+    assert ledger.counters() == counted
+    assert counted["attempts"] == count(target, "attempts")
+    _age(target, "a", 40)
+    _age(target, "b", 40)
+    _age(target, "d", 40)
+    assert ledger.purge() == {"deliveries": 4, "attempts": 8}
+    assert ledger.counters() == counted  # purge forgets keys, not what happened
+    ledger.request("c", "a", "pod")
+    assert ledger.counters() == {**counted, "attempts": 9, "deliveries": 5}
+
+
 def _age(target: Target, work_id: str, days: float) -> None:
     """Make a key's attempts look ``days`` older (a test-side write: time is not mocked)."""
     target.execute("UPDATE attempts SET at = at - ? WHERE work_id = ?", (days * DAY, work_id))
@@ -308,7 +364,7 @@ def test_requests_for_other_keys_do_not_wait_for_an_open_one_on_postgres(pg_url:
     """Replicas must not take turns: a request whose transaction is still open (it bumped its
     counters, it has not committed) does not hold up a request for another key on another
     connection. One counter row bumped by every request would make the second one wait."""
-    from ackledger.ledger import check_request, record_request
+    from ackledger.ledger import record_request
 
     def shard(ledger: Ledger) -> int:
         with ledger.backend.read() as tx:
@@ -342,8 +398,6 @@ def test_requests_for_other_keys_do_not_wait_for_an_open_one_on_postgres(pg_url:
 def test_a_group_of_requests_shares_one_transaction_and_keeps_each_answer(
     ledger: Ledger, target: Target
 ) -> None:
-    from ackledger.ledger import check_request
-
     ledger.request("case-g", "old", "pod-0", payload={"n": 1})
     reqs = [
         check_request("case-g", "new", "pod-1", "idempotent", None),

@@ -6,6 +6,7 @@ from typing import Any
 
 from .base import Tx
 from .inbox_sql import bump_spread_counter, counters
+from .keys import DELIVERIES
 
 __all__ = [
     "ATTEMPT_COLUMNS",
@@ -19,6 +20,7 @@ __all__ = [
     "insert_control_delivery",
     "lock_key",
     "purge_idle_keys",
+    "record_one_writer",
 ]
 
 DELIVERY_COLUMNS = (
@@ -47,17 +49,18 @@ def lock_key(tx: Tx, case_id: str, work_id: str) -> None:
         )
 
 
+# Same parameters as the claim (keys.DELIVERIES): key, fingerprint, pod_uid, now.
+_INSERT_CONTROL = (
+    "INSERT INTO deliveries (case_id, work_id, fingerprint, mode, pod_uid, created_at) "
+    "VALUES (?, ?, ?, 'control', ?, ?) RETURNING delivery_no"
+)
+
+
 def insert_control_delivery(
     tx: Tx, *, case_id: str, work_id: str, fingerprint: str, pod_uid: str, now: float
 ) -> int:
     """The comparison group: a plain insert, no key is looked up, every call is a delivery."""
-    return int(
-        tx.scalar(
-            "INSERT INTO deliveries (case_id, work_id, fingerprint, mode, pod_uid, created_at) "
-            "VALUES (?, ?, ?, 'control', ?, ?) RETURNING delivery_no",
-            (case_id, work_id, fingerprint, pod_uid, now),
-        )
-    )
+    return int(tx.scalar(_INSERT_CONTROL, (case_id, work_id, fingerprint, pod_uid, now)))
 
 
 def insert_attempt(
@@ -86,6 +89,75 @@ def count_attempts(tx: Tx, case_id: str, work_id: str) -> int:
             "SELECT COUNT(*) FROM attempts WHERE case_id = ? AND work_id = ?", (case_id, work_id)
         )
     )
+
+
+# The attempt row and the key's attempt count in one statement. The count is a subquery of
+# RETURNING, which SQLite evaluates after the row is inserted, so it includes this attempt; the
+# key is given as parameters (a reference to the new row's columns would make the subquery
+# correlated and scan the table). The attempts_count_ledger trigger (sqlite/0005) bumps the
+# counters inside the same statement.
+_COUNT_KEY = (
+    "(SELECT COUNT(*) FROM attempts AS earlier WHERE earlier.case_id = ? AND earlier.work_id = ?)"
+)
+_INSERT_APPLIED = (
+    "INSERT INTO attempts "
+    "(case_id, work_id, pod_uid, mode, delivery_no, outcome, fingerprint, at) "
+    f"VALUES (?, ?, ?, ?, ?, 'applied', ?, ?) RETURNING {_COUNT_KEY}"
+)
+# A key that was already there: the attempt copies the key's delivery and is a duplicate if
+# the fingerprints match, else a conflict without delivery (and RETURNING still reports the
+# delivery the key has; COALESCE runs that lookup only for a conflict).
+_INSERT_SEEN = (
+    "INSERT INTO attempts "
+    "(case_id, work_id, pod_uid, mode, delivery_no, outcome, fingerprint, at) "
+    "SELECT case_id, work_id, ?, 'idempotent', "
+    "CASE WHEN fingerprint = ? THEN delivery_no END, "
+    "CASE WHEN fingerprint = ? THEN 'duplicate' ELSE 'conflict' END, ?, ? "
+    "FROM deliveries WHERE case_id = ? AND work_id = ? AND mode = 'idempotent' "
+    "RETURNING outcome, COALESCE(delivery_no, (SELECT delivery_no FROM deliveries "
+    "WHERE case_id = ? AND work_id = ? AND mode = 'idempotent')), "
+    f"{_COUNT_KEY}"
+)
+
+
+def record_one_writer(
+    tx: Tx, *, case_id: str, work_id: str, pod_uid: str, mode: str, fingerprint: str, now: float
+) -> tuple[str, int, int]:
+    """A whole ledger request on SQLite, in two statements: returns (outcome, delivery_no,
+    attempt number).
+
+    The claim is the same ``INSERT ... ON CONFLICT DO NOTHING`` on the unique key index as
+    everywhere (``keys.DELIVERIES``); the comparison of fingerprints, the attempt row, its
+    number and the counters then happen in one more statement. Correct because SQLite has one
+    writer: nothing else changes the key between the claim and the count. PostgreSQL takes the
+    general path in ``ackledger.ledger`` (advisory lock per key, spread counters).
+    """
+    if tx.dialect != "sqlite":
+        raise ValueError(f"record_one_writer is for SQLite, not {tx.dialect}")
+    # The statements are run directly rather than through KeySpace.claim and the helpers
+    # above: at two statements a request, each layer of Python calls is a measurable share.
+    claimed = tx.execute(
+        _INSERT_CONTROL if mode == "control" else DELIVERIES.claim_sql,
+        (case_id, work_id, fingerprint, pod_uid, now),
+    )
+    if claimed:
+        delivery_no = claimed[0][0]
+        rows = tx.execute(
+            _INSERT_APPLIED,
+            (case_id, work_id, pod_uid, mode, delivery_no, fingerprint, now, case_id, work_id),
+        )
+        return "applied", int(delivery_no), int(rows[0][0])
+    rows = tx.execute(
+        _INSERT_SEEN,
+        (
+            pod_uid, fingerprint, fingerprint, fingerprint, now, case_id, work_id,
+            case_id, work_id, case_id, work_id,
+        ),
+    )  # fmt: skip
+    if not rows:  # pragma: no cover - the claim saw the key, so it must be there
+        raise RuntimeError(f"deliveries: key {(case_id, work_id)!r} vanished inside a transaction")
+    outcome, found, attempt = rows[0]
+    return str(outcome), int(found), int(attempt)
 
 
 def _rows(

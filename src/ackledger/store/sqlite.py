@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from types import TracebackType
 
 from .base import Backend, Params, Row, Tx, check_synchronous
 
@@ -25,6 +27,67 @@ class SqliteTx(Tx):
 
     def executemany(self, sql: str, params: Sequence[Params]) -> None:
         self._conn.executemany(sql, [tuple(p) for p in params])
+
+
+class _WriteTransaction(AbstractContextManager[Tx]):
+    """``SqliteBackend.write``: one object per backend, entered by every write transaction.
+
+    A plain class rather than a ``@contextmanager`` generator: short transactions (a ledger
+    request is two statements) spend a noticeable share of their time creating and driving
+    a generator per transaction.
+    """
+
+    __slots__ = ("_conn", "_lock", "_relaxed", "_tx")
+
+    def __init__(self, conn: sqlite3.Connection, lock: threading.RLock, *, relaxed: bool) -> None:
+        self._conn = conn
+        self._lock = lock
+        self._tx = SqliteTx(conn)
+        #: Commit without waiting for the disk in a FULL database (``write(durable=False)``):
+        #: synchronous is read when the transaction commits, and in WAL mode NORMAL skips only
+        #: that commit's fsync; the next FULL commit's fsync covers the whole WAL file.
+        self._relaxed = relaxed
+
+    def __enter__(self) -> Tx:
+        self._lock.acquire()
+        try:
+            if self._relaxed:
+                self._conn.execute("PRAGMA synchronous = NORMAL")
+            self._conn.execute("BEGIN IMMEDIATE")
+        except BaseException:
+            self._restore()
+            self._lock.release()
+            raise
+        return self._tx
+
+    def _restore(self) -> None:
+        if self._relaxed:
+            self._conn.execute("PRAGMA synchronous = FULL")
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if exc_type is not None:
+                self._conn.execute("ROLLBACK")
+                return
+            try:
+                self._conn.execute("COMMIT")
+            except BaseException:
+                # A failed COMMIT (disk full, I/O error) can leave the transaction open; the
+                # caller sees the error, so nothing of it may be committed by a later one.
+                if self._conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        self._conn.execute("ROLLBACK")
+                raise
+        finally:
+            try:
+                self._restore()
+            finally:
+                self._lock.release()
 
 
 class SqliteBackend(Backend):
@@ -51,26 +114,13 @@ class SqliteBackend(Backend):
         self._conn.execute(f"PRAGMA synchronous = {mode}")
         self._conn.execute("PRAGMA foreign_keys = ON")
         self.synchronous = mode
+        self._write = _WriteTransaction(self._conn, self._lock, relaxed=False)
+        self._relaxed_write = _WriteTransaction(self._conn, self._lock, relaxed=mode == "FULL")
 
-    @contextmanager
-    def write(self, *, durable: bool = True) -> Iterator[Tx]:
-        with self._lock:
-            # synchronous is read when the transaction commits; in WAL mode NORMAL skips only
-            # that commit's fsync, and the next FULL commit's fsync covers the whole WAL file.
-            relaxed = not durable and self.synchronous == "FULL"
-            if relaxed:
-                self._conn.execute("PRAGMA synchronous = NORMAL")
-            try:
-                self._conn.execute("BEGIN IMMEDIATE")
-                try:
-                    yield SqliteTx(self._conn)
-                except BaseException:
-                    self._conn.execute("ROLLBACK")
-                    raise
-                self._conn.execute("COMMIT")
-            finally:
-                if relaxed:
-                    self._conn.execute("PRAGMA synchronous = FULL")
+    def write(self, *, durable: bool = True) -> AbstractContextManager[Tx]:
+        # Reentrant per thread like the lock it takes: a nested write fails at BEGIN (SQLite
+        # has no nested transactions) and leaves the outer one as it was.
+        return self._write if durable else self._relaxed_write
 
     @contextmanager
     def read(self) -> Iterator[Tx]:
