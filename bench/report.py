@@ -159,8 +159,12 @@ def write(
          "transaction per event.", None),
         ("Relay end to end", "relay.", "A pre-filled outbox (synchronous=FULL) relayed into a "
          "real `ackledger serve sink` process (synchronous=FULL), from the first dispatch to the "
-         "last mark. Per item: `dispatch` + `send_http` to `/events`; batch: `dispatch_batch` + "
-         "`send_http_batch` to `/events/batch`, 16 events a request.", "relay.png"),
+         "last mark. Per item: `dispatch` + `send_http` to `/events`, every mark fsynced (the "
+         "default), and again with `mark_sync='last'` (each mark committed as it is earned, "
+         "one fsync per call of up to 16 events; the sink still fsyncs every event before "
+         "it answers); batch: `dispatch_batch` + `send_http_batch` to `/events/batch`, 16 "
+         "events a request. The relay's HTTP client is ackledger's own (`transport.py`); "
+         "the floors' round trip uses `http.client`, as the issue defines it.", "relay.png"),
         ("The sink under concurrent clients", "sink.", "Keep-alive clients (`bench/load.py`, "
          "asyncio, one connection each) posting new events to `/events` of one sink process "
          "(synchronous=FULL) for a fixed time.", "sink_concurrency.png"),
