@@ -88,13 +88,13 @@ def _sent_count(source: Path) -> int:
         conn.close()
 
 
-def daemon_rate(source: Path, url: str, total: int) -> float:
+def daemon_rate(source: Path, url: str, total: int, *extra: str) -> float:
     """Events/s of ``ackledger relay --batch``, from its first mark to its last one.
 
     The clock starts at the first sent row seen, so the interpreter's start-up is not counted.
     """
     process = subprocess.Popen(
-        cli_command("relay", "--source", str(source), "--to", url + "/events", "--batch"),
+        cli_command("relay", "--source", str(source), "--to", url + "/events", "--batch", *extra),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -136,6 +136,15 @@ def measure_relay(plan: Plan, results: Results) -> None:
                         "batch relay daemon (`ackledger relay --batch`)",
                         "/s",
                         daemon_rate(source, sink.base_url, plan.batch_events),
+                    )
+                    source = folder / f"pipe-{rep}.db"
+                    fill.pending_events(source, f"p{rep}", plan.batch_events)
+                    results.add(
+                        "relay.daemon_pipeline",
+                        "batch relay daemon, marks behind the next send "
+                        "(`ackledger relay --batch --pipeline`)",
+                        "/s",
+                        daemon_rate(source, sink.base_url, plan.batch_events, "--pipeline"),
                     )
                 source = folder / f"item-{rep}.db"
                 fill.pending_events(source, f"i{rep}", plan.relay_events)

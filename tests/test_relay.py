@@ -84,7 +84,7 @@ def test_a_relay_started_while_the_sink_is_down_drains_once_it_comes_up(tmp_path
     assert "send-failed" in log and "recovered" in log and "stopped" in log
 
 
-@pytest.mark.parametrize("mode", ["batch", "each", "last"])
+@pytest.mark.parametrize("mode", ["batch", "pipeline", "each", "last"])
 def test_sigterm_mid_send_leaves_every_event_either_sent_or_pending(
     tmp_path: Path, sink_db: Path, sink_service: Service, mode: str
 ) -> None:
@@ -96,6 +96,8 @@ def test_sigterm_mid_send_leaves_every_event_either_sent_or_pending(
     with FaultProxy(sink_service.port, delay_responses=0.2) as proxy:
         flags = {
             "batch": ["--batch", "--limit", "4"],
+            # A batch's marks land while the next one travels: a stop still waits for them.
+            "pipeline": ["--batch", "--limit", "4", "--pipeline"],
             "each": ["--limit", "16"],
             # Marks wait for the disk once per round: a stop mid-round still leaves them all.
             "last": ["--limit", "16", "--mark-sync", "last"],
@@ -115,13 +117,20 @@ def test_sigterm_mid_send_leaves_every_event_either_sent_or_pending(
     assert inbox == sent
     assert raw_rows(sink_db, "SELECT MAX(receipts) FROM inbox") == [(1,)]
     # A fresh relay finishes the rest; the clean stop left nothing to re-send.
-    relay = start_relay(source, sink_service.base_url + "/events", tmp_path / "relay2.log")
+    _drain_and_check_applied_once(source, sink_db, sink_service, events, tmp_path)
+    assert raw_rows(sink_db, "SELECT value FROM counters WHERE name = 'sink.duplicate'") == []
+
+
+def _drain_and_check_applied_once(
+    source: Path, sink_db: Path, sink: Service, events: list[dict[str, Any]], folder: Path
+) -> None:
+    """A fresh relay drains what is left; then every event is in the sink, applied once."""
+    relay = start_relay(source, sink.base_url + "/events", folder / "relay2.log")
     try:
         wait_until(lambda: count(source, PENDING) == 0, "the second relay to drain")
     finally:
         assert relay.stop() == 0
     assert set(ids(sink_db, "SELECT id FROM inbox")) == {e["id"] for e in events}
-    assert raw_rows(sink_db, "SELECT value FROM counters WHERE name = 'sink.duplicate'") == []
     stock: dict[Any, Any] = dict(raw_rows(sink_db, "SELECT sku, qty FROM inventory"))  # type: ignore[arg-type]
     for sku in ("sku-0", "sku-1", "sku-2"):
         assert stock[sku] == sum(e["qty"] for e in events if e["sku"] == sku)
@@ -224,6 +233,7 @@ def test_a_poison_event_stops_the_relay_under_the_stop_policy_with_an_alert(
         (["--poll-interval", "0"], "poll-interval"),
         (["--on-poison", "ignore"], "on-poison"),
         (["--mark-sync", "sometimes"], "mark-sync"),
+        (["--pipeline"], "--batch"),
         (["--log-format", "xml"], "log-format"),
         (["--metrics-port", "70000"], "metrics-port"),
     ],
@@ -244,3 +254,25 @@ def test_relay_refuses_a_missing_source_without_creating_it(tmp_path: Path) -> N
     result = run_cli("relay", "--source", str(missing), "--to", "http://127.0.0.1:1/events")
     assert result.returncode == 2 and "no database" in result.stderr
     assert not missing.exists()
+
+
+@pytest.mark.parametrize("flags", [["--batch", "--pipeline"], ["--mark-sync", "last"]])
+def test_kill_9_mid_run_then_a_fresh_relay_applies_every_event_once(
+    tmp_path: Path, sink_db: Path, sink_service: Service, flags: list[str]
+) -> None:
+    """The modes that commit marks behind or without waiting for the disk: a relay killed
+    with SIGKILL (no finally, no close) loses at most some marks; the events behind them are
+    sent again and the sink absorbs them."""
+    source = tmp_path / "source.db"
+    events = _events(400)
+    _accept(source, *events)
+    with FaultProxy(sink_service.port, delay_responses=0.002) as proxy:
+        relay = start_relay(source, proxy.url, tmp_path / "relay.log", "--limit", "8", *flags)
+        try:
+            wait_until(lambda: count(source, "sent = 1") >= 40, "some events to be sent")
+            relay.process.send_signal(signal.SIGKILL)
+            relay.process.wait(30)
+        finally:
+            relay.stop()
+    assert count(source, PENDING) > 0, "the relay should have been killed mid-way"
+    _drain_and_check_applied_once(source, sink_db, sink_service, events, tmp_path)

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import NotAcknowledged
+
+if TYPE_CHECKING:
+    from .marks_behind import MarksBehind
 
 Send = Callable[[dict[str, Any]], object]
 SendBatch = Callable[[list[dict[str, Any]]], object]
@@ -124,26 +127,47 @@ def dispatch_batch(
     limit: int = 16,
     *,
     after_delivery: Callable[[list[str]], object] | None = None,
+    behind: MarksBehind | None = None,
 ) -> list[str]:
-    selection = outbox.pending(limit)
+    """CONTRACT section 5b. With ``behind`` (``relay --batch --pipeline``), a wholly
+    acknowledged batch's marks are handed to it and committed while the caller goes on to the
+    next batch, whose selection skips them; anything else waits for those marks first and is
+    then handled here as always. See ``marks_behind``."""
+    if behind is not None and behind.reader is not outbox:
+        raise ValueError("behind: must read from the same Outbox that is given as outbox")
+    selection = outbox.pending(limit) if behind is None else behind.pending(limit)
     if not selection:
+        if behind is not None:
+            behind.wait()  # nothing more to send: let the last marks land before going idle
         return []
     ids = [item["id"] for item in selection]
     try:
         answer = send_batch([_copy(item) for item in selection])
     except Exception as exc:
+        if behind is not None:
+            # The earlier batch's marks come first; if they failed, its events stay pending
+            # and go again. The send's failure is what the caller must see.
+            with contextlib.suppress(Exception):
+                behind.wait()
         _note_failure(outbox, ids[0], exc)
         raise
     if isinstance(answer, bool) or not isinstance(answer, int) or not 0 <= answer <= len(ids):
         refusal = NotAcknowledged(
             f"send_batch returned {answer!r}; expected a count from 0 to {len(ids)}"
         )
+        if behind is not None:
+            behind.wait()
         _note_failure(outbox, ids[0], refusal)
         raise refusal
     acked: Sequence[str] = ids[:answer]
+    if acked and after_delivery is not None:
+        after_delivery(list(acked))
+    if behind is not None and answer == len(ids):
+        behind.submit(acked)
+        return list(acked)
+    if behind is not None:
+        behind.wait()
     if acked:
-        if after_delivery is not None:
-            after_delivery(list(acked))
         outbox.mark_sent_many(acked, attempted=True)
     if answer < len(ids):
         refusal = NotAcknowledged(

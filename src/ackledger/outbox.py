@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -116,6 +116,14 @@ class Outbox(Database):
         check_limit(limit)
         with self._db.read() as tx:
             return sql.pending(tx, limit)
+
+    def pending_beyond(self, skip: Collection[str], limit: int = MAX_BATCH) -> list[dict[str, Any]]:
+        """``pending(limit)`` without the events in ``skip`` (those whose marks are still being
+        committed on another connection: ``MarksBehind``). Writes nothing."""
+        check_limit(limit)
+        with self._db.read() as tx:
+            rows = sql.pending(tx, limit + len(skip))
+        return [row for row in rows if row["id"] not in skip][:limit]
 
     def mark_sent(self, event_id: str, *, attempted: bool = False, durable: bool = True) -> None:
         """Set ``sent = 1``; idempotent. ``attempted`` also counts the send that earned it.

@@ -33,7 +33,8 @@ from .backoff import Backoff
 from .dispatch import Source, StopRequested, check_mark_sync, dispatch, dispatch_batch
 from .errors import InvalidEvent, NotAcknowledged
 from .logline import note
-from .outbox import MAX_BATCH, check_limit
+from .marks_behind import MarksBehind
+from .outbox import MAX_BATCH, Outbox, check_limit
 from .transport import check_target, post_batch, send_http
 
 logger = logging.getLogger("ackledger.relay")
@@ -92,11 +93,16 @@ class RelaySettings:
     #: Per-item rounds: fsync every mark ("each") or the last of each round ("last"; see
     #: ``dispatch``). A batch round's marks are one transaction either way.
     mark_sync: str = "each"
+    #: Batch rounds: commit a batch's marks on a second connection while the next batch is
+    #: sent (``marks_behind``). Needs ``batch``.
+    pipeline: bool = False
 
     def __post_init__(self) -> None:
         check_target(self.url, "/events", self.allowed_hosts)
         check_limit(self.limit)
         check_mark_sync(self.mark_sync)
+        if self.pipeline and not self.batch:
+            raise ValueError("pipeline: only batch rounds can overlap their marks (add batch)")
         if self.on_poison not in POISON_POLICIES:
             raise ValueError(f"on_poison: must be stop or quarantine, got {self.on_poison!r}")
         for name in ("poll_interval", "timeout"):
@@ -187,6 +193,7 @@ class Relay:
         backoff: Backoff,
         *,
         sleep: Callable[[float], None] = time.sleep,
+        marker: Outbox | None = None,
     ) -> None:
         self.source = source
         self.settings = settings
@@ -195,6 +202,11 @@ class Relay:
         self._sleep = sleep
         self._stop = False
         self._sender = _Sender(settings, lambda: self._stop)
+        self._behind: MarksBehind | None = None
+        if settings.pipeline:
+            if not isinstance(source, Outbox) or marker is None:
+                raise ValueError("pipeline: needs an Outbox source and a marker Outbox")
+            self._behind = MarksBehind(source, marker)
         #: The permanent failure that stopped the relay (``--on-poison stop``), if any.
         self.poisoned: Failure | None = None
 
@@ -214,6 +226,17 @@ class Relay:
             f"relaying to {settings.url}", batch=settings.batch, limit=settings.limit,
             on_poison=settings.on_poison, pending=self.source.stats()["pending"],
         )  # fmt: skip
+        try:
+            code = self._loop()
+        finally:
+            if self._behind is not None:
+                # The last batch's marks land before the relay reports that it stopped.
+                self._behind.close()
+        if code == EXIT_STOPPED:
+            note(logger, logging.INFO, "stopped", "stop requested; the send in flight was finished")
+        return code
+
+    def _loop(self) -> int:
         while not self._stop:
             try:
                 marked = self.step()
@@ -230,8 +253,7 @@ class Relay:
             if marked:
                 self._on_success(marked)
             else:
-                self._wait(settings.poll_interval)
-        note(logger, logging.INFO, "stopped", "stop requested; the send in flight was finished")
+                self._wait(self.settings.poll_interval)
         return EXIT_STOPPED
 
     def step(self) -> list[str]:
@@ -240,7 +262,9 @@ class Relay:
         before = self.counts.succeeded
         try:
             if self.settings.batch:
-                return dispatch_batch(self.source, self._sender.many, self.settings.limit)
+                return dispatch_batch(
+                    self.source, self._sender.many, self.settings.limit, behind=self._behind
+                )
             return dispatch(
                 self.source, self._sender.one, self.settings.limit,
                 mark_sync=self.settings.mark_sync,

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 from ..backoff import Backoff
 from ..dispatch import MARK_SYNCS
@@ -46,6 +46,8 @@ from .common import (
     positive_float,
 )
 
+T = TypeVar("T")
+
 
 def _seed_arg(text: str) -> int:
     try:
@@ -66,6 +68,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add_source(relay)
     relay.add_argument("--to", required=True, metavar="URL", help="http://HOST:PORT/events")
     relay.add_argument("--batch", action="store_true", help="send each selection in one request")
+    relay.add_argument(
+        "--pipeline", action="store_true",
+        help="with --batch: commit a batch's marks on a second connection while the next "
+        "batch is sent (single loop only)",
+    )  # fmt: skip
     relay.add_argument("--limit", type=limit_arg, default=16, help="events per round, 1-16")
     relay.add_argument(
         "--mark-sync", choices=MARK_SYNCS, default="each",
@@ -190,6 +197,8 @@ def cmd_relay(args: argparse.Namespace) -> int:
     from . import UsageError
 
     # Everything that can be refused is refused before the database is opened.
+    if args.pipeline and not args.batch:
+        raise UsageError("--pipeline: needs --batch (only batch rounds overlap their marks)")
     settings = RelaySettings(
         url=args.to,
         batch=args.batch,
@@ -198,6 +207,7 @@ def cmd_relay(args: argparse.Namespace) -> int:
         on_poison=args.on_poison,
         timeout=args.timeout,
         mark_sync=args.mark_sync,
+        pipeline=args.pipeline,
         allowed_hosts=tuple(args.allow_host),
     )
     rng = random.Random(args.seed) if args.seed is not None else None
@@ -208,18 +218,40 @@ def cmd_relay(args: argparse.Namespace) -> int:
     install(relay_logger, args.log_format)
     partitioned = is_postgres(args.source) and not args.single
     owner = check_owner(args.owner or default_owner()) if partitioned else None
+    if settings.pipeline and owner is not None:
+        raise UsageError("--pipeline: only the single loop overlaps marks (SQLite, or --single)")
     with open_outbox(args.source, args.synchronous) as outbox:
         if owner is not None:
             return _relay_partitions(args, settings, outbox, owner)
-        relay = Relay(outbox, settings, backoff)
-        metrics = _metrics(args, outbox, relay.counts)
-        restore = _on_stop_signals(relay.request_stop)
+        marker = open_outbox(args.source, args.synchronous) if settings.pipeline else None
         try:
-            code = relay.run()
+            relay = Relay(outbox, settings, backoff, marker=marker)
+            return _run_relay(args, outbox, relay)
         finally:
-            restore()
-            if metrics is not None:
-                metrics.close()
+            if marker is not None:
+                marker.close()
+
+
+def _serving(
+    args: argparse.Namespace,
+    outbox: Outbox,
+    counts: RelayCounts,
+    stop: Callable[[], None],
+    run: Callable[[], T],
+) -> T:
+    """``run()`` with /metrics up (if asked) and SIGTERM/SIGINT calling ``stop``."""
+    metrics = _metrics(args, outbox, counts)
+    restore = _on_stop_signals(stop)
+    try:
+        return run()
+    finally:
+        restore()
+        if metrics is not None:
+            metrics.close()
+
+
+def _run_relay(args: argparse.Namespace, outbox: Outbox, relay: Relay) -> int:
+    code = _serving(args, outbox, relay.counts, relay.request_stop, relay.run)
     if relay.poisoned is not None:
         print(
             f"ackledger relay: stopped on poison event {relay.poisoned.event_id}: "
@@ -289,15 +321,8 @@ def _relay_partitions(
         max_backoff=args.max_backoff, classify=classify, describe=describe,
         on_poison=settings.on_poison, mark_sync=settings.mark_sync,
     )  # fmt: skip
-    metrics = _metrics(args, outbox, worker.counts)
-    restore = _on_stop_signals(stop.set)
     print(f"ackledger relay {owner} leasing partitions of {outbox.backend.location}", flush=True)
-    try:
-        report = worker.run()
-    finally:
-        restore()
-        if metrics is not None:
-            metrics.close()
+    report = _serving(args, outbox, worker.counts, stop.set, worker.run)
     print(json.dumps(asdict(report)), flush=True)
     if report.poisoned is not None:
         print(f"ackledger relay: stopped on poison event {report.poisoned}", file=sys.stderr)

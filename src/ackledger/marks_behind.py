@@ -1,0 +1,96 @@
+"""Commit one batch's marks while the next batch is selected and sent.
+
+A batch round of the relay waits for two durable commits in a row: the sink's, before it
+answers, and the outbox's marks, after the answer. Only the first one has to come before the
+next send. The second one can run on its own thread and its own connection while the next
+batch travels, which is what ``MarksBehind`` does for ``dispatch_batch(..., behind=...)``:
+
+- at most one batch's marks are in flight; handing over the next ones first waits for them,
+  so an error of a mark surfaces at the latest one round later;
+- the next selection skips the events whose marks are in flight (they are sent, not yet
+  marked), and never reads past them in any other way, so order is kept;
+- a failed send waits for the marks in flight before it is handled: everything acknowledged
+  before the failure is marked, as ``dispatch_batch`` promises;
+- ``close`` waits for the last marks; a relay calls it before it exits.
+
+What can go wrong in between is what can go wrong between any ACK and its mark: if the
+process dies, the events acknowledged but not yet marked are sent again and the sink answers
+them as duplicates.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from .outbox import Outbox
+
+_STOP = object()
+
+
+class MarksBehind:
+    """``reader`` selects and records failures; ``marker`` (another ``Outbox`` on the same
+    database: its own connection) commits the marks handed over."""
+
+    def __init__(self, reader: Outbox, marker: Outbox) -> None:
+        if reader is marker:
+            # One connection would make the next selection wait for the marks' commit.
+            raise ValueError("marker: must be another Outbox on the same database")
+        self.reader = reader
+        self.marker = marker
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._done: queue.SimpleQueue[BaseException | None] = queue.SimpleQueue()
+        self._inflight: frozenset[str] = frozenset()
+        self._closed = False
+        self._thread = threading.Thread(target=self._work, name="ackledger-marks", daemon=True)
+        self._thread.start()
+
+    def _work(self) -> None:
+        while (ids := self._jobs.get()) is not _STOP:
+            try:
+                self.marker.mark_sent_many(ids, attempted=True)
+            except BaseException as exc:  # handed to the sending thread, which re-raises it
+                self._done.put(exc)
+            else:
+                self._done.put(None)
+
+    @property
+    def inflight(self) -> frozenset[str]:
+        """The ids handed over whose marks are not known to be committed yet."""
+        return self._inflight
+
+    def pending(self, limit: int) -> list[dict[str, Any]]:
+        """The next selection: pending events, without those whose marks are in flight."""
+        return self.reader.pending_beyond(self._inflight, limit)
+
+    def submit(self, event_ids: Sequence[str]) -> None:
+        """Wait for the marks in flight (re-raising their error), then hand these over."""
+        if self._closed:
+            raise RuntimeError("MarksBehind is closed")
+        self.wait()
+        ids = list(event_ids)
+        if ids:
+            self._inflight = frozenset(ids)
+            self._jobs.put(ids)
+
+    def wait(self) -> None:
+        """Return once the marks in flight are committed; raises what failed them."""
+        if not self._inflight:
+            return
+        error = self._done.get()
+        self._inflight = frozenset()
+        if error is not None:
+            raise error
+
+    def close(self) -> None:
+        """Wait for the last marks, then end the thread (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.wait()
+        finally:
+            self._jobs.put(_STOP)
+            self._thread.join()

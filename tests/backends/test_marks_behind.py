@@ -1,0 +1,164 @@
+"""``dispatch_batch(..., behind=MarksBehind(...))``: a batch's marks land while the next is sent.
+
+Every rule of CONTRACT section 5b must hold across the overlap: seq order, each event sent once
+while nothing fails, the acknowledged prefix marked before a failure is reported, nothing
+marked that was not acknowledged, and a mark that fails leaves its events pending.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from ackledger import NotAcknowledged, Outbox, dispatch_batch
+from ackledger.marks_behind import MarksBehind
+
+from .conftest import Target
+
+
+def fill(ob: Outbox, n: int) -> list[str]:
+    ids = [f"mb-{k:03d}" for k in range(n)]
+    for k, event_id in enumerate(ids):
+        ob.accept({"id": event_id, "sku": f"s{k % 3}", "qty": k + 1})
+    return ids
+
+
+def sent_ids(target: Target) -> list[str]:
+    return [row[0] for row in target.rows("SELECT id FROM outbox WHERE sent = 1 ORDER BY seq")]
+
+
+@pytest.fixture
+def pair(target: Target) -> Iterator[tuple[Outbox, Outbox]]:
+    reader, marker = Outbox(target.ref), Outbox(target.ref)
+    yield reader, marker
+    reader.close()
+    marker.close()
+
+
+def test_every_event_is_sent_once_in_order_and_marked_by_close(
+    target: Target, pair: tuple[Outbox, Outbox]
+) -> None:
+    reader, marker = pair
+    ids = fill(reader, 37)
+    behind = MarksBehind(reader, marker)
+    sent: list[str] = []
+    seen_inflight: list[int] = []
+
+    def send_batch(events: list[dict[str, Any]]) -> int:
+        # While this batch travels, the one before it may still be being marked: it must
+        # never be selected again.
+        seen_inflight.append(len(behind.inflight))
+        sent.extend(e["id"] for e in events)
+        return len(events)
+
+    rounds = []
+    while marked := dispatch_batch(reader, send_batch, 4, behind=behind):
+        rounds.append(marked)
+    behind.close()
+    assert sent == ids  # seq order, nothing twice
+    assert [i for r in rounds for i in r] == ids
+    assert sent_ids(target) == ids
+    assert max(seen_inflight) == 4  # the overlap did happen
+    counts = target.rows("SELECT attempts FROM outbox ORDER BY seq")
+    assert [row[0] for row in counts] == [1] * len(ids)
+
+
+def test_a_failed_send_reports_after_the_earlier_marks_landed(
+    target: Target, pair: tuple[Outbox, Outbox]
+) -> None:
+    reader, marker = pair
+    ids = fill(reader, 8)
+    behind = MarksBehind(reader, marker)
+    boom = ConnectionError("second batch lost")
+    calls = 0
+
+    def send_batch(events: list[dict[str, Any]]) -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise boom
+        return len(events)
+
+    assert dispatch_batch(reader, send_batch, 4, behind=behind) == ids[:4]
+    with pytest.raises(ConnectionError) as info:
+        dispatch_batch(reader, send_batch, 4, behind=behind)
+    assert info.value is boom
+    # Read at once from another connection: the first batch is marked, nothing else.
+    assert sent_ids(target) == ids[:4]
+    assert behind.inflight == frozenset()
+    row = reader.event(ids[4])
+    assert row is not None and row["attempts"] == 1 and "second batch lost" in row["last_error"]
+    behind.close()
+
+
+def test_a_partial_ack_marks_the_earlier_batch_and_the_prefix(
+    target: Target, pair: tuple[Outbox, Outbox]
+) -> None:
+    reader, marker = pair
+    ids = fill(reader, 8)
+    behind = MarksBehind(reader, marker)
+    answers = iter([4, 2])
+    assert dispatch_batch(reader, lambda e: next(answers), 4, behind=behind) == ids[:4]
+    with pytest.raises(NotAcknowledged):
+        dispatch_batch(reader, lambda e: next(answers), 4, behind=behind)
+    assert sent_ids(target) == ids[:6]
+    assert [item["id"] for item in reader.pending()] == ids[6:]
+    behind.close()
+
+
+def test_a_mark_that_fails_surfaces_and_leaves_its_events_pending(
+    target: Target, pair: tuple[Outbox, Outbox]
+) -> None:
+    reader, marker = pair
+    ids = fill(reader, 8)
+    behind = MarksBehind(reader, marker)
+    marker.close()  # every mark on it now fails
+    sent: list[str] = []
+
+    def send_batch(events: list[dict[str, Any]]) -> int:
+        sent.extend(e["id"] for e in events)
+        return len(events)
+
+    assert dispatch_batch(reader, send_batch, 4, behind=behind) == ids[:4]
+    with pytest.raises(Exception) as info:  # whatever the closed store raises
+        dispatch_batch(reader, send_batch, 4, behind=behind)
+    assert not isinstance(info.value, NotAcknowledged)
+    assert sent == ids  # the second batch went before the first one's mark was known
+    assert sent_ids(target) == []
+    # Nothing was lost: the next selection starts from the first event again.
+    assert [item["id"] for item in reader.pending(16)] == ids
+    behind.close()
+
+
+def test_close_waits_for_the_last_marks(target: Target, pair: tuple[Outbox, Outbox]) -> None:
+    reader, marker = pair
+    ids = fill(reader, 3)
+    behind = MarksBehind(reader, marker)
+    assert dispatch_batch(reader, len, 16, behind=behind) == ids
+    behind.close()
+    assert sent_ids(target) == ids
+    behind.close()  # idempotent
+    with pytest.raises(RuntimeError, match="closed"):
+        behind.submit(["x"])
+
+
+def test_behind_must_read_from_the_outbox_it_is_given_with(
+    target: Target, pair: tuple[Outbox, Outbox]
+) -> None:
+    reader, marker = pair
+    fill(reader, 2)
+    with pytest.raises(ValueError, match="marker"):
+        MarksBehind(reader, reader)
+    behind = MarksBehind(reader, marker)
+    sent: list[str] = []
+
+    def send_batch(events: list[dict[str, Any]]) -> int:
+        sent.extend(e["id"] for e in events)
+        return len(events)
+
+    with pytest.raises(ValueError, match="behind"):
+        dispatch_batch(marker, send_batch, 16, behind=behind)
+    assert sent == [] and sent_ids(target) == []
+    behind.close()
