@@ -188,6 +188,10 @@ def record_request(tx: Tx, req: LedgerRequest, now: float) -> Recorded:
 
 def _record_concurrent(tx: Tx, req: LedgerRequest, fp: str, now: float) -> Recorded:
     """``record_request`` where many writers run at once (PostgreSQL)."""
+    # The requests for a key, and a purge of it, take turns from before the claim to their
+    # commit: the attempt number counts the key's earlier attempts, and the delivery the claim
+    # finds must still be there when the attempt refers to it (see ``ledger_sql.lock_key``).
+    sql.lock_key(tx, req.case_id, req.work_id)
     if req.mode == "control":
         outcome = Outcome.APPLIED
         delivery_no = sql.insert_control_delivery(
@@ -201,9 +205,6 @@ def _record_concurrent(tx: Tx, req: LedgerRequest, fp: str, now: float) -> Recor
     else:
         claim = claim_once(tx, DELIVERIES, (req.case_id, req.work_id), fp, (req.pod_uid, now))
         outcome, delivery_no = claim.outcome, int(claim.ref)
-    # The attempt number counts the key's earlier attempts, so concurrent requests for the key
-    # must take turns for it (they already have their delivery, or their refusal).
-    sql.lock_key(tx, req.case_id, req.work_id)
     sql.insert_attempt(
         tx,
         case_id=req.case_id,
@@ -302,6 +303,21 @@ class Ledger(Database):
             raise ValueError(
                 f"older_than_seconds: must be a positive number, got {older_than_seconds!r}"
             )
-        with self._db.write() as tx:
-            deliveries, attempts = sql.purge_idle_keys(tx, time.time() - older_than_seconds)
+        cutoff = time.time() - older_than_seconds
+        if self._db.dialect != "postgres":
+            # One writer at a time: no request runs while the purge does, and one transaction
+            # removes every idle key.
+            with self._db.write() as tx:
+                deliveries, attempts = sql.purge_idle_keys(tx, cutoff)
+            return {"deliveries": deliveries, "attempts": attempts}
+        # Requests run while the purge does. Each chunk of keys is its own transaction, which
+        # holds its keys' locks (requests for them wait) only until it commits; a large purge
+        # never holds up a key for long, and what it has done is kept if it stops half-way.
+        deliveries = attempts = 0
+        after: tuple[str, str] | None = ("", "")
+        while after is not None:
+            with self._db.write() as tx:
+                gone_deliveries, gone_attempts, after = sql.purge_idle_chunk(tx, cutoff, after)
+            deliveries += gone_deliveries
+            attempts += gone_attempts
         return {"deliveries": deliveries, "attempts": attempts}

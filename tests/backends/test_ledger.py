@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -14,7 +16,9 @@ from ackledger import Conflict, InvalidEvent, Ledger
 from ackledger.ledger import DEFAULT_RETENTION_SECONDS, PayloadConflict, check_request
 from ackledger.store.inbox_sql import COUNTER_SHARDS
 
+from .. import pg
 from ..race import at_once
+from . import purge_race
 from .conftest import Target
 
 DAY = 86400.0
@@ -426,3 +430,110 @@ def test_a_group_of_requests_shares_one_transaction_and_keeps_each_answer(
         ("pod-4", "applied"),
     ]
     assert count(target, "deliveries") == 3
+
+
+def test_a_purge_racing_requests_for_its_keys_never_breaks_a_key(target: Target) -> None:
+    """A request for a key being purged either continues the key or starts it fresh, never an
+    error nor a half of each (purge_race: many rounds, every interleaving checked)."""
+    Ledger(target.ref).close()  # the schema exists before the race starts
+    senders = {i: Ledger(target.ref) for i in range(1, purge_race.SENDERS + 1)}
+    try:
+        purge_race.run_rounds(
+            target,
+            lambda i, work_id: senders[i].request(purge_race.CASE, work_id, f"pod-{i}"),
+            ready=lambda i: senders[i].deliveries("warm-up") if i else None,
+        )
+    finally:
+        for own in senders.values():
+            own.close()
+
+
+def _wait_for_a_lock_wait(pg_url: str) -> None:
+    """Until some session of this database waits for an advisory lock (no time is asserted)."""
+    deadline = time.monotonic() + 60
+    while not pg.rows(
+        pg_url,
+        "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+        "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+    )[0][0]:
+        assert time.monotonic() < deadline, "nobody came to wait for the key"
+        time.sleep(0.01)
+
+
+@contextmanager
+def _idle_key(pg_url: str) -> Iterator[tuple[Ledger, Ledger, dict[str, Any]]]:
+    """Two ledgers (a requester's, a purger's) and the first answer of key ("c", "w"), whose
+    attempt is then made 40 days old."""
+    with Ledger(pg_url) as requester, Ledger(pg_url) as purger:
+        first = requester.request("c", "w", "pod-A")
+        _age(Target("postgres", pg_url), "w", 40)
+        yield requester, purger, first
+
+
+@pytest.mark.postgres
+def test_a_purge_keeps_a_key_whose_request_is_in_flight_on_postgres(pg_url: str) -> None:
+    """The request has the key (its transaction open): the purge does not wait for it and does
+    not touch the key, which then continues with the next attempt number."""
+    from ackledger.ledger import record_request
+
+    with _idle_key(pg_url) as (requester, purger, first):
+        purged: list[dict[str, int]] = []
+        with requester.backend.write() as tx:
+            held = record_request(tx, check_request("c", "w", "pod-B", "idempotent", None), 0)
+            purging = threading.Thread(target=lambda: purged.append(purger.purge()))
+            purging.start()
+            purging.join(timeout=60)
+            # Before the fix the purge deleted the key's attempts, then waited here for the
+            # request's lock on the delivery, and failed on the foreign key after its commit.
+            assert not purging.is_alive(), "the purge waits for an open request"
+        assert purged == [{"deliveries": 0, "attempts": 0}]
+        assert (held.delivery_no, held.attempt) == (first["delivery_no"], 2)
+        assert requester.request("c", "w", "pod-C")["attempt"] == 3
+
+
+@pytest.mark.postgres
+def test_a_request_for_a_key_being_purged_waits_and_starts_it_fresh_on_postgres(
+    pg_url: str,
+) -> None:
+    """The purge has the key (its chunk's transaction open): a request for it waits for the
+    purge's commit, then finds no key and starts it afresh."""
+    from ackledger.store import ledger_sql
+
+    with _idle_key(pg_url) as (requester, purger, old):
+        answers: list[dict[str, Any]] = []
+        with purger.backend.write() as tx:
+            cutoff = time.time() - DEFAULT_RETENTION_SECONDS
+            assert ledger_sql.purge_idle_chunk(tx, cutoff, ("", "")) == (1, 1, ("c", "w"))
+            asking = threading.Thread(
+                target=lambda: answers.append(requester.request("c", "w", "pod-B"))
+            )
+            asking.start()
+            _wait_for_a_lock_wait(pg_url)
+        asking.join(timeout=60)
+        assert len(answers) == 1
+        (fresh,) = answers
+        assert fresh["delivery_no"] > old["delivery_no"]
+        assert (fresh["duplicate"], fresh["attempt"]) == (False, 1)
+        assert pg.rows(pg_url, "SELECT delivery_no, pod_uid FROM attempts") == [
+            (fresh["delivery_no"], "pod-B")
+        ]
+
+
+@pytest.mark.postgres
+def test_purge_works_through_many_keys_in_chunks_on_postgres(pg_url: str) -> None:
+    """More idle keys than one chunk holds, live keys between them: every idle key goes, in
+    several transactions, and every live one stays whole."""
+    from ackledger.store import ledger_sql
+
+    target = Target("postgres", pg_url)
+    keys = ledger_sql.PURGE_CHUNK * 2 + 7
+    with Ledger(pg_url) as ledger:
+        ledger.submit_many(
+            [check_request("c", f"k{n:05}", "pod", "idempotent", None) for n in range(keys)]
+        )
+        target.execute("UPDATE attempts SET at = at - ? WHERE work_id NOT LIKE ?", (40 * DAY, "%3"))
+        live = sum(1 for n in range(keys) if n % 10 == 3)
+        assert ledger.purge() == {"deliveries": keys - live, "attempts": keys - live}
+        kept = target.rows("SELECT work_id FROM deliveries ORDER BY work_id")
+        assert kept == [(f"k{n:05}",) for n in range(keys) if n % 10 == 3]
+        assert count(target, "attempts") == live

@@ -18,6 +18,7 @@ from ackledger.ledger import COUNTER_NAMES
 from ackledger.procs import Service, run_cli, start_service
 
 from ..race import Client, at_once, connected
+from . import purge_race
 from .conftest import Target
 
 pytestmark = pytest.mark.slow
@@ -236,3 +237,26 @@ def test_the_service_answers_per_contract(target: Target, start_ledger: StartLed
         "attempts": 4, "deliveries": 2, "duplicates": 1, "conflicts": 1,
     }  # fmt: skip
     assert target.rows("SELECT COUNT(*) FROM attempts") == [(4,)]
+
+
+def test_a_purge_racing_requests_over_http_never_answers_500(
+    target: Target, start_ledger: StartLedger
+) -> None:
+    """``serve ledger`` while a purge removes the keys being asked for: every request is
+    answered 200/201 and continues its key or starts it fresh (purge_race)."""
+    service = start_ledger("a")
+    clients = {i: Client(service) for i in range(1, purge_race.SENDERS + 1)}
+
+    def send(i: int, work_id: str) -> dict[str, Any]:
+        status, _, body = clients[i].deliver(
+            case_id=purge_race.CASE, work_id=work_id, pod_uid=f"p{i}"
+        )
+        assert status in (200, 201), (status, body)
+        assert isinstance(body, dict)
+        return body
+
+    try:
+        purge_race.run_rounds(target, send, ready=lambda i: connected(clients[i]) if i else None)
+    finally:
+        for client in clients.values():
+            client.close()

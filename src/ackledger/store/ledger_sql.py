@@ -19,6 +19,7 @@ __all__ = [
     "insert_attempt",
     "insert_control_delivery",
     "lock_key",
+    "purge_idle_chunk",
     "purge_idle_keys",
     "record_one_writer",
 ]
@@ -36,16 +37,27 @@ KEY_LOCK_CLASS = 0x6C646B79  # "ldky"
 
 
 def lock_key(tx: Tx, case_id: str, work_id: str) -> None:
-    """Make the requests for one key take turns from here to their commit (PostgreSQL; SQLite
-    has one writer anyway), so that each one counts the attempts committed before it and the
-    attempt numbers of a key are 1, 2, 3... Requests for other keys do not wait (a hash
-    collision only makes two keys share a turn). The caller claims the key before this: the
-    claim is its own guarantee and needs no lock.
+    """Make everything that writes one key take turns from here to its commit (PostgreSQL;
+    SQLite has one writer anyway). A request takes it BEFORE its claim, and the purge holds it
+    (``purge_idle_chunk``) when it looks at a key a last time and deletes it, so that:
+
+    * each request counts the attempts committed before it, and a key's attempt numbers are
+      1, 2, 3...;
+    * a request and a purge of one key never interleave: the request either sees the key whole
+      (and the purge then sees its fresh attempt and keeps the key) or not at all (it starts
+      the key afresh). Without the lock a request could find the delivery, the purge delete
+      it and commit, and the request's attempt refer to a delivery that is gone.
+
+    A request takes this one key lock only, so requests cannot wait on each other in a circle
+    (``submit_many`` takes one per request, in request order; the service uses it on SQLite
+    only). Requests for other keys do not wait (a hash collision only makes two keys share a
+    turn).
     """
     if tx.dialect == "postgres":
         tx.execute(
             "SELECT pg_advisory_xact_lock(?, hashtext(?))",
-            (KEY_LOCK_CLASS, f"{case_id}/{work_id}"),  # "/" is in no key: no two keys join
+            # "/" is in no key: no two keys join (``purge_idle_chunk`` hashes the same text).
+            (KEY_LOCK_CLASS, f"{case_id}/{work_id}"),
         )
 
 
@@ -180,7 +192,9 @@ def attempts(tx: Tx, case_id: str | None) -> list[dict[str, Any]]:
 
 
 def purge_idle_keys(tx: Tx, cutoff: float) -> tuple[int, int]:
-    """Forget every key with no attempt since ``cutoff``: all its attempts, then its deliveries.
+    """Forget every key with no attempt since ``cutoff``: all its attempts, then its deliveries,
+    in the caller's one transaction (SQLite: no request runs meanwhile; PostgreSQL, where
+    requests do, uses ``purge_idle_chunk``).
 
     A key goes as a whole, never a part of its history, so a live key keeps its delivery and
     its attempt count. Every delivery is created together with the attempt that refers to it,
@@ -199,3 +213,64 @@ def purge_idle_keys(tx: Tx, cutoff: float) -> tuple[int, int]:
         "RETURNING delivery_no"
     )
     return len(gone_deliveries), len(gone_attempts)
+
+
+#: Keys per transaction of ``purge_idle_chunk``.
+PURGE_CHUNK = 500
+
+# The candidates: the next keys after the cursor, in key order, whose last attempt is before
+# the cutoff; each is tried for its key lock. The attempts_key index (case_id, work_id, at)
+# serves the range, the grouping and the order, so a chunk reads from the cursor on and stops
+# after its LIMIT: a whole purge reads the table about once, however many chunks it takes.
+# MATERIALIZED keeps the LIMIT below the lock calls (a lock is tried only for a candidate).
+_IDLE_KEYS = (
+    "WITH idle AS MATERIALIZED ("
+    "SELECT case_id, work_id FROM attempts WHERE (case_id, work_id) > (?, ?) "
+    "GROUP BY case_id, work_id HAVING MAX(at) < ? ORDER BY case_id, work_id LIMIT ?) "
+    "SELECT case_id, work_id, "
+    "pg_try_advisory_xact_lock(?, hashtext(case_id || '/' || work_id)) FROM idle "
+    "ORDER BY case_id, work_id"
+)
+# The keys the chunk holds (two arrays) that are still idle: checked again in a statement that
+# starts after the locks were taken, so it sees every request that had a key's turn before.
+# Their attempts go, and name the deliveries that go with them: every delivery is created
+# together with an attempt that refers to it, so these are all the keys' deliveries.
+_DELETE_HELD_IDLE = (
+    "DELETE FROM attempts AS gone USING unnest(?::text[], ?::text[]) AS held(case_id, work_id) "
+    "WHERE gone.case_id = held.case_id AND gone.work_id = held.work_id "
+    "AND NOT EXISTS (SELECT 1 FROM attempts AS recent WHERE recent.case_id = held.case_id "
+    "AND recent.work_id = held.work_id AND recent.at >= ?) RETURNING gone.delivery_no"
+)
+
+
+def purge_idle_chunk(
+    tx: Tx, cutoff: float, after: tuple[str, str], limit: int = PURGE_CHUNK
+) -> tuple[int, int, tuple[str, str] | None]:
+    """``purge_idle_keys`` for PostgreSQL, where requests run while the purge does: up to
+    ``limit`` idle keys after the key ``after`` (in key order; ``("", "")`` is before every
+    key). Returns (deliveries, attempts) removed and the last key looked at, the ``after`` of
+    the next chunk (None: there was no key left).
+
+    Each key's lock (the one ``lock_key`` takes for a request) is TRIED, never waited for: a
+    key whose lock a request holds is being asked for, so it is not idle and is kept (as is,
+    until the next purge, an idle key that shares its lock's hash). A purge never waits for a
+    request, so it can hold many key locks, taken in any order, without a deadlock; a request
+    for a key of the chunk waits at most for the chunk's commit.
+    """
+    if tx.dialect != "postgres":
+        raise ValueError(f"purge_idle_chunk is for PostgreSQL, not {tx.dialect}")
+    found = tx.execute(_IDLE_KEYS, (*after, cutoff, limit, KEY_LOCK_CLASS))
+    if not found:
+        return 0, 0, None
+    last = (str(found[-1][0]), str(found[-1][1]))
+    held = [(str(case_id), str(work_id)) for case_id, work_id, locked in found if locked]
+    if not held:
+        return 0, 0, last
+    gone_attempts = tx.execute(
+        _DELETE_HELD_IDLE, ([key[0] for key in held], [key[1] for key in held], cutoff)
+    )
+    numbers = sorted({int(row[0]) for row in gone_attempts if row[0] is not None})
+    gone_deliveries = tx.execute(
+        "DELETE FROM deliveries WHERE delivery_no = ANY(?::bigint[]) RETURNING 1", (numbers,)
+    )
+    return len(gone_deliveries), len(gone_attempts), last
