@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import itertools
 import random
+import sqlite3
 import time
 import uuid
 import warnings
@@ -74,6 +75,42 @@ def ours_rate(folder: Path, synchronous: str, keys: list[int], tag: str) -> floa
         return _timed(request, f"case-{tag}", keys)
     finally:
         ledger.close()
+
+
+def raw_rate(folder: Path, synchronous: str, keys: list[int], tag: str) -> float:
+    """The same statements as ``Ledger.request`` on SQLite (the claim, then the attempt with
+    its number; the counters' trigger fires as in ours) from a bare ``sqlite3`` loop on a
+    database ackledger created: no validation, no answer, none of our Python. What this
+    schema costs on this machine, so that ours can be read against it and the peer against
+    what any Python code on it could do."""
+    from ackledger.event import fingerprint
+    from ackledger.store import ledger_sql
+    from ackledger.store.keys import DELIVERIES
+
+    ledger_type = ledger_class()
+    assert ledger_type is not None
+    path = folder / f"raw-{tag}.db"
+    ledger_type(path).close()  # schema, migrations and triggers as ours has them
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute(f"PRAGMA synchronous = {synchronous}")
+    run = conn.execute
+    claim, applied, seen = DELIVERIES.claim_sql, ledger_sql._INSERT_APPLIED, ledger_sql._INSERT_SEEN
+    fp, pod, case = fingerprint(None), "bench-pod", f"case-{tag}"
+    try:
+        start = time.perf_counter()
+        for key in keys:
+            work, now = f"work-{key}", time.time()
+            run("BEGIN IMMEDIATE")
+            got = run(claim, (case, work, fp, pod, now)).fetchall()
+            if got:
+                run(applied, (case, work, pod, "idempotent", got[0][0], fp, now, case, work))
+            else:
+                run(seen, (pod, fp, fp, fp, now, case, work, case, work, case, work)).fetchall()
+            run("COMMIT")
+        return rate(len(keys), time.perf_counter() - start)
+    finally:
+        conn.close()
 
 
 class Powertools:
@@ -163,13 +200,34 @@ def measure_in_process(plan: Plan, results: Results) -> None:
                             "/s",
                             ours_rate(folder, mode, keys, f"{mode}{rep}"),
                         )
+                        results.add(
+                            f"ledger.raw_{mode.lower()}",
+                            f"bare sqlite3 loop, same statements and schema, synchronous={mode}",
+                            "/s",
+                            raw_rate(folder, mode, keys, f"raw{mode}{rep}"),
+                        )
         finally:
             if peer is not None:
                 peer.cleanup()
-    for key in ("ledger.powertools", "ledger.full", "ledger.normal"):
+    for key in (
+        "ledger.powertools",
+        "ledger.full",
+        "ledger.raw_full",
+        "ledger.normal",
+        "ledger.raw_normal",
+    ):
         value = results.get(key)
         if value is not None:
             print(f"  {results.figures[key].label}: {value:,.0f}/s", flush=True)
+    peer_rate = results.get("ledger.powertools")
+    for mode in ("full", "normal"):
+        ours, bare = results.get(f"ledger.{mode}"), results.get(f"ledger.raw_{mode}")
+        if peer_rate and ours and bare:
+            results.notes.append(
+                f"ledger {mode.upper()}: the bare sqlite3 loop makes {bare / peer_rate:.2f} x "
+                f"Powertools+Redis (the ceiling of this schema here); ours is "
+                f"{ours / bare:.2f} of the bare loop"
+            )
 
 
 def delivery_requests(tag: str) -> Callable[[int, int], dict[str, Any]]:
