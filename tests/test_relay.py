@@ -160,15 +160,15 @@ def _poison_source(source: Path) -> None:
     )
 
 
-@pytest.mark.parametrize("batch", [False, True])
+@pytest.mark.parametrize("flags", [[], ["--batch"], ["--batch", "--pipeline"]])
 def test_a_poison_event_is_quarantined_and_the_relay_moves_on(
-    tmp_path: Path, poisoned_sink: Service, sink_db: Path, batch: bool
+    tmp_path: Path, poisoned_sink: Service, sink_db: Path, flags: list[str]
 ) -> None:
     source = tmp_path / "source.db"
     _poison_source(source)
     relay = start_relay(
         source, poisoned_sink.base_url + "/events", tmp_path / "relay.log",
-        "--on-poison", "quarantine", *(["--batch"] if batch else []),
+        "--on-poison", "quarantine", *flags,
     )  # fmt: skip
     try:
         wait_until(lambda: count(source, PENDING) == 0, "a-1 and c-3 to go, p-2 to be held")
