@@ -162,3 +162,18 @@ def test_behind_must_read_from_the_outbox_it_is_given_with(
         dispatch_batch(marker, send_batch, 16, behind=behind)
     assert sent == [] and sent_ids(target) == []
     behind.close()
+
+
+def test_pending_beyond_skips_only_the_given_ids_and_checks_its_limit(target: Target) -> None:
+    with Outbox(target.ref) as ob:
+        ids = fill(ob, 20)
+        skip = frozenset([*ids[:3], ids[5]])
+        got = [item["id"] for item in ob.pending_beyond(skip, 4)]
+        assert got == [ids[3], ids[4], ids[6], ids[7]]
+        # Skipping ids that are not pending changes nothing.
+        assert [item["id"] for item in ob.pending_beyond({"nope"}, 16)] == ids[:16]
+        before = target.dump()
+        for bad in (0, 17, "4", None):
+            with pytest.raises(ValueError, match="limit"):
+                ob.pending_beyond(skip, bad)  # type: ignore[arg-type]
+        assert target.dump() == before
