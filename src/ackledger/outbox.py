@@ -113,9 +113,7 @@ class Outbox(Database):
 
     def pending(self, limit: int = MAX_BATCH) -> list[dict[str, Any]]:
         """Unsent, unquarantined events in acceptance (seq) order. Writes nothing."""
-        check_limit(limit)
-        with self._db.read() as tx:
-            return sql.pending(tx, limit)
+        return self.pending_beyond((), limit)
 
     def pending_beyond(self, skip: Collection[str], limit: int = MAX_BATCH) -> list[dict[str, Any]]:
         """``pending(limit)`` without the events in ``skip`` (those whose marks are still being
@@ -123,6 +121,8 @@ class Outbox(Database):
         check_limit(limit)
         with self._db.read() as tx:
             rows = sql.pending(tx, limit + len(skip))
+        if not skip:
+            return rows
         return [row for row in rows if row["id"] not in skip][:limit]
 
     def mark_sent(self, event_id: str, *, attempted: bool = False, durable: bool = True) -> None:

@@ -7,7 +7,7 @@ marked that was not acknowledged, and a mark that fails leaves its events pendin
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -29,6 +29,17 @@ def sent_ids(target: Target) -> list[str]:
     return [row[0] for row in target.rows("SELECT id FROM outbox WHERE sent = 1 ORDER BY seq")]
 
 
+def acknowledging() -> tuple[list[str], Callable[[list[dict[str, Any]]], int]]:
+    """A send_batch that acknowledges every event, and the ids it was given, in order."""
+    sent: list[str] = []
+
+    def send_batch(events: list[dict[str, Any]]) -> int:
+        sent.extend(e["id"] for e in events)
+        return len(events)
+
+    return sent, send_batch
+
+
 @pytest.fixture
 def pair(target: Target) -> Iterator[tuple[Outbox, Outbox]]:
     reader, marker = Outbox(target.ref), Outbox(target.ref)
@@ -37,12 +48,20 @@ def pair(target: Target) -> Iterator[tuple[Outbox, Outbox]]:
     marker.close()
 
 
+@pytest.fixture
+def behind(pair: tuple[Outbox, Outbox]) -> Iterator[MarksBehind]:
+    """Marks behind, reading from ``behind.reader``; closed (its last marks waited for) at the
+    end of the test if the test did not close it."""
+    marks = MarksBehind(*pair)
+    yield marks
+    marks.close()
+
+
 def test_every_event_is_sent_once_in_order_and_marked_by_close(
-    target: Target, pair: tuple[Outbox, Outbox]
+    target: Target, behind: MarksBehind
 ) -> None:
-    reader, marker = pair
+    reader = behind.reader
     ids = fill(reader, 37)
-    behind = MarksBehind(reader, marker)
     sent: list[str] = []
     seen_inflight: list[int] = []
 
@@ -66,11 +85,10 @@ def test_every_event_is_sent_once_in_order_and_marked_by_close(
 
 
 def test_a_failed_send_reports_after_the_earlier_marks_landed(
-    target: Target, pair: tuple[Outbox, Outbox]
+    target: Target, behind: MarksBehind
 ) -> None:
-    reader, marker = pair
+    reader = behind.reader
     ids = fill(reader, 8)
-    behind = MarksBehind(reader, marker)
     boom = ConnectionError("second batch lost")
     calls = 0
 
@@ -90,22 +108,19 @@ def test_a_failed_send_reports_after_the_earlier_marks_landed(
     assert behind.inflight == frozenset()
     row = reader.event(ids[4])
     assert row is not None and row["attempts"] == 1 and "second batch lost" in row["last_error"]
-    behind.close()
 
 
 def test_a_partial_ack_marks_the_earlier_batch_and_the_prefix(
-    target: Target, pair: tuple[Outbox, Outbox]
+    target: Target, behind: MarksBehind
 ) -> None:
-    reader, marker = pair
+    reader = behind.reader
     ids = fill(reader, 8)
-    behind = MarksBehind(reader, marker)
     answers = iter([4, 2])
     assert dispatch_batch(reader, lambda e: next(answers), 4, behind=behind) == ids[:4]
     with pytest.raises(NotAcknowledged):
         dispatch_batch(reader, lambda e: next(answers), 4, behind=behind)
     assert sent_ids(target) == ids[:6]
     assert [item["id"] for item in reader.pending()] == ids[6:]
-    behind.close()
 
 
 def test_a_mark_that_fails_surfaces_and_leaves_its_events_pending(
@@ -115,11 +130,7 @@ def test_a_mark_that_fails_surfaces_and_leaves_its_events_pending(
     ids = fill(reader, 8)
     behind = MarksBehind(reader, marker)
     marker.close()  # every mark on it now fails
-    sent: list[str] = []
-
-    def send_batch(events: list[dict[str, Any]]) -> int:
-        sent.extend(e["id"] for e in events)
-        return len(events)
+    sent, send_batch = acknowledging()
 
     assert dispatch_batch(reader, send_batch, 4, behind=behind) == ids[:4]
     with pytest.raises(Exception) as info:  # whatever the closed store raises
@@ -132,10 +143,9 @@ def test_a_mark_that_fails_surfaces_and_leaves_its_events_pending(
     behind.close()
 
 
-def test_close_waits_for_the_last_marks(target: Target, pair: tuple[Outbox, Outbox]) -> None:
-    reader, marker = pair
+def test_close_waits_for_the_last_marks(target: Target, behind: MarksBehind) -> None:
+    reader = behind.reader
     ids = fill(reader, 3)
-    behind = MarksBehind(reader, marker)
     assert dispatch_batch(reader, len, 16, behind=behind) == ids
     behind.close()
     assert sent_ids(target) == ids
@@ -152,11 +162,7 @@ def test_behind_must_read_from_the_outbox_it_is_given_with(
     with pytest.raises(ValueError, match="marker"):
         MarksBehind(reader, reader)
     behind = MarksBehind(reader, marker)
-    sent: list[str] = []
-
-    def send_batch(events: list[dict[str, Any]]) -> int:
-        sent.extend(e["id"] for e in events)
-        return len(events)
+    sent, send_batch = acknowledging()
 
     with pytest.raises(ValueError, match="behind"):
         dispatch_batch(marker, send_batch, 16, behind=behind)

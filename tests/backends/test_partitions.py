@@ -170,7 +170,10 @@ def test_concurrent_claimers_never_share_a_partition(target: Target) -> None:
     assert sorted(claimed) == keys  # every partition once, none twice
 
 
-def test_workers_send_each_partition_in_seq_order_and_everything_once(target: Target) -> None:
+@pytest.mark.parametrize("mark_sync", ["each", "last"])
+def test_workers_send_each_partition_in_seq_order_and_everything_once(
+    target: Target, mark_sync: str
+) -> None:
     keys = [f"p{n}" for n in range(6)]
     with Outbox(target.ref) as ob:
         ids = fill(ob, keys, 30)
@@ -186,8 +189,9 @@ def test_workers_send_each_partition_in_seq_order_and_everything_once(target: Ta
     def work(owner: str) -> None:
         with Outbox(target.ref) as mine:
             run_partition_worker(
-                mine, owner=owner, send=send, stop=stop, idle_wait=0.05, log=lambda _: None
-            )
+                mine, owner=owner, send=send, stop=stop, idle_wait=0.05, log=lambda _: None,
+                mark_sync=mark_sync,
+            )  # fmt: skip
 
     threads = [threading.Thread(target=work, args=(f"w{n}",)) for n in range(3)]
     for thread in threads:

@@ -75,6 +75,12 @@ def insert_control_delivery(
     return int(tx.scalar(_INSERT_CONTROL, (case_id, work_id, fingerprint, pod_uid, now)))
 
 
+#: Every attempt row is written with these columns, whichever statement writes it.
+_INSERT_ATTEMPT = (
+    "INSERT INTO attempts (case_id, work_id, pod_uid, mode, delivery_no, outcome, fingerprint, at) "
+)
+
+
 def insert_attempt(
     tx: Tx,
     *,
@@ -88,9 +94,7 @@ def insert_attempt(
     now: float,
 ) -> None:
     tx.execute(
-        "INSERT INTO attempts "
-        "(case_id, work_id, pod_uid, mode, delivery_no, outcome, fingerprint, at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        _INSERT_ATTEMPT + "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         (case_id, work_id, pod_uid, mode, delivery_no, outcome, fingerprint, now),
     )
 
@@ -112,17 +116,13 @@ _COUNT_KEY = (
     "(SELECT COUNT(*) FROM attempts AS earlier WHERE earlier.case_id = ? AND earlier.work_id = ?)"
 )
 _INSERT_APPLIED = (
-    "INSERT INTO attempts "
-    "(case_id, work_id, pod_uid, mode, delivery_no, outcome, fingerprint, at) "
-    f"VALUES (?, ?, ?, ?, ?, 'applied', ?, ?) RETURNING {_COUNT_KEY}"
+    _INSERT_ATTEMPT + f"VALUES (?, ?, ?, ?, ?, 'applied', ?, ?) RETURNING {_COUNT_KEY}"
 )
 # A key that was already there: the attempt copies the key's delivery and is a duplicate if
 # the fingerprints match, else a conflict without delivery (and RETURNING still reports the
 # delivery the key has; COALESCE runs that lookup only for a conflict).
 _INSERT_SEEN = (
-    "INSERT INTO attempts "
-    "(case_id, work_id, pod_uid, mode, delivery_no, outcome, fingerprint, at) "
-    "SELECT case_id, work_id, ?, 'idempotent', "
+    _INSERT_ATTEMPT + "SELECT case_id, work_id, ?, 'idempotent', "
     "CASE WHEN fingerprint = ? THEN delivery_no END, "
     "CASE WHEN fingerprint = ? THEN 'duplicate' ELSE 'conflict' END, ?, ? "
     "FROM deliveries WHERE case_id = ? AND work_id = ? AND mode = 'idempotent' "
