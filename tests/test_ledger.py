@@ -38,7 +38,7 @@ def test_a_file_from_before_the_counter_trigger_keeps_counting_from_its_totals(
     finally:
         backend.close()
     with Ledger(ledger_db) as ledger:
-        assert schema_versions(ledger.backend)[-1] == (5, "0005_ledger_counters")
+        assert (5, "0005_ledger_counters") in schema_versions(ledger.backend)
         ledger.request("c", "w", "pod-A")
         ledger.request("c", "w", "pod-B")
         assert ledger.counters() == {

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from ackledger import Outbox
+from ackledger.partitions import PartitionLeases
 from ackledger.procs import cli_command, run_cli
 from ackledger.store import open_backend
 from ackledger.store.base import migrate, migrations
@@ -98,6 +100,11 @@ def test_both_dialects_have_the_same_tables_columns_and_indexes(
     path = str(tmp_path / "s.db")
     open_backend(path).close()
     open_backend(pg_empty_url).close()
+    # The one designed difference: SQLite builds the partition index when the partition
+    # worker first opens the outbox (migration 0006), PostgreSQL has it from the start.
+    assert "outbox_partition_pending" not in _index_names(path)
+    with Outbox(path) as outbox:
+        PartitionLeases(outbox, "relay-a")
     lite = sqlite_schema(path)
     lite_columns = {(t, c[1]) for t, cols in lite["columns"].items() for c in cols}
     lite_indexes = {name for kind, name, _, sql in lite["objects"] if kind == "index" and sql}
@@ -155,3 +162,55 @@ def test_migrate_refuses_bad_targets_in_one_line(tmp_path: Path) -> None:
         assert done.returncode == 2, done.stderr
         assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def _index_names(path: str) -> set[str]:
+    return {row[0] for row in _sqlite_rows(path, "SELECT name FROM sqlite_master WHERE type = 'index'")}
+
+
+def _plan(path: str, sql: str, params: tuple[Any, ...]) -> str:
+    conn = sqlite3.connect(path)
+    try:
+        return " | ".join(str(row[-1]) for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
+    finally:
+        conn.close()
+
+
+_IN_PARTITION = (
+    "SELECT seq, id FROM outbox WHERE partition_key = ? AND sent = 0 AND quarantined = 0 "
+    "ORDER BY seq LIMIT 16"
+)
+
+
+def test_sqlite_0006_drops_the_partition_index_and_the_first_lease_user_rebuilds_it(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "old.db")
+    backend = open_backend(path, migrate_schema=False)
+    try:
+        migrate(backend, upto=5)
+    finally:
+        backend.close()
+    assert "outbox_partition_pending" in _index_names(path)
+    # A database of the old schema with work in it: pending events of two partitions.
+    conn = sqlite3.connect(path)
+    with conn:
+        for n in range(6):
+            conn.execute(
+                "INSERT INTO outbox (id, sku, qty, fingerprint, partition_key, created_at) "
+                "VALUES (?, 'sku', 1, 'f', ?, 0)",
+                (f"e{n}", "p-a" if n % 2 else "p-b"),
+            )
+    conn.close()
+
+    with Outbox(path) as outbox:  # opening migrates to the newest version
+        assert "outbox_partition_pending" not in _index_names(path)
+        assert [e["id"] for e in outbox.pending(16)] == [f"e{n}" for n in range(6)]
+        # Without the index, a partition's events are found by the seq-ordered pending index.
+        assert "outbox_partition_pending" not in _plan(path, _IN_PARTITION, ("p-a",))
+        leases = PartitionLeases(outbox, "relay-a")
+        assert "outbox_partition_pending" in _index_names(path)
+        assert "outbox_partition_pending" in _plan(path, _IN_PARTITION, ("p-a",))
+        assert [e["id"] for e in leases.pending_in_partition("p-a")] == ["e1", "e3", "e5"]
+        PartitionLeases(outbox, "relay-b")  # a second user finds it built and keeps it
+    assert "outbox_partition_pending" in _index_names(path)

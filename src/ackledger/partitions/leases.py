@@ -64,6 +64,10 @@ class PartitionLeases:
         self.outbox = outbox
         self.owner = check_owner(owner)
         self.ttl = check_ttl(ttl)
+        # A SQLite outbox gets its partition index on the first lease user, not before: the
+        # single relay loop never reads it, and keeping it costs every mark (migration 0006).
+        with outbox.backend.write() as tx:
+            sql.ensure_partition_index(tx)
 
     def claim(self) -> Lease | None:
         """Lease the partition whose oldest pending event is oldest among those nobody holds.

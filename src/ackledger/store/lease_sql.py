@@ -204,6 +204,26 @@ def mark_sent(
     return "unknown" if is_live(tx, key, owner, token) else "lost"
 
 
+#: SQLite builds the partition index on first use (migration 0006 says why); PostgreSQL keeps
+#: it from its first migration.
+PARTITION_INDEX = "outbox_partition_pending"
+_PARTITION_INDEX = (
+    f"CREATE INDEX IF NOT EXISTS {PARTITION_INDEX} ON outbox (partition_key, seq) "
+    "WHERE sent = 0 AND quarantined = 0"
+)
+
+
+def ensure_partition_index(tx: Tx) -> bool:
+    """Build the index that ``pending_in_partition`` and ``claim`` read, if this SQLite outbox
+    lacks it; True if it was built. A write transaction: one building is seen by all."""
+    if tx.dialect != "sqlite":
+        return False
+    if tx.one("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?", (PARTITION_INDEX,)):
+        return False
+    tx.execute(_PARTITION_INDEX)
+    return True
+
+
 def pending_in_partition(tx: Tx, key: str, limit: int) -> list[dict[str, Any]]:
     # The WHERE clause matches the partial index outbox_partition_pending exactly.
     rows = tx.execute(
