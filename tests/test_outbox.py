@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from ackledger import Conflict, InvalidEvent, Outbox
+from ackledger.store.sqlite import PAGE_SIZE
 from tests.conftest import raw_connect, raw_rows
 
 
@@ -150,6 +151,25 @@ def test_storage_settings(source_db: Path) -> None:
     assert raw_rows(source_db, "PRAGMA journal_mode") == [("wal",)]
     with pytest.raises(ValueError, match="synchronous"):
         Outbox(source_db, synchronous="OFF")
+
+
+def test_new_databases_get_small_pages_and_old_ones_keep_theirs(tmp_path: Path) -> None:
+    fresh = tmp_path / "fresh.db"
+    with Outbox(fresh) as outbox:
+        outbox.accept(ev("p-1"))
+    assert raw_rows(fresh, "PRAGMA page_size") == [(PAGE_SIZE,)]
+    # A database made elsewhere (here: SQLite's default page size, then WAL) keeps its pages,
+    # and everything still works in it.
+    made = tmp_path / "made.db"
+    conn = sqlite3.connect(made)
+    conn.execute("PRAGMA page_size = 4096")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("CREATE TABLE mine (x)")
+    conn.close()
+    with Outbox(made) as outbox:
+        outbox.accept(ev("p-2"))
+        assert [p["id"] for p in outbox.pending()] == ["p-2"]
+    assert raw_rows(made, "PRAGMA page_size") == [(4096,)]
 
 
 def test_pending_reads_only_the_partial_index(source_db: Path) -> None:

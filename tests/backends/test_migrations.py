@@ -165,7 +165,9 @@ def test_migrate_refuses_bad_targets_in_one_line(tmp_path: Path) -> None:
 
 
 def _index_names(path: str) -> set[str]:
-    return {row[0] for row in _sqlite_rows(path, "SELECT name FROM sqlite_master WHERE type = 'index'")}
+    return {
+        row[0] for row in _sqlite_rows(path, "SELECT name FROM sqlite_master WHERE type = 'index'")
+    }
 
 
 def _plan(path: str, sql: str, params: tuple[Any, ...]) -> str:
