@@ -24,7 +24,7 @@ from typing import Any
 from ackledger import Outbox
 from ackledger.procs import Service, cli_command, start_service
 
-from .common import Plan, Results, drain_rate, scratch
+from .common import Plan, Results, marks_rate, scratch
 from .ledger import delivery_requests
 from .load import run_load
 from .machine import POSTGRES_URL
@@ -99,9 +99,12 @@ def relay_rate(source: str, sink_url: str, relays: int, total: int, batch: bool)
     ]
     try:
         with Outbox(source) as outbox:
-            return drain_rate(
-                lambda: int(outbox.stats()["sent"]), total, timeout=600, interval=0.01
-            )
+
+            def query(sql: str, params: tuple[Any, ...]) -> list[Any]:
+                with outbox.backend.read() as tx:
+                    return tx.execute(sql, params)
+
+            return marks_rate(query, total, timeout=600)
     finally:
         for process in processes:
             process.send_signal(signal.SIGTERM)

@@ -20,7 +20,7 @@ from ackledger.procs import Service, cli_command, run_cli, start_service
 from ackledger.transport import close_connections, send_http, send_http_batch
 
 from . import fill
-from .common import Plan, Results, drain_rate, rate, scratch
+from .common import Plan, Results, marks_rate, rate, scratch
 
 
 def accept_rate(folder: Path, synchronous: str, count: int, prefix: str) -> float:
@@ -79,11 +79,11 @@ def relay_daemon_has_batch() -> bool:
     return answer.returncode == 0 and "--batch" in answer.stdout
 
 
-def _sent_count(source: Path) -> int:
-    # Bench-only read from a separate connection: the daemon is another process.
+def _marks_span(source: Path, total: int, timeout: float) -> float:
+    # Bench-only reads from a separate connection: the daemon is another process.
     conn = sqlite3.connect(f"file:{source}?mode=ro", uri=True, isolation_level=None)
     try:
-        return int(conn.execute("SELECT count(*) FROM outbox WHERE sent = 1").fetchone()[0])
+        return marks_rate(lambda sql, params: conn.execute(sql, params).fetchall(), total, timeout)
     finally:
         conn.close()
 
@@ -91,7 +91,7 @@ def _sent_count(source: Path) -> int:
 def daemon_rate(source: Path, url: str, total: int, *extra: str) -> float:
     """Events/s of ``ackledger relay --batch``, from its first mark to its last one.
 
-    The clock starts at the first sent row seen, so the interpreter's start-up is not counted.
+    The clock starts at the first mark, so the interpreter's start-up is not counted.
     """
     process = subprocess.Popen(
         cli_command("relay", "--source", str(source), "--to", url + "/events", "--batch", *extra),
@@ -99,7 +99,7 @@ def daemon_rate(source: Path, url: str, total: int, *extra: str) -> float:
         stderr=subprocess.DEVNULL,
     )
     try:
-        return drain_rate(lambda: _sent_count(source), total, timeout=300, interval=0.002)
+        return _marks_span(source, total, timeout=300)
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(30)
