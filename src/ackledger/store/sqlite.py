@@ -114,8 +114,8 @@ class SqliteBackend(Backend):
         # it was made with). Every commit appends its changed pages, checksummed, to the WAL;
         # our rows are small (an outbox, inbox or ledger row is 100-400 bytes) and a commit
         # changes a few scattered pages, so half-size pages halve the bytes written and
-        # summed per commit: +8% FULL and +17% NORMAL for Outbox.accept and Ledger.request
-        # (bench/CHANGES.md, item 13).
+        # summed per commit: Outbox.accept and Ledger.request +6-13% with FULL and +18-21%
+        # with NORMAL (bench/CHANGES.md, item 13).
         self._conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
         journal = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()
         if journal is None or str(journal[0]).lower() != "wal":
