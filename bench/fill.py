@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +23,23 @@ SKUS = 64
 CHUNK = 2_000
 
 
+#: Makes event ``n`` of a fill whose ids start with ``prefix``.
+EventMaker = Callable[[str, int], dict[str, Any]]
+
+
 def event(prefix: str, number: int) -> dict[str, Any]:
     return {"id": f"{prefix}-{number}", "sku": f"sku-{number % SKUS}", "qty": 1 + number % 7}
 
 
-def pending_events(path: Path, prefix: str, count: int) -> None:
+def pending_events(target: Path | str, prefix: str, count: int, make: EventMaker = event) -> None:
+    """``count`` pending events ``make(prefix, n)`` in an outbox file or PostgreSQL URL."""
     # NORMAL only for the filling: the relay that is measured later opens the file with FULL
     # (synchronous is a property of the connection, not of the file).
-    with Outbox(path, synchronous="NORMAL") as outbox:
+    with Outbox(target, synchronous="NORMAL") as outbox:
         for start in range(0, count, CHUNK):
             with outbox.transaction() as tx:
                 for number in range(start, min(count, start + CHUNK)):
-                    tx.enqueue(event(prefix, number))
+                    tx.enqueue(make(prefix, number))
 
 
 def sent_rows(path: Path, prefix: str, count: int) -> None:

@@ -64,14 +64,8 @@ def database() -> Iterator[str]:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def _fill(url: str, count: int, tag: str) -> None:
-    # Through the product, in large transactions (as fill.pending_events does for SQLite): one
-    # accept per event spent most of this section's time filling, before any clock ran.
-    with Outbox(url) as outbox:
-        for start in range(0, count, fill.CHUNK):
-            with outbox.transaction() as tx:
-                for n in range(start, min(count, start + fill.CHUNK)):
-                    tx.enqueue({"id": f"{tag}-{n:07d}", "sku": f"p{n % PARTITIONS}", "qty": 1})
+def _event(tag: str, number: int) -> dict[str, Any]:
+    return {"id": f"{tag}-{number:07d}", "sku": f"p{number % PARTITIONS}", "qty": 1}
 
 
 def _serve(kind: str, url: str, folder: Path) -> Service:
@@ -132,7 +126,7 @@ def measure(plan: Plan, results: Results) -> None:
                 for relays in RELAY_COUNTS:
                     events = total * 4 if batch else total
                     with database() as source, database() as sink_db:
-                        _fill(source, events, f"r{rep}{kind}{relays}")
+                        fill.pending_events(source, f"r{rep}{kind}{relays}", events, _event)
                         sink = _serve("sink", sink_db, folder)
                         try:
                             value = relay_rate(source, sink.base_url, relays, events, batch)

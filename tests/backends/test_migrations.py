@@ -17,6 +17,7 @@ from ackledger.store import open_backend
 from ackledger.store.base import migrate, migrations
 
 from .. import pg
+from ..conftest import raw_rows
 
 
 def sqlite_schema(path: str) -> dict[str, Any]:
@@ -149,11 +150,7 @@ def test_concurrent_first_opens_apply_each_migration_once(
 
 
 def _sqlite_rows(path: str, sql: str) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(path)
-    try:
-        return conn.execute(sql).fetchall()
-    finally:
-        conn.close()
+    return raw_rows(Path(path), sql)
 
 
 def test_migrate_refuses_bad_targets_in_one_line(tmp_path: Path) -> None:
@@ -166,16 +163,14 @@ def test_migrate_refuses_bad_targets_in_one_line(tmp_path: Path) -> None:
 
 def _index_names(path: str) -> set[str]:
     return {
-        row[0] for row in _sqlite_rows(path, "SELECT name FROM sqlite_master WHERE type = 'index'")
+        str(row[0])
+        for row in _sqlite_rows(path, "SELECT name FROM sqlite_master WHERE type = 'index'")
     }
 
 
 def _plan(path: str, sql: str, params: tuple[Any, ...]) -> str:
-    conn = sqlite3.connect(path)
-    try:
-        return " | ".join(str(row[-1]) for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
-    finally:
-        conn.close()
+    rows = raw_rows(Path(path), "EXPLAIN QUERY PLAN " + sql, params)
+    return " | ".join(str(row[-1]) for row in rows)
 
 
 _IN_PARTITION = (
