@@ -201,6 +201,9 @@ def test_trace_of_a_quarantined_conflicting_event(
     assert "sink refused it permanently" in stages["outbox"]["detail"]
     assert "422" in stages["outbox"]["detail"]
     assert "CONFLICT" in stages["sink"]["detail"] and "qty=99" in stages["sink"]["detail"]
+    # No send of ours can be acknowledged, so the trace must not promise that one will be.
+    assert stages["ack"]["seen"] == "no" and stages["ack"]["state"] == "refused"
+    assert "next send completes" not in stages["ack"]["detail"]
     assert report["verdict"].startswith("quarantined: NOT delivered")
 
 

@@ -306,7 +306,7 @@ class Relay:
         self.counts.backoff_s = 0.0
         note(
             logger, logging.INFO, "sent", f"sent {len(marked)} event(s)",
-            ids=_some(marked), last=marked[-1],
+            ids=some_ids(marked), last=marked[-1],
         )  # fmt: skip
 
     def _on_transient(self, failure: Failure) -> float:
@@ -369,6 +369,6 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _some(ids: Iterable[str], keep: int = 16) -> list[str]:
+def some_ids(ids: Iterable[str], keep: int = 16) -> list[str]:
     listed = list(ids)
     return listed if len(listed) <= keep else [*listed[:keep], f"+{len(listed) - keep} more"]

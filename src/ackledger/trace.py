@@ -18,6 +18,8 @@ from .event import check_identifier
 from .inbox import Inbox
 from .outbox import Outbox
 from .probe import base_url, sink_receipt
+from .store import is_postgres, shown
+from .store.sqlite import foreign_file
 
 YES, NO, UNKNOWN, INFERRED = "yes", "no", "unknown", "inferred"
 
@@ -44,10 +46,16 @@ def _is_url(target: str) -> bool:
 def read_receipt(event_id: str, sink: str) -> tuple[dict[str, Any] | None, str]:
     """(receipt or None, where it was looked for); raises OSError/AckledgerError if the sink
     cannot be asked."""
+    if is_postgres(sink):
+        with Inbox(sink) as inbox:
+            return inbox.receipt(event_id), f"table inbox in {inbox.backend.location}"
     if _is_url(sink):
         return sink_receipt(base_url(sink), event_id), f"GET {base_url(sink)}/events/{event_id}"
     if not os.path.isfile(sink):
         raise ValueError(f"--sink: no database at {sink!r}")
+    problem = foreign_file(sink)
+    if problem is not None:
+        raise ValueError(f"--sink: {problem}")
     with Inbox(sink) as inbox:
         return inbox.receipt(event_id), f"table inbox in {sink}"
 
@@ -56,6 +64,7 @@ def trace(event_id: str, source: str, sink: str) -> dict[str, Any]:
     """Every stage of one event; ``{"id", "stages": [...], "verdict"}``."""
     check_identifier(event_id, "event_id", 128)
     with Outbox(source) as outbox:
+        source_shown = outbox.backend.location
         order = outbox.order(event_id)
         row = outbox.event(event_id)
         history = outbox.history(event_id)
@@ -63,7 +72,7 @@ def trace(event_id: str, source: str, sink: str) -> dict[str, Any]:
         receipt, sink_where = read_receipt(event_id, sink)
         sink_error = None
     except (OSError, AckledgerError) as exc:
-        receipt, sink_where, sink_error = None, sink, f"{type(exc).__name__}: {exc}"
+        receipt, sink_where, sink_error = None, shown(sink), f"{type(exc).__name__}: {exc}"
     ours = row or order
     conflict = (
         receipt is not None
@@ -71,11 +80,11 @@ def trace(event_id: str, source: str, sink: str) -> dict[str, Any]:
         and (receipt.get("sku"), receipt.get("qty")) != (ours["sku"], ours["qty"])
     )
     stages = [
-        _accepted(order, source),
-        _in_outbox(row, history, source),
+        _accepted(order, source_shown),
+        _in_outbox(row, history, source_shown),
         _at_sink(receipt, sink_where, sink_error, conflict),
-        _ack(row, receipt, sink_error),
-        _marked(row, source),
+        _ack(row, receipt, sink_error, conflict),
+        _marked(row, source_shown),
     ]
     return {
         "id": event_id,
@@ -147,7 +156,9 @@ def _at_sink(
     return Stage("sink", YES, "inbox receipt", where, detail)
 
 
-def _ack(row: dict[str, Any] | None, receipt: dict[str, Any] | None, error: str | None) -> Stage:
+def _ack(
+    row: dict[str, Any] | None, receipt: dict[str, Any] | None, error: str | None, conflict: bool
+) -> Stage:
     where = "not stored anywhere (an ACK lives only in the relay's memory)"
     if row is not None and row["sent"]:
         return Stage(
@@ -156,12 +167,18 @@ def _ack(row: dict[str, Any] | None, receipt: dict[str, Any] | None, error: str 
         )  # fmt: skip
     if error is not None:
         return Stage("ack", UNKNOWN, "cannot be known", where, "the sink could not be read")
+    if receipt is not None and conflict:
+        return Stage(
+            "ack", NO, "refused", where,
+            "the sink holds this id with other content and answers every send of ours with "
+            "422; re-sending cannot finish it (quarantine it, or correct one side)",
+        )  # fmt: skip
     if receipt is not None:
         return Stage(
             "ack", UNKNOWN, "cannot be known", where,
             "the sink applied it but the outbox has no mark: the ACK was lost on the way back, "
-            "or the relay stopped between ACK and mark, or it was refused; the next send "
-            "completes it (the inbox answers a duplicate ACK)",
+            "or the relay stopped between ACK and mark; the next send completes it (the inbox "
+            "answers a duplicate ACK)",
         )  # fmt: skip
     return Stage(
         "ack", NO, "none possible", where,

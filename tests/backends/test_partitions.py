@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import random
 import threading
 from collections import defaultdict
 from typing import Any
@@ -10,6 +12,8 @@ import pytest
 
 from ackledger import LeaseLost, NotAcknowledged, Outbox, dispatch
 from ackledger.partitions import LeasedPartition, PartitionLeases, run_partition_worker
+from ackledger.partitions.worker import PartitionWorker
+from ackledger.relay import logger as relay_logger
 
 from .conftest import Target
 
@@ -238,3 +242,69 @@ def test_a_failing_partition_is_parked_while_the_others_go_on(target: Target) ->
     assert any("partition 'bad' stopped at a failure" in line for line in log)
     assert target.rows("SELECT attempts FROM outbox WHERE id = ?", (ids["bad"][0],))[0][0] >= 1
     assert target.rows("SELECT attempts FROM outbox WHERE id = ?", (ids["bad"][1],)) == [(0,)]
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_the_worker_logs_and_backs_off_like_the_single_relay(target: Target) -> None:
+    """Event names and fields on the relay's logger, waits drawn from the same capped
+    schedule (base * 2**n), a seed that repeats them, and the relay's failure metrics."""
+    base, cap = 0.01, 0.03
+
+    def run(seed: int) -> tuple[list[logging.LogRecord], Any]:
+        with Outbox(target.ref) as ob:
+            fill(ob, ["p"], 2)
+        refusals = iter(range(4))
+        stop = threading.Event()
+        seen_failures: list[int] = []
+
+        def send(event: dict[str, Any]) -> bool:
+            if next(refusals, None) is not None:
+                raise NotAcknowledged("HTTP 503 instead of 200")
+            seen_failures.append(worker.counts.consecutive_failures)
+            return True
+
+        handler = _Records()
+        relay_logger.addHandler(handler)
+        relay_logger.setLevel(logging.INFO)
+        try:
+            with Outbox(target.ref) as ob:
+                worker = PartitionWorker(
+                    ob, owner=f"w{seed}", send=send, stop=stop, idle_wait=0.01,
+                    base_backoff=base, max_backoff=cap, rng=random.Random(seed),
+                )  # fmt: skip
+                thread = threading.Thread(target=worker.run)
+                thread.start()
+                while ob.pending(1) and not stop.wait(0.01):
+                    pass
+                stop.set()
+                thread.join(timeout=60)
+        finally:
+            relay_logger.removeHandler(handler)
+        assert seen_failures and seen_failures[0] == 4  # the metric saw the failed rounds
+        assert worker.counts.consecutive_failures == 0 and worker.counts.backoff_s == 0.0
+        target.execute("DELETE FROM outbox")
+        return handler.records, worker
+
+    records, _ = run(seed=7)
+    events = [getattr(record, "event", "") for record in records]
+    assert events[0] == "started" and events[-1] == "stopped"
+    assert events.count("send-failed") == 4
+    assert "recovered" in events and "sent" in events
+    assert events.index("recovered") > max(i for i, e in enumerate(events) if e == "send-failed")
+    failed = [record.fields for record in records if record.event == "send-failed"]  # type: ignore[attr-defined]
+    assert [fields["failures_in_a_row"] for fields in failed] == [1, 2, 3, 4]
+    for n, fields in enumerate(failed):
+        assert 0 <= fields["wait_s"] <= min(cap, base * 2**n) + 0.0005
+        assert fields["owner"] == "w7" and fields["partition"] == "p"
+    again, _ = run(seed=7)
+    assert [r.fields["wait_s"] for r in again if r.event == "send-failed"] == [  # type: ignore[attr-defined]
+        fields["wait_s"] for fields in failed
+    ]

@@ -38,6 +38,16 @@ def wait_until(check: object, what: str, timeout: float = 90) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def poison_between(sink_db: Path, source: str, before: str, after: str) -> None:
+    """Events ``before``, "bad", ``after`` in one partition, where the sink already holds
+    "bad" with other content: it answers 422 to every send of it."""
+    with Inbox(sink_db) as inbox:
+        inbox.receive({"id": "bad", "sku": "tea", "qty": 99})
+    with Outbox(source) as outbox:
+        for event_id in (before, "bad", after):
+            outbox.accept({"id": event_id, "sku": "tea", "qty": 1})
+
+
 def stop(process: subprocess.Popen[str]) -> int:
     process.send_signal(signal.SIGTERM)
     return process.wait(30)
@@ -78,11 +88,7 @@ def test_two_relays_share_the_partitions_and_keep_their_order(
 def test_a_poison_event_is_quarantined_and_its_partition_goes_on(
     pg_url: str, sink_service: Service, sink_db: Path, tmp_path: Path, batch: bool
 ) -> None:
-    with Inbox(sink_db) as inbox:
-        inbox.receive({"id": "bad", "sku": "tea", "qty": 99})  # the sink holds other content
-    with Outbox(pg_url) as outbox:
-        for event_id in ("t-1", "bad", "t-2"):
-            outbox.accept({"id": event_id, "sku": "tea", "qty": 1})
+    poison_between(sink_db, pg_url, "t-1", "t-2")
     log = tmp_path / "relay.log"
     extra = ["--on-poison", "quarantine", *(["--batch"] if batch else [])]
     relay = start_relay(pg_url, sink_service.base_url + "/events", "relay-q", log, *extra)
@@ -124,3 +130,26 @@ def test_sqlite_sources_keep_the_single_loop(source_db: Path, tmp_path: Path) ->
     time.sleep(1.0)
     assert stop(relay) == 0
     assert "leasing partitions" not in log.read_text()
+
+
+def test_log_format_json_covers_the_partition_relay(
+    pg_url: str, sink_service: Service, sink_db: Path, tmp_path: Path
+) -> None:
+    poison_between(sink_db, pg_url, "j-1", "j-2")
+    log = tmp_path / "relay.log"
+    extra = ["--log-format", "json", "--on-poison", "quarantine", "--seed", "3"]
+    relay = start_relay(pg_url, sink_service.base_url + "/events", "relay-j", log, *extra)
+    try:
+        with Outbox(pg_url) as outbox:
+            wait_until(lambda: outbox.stats()["pending"] == 0, "j-2 to be sent")
+    finally:
+        assert stop(relay) == 0
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    *logged, report = lines  # the last line is the worker's report
+    assert report["owner"] == "relay-j" and report["quarantined"] == ["bad"]
+    events = [line["event"] for line in logged]
+    assert events[0] == "started" and events[-1] == "stopped"
+    assert {"sent", "poison", "quarantined"} <= set(events)
+    assert all(line["owner"] == "relay-j" for line in logged)
+    poison = next(line for line in logged if line["event"] == "poison")
+    assert poison["id"] == "bad" and poison["level"] == "error"

@@ -19,6 +19,18 @@ COMMAND_MODULES = (source, serve, ledger, demo, migrate, ops)
 
 EXIT_BAD_INPUT = 2
 
+#: The optional dependencies, by the extra that installs them (pyproject.toml): a command
+#: that needs a missing one says which extra to install instead of printing a traceback.
+EXTRA_OF_MODULE = {
+    "starlette": "server",
+    "uvicorn": "server",
+    "httptools": "server",
+    "prometheus_client": "server",
+    "anyio": "server",
+    "psycopg": "postgres",
+    "psycopg_pool": "postgres",
+}
+
 
 class UsageError(Exception):
     """Bad input found after parsing (a missing file, an unreadable event...)."""
@@ -58,6 +70,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         fail(str(message))
     except database_errors() as exc:
         fail(f"database: {exc}")
+    except ModuleNotFoundError as exc:
+        extra = EXTRA_OF_MODULE.get((exc.name or "").partition(".")[0])
+        if extra is None:
+            raise
+        fail(
+            f"{args.command}: this needs the '{extra}' extra, which is not installed "
+            f"(no module {exc.name!r}): pip install 'ackledger[{extra}]'"
+        )
     except KeyboardInterrupt:
         return 130
     return code

@@ -70,11 +70,19 @@ def is_url(target: str) -> bool:
 
 
 def existing_target(target: str, what: str = "source") -> str:
-    """A database that must already exist: reading commands never create one by a typo."""
+    """A database that must already exist and be ackledger's: reading and operating commands
+    never create one by a typo, nor add our schema to another program's file."""
     from . import UsageError
 
-    if not is_url(target) and not os.path.isfile(target):
+    if is_url(target):
+        return target
+    if not os.path.isfile(target):
         raise UsageError(f"--{what}: no database at {target!r}")
+    from ..store.sqlite import foreign_file
+
+    problem = foreign_file(target)
+    if problem is not None:
+        raise UsageError(f"--{what}: {problem}")
     return target
 
 

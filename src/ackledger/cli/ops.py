@@ -32,7 +32,7 @@ from ..relay import (
     failure_class,
 )
 from ..relay import logger as relay_logger
-from ..store import is_postgres
+from ..store import is_postgres, shown
 from ..trace import trace, when
 from ..transport import check_target, post_batch, send_http
 from .common import (
@@ -145,7 +145,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     tracer.add_argument("event_id", metavar="EVENT_ID")
     add_source(tracer)
     tracer.add_argument(
-        "--sink", required=True, metavar="PATH_OR_URL", help="sink database or service URL"
+        "--sink",
+        required=True,
+        metavar="PATH_OR_URL",
+        help="the sink's database (SQLite file or postgresql:// URL) or service URL",
     )
     tracer.add_argument("--json", action="store_true", help="print JSON")
     tracer.set_defaults(handler=cmd_trace)
@@ -256,7 +259,7 @@ def _run_relay(args: argparse.Namespace, outbox: Outbox, relay: Relay) -> int:
         print(
             f"ackledger relay: stopped on poison event {relay.poisoned.event_id}: "
             f"{relay.poisoned.message}; see `ackledger trace {relay.poisoned.event_id} "
-            f"--source {args.source} --sink {base_url(args.to)}`",
+            f"--source {shown(args.source)} --sink {base_url(args.to)}`",
             file=sys.stderr,
         )
     return code
@@ -318,10 +321,11 @@ def _relay_partitions(
         outbox, owner=owner, send=None if settings.batch else send,
         send_batch=send_batch if settings.batch else None, lease_ttl=args.lease_ttl,
         limit=settings.limit, stop=stop, idle_wait=settings.poll_interval,
-        max_backoff=args.max_backoff, classify=classify, describe=describe,
-        on_poison=settings.on_poison, mark_sync=settings.mark_sync,
+        base_backoff=args.base_backoff, max_backoff=args.max_backoff,
+        rng=random.Random(args.seed) if args.seed is not None else None,
+        classify=classify, describe=describe, on_poison=settings.on_poison,
+        mark_sync=settings.mark_sync,
     )  # fmt: skip
-    print(f"ackledger relay {owner} leasing partitions of {outbox.backend.location}", flush=True)
     report = _serving(args, outbox, worker.counts, stop.set, worker.run)
     print(json.dumps(asdict(report)), flush=True)
     if report.poisoned is not None:
@@ -371,6 +375,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             check_target(services[role] + "/metrics", "/metrics")  # refuse before reading
     with open_outbox(args.source) as outbox:
         report: dict[str, Any] = outbox.stats()
+        outbox_location = outbox.backend.location
     for role, url in services.items():
         if url is not None:
             report[role] = _counters(role, url)
@@ -387,7 +392,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         ("purged", report["purged"]),
         ("last error", f"{error['id']} at {when(error['at'])}: {error['error']}" if error else "-"),
     ]
-    print(f"outbox  {args.source}")
+    print(f"outbox  {outbox_location}")
     for label, value in rows:
         print(f"  {label:<20} {value}")
     for role in ("sink", "ledger"):
@@ -406,7 +411,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from .common import existing_target, is_url
 
     check_identifier(args.event_id, "EVENT_ID", 128)
-    if is_url(args.sink):
+    if is_url(args.sink) and not is_postgres(args.sink):
         check_target(base_url(args.sink) + "/events", "/events")
     existing_target(args.source)
     report = trace(args.event_id, args.source, args.sink)

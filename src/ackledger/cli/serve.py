@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from .common import add_synchronous, port_arg
+
+if TYPE_CHECKING:
+    import socket
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -42,12 +46,26 @@ def _common(parser: argparse.ArgumentParser) -> None:
     add_synchronous(parser)
 
 
+def _listen(args: argparse.Namespace) -> socket.socket:
+    """The listening socket, or one line on what is wrong (a port in use, an unknown host)."""
+    from ..web.server import bind
+    from . import UsageError
+
+    try:
+        return bind(args.host, args.port)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise UsageError(
+            f"--host/--port: cannot listen on {args.host}:{args.port}: {reason}"
+        ) from None
+
+
 def cmd_serve_sink(args: argparse.Namespace) -> int:
     from ..inbox import Inbox
-    from ..web.server import bind, serve
+    from ..web.server import serve
     from ..web.sink import create_sink_app
 
-    sock = bind(args.host, args.port)
+    sock = _listen(args)
     with Inbox(args.db, synchronous=args.synchronous) as inbox:
         serve(create_sink_app(inbox), sock, "sink")
     return 0
@@ -56,9 +74,9 @@ def cmd_serve_sink(args: argparse.Namespace) -> int:
 def cmd_serve_ledger(args: argparse.Namespace) -> int:
     from ..ledger import Ledger
     from ..web.ledger import create_ledger_app
-    from ..web.server import bind, serve
+    from ..web.server import serve
 
-    sock = bind(args.host, args.port)
+    sock = _listen(args)
     with Ledger(args.db, synchronous=args.synchronous) as ledger:
         serve(create_ledger_app(ledger), sock, "ledger")
     return 0

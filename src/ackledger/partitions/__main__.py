@@ -25,7 +25,9 @@ from ..cli.common import (
     limit_arg,
     positive_float,
 )
+from ..logline import install
 from ..outbox import Outbox
+from ..relay import logger as relay_logger
 from ..store import database_errors
 from ..transport import check_target, close_connections, send_http, send_http_batch
 from .leases import DEFAULT_TTL, check_owner
@@ -114,6 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def send_batch(events: list[dict[str, Any]]) -> int:
         return send_http_batch(events, batch_url, timeout=args.timeout, allowed_hosts=hosts)
 
+    install(relay_logger, "text")  # the worker's lines, as `ackledger relay` writes them
     print(f"partition worker {args.owner} running", flush=True)
     with outbox:
         report = run_partition_worker(

@@ -20,13 +20,14 @@ name unique among the running relays, a ``send`` (or ``send_batch``) callable ex
 
 from __future__ import annotations
 
+import logging
 import random
-import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Required, TypedDict, Unpack
 
+from ..backoff import Backoff
 from ..dispatch import (
     Send,
     SendBatch,
@@ -36,12 +37,15 @@ from ..dispatch import (
     dispatch_batch,
 )
 from ..errors import LeaseLost
+from ..logline import note
 from ..outbox import Outbox, check_limit
-from ..relay import PERMANENT, POISON_POLICIES, TRANSIENT, RelayCounts
+from ..relay import PERMANENT, POISON_POLICIES, TRANSIENT, RelayCounts, some_ids
+from ..relay import logger as relay_logger
 from .leases import DEFAULT_TTL, Lease, LeasedPartition, PartitionLeases, check_ttl
 
 IDLE_WAIT_S = 0.5
 BATCHES_PER_LEASE = 16
+#: The first backoff ceiling and the cap, as ``ackledger.Backoff`` takes them.
 FIRST_BACKOFF_S = 0.5
 MAX_BACKOFF_S = 30.0
 
@@ -61,10 +65,6 @@ class WorkerReport:
     poisoned: str | None = None
 
 
-def _stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 class WorkerOptions(TypedDict, total=False):
     """The keyword arguments of :func:`run_partition_worker` (and ``PartitionWorker``)."""
 
@@ -82,8 +82,13 @@ class WorkerOptions(TypedDict, total=False):
     stop: threading.Event | None
     #: Seconds to wait when no partition can be leased. Default 0.5.
     idle_wait: float
-    #: The longest a failed partition stays parked. Default 30.
+    #: A failed partition stays parked for a wait drawn from [0, min(max_backoff,
+    #: base_backoff * 2**n)] after its n-th failure in a row (``ackledger.Backoff``); the
+    #: same for a database that fails. Defaults 0.5 and 30.
+    base_backoff: float
     max_backoff: float
+    #: The jitter's random source (seeded: reproducible waits). Default: a fresh one.
+    rng: random.Random | None
     #: Batches sent under one lease before it is released for others. Default 16.
     batches_per_lease: int
     #: Called with each acknowledged id before its mark (drills; see dispatch).
@@ -91,8 +96,11 @@ class WorkerOptions(TypedDict, total=False):
     #: One event at a time: fsync every mark ("each", default) or the last of each dispatch
     #: ("last"; see ``dispatch``).
     mark_sync: str
-    #: Where the worker's few log lines go. Default: stderr.
-    log: Callable[[str], None]
+    #: Where the worker's log lines go, as text. Default: the ``ackledger.relay`` logger,
+    #: each line with an event name (``started``, ``sent``, ``send-failed``, ``recovered``,
+    #: ``poison``, ``quarantined``, ``lease-lost``, ``database-error``, ``stopped`` ...), as
+    #: the single relay loop logs.
+    log: Callable[[str], None] | None
     #: Tells a failure's class: "transient" (park the partition and retry it later) or
     #: "permanent" (a 4xx: this event will never be accepted as it is). Default: transient.
     classify: Callable[[Exception], str]
@@ -116,10 +124,15 @@ class PartitionWorker:
         self.stop = options.get("stop") or threading.Event()
         self.idle_wait = check_ttl(options.get("idle_wait", IDLE_WAIT_S), "idle_wait")
         self.max_backoff = check_ttl(options.get("max_backoff", MAX_BACKOFF_S), "max_backoff")
+        self.base_backoff = check_ttl(options.get("base_backoff", FIRST_BACKOFF_S), "base_backoff")
+        self._rng = options.get("rng") or random.Random()
+        # One schedule per parked partition (a success forgets it), one for the database.
+        self._parked: dict[str, Backoff] = {}
+        self._database = self._new_backoff()
         self.batches_per_lease = options.get("batches_per_lease", BATCHES_PER_LEASE)
         self.after_delivery = options.get("after_delivery")
         self.mark_sync = check_mark_sync(options.get("mark_sync", "each"))
-        self.log = options.get("log", _stderr)
+        self.log = options.get("log")
         self.report = WorkerReport(owner)
         self.outbox = outbox
         self.classify: Callable[[Exception], str] = options.get("classify", lambda exc: TRANSIENT)
@@ -129,26 +142,45 @@ class PartitionWorker:
         self.on_poison = options.get("on_poison")
         if self.on_poison is not None and self.on_poison not in POISON_POLICIES:
             raise ValueError(f"on_poison: must be stop or quarantine, got {self.on_poison!r}")
-        #: Send figures of this process, in the relay's shape (its metrics read them).
+        #: Send figures of this process, in the relay's shape (its metrics read them):
+        #: ``consecutive_failures`` counts failed rounds in a row over all of this worker's
+        #: partitions, ``backoff_s`` is the last wait it chose.
         self.counts = RelayCounts()
-        #: Consecutive failures per partition (this worker's view; resets on success).
-        self._failures: dict[str, int] = {}
+
+    def _new_backoff(self) -> Backoff:
+        return Backoff(self.base_backoff, self.max_backoff, rng=self._rng)
+
+    def _note(self, level: int, event: str, message: str, **fields: object) -> None:
+        if self.log is not None:
+            self.log(f"{self.report.owner}: {message}")
+        else:
+            note(relay_logger, level, event, message, owner=self.report.owner, **fields)
 
     def run(self) -> WorkerReport:
-        database_errors = 0
+        self._note(
+            logging.INFO, "started",
+            f"leasing partitions of {self.outbox.backend.location}",
+            batch=self.send_batch is not None, limit=self.limit, on_poison=self.on_poison or "-",
+        )  # fmt: skip
         while not self.stop.is_set():
             try:
                 busy = self.run_once()
             except Exception as exc:
                 # The database itself failed (unreachable, restarting): wait, then go on.
-                database_errors += 1
                 self.report.failures += 1
-                self.log(f"{self.report.owner}: database error: {type(exc).__name__}: {exc}")
-                self.stop.wait(self._backoff(database_errors))
+                self.counts.store_errors += 1
+                wait = self._database.next_delay()
+                self._note(
+                    logging.WARNING, "database-error",
+                    f"database error: {type(exc).__name__}: {exc}; retrying in {wait:.2f}s",
+                )  # fmt: skip
+                self.stop.wait(wait)
                 continue
-            database_errors = 0
+            self._database.reset()
             if not busy:
                 self.stop.wait(self.idle_wait)
+        if self.report.poisoned is None:
+            self._note(logging.INFO, "stopped", "stop requested; the send in flight was finished")
         return self.report
 
     def run_once(self) -> bool:
@@ -165,7 +197,8 @@ class PartitionWorker:
         except LeaseLost as exc:
             self.report.lost += 1
             self.report.lost_partitions.append(lease.partition)
-            self.log(f"{self.report.owner}: lease lost: {exc}")
+            self._note(logging.WARNING, "lease-lost", f"lease lost: {exc}",
+                       partition=lease.partition)  # fmt: skip
         except Exception as exc:
             self._failed(view, exc)
         finally:
@@ -179,7 +212,7 @@ class PartitionWorker:
             if batch:
                 view.renew()  # raises LeaseLost if it ended while we were sending
             marked = self._dispatch(view)
-            self._failures.pop(view.partition, None)
+            self._succeeded(view.partition, marked)
             if len(marked) < self.limit:
                 break  # drained (for now)
         view.release()
@@ -219,6 +252,19 @@ class PartitionWorker:
 
         return dispatch_batch(view, many, self.limit, after_delivery=after_batch)
 
+    def _succeeded(self, partition: str, marked: list[str]) -> None:
+        if self._parked.pop(partition, None) is not None:
+            self._note(logging.INFO, "recovered", f"partition {partition!r} is sending again",
+                       partition=partition)  # fmt: skip
+        if not marked:
+            return
+        self.counts.consecutive_failures = 0
+        self.counts.backoff_s = 0.0
+        self._note(
+            logging.INFO, "sent", f"sent {len(marked)} event(s)",
+            partition=partition, ids=some_ids(marked), last=marked[-1],
+        )  # fmt: skip
+
     def _failed(self, view: LeasedPartition, exc: Exception) -> None:
         """A send failed: a permanent failure follows the poison policy; the rest park."""
         kind = self.classify(exc)
@@ -229,42 +275,58 @@ class PartitionWorker:
         head = view.pending(1)
         event_id = head[0]["id"] if head else "?"
         self.counts.poison[self.on_poison] += 1
-        self.log(
-            f"{self.report.owner}: ALERT: the sink refused event {event_id} of partition "
-            f"{view.partition!r} permanently ({self.describe(exc)}); "
-            f"policy --on-poison {self.on_poison}"
-        )
+        self._note(
+            logging.ERROR, "poison",
+            f"ALERT: the sink refused event {event_id} of partition {view.partition!r} "
+            f"permanently ({self.describe(exc)}); policy --on-poison {self.on_poison}",
+            id=event_id, partition=view.partition,
+        )  # fmt: skip
         if self.on_poison == "stop" or not head:
             self.report.poisoned = f"{event_id}: {self.describe(exc)}"
+            self._note(
+                logging.ERROR, "stopped-on-poison",
+                f"stopping: inspect with `ackledger trace {event_id}`, fix the cause, then "
+                f"`ackledger quarantine {event_id} --reason ...` or correct the sink",
+                id=event_id,
+            )  # fmt: skip
             self.stop.set()
             view.release()
             return
         try:
-            self.outbox.quarantine(event_id, f"sink refused it permanently: {self.describe(exc)}")
+            seq = self.outbox.quarantine(
+                event_id, f"sink refused it permanently: {self.describe(exc)}"
+            )
             self.report.quarantined.append(event_id)
-            self.log(f"{self.report.owner}: event {event_id} quarantined; its partition goes on")
+            self._note(
+                logging.ERROR, "quarantined",
+                f"event {event_id} quarantined; its partition goes on (a reorder), requeue it "
+                "once fixed", id=event_id, seq=seq, partition=view.partition,
+            )  # fmt: skip
         except (KeyError, ValueError) as moved:  # an operator or another relay moved it first
-            self.log(f"{self.report.owner}: quarantine of {event_id} skipped: {moved}")
+            self._note(logging.WARNING, "quarantine-skipped",
+                       f"quarantine of {event_id} skipped: {moved}", id=event_id)  # fmt: skip
         view.release()
-
-    def _backoff(self, failures: int) -> float:
-        ceiling = min(self.max_backoff, FIRST_BACKOFF_S * 2.0 ** min(failures - 1, 30))
-        return ceiling * random.uniform(0.5, 1.0)
 
     def _park(self, lease: Lease, exc: Exception) -> None:
         """Keep the failed partition's lease, unrenewed, for a backoff: nobody retries it
         before then, and this worker turns to other partitions."""
         self.report.failures += 1
-        count = self._failures[lease.partition] = self._failures.get(lease.partition, 0) + 1
-        wait = self._backoff(count)
-        self.log(
-            f"{self.report.owner}: partition {lease.partition!r} stopped at a failure "
-            f"({type(exc).__name__}: {exc}); retrying it in {wait:.1f}s"
-        )
+        schedule = self._parked.setdefault(lease.partition, self._new_backoff())
+        wait = schedule.next_delay()
+        self.counts.consecutive_failures += 1
+        self.counts.backoff_s = wait
+        self._note(
+            logging.WARNING, "send-failed",
+            f"partition {lease.partition!r} stopped at a failure ({self.describe(exc)}); "
+            f"retrying it in {wait:.2f}s",
+            partition=lease.partition, failures_in_a_row=schedule.failures,
+            wait_s=round(wait, 3),
+        )  # fmt: skip
         try:
             self.leases.renew(lease, wait)
         except Exception as parked:  # the lease is gone or the database is: either way, move on
-            self.log(f"{self.report.owner}: could not park {lease.partition!r}: {parked}")
+            self._note(logging.WARNING, "park-failed",
+                       f"could not park {lease.partition!r}: {parked}")  # fmt: skip
 
 
 def run_partition_worker(outbox: Outbox, **options: Unpack[WorkerOptions]) -> WorkerReport:

@@ -13,13 +13,23 @@ from typing import TypeGuard
 
 from .base import Backend, Tx, check_synchronous, migrate
 
-__all__ = ["Backend", "Tx", "database_errors", "open_backend"]
+__all__ = ["Backend", "Tx", "database_errors", "open_backend", "shown"]
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
 def is_postgres(target: object) -> TypeGuard[str]:
     return isinstance(target, str) and target.startswith(POSTGRES_SCHEMES)
+
+
+def shown(target: str | os.PathLike[str]) -> str:
+    """A target as it may be printed: a PostgreSQL URL loses its password (the same form as
+    ``Backend.location``), a path is printed as given."""
+    if is_postgres(target):
+        from .postgres import redact
+
+        return redact(target)
+    return os.fspath(target)
 
 
 def database_errors() -> tuple[type[Exception], ...]:

@@ -146,3 +146,43 @@ class SqliteBackend(Backend):
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+_HEADER = b"SQLite format 3\x00"
+
+
+def foreign_file(path: str) -> str | None:
+    """Why the existing file at ``path`` is not an ackledger database, or None if it is one.
+
+    Opening a database migrates it, which adds our tables and switches it to WAL. That is
+    right for a file meant to hold an outbox (even beside an application's own tables), and
+    wrong for a file a command that only reads or operates was pointed at by mistake: this
+    looks first, read-only, without changing the file.
+    """
+    with open(path, "rb") as raw:
+        head = raw.read(len(_HEADER))
+    if not head:
+        # SQLite would take an empty file as a new database, and migrating would fill it.
+        return f"{path!r} is empty, not an ackledger database"
+    if head != _HEADER:
+        return f"{path!r} is not a SQLite database"
+    try:
+        conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            names = {
+                str(row[0])
+                for row in conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' "
+                    "AND name IN ('schema_migrations', 'outbox')"
+                )
+            }
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        return f"{path!r} cannot be read as a SQLite database: {exc}"
+    if names != {"schema_migrations", "outbox"}:
+        return (
+            f"{path!r} is a SQLite database without ackledger's schema "
+            f"(run `ackledger migrate --target {path}` if it is meant to hold one)"
+        )
+    return None
