@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from ackledger import Inbox, Outbox
+from ackledger.cli.common import open_outbox
 from ackledger.procs import run_cli
 from tests.test_cli import assert_one_line_error
 
@@ -147,3 +148,35 @@ def test_a_missing_extra_is_named_instead_of_a_traceback(tmp_path: Path) -> None
     result = run_cli("serve", "sink", "--db", str(db), "--port", "0", env=env)
     assert_one_line_error(result, "'server' extra", "pip install 'ackledger[server]'")
     assert not db.exists()
+
+
+def test_checking_a_target_keeps_the_locks_of_the_connections_already_open(
+    source_db: Path,
+) -> None:
+    """POSIX drops every lock a process holds on a file when it closes ANY descriptor of it.
+    `relay --pipeline` opens its second connection (the marks') while the first is open; the
+    check of the target must not open and close the file itself, or the first connection's
+    lock is gone, another process's close deletes the WAL under the relay, and committed
+    events are lost (found by review: accept's events vanished, integrity_check failed)."""
+    with Outbox(source_db) as reader:
+        reader.accept(EVENT)
+        marker = open_outbox(str(source_db))
+        try:
+            second = {"id": "t-2", "sku": "pen", "qty": 1}
+            result = run_cli("accept", "--source", str(source_db), stdin=json.dumps(second))
+            assert result.returncode == 0, result.stderr
+            # The other process saw this one's lock and left the WAL in place for it.
+            assert Path(f"{source_db}-wal").exists()
+            assert [event["id"] for event in reader.pending()] == ["t-1", "t-2"]
+            marker.mark_sent("t-2")
+        finally:
+            marker.close()
+    conn = sqlite3.connect(source_db)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        assert conn.execute("SELECT id, sent FROM outbox ORDER BY seq").fetchall() == [
+            ("t-1", 0),
+            ("t-2", 1),
+        ]
+    finally:
+        conn.close()

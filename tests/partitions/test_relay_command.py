@@ -153,3 +153,30 @@ def test_log_format_json_covers_the_partition_relay(
     assert all(line["owner"] == "relay-j" for line in logged)
     poison = next(line for line in logged if line["event"] == "poison")
     assert poison["id"] == "bad" and poison["level"] == "error"
+
+
+def test_an_outage_after_a_refusal_is_not_taken_for_poison(
+    pg_url: str, sink_service: Service, sink_db: Path, tmp_path: Path
+) -> None:
+    """A batch relay whose last answer was a 422 must judge the next failure by itself: a
+    sink that is down is transient, and the events waiting for it are not quarantined."""
+    with Inbox(sink_db) as inbox:
+        inbox.receive({"id": "bad", "sku": "tea", "qty": 99})
+    with Outbox(pg_url) as outbox:
+        outbox.accept({"id": "bad", "sku": "tea", "qty": 1})
+    log = tmp_path / "relay.log"
+    extra = ["--batch", "--on-poison", "quarantine"]
+    relay = start_relay(pg_url, sink_service.base_url + "/events", "relay-o", log, *extra)
+    try:
+        with Outbox(pg_url) as outbox:
+            wait_until(lambda: outbox.stats()["quarantined"] == 1, "bad to be quarantined")
+            sink_service.stop()  # the refusal was the relay's last answer
+            outbox.accept({"id": "later", "sku": "coffee", "qty": 1})
+            wait_until(lambda: outbox.stats()["attempts"] >= 2, "a send to the stopped sink")
+            time.sleep(1.0)  # more rounds against the stopped sink
+            held = [item["id"] for item in outbox.quarantined()]
+            waiting = [item["id"] for item in outbox.pending()]
+    finally:
+        assert stop(relay) == 0
+    assert held == ["bad"], log.read_text()[-2000:]
+    assert waiting == ["later"]

@@ -296,9 +296,11 @@ def _relay_partitions(
                          allowed_hosts=settings.allowed_hosts)  # fmt: skip
 
     def send_batch(events: list[dict[str, Any]]) -> int:
+        # Forget the last answer first: a send that raises (no connection, a 5xx) must be
+        # classified by its own failure, never by an earlier batch's refusal.
+        refusal.clear()
         answer = post_batch(events, settings.url + "/batch", timeout=settings.timeout,
                             allowed_hosts=settings.allowed_hosts)  # fmt: skip
-        refusal.clear()
         if answer.acked < len(events) and answer.error is not None:
             status = answer.error.get("status")
             refusal["status"] = status if isinstance(status, int) else None

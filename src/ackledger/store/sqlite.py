@@ -109,6 +109,16 @@ class SqliteBackend(Backend):
             self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
         )
         self._lock = threading.RLock()
+        try:
+            self._configure(mode)
+        except BaseException:
+            self._conn.close()  # a file we cannot use is not left open
+            raise
+        self.synchronous = mode
+        self._write = _WriteTransaction(self._conn, self._lock, relaxed=False)
+        self._relaxed_write = _WriteTransaction(self._conn, self._lock, relaxed=mode == "FULL")
+
+    def _configure(self, mode: str) -> None:
         self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         # Only a file that has no database yet takes this (a WAL database keeps the page size
         # it was made with). Every commit appends its changed pages, checksummed, to the WAL;
@@ -119,12 +129,12 @@ class SqliteBackend(Backend):
         self._conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
         journal = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()
         if journal is None or str(journal[0]).lower() != "wal":
-            raise RuntimeError(f"could not switch {self.path} to WAL mode (got {journal!r})")
+            # A database error like any other: the command line reports it in one line.
+            raise sqlite3.OperationalError(
+                f"could not switch {self.path} to WAL mode (got {journal!r})"
+            )
         self._conn.execute(f"PRAGMA synchronous = {mode}")
         self._conn.execute("PRAGMA foreign_keys = ON")
-        self.synchronous = mode
-        self._write = _WriteTransaction(self._conn, self._lock, relaxed=False)
-        self._relaxed_write = _WriteTransaction(self._conn, self._lock, relaxed=mode == "FULL")
 
     def write(self, *, durable: bool = True) -> AbstractContextManager[Tx]:
         # Reentrant per thread like the lock it takes: a nested write fails at BEGIN (SQLite
@@ -148,9 +158,6 @@ class SqliteBackend(Backend):
             self._conn.close()
 
 
-_HEADER = b"SQLite format 3\x00"
-
-
 def foreign_file(path: str) -> str | None:
     """Why the existing file at ``path`` is not an ackledger database, or None if it is one.
 
@@ -158,14 +165,16 @@ def foreign_file(path: str) -> str | None:
     right for a file meant to hold an outbox (even beside an application's own tables), and
     wrong for a file a command that only reads or operates was pointed at by mistake: this
     looks first, read-only, without changing the file.
+
+    It looks only through SQLite, never through a descriptor of its own: POSIX drops every
+    lock a process holds on a file when it closes any descriptor of that file, so an open and
+    close here would take the locks of this process's other connections to the same database
+    with it (``relay --pipeline`` checks the file again for its second connection). SQLite
+    keeps its connections in one process from doing that to each other.
     """
-    with open(path, "rb") as raw:
-        head = raw.read(len(_HEADER))
-    if not head:
+    if os.path.getsize(path) == 0:
         # SQLite would take an empty file as a new database, and migrating would fill it.
         return f"{path!r} is empty, not an ackledger database"
-    if head != _HEADER:
-        return f"{path!r} is not a SQLite database"
     try:
         conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
         try:
@@ -179,7 +188,7 @@ def foreign_file(path: str) -> str | None:
         finally:
             conn.close()
     except sqlite3.DatabaseError as exc:
-        return f"{path!r} cannot be read as a SQLite database: {exc}"
+        return f"{path!r} is not a SQLite database ({exc})"
     if names != {"schema_migrations", "outbox"}:
         return (
             f"{path!r} is a SQLite database without ackledger's schema "
