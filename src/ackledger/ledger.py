@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .database import Database
+from .duration import check_age
 from .errors import Conflict, InvalidEvent
 from .event import check_identifier, fingerprint
 from .idempotency import Outcome, claim_once
@@ -29,6 +30,7 @@ MODES = ("idempotent", "control")
 MAX_KEY_LEN = 128
 MAX_POD_UID_LEN = 128
 MAX_PAYLOAD_DEPTH = 32
+MAX_INT_BITS = 13_288  # 2**13288 has 4,001 digits
 #: Keys nobody asked for in this long are forgotten by ``purge()`` (and ``ledger purge``).
 DEFAULT_RETENTION_SECONDS = 30 * 24 * 3600.0
 #: The fields of a request body; ``payload`` is the only optional one over HTTP.
@@ -97,7 +99,15 @@ def _check_json(value: object, depth: int) -> None:
         raise InvalidEvent(
             f"payload: nested deeper than {MAX_PAYLOAD_DEPTH} levels", field="payload"
         )
-    if value is None or isinstance(value, (bool, int)):
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        # Python refuses to turn an int of more than 4,300 digits into text, so the
+        # fingerprint could not be made; about 4,000 digits is the limit here.
+        if value.bit_length() > MAX_INT_BITS:
+            raise InvalidEvent(
+                "payload: integers longer than about 4,000 digits are not allowed", field="payload"
+            )
         return
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -295,15 +305,7 @@ class Ledger(Database):
         A purged key starts fresh: its next request gets a new delivery number and attempt 1.
         Returns how many deliveries and attempts were removed.
         """
-        if (
-            isinstance(older_than_seconds, bool)
-            or not isinstance(older_than_seconds, (int, float))
-            or not 0 < older_than_seconds < math.inf
-        ):
-            raise ValueError(
-                f"older_than_seconds: must be a positive number, got {older_than_seconds!r}"
-            )
-        cutoff = time.time() - older_than_seconds
+        cutoff = time.time() - check_age(older_than_seconds, "older_than_seconds")
         if self._db.dialect != "postgres":
             # One writer at a time: no request runs while the purge does, and one transaction
             # removes every idle key.

@@ -8,13 +8,13 @@ only an exact acknowledgement (see ``ackledger.dispatch``) turns an event into `
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from .database import Database
+from .duration import MAX_SECONDS
 from .errors import Conflict
 from .event import check_identifier, fingerprint, validate_event
 from .idempotency import Outcome, claim_once
@@ -66,12 +66,26 @@ def _check_event_id(event_id: object) -> str:
     return check_identifier(event_id, "event_id", 128)
 
 
+MAX_REASON = 2000
+
+
 def _check_reason(reason: object) -> str:
     if not isinstance(reason, str) or not reason.strip():
         raise ValueError("reason: must be a non-empty string saying why")
-    if len(reason) > 2000:
-        raise ValueError(f"reason: must be at most 2000 characters, got {len(reason)}")
+    if len(reason) > MAX_REASON:
+        raise ValueError(f"reason: must be at most {MAX_REASON} characters, got {len(reason)}")
+    if not reason.isprintable():
+        # It is printed back by `quarantined` and `trace`: a newline or an escape sequence
+        # would forge lines or drive the operator's terminal.
+        raise ValueError("reason: must be one line of printable text (no control characters)")
     return reason.strip()
+
+
+def reason_from(text: str) -> str:
+    """A quarantine reason made from text we do not control (a sink's answer): control
+    characters become spaces and it is cut to the length a reason may have."""
+    line = "".join(ch if ch.isprintable() else " " for ch in text).strip() or "no reason given"
+    return line if len(line) <= MAX_REASON else line[: MAX_REASON - 3] + "..."
 
 
 def _not_in_state(tx: Tx, event_id: str, wanted: str, verb: str) -> Exception:
@@ -261,9 +275,10 @@ class Outbox(Database):
         """
         if isinstance(older_than_seconds, bool) or not isinstance(older_than_seconds, (int, float)):
             raise ValueError("older_than_seconds: must be a number of seconds")
-        if not 0 <= older_than_seconds < math.inf:
+        if not 0 <= older_than_seconds <= MAX_SECONDS:  # also refuses nan
             raise ValueError(
-                f"older_than_seconds: must be 0 or more and finite, got {older_than_seconds!r}"
+                f"older_than_seconds: must be from 0 to {MAX_SECONDS:.0f}, "
+                f"got {older_than_seconds!r}"
             )
         with self._db.write() as tx:
             return sql.purge_sent(tx, time.time() - older_than_seconds)

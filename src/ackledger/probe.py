@@ -24,6 +24,8 @@ def base_url(url: object) -> str:
     """``http://HOST:PORT`` of a service URL; refuses any other path."""
     if not isinstance(url, str):
         raise UnsafeTarget(f"url: must be a string, got {type(url).__name__}")
+    if "?" in url or "#" in url:
+        raise UnsafeTarget("url: a query or fragment is not allowed")
     try:
         parts = urlsplit(url)
     except ValueError as exc:

@@ -34,7 +34,7 @@ from .dispatch import Source, StopRequested, check_mark_sync, dispatch, dispatch
 from .errors import InvalidEvent, NotAcknowledged
 from .logline import note
 from .marks_behind import MarksBehind
-from .outbox import MAX_BATCH, Outbox, check_limit
+from .outbox import MAX_BATCH, Outbox, check_limit, reason_from
 from .transport import check_target, post_batch, send_http
 
 logger = logging.getLogger("ackledger.relay")
@@ -341,7 +341,7 @@ class Relay:
                 id=event_id,
             )  # fmt: skip
             return False
-        reason = f"sink refused it permanently: {failure.message}"
+        reason = reason_from(f"sink refused it permanently: {failure.message}")
         try:
             seq = self.source.quarantine(failure.event_id, reason)
         except (KeyError, ValueError) as exc:

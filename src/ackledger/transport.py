@@ -43,6 +43,9 @@ from .event import event_json, validate_event
 
 MAX_ANSWER_BYTES = 64 * 1024
 MAX_BATCH = 16
+#: The longest time-out a request takes, in seconds (an hour is already no time-out at all
+#: for a relay; beyond a socket's range the system call itself would fail).
+MAX_TIMEOUT_S = 3600.0
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
@@ -60,6 +63,9 @@ def check_target(
     if not isinstance(url, str):
         raise UnsafeTarget(f"url: must be a string, got {type(url).__name__}")
     hosts = None if allowed_hosts is None else tuple(allowed_hosts)
+    for extra in hosts or ():
+        if not isinstance(extra, str) or not extra:
+            raise TypeError(f"allowed_hosts: every host must be a non-empty string, got {extra!r}")
     # A relay sends every event to the same URL: parse it once, not once per event.
     return _check_target(url, path, hosts)
 
@@ -88,7 +94,20 @@ def _check_target(url: str, path: str, allowed_hosts: tuple[str, ...] | None) ->
         )
     if parts.path != path:
         raise UnsafeTarget(f"url: the path must be exactly {path}, got {parts.path or '/'!r}")
+    if port == 0:
+        raise UnsafeTarget("url: port 0 is not a port a service can listen on")
     return Target(host, port if port is not None else 80, path)
+
+
+def check_timeout(timeout: object) -> float:
+    """A request time-out in seconds: more than 0, at most ``MAX_TIMEOUT_S``."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise ValueError(f"timeout: must be a number of seconds, got {type(timeout).__name__}")
+    if not 0 < timeout <= MAX_TIMEOUT_S:  # also refuses nan
+        raise ValueError(
+            f"timeout: must be more than 0 and at most {MAX_TIMEOUT_S:.0f} seconds, got {timeout!r}"
+        )
+    return float(timeout)
 
 
 _local = threading.local()
@@ -351,9 +370,7 @@ def _read_answer(sock: socket.socket) -> tuple[int, bytes, bool]:
 
 def _post_json(target: Target, body: bytes, timeout: float) -> tuple[int, Any]:
     """POST and return (status, parsed JSON); raises NotAcknowledged for unusable answers."""
-    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
-        raise ValueError(f"timeout: must be a positive number of seconds, got {timeout!r}")
-    conn = _connection(target, float(timeout))
+    conn = _connection(target, check_timeout(timeout))
     try:
         # One write: head and body together, so neither waits for the other's ACK.
         conn.sock.sendall(_request_head(target) + b"%d\r\n\r\n" % len(body) + body)
@@ -393,7 +410,7 @@ def request_once(
 ) -> tuple[int, bytes]:
     """One request on its own connection (workers and operator tools ask once): returns
     (status, body), the body read up to ``cap``; connection errors raise as OSError."""
-    conn = _OnceConnection(target.host, target.port, timeout=timeout)
+    conn = _OnceConnection(target.host, target.port, timeout=check_timeout(timeout))
     try:
         headers = {"Accept": "application/json, text/plain"}
         if body is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from collections.abc import Callable
 
@@ -29,7 +30,9 @@ def add_source(parser: argparse.ArgumentParser) -> None:
 
 def add_http_client(parser: argparse.ArgumentParser, what: str = "a target") -> None:
     """``--timeout`` and ``--allow-host``: every command that talks to a service over HTTP."""
-    parser.add_argument("--timeout", type=positive_float, default=5.0, help="seconds per request")
+    parser.add_argument(
+        "--timeout", type=timeout_arg, default=5.0, help="seconds per request (at most 3600)"
+    )
     parser.add_argument(
         "--allow-host", action="append", default=[], metavar="HOST",
         help=f"also allow this host as {what} (an explicit widening of the loopback allow-list)",
@@ -41,6 +44,8 @@ def int_between(low: int, high: int) -> Callable[[str], int]:
 
     def parse(text: str) -> int:
         try:
+            if not text.strip().isascii():  # int() would also take other scripts' digits
+                raise ValueError(text)
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
@@ -57,12 +62,36 @@ port_arg = int_between(0, 65535)
 
 def positive_float(text: str) -> float:
     try:
+        if not text.strip().isascii():
+            raise ValueError(text)
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
     if not (0 < value < float("inf")):  # also refuses nan
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
     return value
+
+
+def timeout_arg(text: str) -> float:
+    """An argparse type: a request time-out, as ``transport.check_timeout`` takes it."""
+    from ..transport import check_timeout
+
+    try:
+        return check_timeout(positive_float(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def json_arg(text: str, name: str) -> object:
+    """Parse JSON given on the command line or stdin; bad JSON is a one-line UsageError."""
+    from . import UsageError
+
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{name}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise UsageError(f"{name}: JSON nested too deeply") from None
 
 
 def is_url(target: str) -> bool:

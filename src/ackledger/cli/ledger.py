@@ -10,7 +10,7 @@ import uuid
 
 from ..ledger import DEFAULT_RETENTION_SECONDS, MODES, check_request
 from ..transport import check_target
-from .common import add_http_client, duration_arg, existing_target
+from .common import add_http_client, duration_arg, existing_target, json_arg
 
 #: ``--fail-after-save``: EX_TEMPFAIL, the status a Job treats as a failed Pod and retries.
 EXIT_FAIL_AFTER_SAVE = 75
@@ -85,11 +85,12 @@ def cmd_deliver(args: argparse.Namespace) -> int:
         raise UsageError(f"--ledger: {exc}") from None
     payload = None
     if args.payload is not None:
-        try:
-            payload = json.loads(args.payload)
-        except ValueError as exc:
-            raise UsageError(f"--payload: not valid JSON ({exc})") from None
-    pod_uid = args.pod_uid or os.environ.get("POD_UID") or str(uuid.uuid4())
+        payload = json_arg(args.payload, "--payload")
+    # An empty --pod-uid is bad input like any other (check_request names it), not a
+    # request for the default.
+    pod_uid = (
+        args.pod_uid if args.pod_uid is not None else os.environ.get("POD_UID") or str(uuid.uuid4())
+    )
     try:
         req = check_request(args.case_id, args.work_id, pod_uid, args.mode, payload)
     except InvalidEvent as exc:
@@ -101,6 +102,9 @@ def cmd_deliver(args: argparse.Namespace) -> int:
     except (OSError, NotAcknowledged) as exc:
         # A refusal (Conflict, InvalidEvent) is not caught here: one line, exit 2, as retrying
         # it cannot help; a ledger that did not answer may be worth another try.
+        if isinstance(exc, NotAcknowledged) and exc.status == 413:
+            # Too large is bad input too: the same request would be refused every time.
+            raise UsageError("--payload: the ledger refused the request as too large") from None
         print(f"ackledger: ledger unavailable: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     if args.fail_after_save:

@@ -51,6 +51,9 @@ def _listen(args: argparse.Namespace) -> socket.socket:
     from ..web.server import bind
     from . import UsageError
 
+    if not args.host.strip():
+        # bind() would take "" as every interface; listening wider must be said explicitly.
+        raise UsageError("--host: must not be empty (give 0.0.0.0 to listen on every interface)")
     try:
         return bind(args.host, args.port)
     except OSError as exc:

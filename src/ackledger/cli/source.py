@@ -11,7 +11,14 @@ from typing import Any
 from ..dispatch import dispatch, dispatch_batch
 from ..event import validate_event
 from ..transport import check_target, send_http, send_http_batch
-from .common import add_http_client, add_source, add_synchronous, limit_arg, open_outbox
+from .common import (
+    add_http_client,
+    add_source,
+    add_synchronous,
+    json_arg,
+    limit_arg,
+    open_outbox,
+)
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -59,13 +66,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def cmd_accept(args: argparse.Namespace) -> int:
-    from . import UsageError
 
-    text = sys.stdin.read()
-    try:
-        obj = json.loads(text)
-    except ValueError as exc:
-        raise UsageError(f"stdin: not valid JSON ({exc})") from None
+    obj = json_arg(sys.stdin.read(), "stdin")
     event = validate_event(obj)  # before the database is opened: bad input writes nothing
     with open_outbox(args.source, args.synchronous, create=True) as outbox:
         print(outbox.accept(event))

@@ -38,7 +38,7 @@ from ..dispatch import (
 )
 from ..errors import LeaseLost
 from ..logline import note
-from ..outbox import Outbox, check_limit
+from ..outbox import Outbox, check_limit, reason_from
 from ..relay import PERMANENT, POISON_POLICIES, TRANSIENT, RelayCounts, some_ids
 from ..relay import logger as relay_logger
 from .leases import DEFAULT_TTL, Lease, LeasedPartition, PartitionLeases, check_ttl
@@ -294,7 +294,7 @@ class PartitionWorker:
             return
         try:
             seq = self.outbox.quarantine(
-                event_id, f"sink refused it permanently: {self.describe(exc)}"
+                event_id, reason_from(f"sink refused it permanently: {self.describe(exc)}")
             )
             self.report.quarantined.append(event_id)
             self._note(

@@ -59,6 +59,10 @@ def open_backend(
             raise ValueError("target: must be a SQLite file path or a postgresql:// URL")
         if "://" in path:
             raise ValueError(f"target: unsupported URL scheme in {path!r}")
+        if path.strip() == ":memory:" or path.startswith("file:"):
+            # An in-memory database dies with its connection and cannot be in WAL mode; the
+            # outbox, the inbox and the ledger are files that other processes open too.
+            raise ValueError(f"target: must be a file path, got {path!r}")
         from .sqlite import SqliteBackend
 
         backend = SqliteBackend(path, synchronous=mode)

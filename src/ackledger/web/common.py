@@ -19,8 +19,11 @@ import anyio.to_thread
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import BaseRoute
 from starlette.types import Receive, Scope, Send
 
 from ..errors import InvalidEvent
@@ -99,6 +102,34 @@ def problem(status: int, kind: str, title: str, detail: str, **extra: Any) -> Re
     return problem_answer(status, kind, title, detail, **extra).response()
 
 
+_ROUTING_PROBLEMS = {
+    404: ("not-found", "Not found"),
+    405: ("method-not-allowed", "Method not allowed"),
+}
+
+
+async def _routing_problem(request: Request, exc: Exception) -> Response:
+    """A route or method that does not exist, answered as problem JSON like every other
+    refusal (Starlette's own answer is plain text)."""
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    kind, title = _ROUTING_PROBLEMS.get(status, ("http-error", "HTTP error"))
+    path = request.url.path
+    detail = f"{request.method} is not allowed on {path}" if status == 405 else f"no route {path}"
+    answer = problem(status, kind, title, detail)
+    if isinstance(exc, HTTPException) and exc.headers:
+        answer.headers.update(exc.headers)  # the Allow header of a 405
+    return answer
+
+
+def build_app(routes: list[BaseRoute]) -> Starlette:
+    """A service's Starlette app: problem JSON for unknown routes and methods, and no
+    redirect from ``/events/`` to ``/events`` (a client that posts to the wrong path should
+    hear so, not be sent elsewhere)."""
+    app = Starlette(routes=routes, exception_handlers={HTTPException: _routing_problem})
+    app.router.redirect_slashes = False
+    return app
+
+
 def too_large_answer(**extra: Any) -> Answer:
     detail = f"the request body is over {MAX_BODY_BYTES} bytes"
     return problem_answer(413, "body-too-large", "Body too large", detail, **extra)
@@ -166,7 +197,9 @@ async def read_capped(request: Request, cap: int = MAX_BODY_BYTES) -> bytes:
 def parse_json(body: bytes) -> Any:
     """Parse a body; raises ValueError with a message fit for a 400."""
     try:
-        return json.loads(body)
+        # JSON on the wire is UTF-8 (RFC 8259); json.loads(bytes) would also guess UTF-16
+        # or UTF-32 and skip a BOM, so two clients could send one event in two encodings.
+        return json.loads(body.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise ValueError(f"body: not valid JSON ({exc})") from None
     except RecursionError:

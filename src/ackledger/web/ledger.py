@@ -36,6 +36,7 @@ from .common import (
     Handler,
     ServiceMetrics,
     bad_input,
+    build_app,
     json_response,
     parse_json,
     problem,
@@ -125,7 +126,10 @@ def create_ledger_app(ledger: Ledger, identity: Identity | None = None) -> Starl
         unknown = sorted(set(request.query_params) - {"case_id"})
         if unknown:
             raise InvalidEvent(f"{unknown[0]}: unknown query parameter", field=unknown[0])
-        return request.query_params.get("case_id")
+        given = request.query_params.getlist("case_id")
+        if len(given) > 1:
+            raise InvalidEvent("case_id: given more than once", field="case_id")
+        return given[0] if given else None
 
     def listing(read: Callable[[str | None], list[dict[str, Any]]]) -> Handler:
         async def answer(request: Request) -> Response:
@@ -145,14 +149,16 @@ def create_ledger_app(ledger: Ledger, identity: Identity | None = None) -> Starl
     async def openapi(request: Request) -> Response:
         return json_response(LEDGER_OPENAPI)
 
-    return Starlette(
-        routes=[
-            Route(
-                "/deliveries",
-                service_metrics.counted("/deliveries", post_delivery),
-                methods=["POST"],
-            ),
-            Route("/deliveries", listing(ledger.deliveries), methods=["GET"]),
+    create = service_metrics.counted("/deliveries", post_delivery)
+    list_deliveries = listing(ledger.deliveries)
+
+    async def deliveries(request: Request) -> Response:
+        # One route for both methods, so that a 405 on /deliveries names both in Allow.
+        return await (create if request.method == "POST" else list_deliveries)(request)
+
+    return build_app(
+        [
+            Route("/deliveries", deliveries, methods=["GET", "POST"]),
             Route("/attempts", listing(ledger.attempts), methods=["GET"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),

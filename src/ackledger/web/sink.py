@@ -11,7 +11,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -25,6 +24,7 @@ from .common import (
     BodyTooLarge,
     ClientGone,
     ServiceMetrics,
+    build_app,
     invalid,
     invalid_answer,
     json_answer,
@@ -167,8 +167,8 @@ def create_sink_app(inbox: Inbox) -> ASGIApp:
     async def openapi(request: Request) -> Response:
         return json_response(SINK_OPENAPI)
 
-    app = Starlette(
-        routes=[
+    app = build_app(
+        [
             Route("/events", post_event, methods=["POST"]),
             Route("/events/batch", post_batch, methods=["POST"]),
             Route("/events/{event_id:str}", get_event, methods=["GET"]),

@@ -1,0 +1,214 @@
+"""Bad input at the edges a review found open: each gets a clear error naming what is wrong,
+and nothing is written (CLI: one line, exit 2; HTTP: problem JSON; API: ValueError/TypeError)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from ackledger import InvalidEvent, Ledger, Outbox, UnsafeTarget, send_http
+from ackledger.outbox import MAX_REASON, reason_from
+from ackledger.procs import Service, run_cli
+from tests.conftest import raw_rows
+from tests.test_cli import assert_one_line_error
+from tests.test_sink_service import request
+
+pytestmark = pytest.mark.slow
+
+EVENT = {"id": "e-1", "sku": "pen", "qty": 1}
+DEEP = "[" * 100_000
+
+
+def _outbox_with_one_sent(path: Path) -> None:
+    with Outbox(path) as outbox:
+        outbox.accept(EVENT)
+        outbox.mark_sent("e-1")
+
+
+# --- the command line -------------------------------------------------------------------------
+
+
+def test_json_nested_past_the_parser_is_one_line(tmp_path: Path) -> None:
+    db = tmp_path / "new.db"
+    assert_one_line_error(run_cli("accept", "--source", str(db), stdin=DEEP), "stdin", "deeply")
+    assert not db.exists()
+    deliver = run_cli(
+        "deliver", "--ledger", "http://127.0.0.1:9/deliveries", "--case-id", "c",
+        "--work-id", "w", "--payload", DEEP[:50_000],
+    )  # fmt: skip
+    assert_one_line_error(deliver, "--payload", "deeply")
+
+
+@pytest.mark.parametrize("timeout", ["1e300", "3601", "inf", "nan", "0"])
+def test_a_timeout_beyond_an_hour_is_refused_before_anything_is_sent(
+    source_db: Path, timeout: str
+) -> None:
+    with Outbox(source_db) as outbox:
+        outbox.accept(EVENT)
+    result = run_cli(
+        "dispatch", "--source", str(source_db), "--to", "http://127.0.0.1:9/events",
+        "--timeout", timeout,
+    )  # fmt: skip
+    assert_one_line_error(result, "--timeout")
+    assert raw_rows(source_db, "SELECT attempts FROM outbox") == [(0,)]
+
+
+@pytest.mark.parametrize("timeout", [math.inf, math.nan, 1e300, 0, -1, True])
+def test_send_http_names_a_bad_timeout_before_connecting(timeout: object) -> None:
+    with pytest.raises(ValueError, match="timeout"):
+        send_http(EVENT, "http://127.0.0.1:9/events", timeout=timeout)  # type: ignore[arg-type]
+
+
+def test_memory_is_not_a_database_target(tmp_path: Path) -> None:
+    for command in (
+        ["accept", "--source", ":memory:"],
+        ["migrate", "--target", ":memory:"],
+        ["serve", "sink", "--db", ":memory:", "--port", "0"],
+        ["serve", "ledger", "--db", ":memory:", "--port", "0"],
+    ):
+        assert_one_line_error(run_cli(*command, stdin=json.dumps(EVENT)), ":memory:")
+    for target in (":memory:", "file:x.db?mode=memory"):
+        with pytest.raises(ValueError, match="must be a file path"):
+            Outbox(target)
+
+
+def test_a_duration_past_100_years_is_refused_and_nothing_is_purged(source_db: Path) -> None:
+    _outbox_with_one_sent(source_db)
+    for text in ("99999999999999999999999999w", "5300w"):
+        result = run_cli("purge", "--source", str(source_db), "--sent-older-than", text)
+        assert_one_line_error(result, "too long")
+    assert raw_rows(source_db, "SELECT id, sent FROM outbox") == [("e-1", 1)]
+    with Outbox(source_db) as outbox, pytest.raises(ValueError, match="older_than_seconds"):
+        outbox.purge(10**400)
+
+
+def test_only_ascii_digits_are_numbers(source_db: Path) -> None:
+    _outbox_with_one_sent(source_db)
+    assert_one_line_error(run_cli("pending", "--source", str(source_db), "--limit", "\u0663"))
+    result = run_cli("purge", "--source", str(source_db), "--sent-older-than", "\u0667d")
+    assert_one_line_error(result, "not a number")
+    assert raw_rows(source_db, "SELECT id FROM outbox") == [("e-1",)]
+
+
+def test_port_zero_in_a_target_is_refused_before_anything_is_sent(source_db: Path) -> None:
+    with Outbox(source_db) as outbox:
+        outbox.accept(EVENT)
+    result = run_cli("dispatch", "--source", str(source_db), "--to", "http://127.0.0.1:0/events")
+    assert_one_line_error(result, "port 0")
+    assert raw_rows(source_db, "SELECT attempts FROM outbox") == [(0,)]
+    with pytest.raises(UnsafeTarget, match="port 0"):
+        send_http(EVENT, "http://127.0.0.1:0/events")
+
+
+def test_status_refuses_a_service_url_with_a_query(source_db: Path) -> None:
+    Outbox(source_db).close()
+    for url in ("http://127.0.0.1:1?x=1", "http://127.0.0.1:1#f"):
+        assert_one_line_error(run_cli("status", "--source", str(source_db), "--sink", url))
+
+
+def test_serve_refuses_an_empty_host(tmp_path: Path) -> None:
+    db = tmp_path / "sink.db"
+    result = run_cli("serve", "sink", "--db", str(db), "--host", "", "--port", "0")
+    assert_one_line_error(result, "--host", "must not be empty")
+    assert not db.exists()
+
+
+def test_an_empty_pod_uid_is_refused_not_replaced() -> None:
+    result = run_cli(
+        "deliver", "--ledger", "http://127.0.0.1:9/deliveries", "--case-id", "c",
+        "--work-id", "w", "--pod-uid", "",
+    )  # fmt: skip
+    assert_one_line_error(result, "--pod-uid")
+
+
+def test_deliver_with_a_payload_the_ledger_finds_too_large_is_bad_input(
+    ledger_service: Service, ledger_db: Path
+) -> None:
+    payload = json.dumps({"a": "x" * 70_000})
+    result = run_cli(
+        "deliver", "--ledger", ledger_service.base_url + "/deliveries", "--case-id", "c",
+        "--work-id", "w", "--payload", payload,
+    )  # fmt: skip
+    assert_one_line_error(result, "--payload", "too large")
+    assert raw_rows(ledger_db, "SELECT COUNT(*) FROM attempts") == [(0,)]
+
+
+def test_quarantine_reasons_are_one_printable_line(source_db: Path) -> None:
+    with Outbox(source_db) as outbox:
+        outbox.accept(EVENT)
+    for reason in ("a\nforged line", "bell\x07", "esc\x1b[2J"):
+        result = run_cli("quarantine", "e-1", "--source", str(source_db), "--reason", reason)
+        assert_one_line_error(result, "reason")
+    assert raw_rows(source_db, "SELECT quarantined FROM outbox") == [(0,)]
+    # A reason the relay makes from a sink's answer is made printable and short enough.
+    made = reason_from("sink said:\n" + "x" * 5000)
+    assert made.isprintable() and len(made) == MAX_REASON
+    with Outbox(source_db) as outbox:
+        outbox.quarantine("e-1", made)
+        assert outbox.quarantined()[0]["reason"] == made
+
+
+# --- the Python API ---------------------------------------------------------------------------
+
+
+def test_api_arguments_of_the_wrong_kind(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="allowed_hosts"):
+        send_http(EVENT, "http://127.0.0.1:9/events", allowed_hosts=[None])  # type: ignore[list-item]
+    with Ledger(tmp_path / "l.db") as ledger:
+        with pytest.raises(InvalidEvent, match="payload") as caught:
+            ledger.request("c", "w", "pod", payload={"a": 10**5000})
+        assert caught.value.field == "payload"
+        with pytest.raises(ValueError, match="older_than_seconds"):
+            ledger.purge(10**400)
+        assert ledger.attempts() == []
+
+
+# --- HTTP -------------------------------------------------------------------------------------
+
+
+def _problem(answer: tuple[int, dict[str, str], bytes], status: int) -> dict[str, object]:
+    code, headers, body = answer
+    assert code == status, body
+    assert headers["content-type"].startswith("application/problem+json"), headers
+    found = json.loads(body)
+    assert found["status"] == status
+    return found  # type: ignore[no-any-return]
+
+
+def test_unknown_routes_and_methods_are_problem_json(
+    sink_service: Service, ledger_service: Service
+) -> None:
+    for service, path, known in (
+        (sink_service, "/events", "POST"),
+        (ledger_service, "/deliveries", "GET, POST"),
+    ):
+        _problem(request(service, "GET", "/nope"), 404)
+        wrong = request(service, "PUT", path, b"{}")
+        assert "not allowed" in str(_problem(wrong, 405)["detail"])
+        assert set(wrong[1]["allow"].replace(" ", "").split(",")) >= set(known.split(", "))
+        # A trailing slash is another path: refused, not redirected to the real one.
+        _problem(request(service, "POST", path + "/", json.dumps(EVENT).encode()), 404)
+
+
+def test_json_bodies_must_be_utf8(
+    sink_service: Service, sink_db: Path, ledger_service: Service, ledger_db: Path
+) -> None:
+    ask = {"case_id": "c", "work_id": "w", "pod_uid": "p", "mode": "idempotent"}
+    for service, path, body in (
+        (sink_service, "/events", EVENT),
+        (ledger_service, "/deliveries", ask),
+    ):
+        text = json.dumps(body)
+        for raw in (text.encode("utf-16"), b"\xef\xbb\xbf" + text.encode()):
+            answer = request(service, "POST", path, raw, {"Content-Type": "application/json"})
+            assert "JSON" in str(_problem(answer, 400)["detail"])
+    assert raw_rows(sink_db, "SELECT COUNT(*) FROM inbox") == [(0,)]
+    assert raw_rows(ledger_db, "SELECT COUNT(*) FROM attempts") == [(0,)]
+
+
+def test_a_query_parameter_given_twice_is_refused(ledger_service: Service) -> None:
+    answer = request(ledger_service, "GET", "/deliveries?case_id=a&case_id=b")
+    assert "case_id" in str(_problem(answer, 400)["detail"])
