@@ -121,8 +121,9 @@ def write(
         "`make bench` or `make bench-quick` rewrites this file, `docs/benchmarks.json` and the "
         "plots in `docs/img/`; the section on what was changed comes from `bench/CHANGES.md`.",
         "",
-        "Every figure is the median of "
-        f"{plan.reps} repetitions, with the lowest and highest repetition and the spread "
+        "Every figure is the median of its repetitions (listed in its row: "
+        f"{plan.reps} in this run, {max(1, plan.reps // 3)} for the PostgreSQL section, where a "
+        "median of two is their mean), with the lowest and highest repetition and the spread "
         "((max - min) / median). The machine is shared, so each workload is also given as a ratio "
         "to a floor measured in the same run: the ratios travel between machines and runs much "
         "better than the raw rates.",

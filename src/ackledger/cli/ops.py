@@ -62,8 +62,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="the long-running relay: send what is pending, back off on failures",
         description="Send pending events in order, marking each only on its exact ACK; poll "
         "when idle; wait out transient failures (no connection, time-out, 5xx) with capped, "
-        "jittered exponential backoff; alert on a permanent one (a 4xx from the sink) and stop "
-        "(exit 3) or quarantine it. SIGTERM/SIGINT: finish the send in flight, exit 0.",
+        "jittered exponential backoff; alert on a permanent one (a 4xx from the sink, but "
+        "408, 425 and 429) and stop (exit 3) or quarantine it. SIGTERM/SIGINT: finish the send "
+        "in flight, exit 0.",
     )
     add_source(relay)
     relay.add_argument("--to", required=True, metavar="URL", help="http://HOST:PORT/events")

@@ -17,7 +17,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     sink = services.add_parser(
         "sink",
         help="the inbox service: POST /events applies each event id once",
-        description="Serve /events, /events/batch, /events/{id}, /healthz and /metrics. "
+        description="Serve /events, /events/batch, /events/{id}, /healthz, /metrics and "
+        "/openapi.json. "
         "Prints 'listening on URL' once bound (use --port 0 for a free port).",
     )
     _common(sink)
@@ -25,9 +26,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     ledger = services.add_parser(
         "ledger",
         help="the idempotency ledger: POST /deliveries, one delivery number per business key",
-        description="Serve /deliveries, /attempts, /healthz (the ledger's pod_uid and boot_id) "
-        "and /metrics. POD_UID names the ledger's Pod (else local-<hostname>). Prints "
-        "'listening on URL' once bound (use --port 0 for a free port).",
+        description="Serve /deliveries, /attempts, /healthz (the ledger's pod_uid and boot_id), "
+        "/metrics and /openapi.json. POD_UID names the ledger's Pod (else local-<hostname>). "
+        "Prints 'listening on URL' once bound (use --port 0 for a free port).",
     )
     _common(ledger)
     ledger.set_defaults(handler=cmd_serve_ledger)

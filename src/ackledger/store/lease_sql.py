@@ -24,6 +24,7 @@ import functools
 from typing import Any
 
 from .base import Tx
+from .outbox_sql import SENT_UNLESS_HELD
 
 #: The database's clock, in seconds since the epoch. ``clock_timestamp()`` (not ``now()``,
 #: which is the transaction's start) so that a statement that waited for a lock judges expiry
@@ -95,7 +96,9 @@ WITH lease AS (
     WHERE partition_key = ? AND owner = ? AND token = ? AND expires_at > {now}
     RETURNING partition_key
 )
-UPDATE outbox SET sent = 1, sent_at = COALESCE(outbox.sent_at, ?),
+UPDATE outbox SET sent = CASE WHEN outbox.quarantined = 0 THEN 1 ELSE outbox.sent END,
+    sent_at = CASE WHEN outbox.quarantined = 0 THEN COALESCE(outbox.sent_at, ?)
+        ELSE outbox.sent_at END,
     attempts = outbox.attempts + ?,
     last_attempt_at = CASE WHEN ? = 1 THEN ? ELSE outbox.last_attempt_at END
 FROM lease
@@ -105,15 +108,18 @@ RETURNING outbox.seq
 
 # SQLite cannot update in a WITH clause; its one writer makes check-in-the-WHERE enough, and
 # the renewal follows in the same transaction.
-_MARK_SQLITE = """
-UPDATE outbox SET sent = 1, sent_at = COALESCE(sent_at, ?), attempts = attempts + ?,
-    last_attempt_at = CASE WHEN ? = 1 THEN ? ELSE last_attempt_at END
+_MARK_SQLITE = (
+    "UPDATE outbox SET "
+    + SENT_UNLESS_HELD
+    + """,
+    attempts = attempts + ?, last_attempt_at = CASE WHEN ? = 1 THEN ? ELSE last_attempt_at END
 WHERE id = ? AND partition_key = ? AND EXISTS (
     SELECT 1 FROM partition_leases l
     WHERE l.partition_key = outbox.partition_key AND l.owner = ? AND l.token = ?
       AND l.expires_at > {now})
 RETURNING seq
 """
+)
 
 _LEASES = """
 SELECT partition_key, owner, token, acquired_at, renewed_at, expires_at,

@@ -53,6 +53,16 @@ def pending(tx: Tx, limit: int) -> list[dict[str, Any]]:
 MARK_CHUNK = 256
 
 
+# A mark that arrives for an event an operator quarantined while its send was in flight
+# counts the attempt but leaves the event quarantined and unsent: the hold holds (it is not
+# counted as sent, stays listed, can be requeued, is never purged), and a requeue re-sends it
+# as a duplicate that the inbox absorbs. The same rule is in lease_sql's marks.
+SENT_UNLESS_HELD = (
+    "sent = CASE WHEN quarantined = 0 THEN 1 ELSE sent END, "
+    "sent_at = CASE WHEN quarantined = 0 THEN COALESCE(sent_at, ?) ELSE sent_at END"
+)
+
+
 def mark_sent(tx: Tx, ids: Sequence[str], attempted: bool, now: float) -> list[str]:
     """Mark ids sent (a batch in one statement); returns the ids that are unknown, in order."""
     bump = 1 if attempted else 0
@@ -62,7 +72,7 @@ def mark_sent(tx: Tx, ids: Sequence[str], attempted: bool, now: float) -> list[s
         chunk = unique[start : start + MARK_CHUNK]
         marks = ", ".join("?" * len(chunk))
         rows = tx.execute(
-            "UPDATE outbox SET sent = 1, sent_at = COALESCE(sent_at, ?), "
+            f"UPDATE outbox SET {SENT_UNLESS_HELD}, "
             "attempts = attempts + ?, last_attempt_at = CASE WHEN ? = 1 THEN ? "
             f"ELSE last_attempt_at END WHERE id IN ({marks}) RETURNING id",
             (now, bump, bump, now, *chunk),
