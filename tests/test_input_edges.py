@@ -209,6 +209,52 @@ def test_json_bodies_must_be_utf8(
     assert raw_rows(ledger_db, "SELECT COUNT(*) FROM attempts") == [(0,)]
 
 
+def test_a_key_given_twice_in_one_object_is_refused(
+    sink_service: Service, sink_db: Path, ledger_service: Service, ledger_db: Path, tmp_path: Path
+) -> None:
+    """{"id": "a", ..., "id": "b"} is one event to json.loads (the last id) and another to a
+    parser that keeps the first: it is refused, not guessed."""
+    twice_sink = b'{"id": "b1", "sku": "s", "qty": 1, "id": "b2"}'
+    twice_ledger = (
+        b'{"case_id": "c", "work_id": "w", "pod_uid": "p", "mode": "control", "mode": "idempotent"}'
+    )
+    for service, path, raw in (
+        (sink_service, "/events", twice_sink),
+        (sink_service, "/events/batch", b"[" + twice_sink + b"]"),
+        (ledger_service, "/deliveries", twice_ledger),
+    ):
+        assert "appears twice" in str(_problem(request(service, "POST", path, raw), 400)["detail"])
+    assert raw_rows(sink_db, "SELECT COUNT(*) FROM inbox") == [(0,)]
+    assert raw_rows(ledger_db, "SELECT COUNT(*) FROM attempts") == [(0,)]
+    db = tmp_path / "new.db"
+    result = run_cli("accept", "--source", str(db), stdin=twice_sink.decode())
+    assert_one_line_error(result, "stdin", "'id' appears twice")
+    assert not db.exists()
+
+
 def test_a_query_parameter_given_twice_is_refused(ledger_service: Service) -> None:
     answer = request(ledger_service, "GET", "/deliveries?case_id=a&case_id=b")
     assert "case_id" in str(_problem(answer, 400)["detail"])
+
+
+def test_a_body_not_declared_as_json_is_refused(
+    sink_service: Service, sink_db: Path, ledger_service: Service, ledger_db: Path
+) -> None:
+    """A page in a browser on this machine may post text/plain or a form to loopback without
+    asking first; the services apply only bodies declared as JSON."""
+    ask = {"case_id": "c", "work_id": "w", "pod_uid": "p", "mode": "idempotent"}
+    for service, path, body in (
+        (sink_service, "/events", EVENT),
+        (sink_service, "/events/batch", [EVENT]),
+        (ledger_service, "/deliveries", ask),
+    ):
+        raw = json.dumps(body).encode()
+        for declared in ("text/plain", "application/x-www-form-urlencoded", ""):
+            answer = request(service, "POST", path, raw, {"Content-Type": declared})
+            assert "Content-Type" in str(_problem(answer, 400)["detail"])
+        fine = request(
+            service, "POST", path, raw, {"Content-Type": "application/json; charset=utf-8"}
+        )
+        assert fine[0] in (200, 201), fine
+    assert raw_rows(sink_db, "SELECT COUNT(*) FROM inbox") == [(1,)]  # from the last, typed post
+    assert raw_rows(ledger_db, "SELECT COUNT(*) FROM attempts") == [(1,)]

@@ -24,8 +24,11 @@ def request(
     headers: dict[str, str] | None = None,
 ) -> tuple[int, dict[str, str], bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", service.port, timeout=10)
+    # A body is JSON unless a test says otherwise (the services refuse any other type).
+    sent = {"Content-Type": "application/json"} if body is not None else {}
+    sent.update(headers or {})
     try:
-        conn.request(method, path, body=body, headers=headers or {})
+        conn.request(method, path, body=body, headers=sent)
         response = conn.getresponse()
         return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
     finally:
@@ -102,6 +105,7 @@ def test_bodies_over_64_kib_are_413(sink_service: Service, sink_db: Path) -> Non
     try:
         conn.putrequest("POST", "/events")
         conn.putheader("Transfer-Encoding", "chunked")
+        conn.putheader("Content-Type", "application/json")
         conn.endheaders()
         for _ in range(10):
             chunk = b"x" * 8192

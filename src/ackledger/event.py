@@ -102,3 +102,25 @@ def event_json(clean: dict[str, Any]) -> str:
 def event_fingerprint(clean: dict[str, Any]) -> str:
     """``fingerprint`` of a validated event (see ``event_json``)."""
     return hashlib.sha256(event_json(clean).encode("ascii")).hexdigest()
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"key {key!r} appears twice in one object")
+            seen.add(key)
+    return found
+
+
+#: Parses JSON text refusing an object with a key given twice: json.loads keeps the last one,
+#: and another parser might keep the first, so such a body could mean two different events.
+_STRICT_JSON = json.JSONDecoder(object_pairs_hook=_unique_keys)
+
+
+def parse_strict_json(text: str) -> Any:
+    """``json.loads`` for input from outside; raises ValueError (RecursionError when nested
+    past the parser's stack) for anything that is not one unambiguous JSON value."""
+    return _STRICT_JSON.decode(text)

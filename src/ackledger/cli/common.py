@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from collections.abc import Callable
 
@@ -84,10 +83,11 @@ def timeout_arg(text: str) -> float:
 
 def json_arg(text: str, name: str) -> object:
     """Parse JSON given on the command line or stdin; bad JSON is a one-line UsageError."""
+    from ..event import parse_strict_json
     from . import UsageError
 
     try:
-        return json.loads(text)
+        return parse_strict_json(text)
     except ValueError as exc:
         raise UsageError(f"{name}: not valid JSON ({exc})") from None
     except RecursionError:

@@ -27,6 +27,7 @@ from starlette.routing import BaseRoute
 from starlette.types import Receive, Scope, Send
 
 from ..errors import InvalidEvent
+from ..event import parse_strict_json
 from ..store import Backend
 
 MAX_BODY_BYTES = 64 * 1024
@@ -149,11 +150,27 @@ def invalid(detail: str, field: str | None, **extra: Any) -> Response:
     return invalid_answer(detail, field, **extra).response()
 
 
+def check_json_type(value: str | None) -> None:
+    """Refuse a body not declared as JSON (ValueError naming ``body``, a 400).
+
+    A browser sends a cross-site POST without asking first only for "simple" content types
+    (text/plain, forms); requiring application/json makes any page that a user on this
+    machine opens unable to post events or ledger requests to a service on loopback.
+    """
+    media = (value or "").split(";", 1)[0].strip().lower()
+    if media != "application/json":
+        raise ValueError(f"body: Content-Type must be application/json, got {value or 'none'!r}")
+
+
 async def read_body(scope: Scope, receive: Receive, cap: int = MAX_BODY_BYTES) -> bytes:
     """``read_capped`` for a raw ASGI request: the body, or BodyTooLarge without reading on."""
+    declared_type = None
     for name, value in scope["headers"]:
         if name == b"content-length" and value.isdigit() and int(value) > cap:
             raise BodyTooLarge
+        if name == b"content-type":
+            declared_type = value.decode("latin-1")
+    check_json_type(declared_type)
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -184,6 +201,7 @@ async def read_capped(request: Request, cap: int = MAX_BODY_BYTES) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > cap:
         raise BodyTooLarge
+    check_json_type(request.headers.get("content-type"))
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
@@ -199,7 +217,7 @@ def parse_json(body: bytes) -> Any:
     try:
         # JSON on the wire is UTF-8 (RFC 8259); json.loads(bytes) would also guess UTF-16
         # or UTF-32 and skip a BOM, so two clients could send one event in two encodings.
-        return json.loads(body.decode("utf-8"))
+        return parse_strict_json(body.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise ValueError(f"body: not valid JSON ({exc})") from None
     except RecursionError:
