@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import math
+import sqlite3
 from pathlib import Path
 
 import pytest
 
-from ackledger import InvalidEvent, Ledger, Outbox, UnsafeTarget, send_http
+from ackledger import InvalidEvent, Ledger, NotAcknowledged, Outbox, UnsafeTarget, send_http
 from ackledger.outbox import MAX_REASON, reason_from
 from ackledger.procs import Service, run_cli
 from tests.conftest import raw_rows
@@ -42,8 +43,8 @@ def test_json_nested_past_the_parser_is_one_line(tmp_path: Path) -> None:
     assert_one_line_error(deliver, "--payload", "deeply")
 
 
-@pytest.mark.parametrize("timeout", ["1e300", "3601", "inf", "nan", "0"])
-def test_a_timeout_beyond_an_hour_is_refused_before_anything_is_sent(
+@pytest.mark.parametrize("timeout", ["1e300", "86401", "inf", "nan", "0"])
+def test_a_timeout_beyond_a_day_is_refused_before_anything_is_sent(
     source_db: Path, timeout: str
 ) -> None:
     with Outbox(source_db) as outbox:
@@ -258,3 +259,60 @@ def test_a_body_not_declared_as_json_is_refused(
         assert fine[0] in (200, 201), fine
     assert raw_rows(sink_db, "SELECT COUNT(*) FROM inbox") == [(1,)]  # from the last, typed post
     assert raw_rows(ledger_db, "SELECT COUNT(*) FROM attempts") == [(1,)]
+
+
+# --- found by the review of this session's own changes ------------------------------------------
+
+
+def test_a_partition_relay_judges_each_failure_by_itself(
+    sink_service: Service, sink_db: Path
+) -> None:
+    """After a batch the sink refused (422), a failure that is not a refused batch (the
+    database, the network) is transient: it must not borrow that refusal."""
+    from ackledger import Inbox
+    from ackledger.cli.ops import PartitionSends
+    from ackledger.relay import PERMANENT, TRANSIENT, RelaySettings
+
+    with Inbox(sink_db) as inbox:
+        inbox.receive({"id": "bad", "sku": "tea", "qty": 99})
+    sends = PartitionSends(RelaySettings(url=sink_service.base_url + "/events", batch=True))
+    assert sends.send_batch([{"id": "bad", "sku": "tea", "qty": 1}]) == 0
+    refused = NotAcknowledged("only 0 of 1 events acknowledged")
+    assert sends.classify(refused) == PERMANENT
+    assert "422" in sends.describe(refused)
+    blip = sqlite3.OperationalError("database is locked")
+    for other in (blip, ConnectionRefusedError(111, "refused"), TimeoutError()):
+        assert sends.classify(other) == TRANSIENT
+        assert "422" not in sends.describe(other)
+
+
+def test_time_outs_are_checked_when_a_relay_is_configured() -> None:
+    from ackledger.relay import RelaySettings
+
+    assert RelaySettings(url="http://127.0.0.1:9/events", timeout=7200).timeout == 7200
+    with pytest.raises(ValueError, match="timeout"):
+        RelaySettings(url="http://127.0.0.1:9/events", timeout=1e6)
+
+
+def test_the_partition_worker_fits_its_first_wait_under_a_small_cap(tmp_path: Path) -> None:
+    from ackledger.partitions.worker import PartitionWorker
+
+    with Outbox(tmp_path / "o.db") as outbox:
+        worker = PartitionWorker(outbox, owner="w", send=lambda event: True, max_backoff=0.3)
+        assert worker.base_backoff == 0.3
+        with pytest.raises(ValueError, match="cap"):
+            PartitionWorker(outbox, owner="w", send=lambda event: True, max_backoff=0.3,
+                            base_backoff=1.0)  # fmt: skip
+
+
+def test_reasons_in_any_script_are_text(source_db: Path) -> None:
+    with Outbox(source_db) as outbox:
+        outbox.accept(EVENT)
+    reason = "在庫\u3000不足 (stock\u00a0short)"  # a full-width space and a no-break space
+    result = run_cli("quarantine", "e-1", "--source", str(source_db), "--reason", reason)
+    assert result.returncode == 0, result.stderr
+    with Outbox(source_db) as outbox:
+        assert outbox.quarantined()[0]["reason"] == reason
+    assert run_cli("requeue", "e-1", "--source", str(source_db)).returncode == 0
+    tab = run_cli("quarantine", "e-1", "--source", str(source_db), "--reason", "a\tb")
+    assert_one_line_error(tab, "reason", "control characters")

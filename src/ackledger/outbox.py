@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+import unicodedata
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -74,18 +75,32 @@ def _check_reason(reason: object) -> str:
         raise ValueError("reason: must be a non-empty string saying why")
     if len(reason) > MAX_REASON:
         raise ValueError(f"reason: must be at most {MAX_REASON} characters, got {len(reason)}")
-    if not reason.isprintable():
+    if any(_breaks_line(ch) for ch in reason):
         # It is printed back by `quarantined` and `trace`: a newline or an escape sequence
         # would forge lines or drive the operator's terminal.
-        raise ValueError("reason: must be one line of printable text (no control characters)")
+        raise ValueError(
+            "reason: must be one line of text without control characters (newline, tab, escape)"
+        )
     return reason.strip()
 
 
+def _breaks_line(ch: str) -> bool:
+    """A control character (newline, tab, escape, NUL...), a line or paragraph separator, or
+    half of a surrogate pair. Every other character is text, the full-width space included
+    (str.isprintable would refuse it, and Japanese reasons are written with it)."""
+    return unicodedata.category(ch) in ("Cc", "Cs", "Zl", "Zp")
+
+
+def one_line(text: str, limit: int = MAX_REASON) -> str:
+    """Text we do not control (a sink's answer, an exception's message) made storable and
+    printable: what ``_breaks_line`` refuses becomes a space, and it is cut to ``limit``."""
+    line = "".join(" " if _breaks_line(ch) else ch for ch in text).strip()
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
 def reason_from(text: str) -> str:
-    """A quarantine reason made from text we do not control (a sink's answer): control
-    characters become spaces and it is cut to the length a reason may have."""
-    line = "".join(ch if ch.isprintable() else " " for ch in text).strip() or "no reason given"
-    return line if len(line) <= MAX_REASON else line[: MAX_REASON - 3] + "..."
+    """A quarantine reason made from text we do not control."""
+    return one_line(text) or "no reason given"
 
 
 def _not_in_state(tx: Tx, event_id: str, wanted: str, verb: str) -> Exception:
@@ -160,13 +175,13 @@ class Outbox(Database):
     def record_failure(self, event_id: str, error: str) -> None:
         """Count a failed send attempt and keep its error for the operator."""
         with self._db.write() as tx:
-            sql.record_failure(tx, event_id, error[:2000], time.time())
+            sql.record_failure(tx, event_id, one_line(error), time.time())
 
     def amend_error(self, event_id: str, error: str) -> None:
         """Give the last recorded failure a better account (e.g. the sink's own words for a
         refused batch item); the attempt was already counted by ``record_failure``."""
         with self._db.write() as tx:
-            sql.amend_error(tx, event_id, error[:2000])
+            sql.amend_error(tx, event_id, one_line(error))
 
     def event(self, event_id: str) -> dict[str, Any] | None:
         """Everything the outbox knows of one event, or None."""

@@ -35,7 +35,7 @@ from .errors import InvalidEvent, NotAcknowledged
 from .logline import note
 from .marks_behind import MarksBehind
 from .outbox import MAX_BATCH, Outbox, check_limit, reason_from
-from .transport import check_target, post_batch, send_http
+from .transport import check_target, check_timeout, post_batch, send_http
 
 logger = logging.getLogger("ackledger.relay")
 
@@ -105,10 +105,11 @@ class RelaySettings:
             raise ValueError("pipeline: only batch rounds can overlap their marks (add batch)")
         if self.on_poison not in POISON_POLICIES:
             raise ValueError(f"on_poison: must be stop or quarantine, got {self.on_poison!r}")
-        for name in ("poll_interval", "timeout"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"{name}: must be a positive number of seconds, got {value!r}")
+        value = self.poll_interval
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"poll_interval: must be a positive number of seconds, got {value!r}")
+        # Refused here, once, rather than by every send (which a relay would retry forever).
+        check_timeout(self.timeout)
 
 
 @dataclass

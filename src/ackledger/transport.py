@@ -43,9 +43,9 @@ from .event import event_json, validate_event
 
 MAX_ANSWER_BYTES = 64 * 1024
 MAX_BATCH = 16
-#: The longest time-out a request takes, in seconds (an hour is already no time-out at all
-#: for a relay; beyond a socket's range the system call itself would fail).
-MAX_TIMEOUT_S = 3600.0
+#: The longest time-out a request takes, in seconds (a day is already no time-out at all for a
+#: relay; far beyond it a socket's own range ends and the system call itself would fail).
+MAX_TIMEOUT_S = 86400.0
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 

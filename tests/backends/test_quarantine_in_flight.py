@@ -69,3 +69,18 @@ def test_the_partition_worker_keeps_the_hold_too(target: Target) -> None:
             )  # fmt: skip
         assert [item["id"] for item in operator.quarantined()] == ["p-1"]
     assert _state(target, "p-1") == (0, 1, 1)
+
+
+def test_failures_with_any_text_are_recorded(target: Target) -> None:
+    """A sink's detail may hold NUL (PostgreSQL text cannot), half a surrogate pair (neither
+    database can store it) or newlines: the failure is still counted, its text made storable,
+    and the relay goes on instead of dying on the record (found by review)."""
+    _accept(target, "odd")
+    with Outbox(target.ref) as outbox:
+        outbox.record_failure("odd", "HTTP 422: a\x00b\ud800c\nforged line" + "x" * 3000)
+        outbox.amend_error("odd", "HTTP 422 in batch: \x00\x1b[2J")
+        row = outbox.event("odd")
+    assert row is not None and row["attempts"] == 1
+    assert row["last_error"] == "HTTP 422 in batch:   [2J"  # NUL and ESC became spaces
+    outbox_reason = target.rows("SELECT last_error FROM outbox WHERE id = 'odd'")[0][0]
+    assert outbox_reason.isprintable()

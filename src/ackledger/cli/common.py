@@ -30,7 +30,7 @@ def add_source(parser: argparse.ArgumentParser) -> None:
 def add_http_client(parser: argparse.ArgumentParser, what: str = "a target") -> None:
     """``--timeout`` and ``--allow-host``: every command that talks to a service over HTTP."""
     parser.add_argument(
-        "--timeout", type=timeout_arg, default=5.0, help="seconds per request (at most 3600)"
+        "--timeout", type=timeout_arg, default=5.0, help="seconds per request (at most 86400)"
     )
     parser.add_argument(
         "--allow-host", action="append", default=[], metavar="HOST",

@@ -282,6 +282,49 @@ def _metrics(args: argparse.Namespace, outbox: Outbox, counts: RelayCounts) -> A
     return metrics
 
 
+class PartitionSends:
+    """The sends of a partition relay and how their failures are judged: ``send`` or
+    ``send_batch`` for the worker, ``classify`` and ``describe`` for its failures."""
+
+    def __init__(self, settings: RelaySettings) -> None:
+        self.settings = settings
+        #: What the last batch answer said about the item it refused (send_batch returns
+        #: only a count, and dispatch_batch then raises NotAcknowledged for the rest).
+        self.refusal: dict[str, Any] = {}
+
+    def send(self, event: dict[str, Any]) -> bool:
+        settings = self.settings
+        return send_http(event, settings.url, timeout=settings.timeout,
+                         allowed_hosts=settings.allowed_hosts)  # fmt: skip
+
+    def send_batch(self, events: list[dict[str, Any]]) -> int:
+        # Forget the last answer first: a send that raises (no connection, a 5xx) must be
+        # classified by its own failure, never by an earlier batch's refusal.
+        self.refusal.clear()
+        settings = self.settings
+        answer = post_batch(events, settings.url + "/batch", timeout=settings.timeout,
+                            allowed_hosts=settings.allowed_hosts)  # fmt: skip
+        if answer.acked < len(events) and answer.error is not None:
+            status = answer.error.get("status")
+            self.refusal["status"] = status if isinstance(status, int) else None
+            self.refusal["detail"] = answer.error.get("detail") or answer.error.get("title")
+        return answer.acked
+
+    def classify(self, exc: Exception) -> str:
+        if isinstance(exc, InvalidEvent):
+            return PERMANENT
+        if not isinstance(exc, NotAcknowledged):
+            return failure_class(None)  # no answer (connection, time-out) or the database
+        # A batch the sink refused part of ends in NotAcknowledged, raised right after the
+        # send that recorded the refusal.
+        return failure_class(self.refusal.get("status", exc.status))
+
+    def describe(self, exc: Exception) -> str:
+        if self.refusal and isinstance(exc, NotAcknowledged):
+            return f"HTTP {self.refusal['status']} in batch: {self.refusal['detail']}"
+        return f"{type(exc).__name__}: {exc}"
+
+
 def _relay_partitions(
     args: argparse.Namespace, settings: RelaySettings, outbox: Outbox, owner: str
 ) -> int:
@@ -289,35 +332,9 @@ def _relay_partitions(
     policy, stop signals and metrics."""
     from ..partitions import PartitionWorker
 
-    # What the last batch answer said about the item it refused (send_batch returns a count).
-    refusal: dict[str, Any] = {}
-
-    def send(event: dict[str, Any]) -> bool:
-        return send_http(event, settings.url, timeout=settings.timeout,
-                         allowed_hosts=settings.allowed_hosts)  # fmt: skip
-
-    def send_batch(events: list[dict[str, Any]]) -> int:
-        # Forget the last answer first: a send that raises (no connection, a 5xx) must be
-        # classified by its own failure, never by an earlier batch's refusal.
-        refusal.clear()
-        answer = post_batch(events, settings.url + "/batch", timeout=settings.timeout,
-                            allowed_hosts=settings.allowed_hosts)  # fmt: skip
-        if answer.acked < len(events) and answer.error is not None:
-            status = answer.error.get("status")
-            refusal["status"] = status if isinstance(status, int) else None
-            refusal["detail"] = answer.error.get("detail") or answer.error.get("title")
-        return answer.acked
-
-    def classify(exc: Exception) -> str:
-        if isinstance(exc, InvalidEvent):
-            return PERMANENT
-        status = exc.status if isinstance(exc, NotAcknowledged) else None
-        return failure_class(refusal.get("status", status))
-
-    def describe(exc: Exception) -> str:
-        if refusal and isinstance(exc, NotAcknowledged):
-            return f"HTTP {refusal['status']} in batch: {refusal['detail']}"
-        return f"{type(exc).__name__}: {exc}"
+    sends = PartitionSends(settings)
+    send, send_batch = sends.send, sends.send_batch
+    classify, describe = sends.classify, sends.describe
 
     stop = threading.Event()
     worker = PartitionWorker(

@@ -124,7 +124,10 @@ class PartitionWorker:
         self.stop = options.get("stop") or threading.Event()
         self.idle_wait = check_ttl(options.get("idle_wait", IDLE_WAIT_S), "idle_wait")
         self.max_backoff = check_ttl(options.get("max_backoff", MAX_BACKOFF_S), "max_backoff")
-        self.base_backoff = check_ttl(options.get("base_backoff", FIRST_BACKOFF_S), "base_backoff")
+        # The default first wait shrinks to a smaller cap; a base given above the cap is an
+        # error (Backoff says so) rather than silently ignored.
+        default_base = min(FIRST_BACKOFF_S, self.max_backoff)
+        self.base_backoff = check_ttl(options.get("base_backoff", default_base), "base_backoff")
         self._rng = options.get("rng") or random.Random()
         # One schedule per parked partition (a success forgets it), one for the database.
         self._parked: dict[str, Backoff] = {}
