@@ -90,21 +90,23 @@ WHERE partition_key = ? AND owner = ? AND token = ? AND expires_at > {now}
 """
 
 # PostgreSQL: lock + check + renew the lease and mark the event, in one statement.
-_MARK_POSTGRES = """
+_MARK_POSTGRES = (
+    """
 WITH lease AS (
     UPDATE partition_leases SET renewed_at = {now}, expires_at = {now} + ?
     WHERE partition_key = ? AND owner = ? AND token = ? AND expires_at > {now}
     RETURNING partition_key
 )
-UPDATE outbox SET sent = CASE WHEN outbox.quarantined = 0 THEN 1 ELSE outbox.sent END,
-    sent_at = CASE WHEN outbox.quarantined = 0 THEN COALESCE(outbox.sent_at, ?)
-        ELSE outbox.sent_at END,
+UPDATE outbox SET """
+    + SENT_UNLESS_HELD  # unqualified names are the outbox's: the lease row has none of them
+    + """,
     attempts = outbox.attempts + ?,
     last_attempt_at = CASE WHEN ? = 1 THEN ? ELSE outbox.last_attempt_at END
 FROM lease
 WHERE outbox.id = ? AND outbox.partition_key = lease.partition_key
 RETURNING outbox.seq
 """
+)
 
 # SQLite cannot update in a WITH clause; its one writer makes check-in-the-WHERE enough, and
 # the renewal follows in the same transaction.

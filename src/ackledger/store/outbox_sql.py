@@ -56,7 +56,7 @@ MARK_CHUNK = 256
 # A mark that arrives for an event an operator quarantined while its send was in flight
 # counts the attempt but leaves the event quarantined and unsent: the hold holds (it is not
 # counted as sent, stays listed, can be requeued, is never purged), and a requeue re-sends it
-# as a duplicate that the inbox absorbs. The same rule is in lease_sql's marks.
+# as a duplicate that the inbox absorbs. The partition marks (lease_sql) use it too.
 SENT_UNLESS_HELD = (
     "sent = CASE WHEN quarantined = 0 THEN 1 ELSE sent END, "
     "sent_at = CASE WHEN quarantined = 0 THEN COALESCE(sent_at, ?) ELSE sent_at END"
