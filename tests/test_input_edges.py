@@ -186,9 +186,12 @@ def test_unknown_routes_and_methods_are_problem_json(
         (sink_service, "/events", "POST"),
         (ledger_service, "/deliveries", "GET, POST"),
     ):
-        _problem(request(service, "GET", "/nope"), 404)
+        missing = _problem(request(service, "GET", "/nope"), 404)
         wrong = request(service, "PUT", path, b"{}")
-        assert "not allowed" in str(_problem(wrong, 405)["detail"])
+        refused = _problem(wrong, 405)
+        assert "not allowed" in str(refused["detail"])
+        # Every answer of the ledger, errors included, names the ledger that gave it.
+        assert ("ledger" in missing) == ("ledger" in refused) == (service is ledger_service)
         assert set(wrong[1]["allow"].replace(" ", "").split(",")) >= set(known.split(", "))
         # A trailing slash is another path: refused, not redirected to the real one.
         _problem(request(service, "POST", path + "/", json.dumps(EVENT).encode()), 404)
@@ -235,7 +238,8 @@ def test_a_key_given_twice_in_one_object_is_refused(
 
 def test_a_query_parameter_given_twice_is_refused(ledger_service: Service) -> None:
     answer = request(ledger_service, "GET", "/deliveries?case_id=a&case_id=b")
-    assert "case_id" in str(_problem(answer, 400)["detail"])
+    problem = _problem(answer, 400)
+    assert "case_id" in str(problem["detail"]) and "ledger" in problem
 
 
 def test_a_body_not_declared_as_json_is_refused(

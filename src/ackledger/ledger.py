@@ -278,6 +278,11 @@ class Ledger(Database):
         one durable commit for every request that was ready at the same time."""
         now = time.time()
         with self._db.write() as tx:
+            if tx.dialect == "postgres":
+                # Every key's turn first, in one order for all callers: taken in request
+                # order, two calls naming the same keys in other orders would deadlock.
+                for case_id, work_id in sorted({(req.case_id, req.work_id) for req in reqs}):
+                    sql.lock_key(tx, case_id, work_id)
             done = [record_request(tx, req, now) for req in reqs]
         return [_answer(req, each) for req, each in zip(reqs, done, strict=True)]
 

@@ -34,6 +34,11 @@ ATTEMPT_COLUMNS = (
 
 #: The first key of the advisory locks that number the attempts of one key (PostgreSQL).
 KEY_LOCK_CLASS = 0x6C646B79  # "ldky"
+#: How long a request waits for its key's turn (PostgreSQL). A request holds the lock for
+#: milliseconds; one that waits longer waits for a replica that is frozen or cut off, and
+#: without a limit every request for that key, then the whole pool, would wait with it. The
+#: request fails instead (a 503 the client retries), and the rest of the ledger goes on.
+KEY_LOCK_TIMEOUT = "5s"
 
 
 def lock_key(tx: Tx, case_id: str, work_id: str) -> None:
@@ -49,15 +54,19 @@ def lock_key(tx: Tx, case_id: str, work_id: str) -> None:
       it and commit, and the request's attempt refer to a delivery that is gone.
 
     A request takes this one key lock only, so requests cannot wait on each other in a circle
-    (``submit_many`` takes one per request, in request order; the service uses it on SQLite
-    only). Requests for other keys do not wait (a hash collision only makes two keys share a
-    turn).
+    (``submit_many`` takes all of its keys' locks first, in key order, for the same reason).
+    Requests for other keys do not wait (a hash collision only makes two keys share a turn,
+    and hashes of keys taken in key order can still meet in a circle: then PostgreSQL's
+    deadlock check ends one transaction, or ``KEY_LOCK_TIMEOUT`` does).
     """
     if tx.dialect == "postgres":
         tx.execute(
-            "SELECT pg_advisory_xact_lock(?, hashtext(?))",
+            # The time-out is set for this transaction first (the subquery in FROM runs before
+            # the lock is asked for; a volatile call keeps it a subquery), in the same round trip.
+            "SELECT pg_advisory_xact_lock(?, hashtext(?)) "
+            "FROM (SELECT set_config('lock_timeout', ?, true)) AS key_lock_timeout",
             # "/" is in no key: no two keys join (``purge_idle_chunk`` hashes the same text).
-            (KEY_LOCK_CLASS, f"{case_id}/{work_id}"),
+            (KEY_LOCK_CLASS, f"{case_id}/{work_id}", KEY_LOCK_TIMEOUT),
         )
 
 

@@ -109,24 +109,26 @@ _ROUTING_PROBLEMS = {
 }
 
 
-async def _routing_problem(request: Request, exc: Exception) -> Response:
-    """A route or method that does not exist, answered as problem JSON like every other
-    refusal (Starlette's own answer is plain text)."""
-    status = exc.status_code if isinstance(exc, HTTPException) else 500
-    kind, title = _ROUTING_PROBLEMS.get(status, ("http-error", "HTTP error"))
-    path = request.url.path
-    detail = f"{request.method} is not allowed on {path}" if status == 405 else f"no route {path}"
-    answer = problem(status, kind, title, detail)
-    if isinstance(exc, HTTPException) and exc.headers:
-        answer.headers.update(exc.headers)  # the Allow header of a 405
-    return answer
+def build_app(routes: list[BaseRoute], **extra: Any) -> Starlette:
+    """A service's Starlette app: problem JSON for unknown routes and methods (with the
+    ``extra`` members every answer of the service carries), and no redirect from
+    ``/events/`` to ``/events`` (a client that posts to the wrong path should hear so, not be
+    sent elsewhere)."""
 
+    async def routing_problem(request: Request, exc: Exception) -> Response:
+        # Starlette's own answer is plain text.
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        kind, title = _ROUTING_PROBLEMS.get(status, ("http-error", "HTTP error"))
+        path = request.url.path
+        detail = (
+            f"{request.method} is not allowed on {path}" if status == 405 else f"no route {path}"
+        )
+        answer = problem(status, kind, title, detail, **extra)
+        if isinstance(exc, HTTPException) and exc.headers:
+            answer.headers.update(exc.headers)  # the Allow header of a 405
+        return answer
 
-def build_app(routes: list[BaseRoute]) -> Starlette:
-    """A service's Starlette app: problem JSON for unknown routes and methods, and no
-    redirect from ``/events/`` to ``/events`` (a client that posts to the wrong path should
-    hear so, not be sent elsewhere)."""
-    app = Starlette(routes=routes, exception_handlers={HTTPException: _routing_problem})
+    app = Starlette(routes=routes, exception_handlers={HTTPException: routing_problem})
     app.router.redirect_slashes = False
     return app
 
@@ -184,6 +186,18 @@ async def read_body(scope: Scope, receive: Receive, cap: int = MAX_BODY_BYTES) -
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
+
+
+def unavailable_answer(exc: Exception, **extra: Any) -> Answer:
+    """503 for a request the database failed (a lock waited out, a connection lost): the
+    client's retry is safe, since every write here is idempotent. Without it the client got
+    Starlette's plain-text 500, without the problem JSON (or the ledger's identity)."""
+    detail = (
+        f"the database failed ({type(exc).__name__}: {exc}); nothing was acknowledged, "
+        "and sending the same request again is safe"
+    )
+    answer = problem_answer(503, "unavailable", "Database unavailable", detail, **extra)
+    return Answer(answer.status, answer.body, answer.media_type, {"Retry-After": "1"})
 
 
 def bad_input(exc: BodyTooLarge | ValueError, **extra: Any) -> Response:

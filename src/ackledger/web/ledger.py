@@ -30,6 +30,7 @@ from ..ledger import (
     PayloadConflict,
     request_from_json,
 )
+from ..store import database_errors
 from .common import (
     BodyTooLarge,
     DatabaseCalls,
@@ -41,6 +42,7 @@ from .common import (
     parse_json,
     problem,
     read_capped,
+    unavailable_answer,
 )
 from .fastpath import GroupCommit
 
@@ -105,6 +107,8 @@ def create_ledger_app(ledger: Ledger, identity: Identity | None = None) -> Starl
             done = await submit(req)
         except (BodyTooLarge, ValueError) as exc:
             return bad_input(exc, ledger=me.short)
+        except database_errors() as exc:
+            return unavailable_answer(exc, ledger=me.short).response()
         except PayloadConflict as exc:
             return problem(
                 422,
@@ -136,7 +140,9 @@ def create_ledger_app(ledger: Ledger, identity: Identity | None = None) -> Starl
             try:
                 return json_response(await db(read, _scope(request)))
             except InvalidEvent as exc:
-                return bad_input(exc)
+                return bad_input(exc, ledger=me.short)
+            except database_errors() as exc:
+                return unavailable_answer(exc, ledger=me.short).response()
 
         return answer
 
@@ -157,13 +163,14 @@ def create_ledger_app(ledger: Ledger, identity: Identity | None = None) -> Starl
         return await (create if request.method == "POST" else list_deliveries)(request)
 
     return build_app(
-        [
+        ledger=me.short,
+        routes=[
             Route("/deliveries", deliveries, methods=["GET", "POST"]),
             Route("/attempts", listing(ledger.attempts), methods=["GET"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
             Route("/openapi.json", openapi, methods=["GET"]),
-        ]
+        ],
     )
 
 

@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope
 from ..errors import AckledgerError, Conflict, InvalidEvent
 from ..event import check_identifier
 from ..inbox import BatchResult, Inbox
+from ..store import database_errors
 from .common import (
     Answer,
     BodyTooLarge,
@@ -35,6 +36,7 @@ from .common import (
     problem_body,
     read_body,
     too_large_answer,
+    unavailable_answer,
 )
 from .fastpath import FastPosts, GroupCommit, PostRoute
 
@@ -106,7 +108,10 @@ def create_sink_app(inbox: Inbox) -> ASGIApp:
             return None
         if isinstance(obj, Answer):
             return obj
-        result = await group.submit([obj])
+        try:
+            result = await group.submit([obj])
+        except database_errors() as exc:
+            return unavailable_answer(exc)
         error = result.error
         if isinstance(error, InvalidEvent):
             return invalid_answer(str(error), error.field)
@@ -127,7 +132,10 @@ def create_sink_app(inbox: Inbox) -> ASGIApp:
             return items
         if not isinstance(items, list) or not 1 <= len(items) <= MAX_BATCH:
             return invalid_answer(f"body: must be a JSON list of 1-{MAX_BATCH} events", "body")
-        result = await group.submit(items)
+        try:
+            result = await group.submit(items)
+        except database_errors() as exc:
+            return unavailable_answer(exc)
         if result.error is None:
             return Answer(200, _batch_acks_body(items, result.statuses), "application/json")
         acks = [
