@@ -320,3 +320,18 @@ def test_reasons_in_any_script_are_text(source_db: Path) -> None:
     assert run_cli("requeue", "e-1", "--source", str(source_db)).returncode == 0
     tab = run_cli("quarantine", "e-1", "--source", str(source_db), "--reason", "a\tb")
     assert_one_line_error(tab, "reason", "control characters")
+
+
+def test_payload_numbers_are_compared_as_written(tmp_path: Path) -> None:
+    """The documented rule (docs/ledger.md): key order does not matter, how a number is
+    written does."""
+    from ackledger import Conflict
+
+    with Ledger(tmp_path / "l.db") as ledger:
+        first = ledger.request("c", "w", "pod", payload={"amount": 10, "sku": "pen"})
+        again = ledger.request("c", "w", "pod", payload={"sku": "pen", "amount": 10})
+        assert again["duplicate"] and again["delivery_no"] == first["delivery_no"]
+        with pytest.raises(Conflict):
+            ledger.request("c", "w", "pod", payload={"amount": 10.0, "sku": "pen"})
+        with pytest.raises(InvalidEvent, match="finite"):
+            ledger.request("c", "w2", "pod", payload={"amount": float("inf")})

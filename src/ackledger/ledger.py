@@ -111,7 +111,11 @@ def _check_json(value: object, depth: int) -> None:
         return
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise InvalidEvent("payload: NaN and infinities are not JSON", field="payload")
+            raise InvalidEvent(
+                "payload: numbers must be finite (NaN, infinities and numbers too large for a "
+                "double are not JSON values here)",
+                field="payload",
+            )
     elif isinstance(value, str):
         try:
             value.encode("utf-8")
@@ -311,20 +315,19 @@ class Ledger(Database):
         Returns how many deliveries and attempts were removed.
         """
         cutoff = time.time() - check_age(older_than_seconds, "older_than_seconds")
-        if self._db.dialect != "postgres":
-            # One writer at a time: no request runs while the purge does, and one transaction
-            # removes every idle key.
-            with self._db.write() as tx:
-                deliveries, attempts = sql.purge_idle_keys(tx, cutoff)
-            return {"deliveries": deliveries, "attempts": attempts}
-        # Requests run while the purge does. Each chunk of keys is its own transaction, which
-        # holds its keys' locks (requests for them wait) only until it commits; a large purge
-        # never holds up a key for long, and what it has done is kept if it stops half-way.
+        # Each chunk of keys is its own transaction: on PostgreSQL it holds its keys' locks
+        # (requests for them wait) only until it commits, on SQLite the one writer's lock; a
+        # large purge never holds up a key, or the file, for long, and what it has done is
+        # kept if it stops half-way.
+        chunk = (
+            sql.purge_idle_chunk if self._db.dialect == "postgres"
+            else sql.purge_idle_chunk_one_writer
+        )  # fmt: skip
         deliveries = attempts = 0
         after: tuple[str, str] | None = ("", "")
         while after is not None:
             with self._db.write() as tx:
-                gone_deliveries, gone_attempts, after = sql.purge_idle_chunk(tx, cutoff, after)
+                gone_deliveries, gone_attempts, after = chunk(tx, cutoff, after, sql.PURGE_CHUNK)
             deliveries += gone_deliveries
             attempts += gone_attempts
         return {"deliveries": deliveries, "attempts": attempts}

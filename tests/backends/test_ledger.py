@@ -519,15 +519,14 @@ def test_a_request_for_a_key_being_purged_waits_and_starts_it_fresh_on_postgres(
         ]
 
 
-@pytest.mark.postgres
-def test_purge_works_through_many_keys_in_chunks_on_postgres(pg_url: str) -> None:
+def test_purge_works_through_many_keys_in_chunks(target: Target) -> None:
     """More idle keys than one chunk holds, live keys between them: every idle key goes, in
-    several transactions, and every live one stays whole."""
+    several transactions (on SQLite too: the one writer is free between chunks), and every
+    live one stays whole."""
     from ackledger.store import ledger_sql
 
-    target = Target("postgres", pg_url)
     keys = ledger_sql.PURGE_CHUNK * 2 + 7
-    with Ledger(pg_url) as ledger:
+    with Ledger(target.ref) as ledger:
         ledger.submit_many(
             [check_request("c", f"k{n:05}", "pod", "idempotent", None) for n in range(keys)]
         )
@@ -537,3 +536,27 @@ def test_purge_works_through_many_keys_in_chunks_on_postgres(pg_url: str) -> Non
         kept = target.rows("SELECT work_id FROM deliveries ORDER BY work_id")
         assert kept == [(f"k{n:05}",) for n in range(keys) if n % 10 == 3]
         assert count(target, "attempts") == live
+
+
+def test_a_sqlite_purge_chunk_takes_whole_keys_after_its_cursor(tmp_path: Any) -> None:
+    from ackledger.store import ledger_sql
+
+    path = tmp_path / "l.db"
+    with Ledger(path) as ledger:
+        for work_id in ("a", "b", "c"):
+            ledger.request("c", work_id, "pod-1")
+            ledger.request("c", work_id, "pod-2", mode="control")
+        target = Target("sqlite", str(path))
+        target.execute("UPDATE attempts SET at = at - ?", (40 * DAY,))
+        cutoff = time.time() - DEFAULT_RETENTION_SECONDS
+        with ledger.backend.write() as tx:
+            first = ledger_sql.purge_idle_chunk_one_writer(tx, cutoff, ("", ""), 2)
+        assert first == (4, 4, ("c", "b"))  # two keys, each with both its deliveries
+        with ledger.backend.write() as tx:
+            assert ledger_sql.purge_idle_chunk_one_writer(tx, cutoff, ("c", "b"), 2) == (
+                2, 2, ("c", "c"),
+            )  # fmt: skip
+            assert ledger_sql.purge_idle_chunk_one_writer(tx, cutoff, ("c", "c"), 2) == (
+                0, 0, None,
+            )  # fmt: skip
+    assert count(target, "deliveries") == count(target, "attempts") == 0

@@ -20,7 +20,7 @@ __all__ = [
     "insert_control_delivery",
     "lock_key",
     "purge_idle_chunk",
-    "purge_idle_keys",
+    "purge_idle_chunk_one_writer",
     "record_one_writer",
 ]
 
@@ -200,32 +200,43 @@ def attempts(tx: Tx, case_id: str | None) -> list[dict[str, Any]]:
     return _rows(tx, "attempts", ATTEMPT_COLUMNS, "attempt_no", case_id)
 
 
-def purge_idle_keys(tx: Tx, cutoff: float) -> tuple[int, int]:
-    """Forget every key with no attempt since ``cutoff``: all its attempts, then its deliveries,
-    in the caller's one transaction (SQLite: no request runs meanwhile; PostgreSQL, where
-    requests do, uses ``purge_idle_chunk``).
+#: Keys per transaction of ``purge_idle_chunk`` and ``purge_idle_chunk_one_writer``.
+PURGE_CHUNK = 500
 
-    A key goes as a whole, never a part of its history, so a live key keeps its delivery and
-    its attempt count. Every delivery is created together with the attempt that refers to it,
-    so once a key's attempts are gone, a delivery nobody refers to belongs to a forgotten key.
-    Returns (deliveries, attempts) removed.
+# SQLite's chunk: the next idle keys after the cursor, read and deleted in the caller's one
+# write transaction (one writer: nothing asks for them in between).
+_IDLE_KEYS_ONE_WRITER = (
+    "SELECT case_id, work_id FROM attempts WHERE (case_id, work_id) > (?, ?) "
+    "GROUP BY case_id, work_id HAVING MAX(at) < ? ORDER BY case_id, work_id LIMIT ?"
+)
+
+
+def purge_idle_chunk_one_writer(
+    tx: Tx, cutoff: float, after: tuple[str, str], limit: int = PURGE_CHUNK
+) -> tuple[int, int, tuple[str, str] | None]:
+    """``purge_idle_chunk`` for SQLite: up to ``limit`` idle keys after ``after``, whole.
+
+    The purge goes in chunks here too, each its own short write transaction: the one writer
+    is free between them, so a service on the same file waits milliseconds for a chunk, not
+    seconds for a whole purge (its event loop and its health check wait with it).
     """
+    if tx.dialect != "sqlite":
+        raise ValueError(f"purge_idle_chunk_one_writer is for SQLite, not {tx.dialect}")
+    found = tx.execute(_IDLE_KEYS_ONE_WRITER, (*after, cutoff, limit))
+    if not found:
+        return 0, 0, None
+    keys = [(str(case_id), str(work_id)) for case_id, work_id in found]
+    listed = ", ".join("(?, ?)" for _ in keys)
+    flat = tuple(part for key in keys for part in key)
+    # Attempts first (they refer to the deliveries); a key's deliveries all carry its key.
     gone_attempts = tx.execute(
-        "DELETE FROM attempts WHERE at < ? AND NOT EXISTS ("
-        "SELECT 1 FROM attempts AS recent WHERE recent.case_id = attempts.case_id "
-        "AND recent.work_id = attempts.work_id AND recent.at >= ?) RETURNING attempt_no",
-        (cutoff, cutoff),
+        f"DELETE FROM attempts WHERE (case_id, work_id) IN (VALUES {listed}) RETURNING 1", flat
     )
     gone_deliveries = tx.execute(
-        "DELETE FROM deliveries WHERE NOT EXISTS ("
-        "SELECT 1 FROM attempts WHERE attempts.delivery_no = deliveries.delivery_no) "
-        "RETURNING delivery_no"
+        f"DELETE FROM deliveries WHERE (case_id, work_id) IN (VALUES {listed}) RETURNING 1", flat
     )
-    return len(gone_deliveries), len(gone_attempts)
+    return len(gone_deliveries), len(gone_attempts), keys[-1]
 
-
-#: Keys per transaction of ``purge_idle_chunk``.
-PURGE_CHUNK = 500
 
 # The candidates: the next keys after the cursor, in key order, whose last attempt is before
 # the cutoff; each is tried for its key lock. The attempts_key index (case_id, work_id, at)
@@ -255,7 +266,7 @@ _DELETE_HELD_IDLE = (
 def purge_idle_chunk(
     tx: Tx, cutoff: float, after: tuple[str, str], limit: int = PURGE_CHUNK
 ) -> tuple[int, int, tuple[str, str] | None]:
-    """``purge_idle_keys`` for PostgreSQL, where requests run while the purge does: up to
+    """Forget idle keys on PostgreSQL, where requests run while the purge does: up to
     ``limit`` idle keys after the key ``after`` (in key order; ``("", "")`` is before every
     key). Returns (deliveries, attempts) removed and the last key looked at, the ``after`` of
     the next chunk (None: there was no key left).
