@@ -207,6 +207,35 @@ def test_trace_of_a_quarantined_conflicting_event(
     assert report["verdict"].startswith("quarantined: NOT delivered")
 
 
+def test_trace_of_a_quarantined_event_the_sink_has_applied(source_db: Path, sink_db: Path) -> None:
+    """The quarantine landed while the send was in flight (or the ACK was lost): the trace
+    must not call it undelivered, nor say that the relay will send it (found by review)."""
+    with Inbox(sink_db) as inbox:
+        inbox.receive(_ev("q-1"))
+    with Outbox(source_db) as ob:
+        ob.accept(_ev("q-1"))
+        ob.quarantine("q-1", "hold")
+    report = _trace("q-1", source_db, str(sink_db))
+    stages = _stages(report)
+    assert stages["sink"]["seen"] == "yes"
+    assert "in flight" in stages["ack"]["detail"] and "requeue" in stages["ack"]["detail"]
+    assert "until requeued" in stages["sent"]["detail"]
+    assert report["verdict"].startswith("quarantined, yet the sink has applied it")
+    down = _trace("q-1", source_db, f"http://127.0.0.1:{free_port()}")
+    assert "cannot be told" in down["verdict"] and "NOT delivered" not in down["verdict"]
+
+
+def test_trace_of_an_id_this_outbox_never_had(source_db: Path, sink_db: Path) -> None:
+    Outbox(source_db).close()
+    with Inbox(sink_db) as inbox:
+        inbox.receive(_ev("elsewhere"))
+    report = _trace("elsewhere", source_db, str(sink_db))
+    stages = _stages(report)
+    assert "next send" not in stages["ack"]["detail"]  # there is no row to send again
+    assert report["verdict"].startswith("at the sink; this outbox has no row for it")
+    assert "never in this outbox" in report["verdict"]
+
+
 def test_trace_with_the_sink_down_says_it_cannot_tell(source_db: Path) -> None:
     with Outbox(source_db) as ob:
         ob.accept(_ev("a"))
@@ -258,7 +287,7 @@ def test_quarantine_then_requeue_records_the_reorder(
     assert back.returncode == 0, back.stderr
     assert back.stdout.splitlines() == [
         "requeued a at seq 1",
-        "reorder: 2 later event(s) were delivered while it was out: b, c",
+        "reorder: 2 later event(s) were marked sent while it was out: b, c",
     ]
     pending = _cli_json("pending", "--source", str(source_db), "--json")
     assert pending == [{"seq": 1, "id": "a", "sku": "pen", "qty": 1}]
@@ -269,7 +298,7 @@ def test_quarantine_then_requeue_records_the_reorder(
     assert json.loads(str(detail))["overtaken_by"] == ["b", "c"]
     assert run_cli("dispatch", "--source", str(source_db), "--to", url).returncode == 0
     trace = _stages(_trace("a", source_db, str(sink_db)))
-    assert "2 later event(s) were delivered while it was out: b, c" in trace["outbox"]["detail"]
+    assert "2 later event(s) were marked sent while it was out: b, c" in trace["outbox"]["detail"]
     assert trace["sent"]["seen"] == "yes"
 
 

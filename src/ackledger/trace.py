@@ -126,7 +126,7 @@ def _in_outbox(row: dict[str, Any] | None, history: list[dict[str, Any]], source
         if entry["kind"] == "requeued":
             parts.append(
                 f"requeued at {when(entry['at'])}; {detail['overtaken_count']} later event(s) "
-                f"were delivered while it was out: {', '.join(detail['overtaken_by']) or 'none'}"
+                f"were marked sent while it was out: {', '.join(detail['overtaken_by']) or 'none'}"
             )
         elif entry["kind"] == "quarantined" and state != "quarantined":
             parts.append(f"was quarantined at {when(entry['at'])}: {detail.get('reason')}")
@@ -173,6 +173,19 @@ def _ack(
             "the sink holds this id with other content and answers every send of ours with "
             "422; re-sending cannot finish it (quarantine it, or correct one side)",
         )  # fmt: skip
+    if receipt is not None and row is None:
+        return Stage(
+            "ack", UNKNOWN, "cannot be known", where,
+            "the sink applied it, and this outbox has no row that could carry a mark",
+        )  # fmt: skip
+    if receipt is not None and row is not None and row["quarantined"]:
+        return Stage(
+            "ack", UNKNOWN, "cannot be known", where,
+            "the sink applied it but the outbox has no mark: the ACK was lost, the relay "
+            "stopped before the mark, or the quarantine landed while the send was in flight "
+            "(then its ACK was not allowed to mark it); a requeue re-sends it and the inbox "
+            "answers a duplicate ACK",
+        )  # fmt: skip
     if receipt is not None:
         return Stage(
             "ack", UNKNOWN, "cannot be known", where,
@@ -192,6 +205,14 @@ def _marked(row: dict[str, Any] | None, source: str) -> Stage:
         return Stage("sent", UNKNOWN, "no row", where, "no outbox row to carry a mark")
     if row["sent"]:
         return Stage("sent", YES, "marked sent", where, f"sent = 1 at {when(row['sent_at'])}")
+    if row["quarantined"]:
+        return Stage(
+            "sent",
+            NO,
+            "not marked",
+            where,
+            "quarantined: the relay does not send it until requeued",
+        )
     return Stage("sent", NO, "not marked", where, "sent = 0: the relay will send it (again)")
 
 
@@ -206,11 +227,24 @@ def _verdict(
         if order is None and receipt is None:
             return "unknown here: no order, no outbox row, no receipt"
         if receipt is not None:
-            return "delivered; its outbox row is gone (purged after it was sent)"
+            return (
+                "at the sink; this outbox has no row for it (purged after it was sent, or "
+                "never in this outbox)"
+            )
         return "accepted, but the outbox holds no row (purged, or never enqueued)"
     if row["sent"]:
         return "delivered and marked sent"
     if row["quarantined"]:
+        if sink_error is not None:
+            return (
+                "quarantined; whether the sink has it cannot be told (the sink could not be read)"
+            )
+        if receipt is not None and not conflict:
+            return (
+                "quarantined, yet the sink has applied it (its ACK was lost, or the quarantine "
+                "landed while it was in flight): requeue it to have it marked (the re-send is "
+                "absorbed as a duplicate)"
+            )
         return "quarantined: NOT delivered; fix the cause, then requeue it"
     if sink_error is not None:
         return "pending; the sink could not be read"

@@ -308,3 +308,34 @@ def test_the_worker_logs_and_backs_off_like_the_single_relay(target: Target) -> 
     assert [r.fields["wait_s"] for r in again if r.event == "send-failed"] == [  # type: ignore[attr-defined]
         fields["wait_s"] for fields in failed
     ]
+
+
+def test_the_worker_counts_batch_attempts_as_the_single_loop_does(target: Target) -> None:
+    """The acknowledged items plus one for the refused item or the failed request; the items
+    behind a refusal were never looked at (found by review: raised batches went uncounted,
+    refused ones counted every item)."""
+    with Outbox(target.ref) as ob:
+        fill(ob, ["p"], 4)
+    answers: list[object] = [1, ConnectionRefusedError(111, "refused")]
+
+    def send_batch(events: list[dict[str, Any]]) -> int:
+        answer = answers.pop(0) if answers else len(events)
+        if isinstance(answer, BaseException):
+            raise answer
+        assert isinstance(answer, int)
+        return answer
+
+    stop = threading.Event()
+    with Outbox(target.ref) as ob:
+        worker = PartitionWorker(
+            ob, owner="w", send_batch=send_batch, stop=stop, idle_wait=0.01,
+            base_backoff=0.01, max_backoff=0.02,
+        )  # fmt: skip
+        thread = threading.Thread(target=worker.run)
+        thread.start()
+        while ob.pending(1) and not stop.wait(0.01):
+            pass
+        stop.set()
+        thread.join(timeout=60)
+    # 1 acked + 1 refused; 1 failed request; then the last 3 acked.
+    assert (worker.counts.attempted, worker.counts.succeeded) == (6, 4)

@@ -169,7 +169,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "requeue",
         help="put a quarantined event back into pending at its seq",
         description="Put a quarantined event back at its original seq and record which later "
-        "events were delivered while it was out (the reorder).",
+        "events were marked sent while it was out (the reorder).",
     )
     requeue.add_argument("event_id", metavar="EVENT_ID")
     add_source(requeue)
@@ -470,11 +470,13 @@ def cmd_requeue(args: argparse.Namespace) -> int:
     print(f"requeued {record['id']} at seq {record['seq']}")
     if record["overtaken_count"]:
         print(
-            f"reorder: {record['overtaken_count']} later event(s) were delivered while it was "
+            f"reorder: {record['overtaken_count']} later event(s) were marked sent while it was "
             f"out: {', '.join(record['overtaken_by'])}"
         )
     else:
-        print("no reorder: no later event was delivered while it was out")
+        # Said as what the outbox shows: a later event purged since, or one the sink applied
+        # whose ACK was lost (not marked), is not seen here.
+        print("no later event of this outbox was marked sent while it was out")
     return 0
 
 

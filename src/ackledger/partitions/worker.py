@@ -242,10 +242,19 @@ class PartitionWorker:
         each = self.after_delivery
 
         def many(events: list[dict[str, object]]) -> object:
-            answer = send_batch(events)
-            counts.attempted += len(events)
+            # Counted as the single loop counts (relay.Relay.step and classify): the items
+            # the sink acknowledged, plus one for the item it refused or the request that
+            # failed; the items behind a refusal were never looked at.
+            try:
+                answer = send_batch(events)
+            except BaseException:
+                counts.attempted += 1
+                raise
+            acked = 0  # an answer that is not a count acknowledges nothing (dispatch_batch)
             if isinstance(answer, int) and not isinstance(answer, bool):
-                counts.succeeded += max(0, min(answer, len(events)))
+                acked = max(0, min(answer, len(events)))
+            counts.succeeded += acked
+            counts.attempted += acked + (acked < len(events))
             return answer
 
         def after_batch(ids: list[str]) -> None:

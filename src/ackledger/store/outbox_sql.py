@@ -232,11 +232,24 @@ def purge_sent(tx: Tx, cutoff: float) -> int:
     operator watches do not fall when old rows go.
     """
     where = "WHERE sent = 1 AND sent_at < ?"  # matches the partial index outbox_sent_at
-    row = tx.one(f"SELECT COUNT(*), COALESCE(SUM(attempts), 0) FROM outbox {where}", (cutoff,))
+    if tx.dialect == "postgres":
+        # Counted from the rows this DELETE removed: two purges at once (two replicas' cron
+        # jobs) each count only their own deletions; a count read before the DELETE would
+        # let both add the same rows and double the totals (found by review).
+        row = tx.one(
+            f"WITH gone AS (DELETE FROM outbox {where} RETURNING attempts) "
+            "SELECT COUNT(*), COALESCE(SUM(attempts), 0) FROM gone",
+            (cutoff,),
+        )
+    else:
+        # One writer: nothing changes these rows between the count and the DELETE (SQLite
+        # has no DELETE inside WITH).
+        row = tx.one(f"SELECT COUNT(*), COALESCE(SUM(attempts), 0) FROM outbox {where}", (cutoff,))
     count, attempts = (0, 0) if row is None else (int(row[0]), int(row[1]))
     if count == 0:
         return 0
-    tx.execute(f"DELETE FROM outbox {where}", (cutoff,))
+    if tx.dialect != "postgres":
+        tx.execute(f"DELETE FROM outbox {where}", (cutoff,))
     bump_counter(tx, PURGED_SENT, count)
     bump_counter(tx, PURGED_ATTEMPTS, attempts)
     return count
