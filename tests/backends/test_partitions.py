@@ -244,6 +244,16 @@ def test_a_failing_partition_is_parked_while_the_others_go_on(target: Target) ->
     assert target.rows("SELECT attempts FROM outbox WHERE id = ?", (ids["bad"][1],)) == [(0,)]
 
 
+def _run_until_drained(ob: Outbox, worker: PartitionWorker) -> None:
+    """Run the worker on a thread until nothing is pending, then stop it."""
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    while ob.pending(1) and not worker.stop.wait(0.01):
+        pass
+    worker.stop.set()
+    thread.join(timeout=60)
+
+
 class _Records(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.INFO)
@@ -280,12 +290,7 @@ def test_the_worker_logs_and_backs_off_like_the_single_relay(target: Target) -> 
                     ob, owner=f"w{seed}", send=send, stop=stop, idle_wait=0.01,
                     base_backoff=base, max_backoff=cap, rng=random.Random(seed),
                 )  # fmt: skip
-                thread = threading.Thread(target=worker.run)
-                thread.start()
-                while ob.pending(1) and not stop.wait(0.01):
-                    pass
-                stop.set()
-                thread.join(timeout=60)
+                _run_until_drained(ob, worker)
         finally:
             relay_logger.removeHandler(handler)
         assert seen_failures and seen_failures[0] == 4  # the metric saw the failed rounds
@@ -325,17 +330,11 @@ def test_the_worker_counts_batch_attempts_as_the_single_loop_does(target: Target
         assert isinstance(answer, int)
         return answer
 
-    stop = threading.Event()
     with Outbox(target.ref) as ob:
         worker = PartitionWorker(
-            ob, owner="w", send_batch=send_batch, stop=stop, idle_wait=0.01,
+            ob, owner="w", send_batch=send_batch, stop=threading.Event(), idle_wait=0.01,
             base_backoff=0.01, max_backoff=0.02,
         )  # fmt: skip
-        thread = threading.Thread(target=worker.run)
-        thread.start()
-        while ob.pending(1) and not stop.wait(0.01):
-            pass
-        stop.set()
-        thread.join(timeout=60)
+        _run_until_drained(ob, worker)
     # 1 acked + 1 refused; 1 failed request; then the last 3 acked.
     assert (worker.counts.attempted, worker.counts.succeeded) == (6, 4)
