@@ -35,7 +35,7 @@ from .errors import InvalidEvent, NotAcknowledged
 from .logline import note
 from .marks_behind import MarksBehind
 from .outbox import MAX_BATCH, Outbox, check_limit, reason_from
-from .transport import check_target, check_timeout, post_batch, send_http
+from .transport import BatchAnswer, check_target, check_timeout, post_batch, send_http
 
 logger = logging.getLogger("ackledger.relay")
 
@@ -172,18 +172,26 @@ class _Sender:
             self.error, self.failed_id = exc, events[0]["id"]
             raise
         self.acked += answer.acked
-        if answer.acked < len(events):
-            problem = answer.error or {}
-            status = problem.get("status")
-            status = status if isinstance(status, int) and not isinstance(status, bool) else None
-            detail = problem.get("detail") or problem.get("title") or "not acknowledged"
-            self.refusal = Failure(
-                events[answer.acked]["id"],
-                failure_class(status),
-                f"HTTP {status} in batch: {detail}" if status else str(detail),
-                status,
-            )
+        self.refusal = refusal_of(events, answer)
         return answer.acked
+
+
+def refusal_of(events: list[dict[str, Any]], answer: BatchAnswer) -> Failure | None:
+    """The item a batch answer did not acknowledge, as a Failure with the sink's reason (the
+    batch send only returns a count; dispatch_batch then raises NotAcknowledged for the rest),
+    or None if every item was acknowledged."""
+    if answer.acked >= len(events):
+        return None
+    problem = answer.error or {}
+    status = problem.get("status")
+    status = status if isinstance(status, int) and not isinstance(status, bool) else None
+    detail = problem.get("detail") or problem.get("title") or "not acknowledged"
+    return Failure(
+        events[answer.acked]["id"],
+        failure_class(status),
+        f"HTTP {status} in batch: {detail}" if status else str(detail),
+        status,
+    )
 
 
 class Relay:

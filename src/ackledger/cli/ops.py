@@ -26,10 +26,12 @@ from ..relay import (
     EXIT_POISON,
     PERMANENT,
     POISON_POLICIES,
+    Failure,
     Relay,
     RelayCounts,
     RelaySettings,
     failure_class,
+    refusal_of,
 )
 from ..relay import logger as relay_logger
 from ..store import is_postgres, shown
@@ -288,9 +290,8 @@ class PartitionSends:
 
     def __init__(self, settings: RelaySettings) -> None:
         self.settings = settings
-        #: What the last batch answer said about the item it refused (send_batch returns
-        #: only a count, and dispatch_batch then raises NotAcknowledged for the rest).
-        self.refusal: dict[str, Any] = {}
+        #: The item the last batch answer refused, with the sink's reason (``refusal_of``).
+        self.refusal: Failure | None = None
 
     def send(self, event: dict[str, Any]) -> bool:
         settings = self.settings
@@ -300,14 +301,11 @@ class PartitionSends:
     def send_batch(self, events: list[dict[str, Any]]) -> int:
         # Forget the last answer first: a send that raises (no connection, a 5xx) must be
         # classified by its own failure, never by an earlier batch's refusal.
-        self.refusal.clear()
+        self.refusal = None
         settings = self.settings
         answer = post_batch(events, settings.url + "/batch", timeout=settings.timeout,
                             allowed_hosts=settings.allowed_hosts)  # fmt: skip
-        if answer.acked < len(events) and answer.error is not None:
-            status = answer.error.get("status")
-            self.refusal["status"] = status if isinstance(status, int) else None
-            self.refusal["detail"] = answer.error.get("detail") or answer.error.get("title")
+        self.refusal = refusal_of(events, answer)
         return answer.acked
 
     def classify(self, exc: Exception) -> str:
@@ -317,11 +315,13 @@ class PartitionSends:
             return failure_class(None)  # no answer (connection, time-out) or the database
         # A batch the sink refused part of ends in NotAcknowledged, raised right after the
         # send that recorded the refusal.
-        return failure_class(self.refusal.get("status", exc.status))
+        if self.refusal is not None:
+            return self.refusal.kind
+        return failure_class(exc.status)
 
     def describe(self, exc: Exception) -> str:
-        if self.refusal and isinstance(exc, NotAcknowledged):
-            return f"HTTP {self.refusal['status']} in batch: {self.refusal['detail']}"
+        if self.refusal is not None and isinstance(exc, NotAcknowledged):
+            return self.refusal.message
         return f"{type(exc).__name__}: {exc}"
 
 
