@@ -76,7 +76,7 @@ def http_round_trip_rate(
 
 def measure(plan: Plan, results: Results) -> None:
     print("floors", flush=True)
-    from ackledger.procs import start_listener
+    from ackledger._dev.procs import start_listener
 
     rawserver = Path(__file__).with_name("rawserver.py")
     with (

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ackledger.procs import run_cli, start_service
+from ackledger._dev.procs import run_cli, start_service
 
 from .common import Plan, Results, rate, scratch
 from .load import run_load
@@ -57,7 +57,7 @@ def _timed(request: Request, case_id: str, keys: list[int]) -> float:
 
 def ledger_class() -> Any | None:
     try:
-        module = importlib.import_module("ackledger.ledger")
+        module = importlib.import_module("ackledger.ledger.ledger")
     except ImportError:
         return None
     return getattr(module, "Ledger", None)

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from ackledger import Outbox
-from ackledger.dispatch import dispatch, dispatch_batch
-from ackledger.procs import Service, cli_command, run_cli, start_service
-from ackledger.transport import close_connections, send_http, send_http_batch
+from ackledger._dev.procs import Service, cli_command, run_cli, start_service
+from ackledger.source.dispatch import dispatch, dispatch_batch
+from ackledger.wire.http import close_connections, send_http, send_http_batch
 
 from . import fill
 from .common import Plan, Results, marks_rate, rate, scratch

@@ -11,8 +11,8 @@ import sys
 from typing import Any
 
 from ackledger import Outbox
-from ackledger.dispatch import dispatch_batch
-from ackledger.transport import send_http_batch
+from ackledger.source.dispatch import dispatch_batch
+from ackledger.wire.http import send_http_batch
 
 
 def main() -> None:

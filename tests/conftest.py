@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ackledger.procs import Service, start_service
+from ackledger._dev.procs import Service, start_service
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from ackledger.procs import Service
+from ackledger._dev.procs import Service
 
 T = TypeVar("T")
 P = TypeVar("P")

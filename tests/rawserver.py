@@ -7,7 +7,7 @@ import socket
 import threading
 from collections.abc import Callable
 
-from ackledger.closing import Closing
+from ackledger._core.closing import Closing
 
 # Given the request body, return the raw bytes to answer with, or None to close silently.
 Script = Callable[[bytes], bytes | None]

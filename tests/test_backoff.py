@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from ackledger.backoff import Backoff
+from ackledger._core.backoff import Backoff
 
 
 class _Top(random.Random):

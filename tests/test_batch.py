@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from ackledger import NotAcknowledged, Outbox
-from ackledger.dispatch import dispatch_batch
-from ackledger.procs import Service, run_cli
-from ackledger.transport import close_connections, post_batch, send_http_batch
+from ackledger._dev.procs import Service, run_cli
+from ackledger.source.dispatch import dispatch_batch
+from ackledger.wire.http import close_connections, post_batch, send_http_batch
 
 from .conftest import raw_rows
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from ackledger import Inbox, Outbox
+from ackledger._dev.procs import run_cli
 from ackledger.cli.common import open_outbox
-from ackledger.procs import run_cli
 from tests.test_cli import assert_one_line_error
 
 pytestmark = pytest.mark.slow

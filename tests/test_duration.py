@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from ackledger.duration import parse_duration
+from ackledger._core.duration import parse_duration
 
 
 @pytest.mark.parametrize(

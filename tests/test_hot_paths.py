@@ -18,11 +18,11 @@ from ackledger.event import (
     fingerprint,
     validate_event,
 )
-from ackledger.inbox import Inbox
+from ackledger.sink.app import _ack_body, _batch_acks_body
+from ackledger.sink.inbox import Inbox
 from ackledger.store.outbox_sql import MARK_CHUNK
-from ackledger.transport import check_target
 from ackledger.web.common import json_answer
-from ackledger.web.sink import _ack_body, _batch_acks_body
+from ackledger.wire.http import check_target
 
 from .conftest import raw_rows
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from ackledger import InvalidEvent, Ledger, NotAcknowledged, Outbox, UnsafeTarget, send_http
-from ackledger.outbox import MAX_REASON, reason_from
-from ackledger.procs import Service, run_cli
+from ackledger._dev.procs import Service, run_cli
+from ackledger.source.outbox import MAX_REASON, reason_from
 from tests.conftest import raw_rows
 from tests.test_cli import assert_one_line_error
 from tests.test_sink_service import request
@@ -275,7 +275,7 @@ def test_a_partition_relay_judges_each_failure_by_itself(
     database, the network) is transient: it must not borrow that refusal."""
     from ackledger import Inbox
     from ackledger.cli.ops import PartitionSends
-    from ackledger.relay import PERMANENT, TRANSIENT, RelaySettings
+    from ackledger.relay.loop import PERMANENT, TRANSIENT, RelaySettings
 
     with Inbox(sink_db) as inbox:
         inbox.receive({"id": "bad", "sku": "tea", "qty": 99})
@@ -291,7 +291,7 @@ def test_a_partition_relay_judges_each_failure_by_itself(
 
 
 def test_time_outs_are_checked_when_a_relay_is_configured() -> None:
-    from ackledger.relay import RelaySettings
+    from ackledger.relay.loop import RelaySettings
 
     assert RelaySettings(url="http://127.0.0.1:9/events", timeout=7200).timeout == 7200
     with pytest.raises(ValueError, match="timeout"):
@@ -299,7 +299,7 @@ def test_time_outs_are_checked_when_a_relay_is_configured() -> None:
 
 
 def test_the_partition_worker_fits_its_first_wait_under_a_small_cap(tmp_path: Path) -> None:
-    from ackledger.partitions.worker import PartitionWorker
+    from ackledger.relay.partition_worker import PartitionWorker
 
     with Outbox(tmp_path / "o.db") as outbox:
         worker = PartitionWorker(outbox, owner="w", send=lambda event: True, max_backoff=0.3)

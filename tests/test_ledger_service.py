@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ackledger.demo.ledger import job_reruns
-from ackledger.demo.story import Story
-from ackledger.procs import Service, start_service
+from ackledger._dev.demo.ledger import job_reruns
+from ackledger._dev.demo.story import Story
+from ackledger._dev.procs import Service, start_service
 from tests.conftest import raw_rows
 from tests.race import Client
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from ackledger import Inbox, Outbox
-from ackledger.procs import Service, run_cli
+from ackledger._dev.procs import Service, run_cli
 from tests.conftest import raw_rows
 from tests.opshelp import free_port, ids
 from tests.test_cli import assert_one_line_error

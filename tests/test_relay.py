@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from ackledger import Inbox, Outbox
-from ackledger.faultproxy import FaultProxy
-from ackledger.procs import Service, run_cli, start_service
-from ackledger.relay import PERMANENT, TRANSIENT, failure_class
+from ackledger._dev.faultproxy import FaultProxy
+from ackledger._dev.procs import Service, run_cli, start_service
+from ackledger.relay.loop import PERMANENT, TRANSIENT, failure_class
 from tests.conftest import raw_rows
 from tests.opshelp import count, free_port, ids, metrics, one, start_relay, wait_until
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from ackledger.procs import Service
+from ackledger._dev.procs import Service
 from ackledger.web.fastpath import GroupCommit
 
 from .conftest import raw_rows

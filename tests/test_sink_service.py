@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ackledger.procs import Service
+from ackledger._dev.procs import Service
 from tests.conftest import raw_rows
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from ackledger import NotAcknowledged, UnsafeTarget, send_http, send_http_batch
-from ackledger.transport import close_connections
+from ackledger.wire.http import close_connections
 from tests.rawserver import RawServer, http_answer
 
 EVENT = {"id": "snack-7", "sku": "snack", "qty": 7}
@@ -200,7 +200,7 @@ def test_non_string_url_is_refused() -> None:
 
 
 def test_an_explicit_allow_list_widens_the_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ackledger.transport import check_target
+    from ackledger.wire.http import check_target
 
     with pytest.raises(UnsafeTarget):
         check_target("http://sink.invalid/events")
@@ -215,7 +215,7 @@ def test_localhost_and_ipv6_loopback_are_allowed() -> None:
     except OSError:
         pytest.skip("no IPv6 loopback on this machine")
     six.close()
-    from ackledger.transport import check_target
+    from ackledger.wire.http import check_target
 
     assert check_target("http://[::1]:8080/events").host == "::1"
 
@@ -285,7 +285,7 @@ def test_batch_target_and_size_rules() -> None:
 def test_kept_connections_turn_nagle_off() -> None:
     # http.client sends a request's head and body in two writes; with Nagle's algorithm on,
     # the body can wait for the peer's delayed ACK of the head.
-    from ackledger.transport import _pool
+    from ackledger.wire.http import _pool
 
     with RawServer(ack_for) as server:
         assert send_http(EVENT, server.url) is True

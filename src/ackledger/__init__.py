@@ -5,7 +5,6 @@ a transactional outbox at the source, an idempotent inbox at the sink, and an id
 ledger for jobs that are re-run in new processes.
 """
 
-from .dispatch import dispatch, dispatch_batch
 from .errors import (
     AckledgerError,
     Conflict,
@@ -15,10 +14,11 @@ from .errors import (
     UnsafeTarget,
 )
 from .event import validate_event
-from .inbox import Inbox
-from .ledger import Ledger
-from .outbox import Outbox
-from .transport import send_http, send_http_batch
+from .ledger.ledger import Ledger
+from .sink.inbox import Inbox
+from .source.dispatch import dispatch, dispatch_batch
+from .source.outbox import Outbox
+from .wire.http import send_http, send_http_batch
 
 __all__ = [
     "AckledgerError",

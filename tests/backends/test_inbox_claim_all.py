@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from ackledger import Conflict, Inbox, InvalidEvent
 from ackledger.event import validate_event
-from ackledger.inbox import BatchResult
+from ackledger.sink.inbox import BatchResult
 from ackledger.store.keys import MANY
 
 from .conftest import Target

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from ackledger import Conflict, InvalidEvent, Ledger
-from ackledger.ledger import DEFAULT_RETENTION_SECONDS, PayloadConflict, check_request
+from ackledger.ledger.ledger import DEFAULT_RETENTION_SECONDS, PayloadConflict, check_request
 from ackledger.store.inbox_sql import COUNTER_SHARDS
 
 from .. import pg
@@ -368,7 +368,7 @@ def test_requests_for_other_keys_do_not_wait_for_an_open_one_on_postgres(pg_url:
     """Replicas must not take turns: a request whose transaction is still open (it bumped its
     counters, it has not committed) does not hold up a request for another key on another
     connection. One counter row bumped by every request would make the second one wait."""
-    from ackledger.ledger import record_request
+    from ackledger.ledger.ledger import record_request
 
     def shard(ledger: Ledger) -> int:
         with ledger.backend.read() as tx:
@@ -474,7 +474,7 @@ def _idle_key(pg_url: str) -> Iterator[tuple[Ledger, Ledger, dict[str, Any]]]:
 def test_a_purge_keeps_a_key_whose_request_is_in_flight_on_postgres(pg_url: str) -> None:
     """The request has the key (its transaction open): the purge does not wait for it and does
     not touch the key, which then continues with the next attempt number."""
-    from ackledger.ledger import record_request
+    from ackledger.ledger.ledger import record_request
 
     with _idle_key(pg_url) as (requester, purger, first):
         purged: list[dict[str, int]] = []

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from ackledger import Outbox, dispatch
-from ackledger.dispatch import StopRequested
+from ackledger.source.dispatch import StopRequested
 
 from .conftest import Target
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from ackledger import NotAcknowledged, Outbox, dispatch_batch
-from ackledger.marks_behind import MarksBehind
+from ackledger.source.marking import MarksBehind
 
 from .conftest import Target
 

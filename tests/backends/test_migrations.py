@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from ackledger import Outbox
-from ackledger.partitions import PartitionLeases
-from ackledger.procs import cli_command, run_cli
+from ackledger._dev.procs import cli_command, run_cli
+from ackledger.relay.partitions import PartitionLeases
 from ackledger.store import open_backend
 from ackledger.store.base import migrate, migrations
 

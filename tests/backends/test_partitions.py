@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from ackledger import LeaseLost, NotAcknowledged, Outbox, dispatch
-from ackledger.partitions import LeasedPartition, PartitionLeases, run_partition_worker
-from ackledger.partitions.worker import PartitionWorker
-from ackledger.relay import logger as relay_logger
+from ackledger.relay.loop import logger as relay_logger
+from ackledger.relay.partition_worker import PartitionWorker
+from ackledger.relay.partitions import LeasedPartition, PartitionLeases, run_partition_worker
 
 from .conftest import Target
 

@@ -12,8 +12,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from ackledger.ledger import Ledger, check_request
-from ackledger.procs import start_service
+from ackledger._dev.procs import start_service
+from ackledger.ledger.ledger import Ledger, check_request
 from ackledger.store import ledger_sql
 from tests.test_sink_service import request
 

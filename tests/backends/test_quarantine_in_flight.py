@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ackledger import Outbox, dispatch, dispatch_batch
-from ackledger.partitions import run_partition_worker
+from ackledger.relay.partitions import run_partition_worker
 
 from .conftest import Target
 

@@ -8,7 +8,7 @@ from functools import partial
 from pathlib import Path
 
 from ackledger import send_http
-from ackledger.procs import run_cli, start_service
+from ackledger._dev.procs import run_cli, start_service
 
 from ..race import Answer, Client, at_once, connected
 from .conftest import Target

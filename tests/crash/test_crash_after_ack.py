@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from ackledger import Outbox, dispatch, send_http
-from ackledger.faultproxy import FaultProxy
-from ackledger.procs import Service, run_cli
-from ackledger.transport import close_connections
+from ackledger._dev.faultproxy import FaultProxy
+from ackledger._dev.procs import Service, run_cli
+from ackledger.wire.http import close_connections
 from tests.conftest import raw_rows
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from ackledger import Outbox
-from ackledger.partitions import PartitionLeases
+from ackledger.relay.partitions import PartitionLeases
 
 from .. import pg
 

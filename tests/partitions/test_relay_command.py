@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ackledger import Inbox, Outbox
-from ackledger.procs import Service, cli_command
+from ackledger._dev.procs import Service, cli_command
 from tests.conftest import raw_rows
 
 pytestmark = pytest.mark.slow

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from ackledger import Outbox
-from ackledger.procs import Service, start_service
+from ackledger._dev.procs import Service, start_service
 
 from .. import pg
 from ..conftest import raw_rows
@@ -50,7 +50,7 @@ def start_worker(
     with open(log, "ab") as out:
         process = subprocess.Popen(
             [
-                sys.executable, "-m", "ackledger.partitions", "--source", source,
+                sys.executable, "-m", "ackledger.relay", "--source", source,
                 "--to", sink.base_url + "/events", "--owner", owner,
                 "--lease-ttl", str(ttl), "--idle-wait", "0.2", "--max-backoff", "2", *extra,
             ],

@@ -1,4 +1,4 @@
-"""``python -m ackledger.partitions``: bad input is one line and exit 2, nothing written."""
+"""``python -m ackledger.relay``: bad input is one line and exit 2, nothing written."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "ackledger.partitions", *args],
+        [sys.executable, "-m", "ackledger.relay", *args],
         capture_output=True,
         text=True,
         timeout=60,

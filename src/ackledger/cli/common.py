@@ -6,7 +6,7 @@ import argparse
 import os
 from collections.abc import Callable
 
-from ..outbox import MAX_BATCH, Outbox
+from ..source.outbox import MAX_BATCH, Outbox
 from ..store.base import SYNCHRONOUS_MODES
 
 
@@ -73,7 +73,7 @@ def positive_float(text: str) -> float:
 
 def timeout_arg(text: str) -> float:
     """An argparse type: a request time-out, as ``transport.check_timeout`` takes it."""
-    from ..transport import check_timeout
+    from ..wire.http import check_timeout
 
     try:
         return check_timeout(positive_float(text))
@@ -123,7 +123,7 @@ def open_outbox(target: str, synchronous: str = "FULL", *, create: bool = False)
 
 def duration_arg(text: str) -> float:
     """An argparse type for ``30d``, ``12h``... (seconds), with the parser's own message."""
-    from ..duration import parse_duration
+    from .._core.duration import parse_duration
 
     try:
         return parse_duration(text)

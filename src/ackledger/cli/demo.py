@@ -19,6 +19,6 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from ..demo import run
+    from .._dev.demo import run
 
     return run(keep=args.keep)

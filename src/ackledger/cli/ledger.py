@@ -8,8 +8,8 @@ import os
 import sys
 import uuid
 
-from ..ledger import DEFAULT_RETENTION_SECONDS, MODES, check_request
-from ..transport import check_target
+from ..ledger.ledger import DEFAULT_RETENTION_SECONDS, MODES, check_request
+from ..wire.http import check_target
 from .common import add_http_client, duration_arg, existing_target, json_arg
 
 #: ``--fail-after-save``: EX_TEMPFAIL, the status a Job treats as a failed Pod and retries.
@@ -76,7 +76,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 def cmd_deliver(args: argparse.Namespace) -> int:
     from ..errors import InvalidEvent, NotAcknowledged, UnsafeTarget
-    from ..ledger_client import request_delivery
+    from ..ledger.client import request_delivery
     from . import UsageError
 
     try:
@@ -119,7 +119,7 @@ def cmd_deliver(args: argparse.Namespace) -> int:
 
 
 def cmd_purge(args: argparse.Namespace) -> int:
-    from ..ledger import Ledger
+    from ..ledger.ledger import Ledger
 
     existing_target(args.db, "db")
     with Ledger(args.db) as ledger:

@@ -14,15 +14,14 @@ from dataclasses import asdict
 from types import FrameType
 from typing import Any, TypeVar
 
-from ..backoff import Backoff
-from ..dispatch import MARK_SYNCS
+from .._core.backoff import Backoff
+from .._core.logline import FORMATS, install
 from ..errors import AckledgerError, InvalidEvent, NotAcknowledged
 from ..event import check_identifier
-from ..logline import FORMATS, install
-from ..outbox import Outbox
-from ..partitions.leases import check_owner, default_owner
-from ..probe import base_url, scrape
-from ..relay import (
+from ..ops.probe import base_url, scrape
+from ..ops.trace import trace, when
+from ..relay.leases import check_owner, default_owner
+from ..relay.loop import (
     EXIT_POISON,
     PERMANENT,
     POISON_POLICIES,
@@ -33,10 +32,11 @@ from ..relay import (
     failure_class,
     refusal_of,
 )
-from ..relay import logger as relay_logger
+from ..relay.loop import logger as relay_logger
+from ..source.dispatch import MARK_SYNCS
+from ..source.outbox import Outbox
 from ..store import is_postgres, shown
-from ..trace import trace, when
-from ..transport import check_target, post_batch, send_http
+from ..wire.http import check_target, post_batch, send_http
 from .common import (
     add_http_client,
     add_source,
@@ -274,7 +274,7 @@ def _metrics(args: argparse.Namespace, outbox: Outbox, counts: RelayCounts) -> A
 
     if args.metrics_port is None:
         return None
-    from ..relay_metrics import MetricsServer
+    from ..relay.metrics import MetricsServer
 
     try:
         metrics = MetricsServer(outbox.stats, counts, args.metrics_host, args.metrics_port)
@@ -330,7 +330,7 @@ def _relay_partitions(
 ) -> int:
     """One of N relays on a PostgreSQL outbox: the partition worker, with the relay's poison
     policy, stop signals and metrics."""
-    from ..partitions import PartitionWorker
+    from ..relay.partitions import PartitionWorker
 
     sends = PartitionSends(settings)
     send, send_batch = sends.send, sends.send_batch

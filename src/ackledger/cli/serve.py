@@ -65,9 +65,9 @@ def _listen(args: argparse.Namespace) -> socket.socket:
 
 
 def cmd_serve_sink(args: argparse.Namespace) -> int:
-    from ..inbox import Inbox
+    from ..sink.app import create_sink_app
+    from ..sink.inbox import Inbox
     from ..web.server import serve
-    from ..web.sink import create_sink_app
 
     sock = _listen(args)
     with Inbox(args.db, synchronous=args.synchronous) as inbox:
@@ -76,8 +76,8 @@ def cmd_serve_sink(args: argparse.Namespace) -> int:
 
 
 def cmd_serve_ledger(args: argparse.Namespace) -> int:
-    from ..ledger import Ledger
-    from ..web.ledger import create_ledger_app
+    from ..ledger.app import create_ledger_app
+    from ..ledger.ledger import Ledger
     from ..web.server import serve
 
     sock = _listen(args)

@@ -8,9 +8,9 @@ import os
 import sys
 from typing import Any
 
-from ..dispatch import dispatch, dispatch_batch
 from ..event import validate_event
-from ..transport import check_target, send_http, send_http_batch
+from ..source.dispatch import dispatch, dispatch_batch
+from ..wire.http import check_target, send_http, send_http_batch
 from .common import (
     add_http_client,
     add_source,

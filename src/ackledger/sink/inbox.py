@@ -13,13 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .database import Database
-from .errors import AckledgerError, Conflict
-from .event import check_identifier, event_fingerprint, validate_event
-from .idempotency import Outcome, claim_all, claim_once
-from .store import Tx
-from .store import inbox_sql as sql
-from .store.keys import INBOX
+from .._core.database import Database
+from .._core.idempotency import Outcome, claim_all, claim_once
+from ..errors import AckledgerError, Conflict
+from ..event import check_identifier, event_fingerprint, validate_event
+from ..store import Tx
+from ..store import inbox_sql as sql
+from ..store.keys import INBOX
 
 COUNTER_PREFIX = "sink."
 

@@ -17,14 +17,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .database import Database
-from .duration import check_age
-from .errors import Conflict, InvalidEvent
-from .event import check_identifier, fingerprint
-from .idempotency import Outcome, claim_once
-from .store import Tx
-from .store import ledger_sql as sql
-from .store.keys import DELIVERIES
+from .._core.database import Database
+from .._core.duration import check_age
+from .._core.idempotency import Outcome, claim_once
+from ..errors import Conflict, InvalidEvent
+from ..event import check_identifier, fingerprint
+from ..store import Tx
+from ..store import ledger_sql as sql
+from ..store.keys import DELIVERIES
 
 MODES = ("idempotent", "control")
 MAX_KEY_LEN = 128

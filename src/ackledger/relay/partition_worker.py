@@ -27,8 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Required, TypedDict, Unpack
 
-from ..backoff import Backoff
-from ..dispatch import (
+from .._core.backoff import Backoff
+from .._core.logline import note
+from ..errors import LeaseLost
+from ..source.dispatch import (
     Send,
     SendBatch,
     StopRequested,
@@ -36,12 +38,10 @@ from ..dispatch import (
     dispatch,
     dispatch_batch,
 )
-from ..errors import LeaseLost
-from ..logline import note
-from ..outbox import Outbox, check_limit, reason_from
-from ..relay import PERMANENT, POISON_POLICIES, TRANSIENT, RelayCounts, some_ids
-from ..relay import logger as relay_logger
+from ..source.outbox import Outbox, check_limit, reason_from
 from .leases import DEFAULT_TTL, Lease, LeasedPartition, PartitionLeases, check_ttl
+from .loop import PERMANENT, POISON_POLICIES, TRANSIENT, RelayCounts, some_ids
+from .loop import logger as relay_logger
 
 IDLE_WAIT_S = 0.5
 BATCHES_PER_LEASE = 16

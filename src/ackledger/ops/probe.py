@@ -12,9 +12,9 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
-from .errors import NotAcknowledged, UnsafeTarget
-from .event import check_identifier
-from .transport import Target, check_target, request_once
+from ..errors import NotAcknowledged, UnsafeTarget
+from ..event import check_identifier
+from ..wire.http import Target, check_target, request_once
 
 MAX_READ_BYTES = 1024 * 1024
 _BASE_PATHS = ("", "/", "/events", "/metrics")

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .store.base import Params, Tx
-from .store.keys import KeySpace
+from ..store.base import Params, Tx
+from ..store.keys import KeySpace
 
 
 class Outcome(enum.Enum):

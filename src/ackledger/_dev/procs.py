@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .closing import Closing
+from .._core.closing import Closing
 
 _LISTENING = re.compile(r"listening on (http://\S+)")
 

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from ..ledger_client import read_ledger
+from ...ledger.client import read_ledger
 from ..procs import run_cli, start_service
 from .story import Story
 

@@ -1,4 +1,4 @@
-"""``python -m ackledger.partitions``: run one partition worker until SIGTERM or SIGINT.
+"""``python -m ackledger.relay``: run one partition worker until SIGTERM or SIGINT.
 
 Prints ``partition worker OWNER running`` once started and, on exit, one JSON line with what it
 did. Exits 0 when stopped by a signal (after the batch in flight, releasing its lease), 2 on
@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
+from .._core.logline import install
 from ..cli import Parser, UsageError, fail
 from ..cli.common import (
     add_http_client,
@@ -25,18 +26,17 @@ from ..cli.common import (
     limit_arg,
     positive_float,
 )
-from ..logline import install
-from ..outbox import Outbox
-from ..relay import logger as relay_logger
+from ..source.outbox import Outbox
 from ..store import database_errors
-from ..transport import check_target, close_connections, send_http, send_http_batch
+from ..wire.http import check_target, close_connections, send_http, send_http_batch
 from .leases import DEFAULT_TTL, check_owner
-from .worker import run_partition_worker
+from .loop import logger as relay_logger
+from .partition_worker import run_partition_worker
 
 
 def build_parser() -> Parser:
     parser = Parser(
-        prog="python -m ackledger.partitions",
+        prog="python -m ackledger.relay",
         description="One of N relays on one outbox: lease partitions, send each one's events "
         "in seq order, mark them sent only on an exact ACK and only while the lease holds.",
     )

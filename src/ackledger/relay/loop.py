@@ -29,13 +29,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .backoff import Backoff
-from .dispatch import Source, StopRequested, check_mark_sync, dispatch, dispatch_batch
-from .errors import InvalidEvent, NotAcknowledged
-from .logline import note
-from .marks_behind import MarksBehind
-from .outbox import MAX_BATCH, Outbox, check_limit, reason_from
-from .transport import BatchAnswer, check_target, check_timeout, post_batch, send_http
+from .._core.backoff import Backoff
+from .._core.logline import note
+from ..errors import InvalidEvent, NotAcknowledged
+from ..source.dispatch import Source, StopRequested, check_mark_sync, dispatch, dispatch_batch
+from ..source.marking import MarksBehind
+from ..source.outbox import MAX_BATCH, Outbox, check_limit, reason_from
+from ..wire.http import BatchAnswer, check_target, check_timeout, post_batch, send_http
 
 logger = logging.getLogger("ackledger.relay")
 

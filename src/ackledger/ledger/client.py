@@ -13,10 +13,10 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote
 
-from .errors import Conflict, InvalidEvent, NotAcknowledged
-from .event import canonical_json
+from ..errors import Conflict, InvalidEvent, NotAcknowledged
+from ..event import canonical_json
+from ..wire.http import MAX_ANSWER_BYTES, check_target, request_once
 from .ledger import LedgerRequest
-from .transport import MAX_ANSWER_BYTES, check_target, request_once
 
 DELIVERIES_PATH = "/deliveries"
 #: Listings can be long; they are still read up to a cap.

@@ -13,13 +13,13 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .errors import AckledgerError
-from .event import check_identifier
-from .inbox import Inbox
-from .outbox import Outbox
+from ..errors import AckledgerError
+from ..event import check_identifier
+from ..sink.inbox import Inbox
+from ..source.outbox import Outbox
+from ..store import is_postgres, shown
+from ..store.sqlite import foreign_file
 from .probe import base_url, sink_receipt
-from .store import is_postgres, shown
-from .store.sqlite import foreign_file
 
 YES, NO, UNKNOWN, INFERRED = "yes", "no", "unknown", "inferred"
 

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from .errors import NotAcknowledged, UnsafeTarget
-from .event import event_json, validate_event
+from ..errors import NotAcknowledged, UnsafeTarget
+from ..event import event_json, validate_event
 
 MAX_ANSWER_BYTES = 64 * 1024
 MAX_BATCH = 16

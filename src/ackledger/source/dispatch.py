@@ -12,10 +12,10 @@ import contextlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .errors import NotAcknowledged
+from ..errors import NotAcknowledged
 
 if TYPE_CHECKING:
-    from .marks_behind import MarksBehind
+    from .marking import MarksBehind
 
 Send = Callable[[dict[str, Any]], object]
 SendBatch = Callable[[list[dict[str, Any]]], object]
@@ -23,7 +23,7 @@ SendBatch = Callable[[list[dict[str, Any]]], object]
 
 class Source(Protocol):
     """What dispatch reads from and marks in: an ``Outbox``, or one partition of it under a
-    lease (``ackledger.partitions.LeasedPartition``, whose marks check the lease)."""
+    lease (``ackledger.relay.leases.LeasedPartition``, whose marks check the lease)."""
 
     def pending(self, limit: int = ...) -> list[dict[str, Any]]: ...
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import LeaseLost
-from ..outbox import Outbox, check_limit
+from ..source.outbox import Outbox, check_limit
 from ..store import lease_sql as sql
 
 DEFAULT_TTL = 30.0

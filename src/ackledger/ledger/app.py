@@ -22,16 +22,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import InvalidEvent
-from ..ledger import (
-    MAX_KEY_LEN,
-    REQUEST_FIELDS,
-    Ledger,
-    LedgerRequest,
-    PayloadConflict,
-    request_from_json,
-)
 from ..store import database_errors
-from .common import (
+from ..web.common import (
     BodyTooLarge,
     DatabaseCalls,
     Handler,
@@ -44,7 +36,15 @@ from .common import (
     read_capped,
     unavailable_answer,
 )
-from .fastpath import GroupCommit
+from ..web.fastpath import GroupCommit
+from .ledger import (
+    MAX_KEY_LEN,
+    REQUEST_FIELDS,
+    Ledger,
+    LedgerRequest,
+    PayloadConflict,
+    request_from_json,
+)
 
 NODE_BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 

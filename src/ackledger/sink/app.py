@@ -18,9 +18,8 @@ from starlette.types import ASGIApp, Receive, Scope
 
 from ..errors import AckledgerError, Conflict, InvalidEvent
 from ..event import check_identifier
-from ..inbox import BatchResult, Inbox
 from ..store import database_errors
-from .common import (
+from ..web.common import (
     Answer,
     BodyTooLarge,
     ClientGone,
@@ -38,7 +37,8 @@ from .common import (
     too_large_answer,
     unavailable_answer,
 )
-from .fastpath import FastPosts, GroupCommit, PostRoute
+from ..web.fastpath import FastPosts, GroupCommit, PostRoute
+from .inbox import BatchResult, Inbox
 
 MAX_BATCH = 16
 

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ...sink.inbox import Inbox
+from ...source.outbox import Outbox
 from ..faultproxy import FaultProxy
-from ..inbox import Inbox
-from ..outbox import Outbox
 from ..procs import run_cli, start_service
 from .story import Story
 

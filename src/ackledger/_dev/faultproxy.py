@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 
-from .closing import Closing
+from .._core.closing import Closing
 
 
 class FaultProxy(Closing):

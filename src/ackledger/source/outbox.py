@@ -14,14 +14,14 @@ from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from .database import Database
-from .duration import MAX_SECONDS
-from .errors import Conflict
-from .event import check_identifier, fingerprint, validate_event
-from .idempotency import Outcome, claim_once
-from .store import Tx
-from .store import outbox_sql as sql
-from .store.keys import OUTBOX
+from .._core.database import Database
+from .._core.duration import MAX_SECONDS
+from .._core.idempotency import Outcome, claim_once
+from ..errors import Conflict
+from ..event import check_identifier, fingerprint, validate_event
+from ..store import Tx
+from ..store import outbox_sql as sql
+from ..store.keys import OUTBOX
 
 MAX_BATCH = 16
 

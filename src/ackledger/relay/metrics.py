@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from .relay import RelayCounts
+from .loop import RelayCounts
 
 #: Reads the outbox's figures (``Outbox.stats``).
 Stats = Callable[[], dict[str, Any]]

@@ -1,0 +1,1 @@
+"""Development tools: the fault proxy, process helpers and the demo."""

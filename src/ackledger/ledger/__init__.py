@@ -1,0 +1,1 @@
+"""The idempotency ledger, its /deliveries service and its client."""

@@ -1,0 +1,1 @@
+"""Operating it: trace and looks at running services."""

@@ -1,0 +1,1 @@
+"""The sink side: the idempotent inbox and its /events service."""

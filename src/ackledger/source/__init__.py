@@ -1,0 +1,1 @@
+"""The source side: the transactional outbox and dispatch."""

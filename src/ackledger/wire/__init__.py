@@ -1,0 +1,1 @@
+"""The wire: target allow-lists, senders, and what counts as an acknowledgement."""
