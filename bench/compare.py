@@ -3,8 +3,10 @@
 ``python -m bench.compare --only relay,sink --rounds 3 before=/tmp/old/src current``
 
 Each variant is ``NAME=SRC`` (a ``src`` folder put first on PYTHONPATH for the bench and every
-service it starts) or ``current`` (this checkout). Rounds alternate the variants, so that the
-load of a shared machine falls on all of them alike; the medians of all rounds are printed.
+service it starts), ``NAME=CHECKOUT`` (another checkout: its own ``bench/`` runs from there on its
+own ``src``, for when the bench's imports moved with the code) or ``current`` (this checkout).
+Rounds alternate the variants, so that the load of a shared machine falls on all of them alike;
+the medians of all rounds are printed.
 """
 
 from __future__ import annotations
@@ -21,11 +23,14 @@ from pathlib import Path
 
 def _run(name: str, src: str | None, only: str, out: Path) -> None:
     env = dict(os.environ)
+    cwd = None
+    if src and (Path(src) / "bench" / "__main__.py").exists():
+        cwd, src = src, str(Path(src) / "src")
     if src:
         env["PYTHONPATH"] = src
     command = [sys.executable, "-m", "bench", "--quick", "--only", only, "--no-docs"]
     print(f"== {name}", flush=True)
-    subprocess.run([*command, "--json", str(out)], env=env, check=True)
+    subprocess.run([*command, "--json", str(out)], env=env, cwd=cwd, check=True)
 
 
 def main(argv: list[str] | None = None) -> int:
