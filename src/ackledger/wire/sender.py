@@ -1,0 +1,83 @@
+"""One way to build a sender from a URL: ``sender(url, **options)``.
+
+A sender turns "sent" into evidence: ``send`` returns True only for the receiving side's exact
+ACK of that very event, ``send_batch`` returns the length of the acknowledged prefix. When a
+batch answer refuses an item, the sender keeps the receiver's reason as ``refusal`` until the
+next ``send_batch``, because the count alone cannot say whether the refusal is permanent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from ..errors import UnsafeTarget
+from .http import check_target, check_timeout, close_connections, post_batch, send_http
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """What the receiver said of the first item of a batch it did not acknowledge."""
+
+    event_id: str
+    #: The status the item would have had alone (HTTP), or None when none was given.
+    status: int | None
+    detail: str
+
+
+class Sender(Protocol):
+    #: The first refused item of the last ``send_batch``, or None.
+    refusal: Refusal | None
+
+    def send(self, event: dict[str, Any]) -> bool: ...
+
+    def send_batch(self, events: list[dict[str, Any]]) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class HttpSender:
+    """POSTs to a sink's ``/events`` (one event) and ``/events/batch`` (up to 16)."""
+
+    def __init__(
+        self, url: str, *, timeout: float = 5.0, allowed_hosts: Iterable[str] | None = None
+    ) -> None:
+        self.allowed_hosts = tuple(allowed_hosts or ())
+        check_target(url, "/events", self.allowed_hosts)
+        self.url = url
+        self.batch_url = url + "/batch"
+        self.timeout = check_timeout(timeout)
+        self.refusal: Refusal | None = None
+
+    def send(self, event: dict[str, Any]) -> bool:
+        return send_http(event, self.url, timeout=self.timeout, allowed_hosts=self.allowed_hosts)
+
+    def send_batch(self, events: list[dict[str, Any]]) -> int:
+        # Forget the last answer first: a send that raises (no connection, a 5xx) must be
+        # judged by its own failure, never by an earlier batch's refusal.
+        self.refusal = None
+        answer = post_batch(
+            events, self.batch_url, timeout=self.timeout, allowed_hosts=self.allowed_hosts
+        )
+        if answer.acked < len(events):
+            problem = answer.error or {}
+            status = problem.get("status")
+            status = status if type(status) is int else None
+            detail = problem.get("detail") or problem.get("title") or "not acknowledged"
+            self.refusal = Refusal(events[answer.acked]["id"], status, str(detail))
+        return answer.acked
+
+    def close(self) -> None:
+        close_connections()
+
+
+def sender(url: object, **options: Any) -> Sender:
+    """The sender for ``url``'s scheme; refuses an unknown scheme before any connection."""
+    if not isinstance(url, str):
+        raise UnsafeTarget(f"url: must be a string, got {type(url).__name__}")
+    scheme = urlsplit(url).scheme.lower()
+    if scheme in ("http", "https"):
+        return HttpSender(url, **options)
+    raise UnsafeTarget(f"url: scheme {scheme!r} is not supported (use http or https)")
