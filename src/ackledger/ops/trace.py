@@ -64,11 +64,11 @@ def trace(event_id: str, source: str, sink: str) -> dict[str, Any]:
         and (receipt.get("sku"), receipt.get("qty")) != (ours["sku"], ours["qty"])
     )
     stages = [
-        _accepted(order, source_shown),
-        _in_outbox(row, history, source_shown),
-        _at_sink(receipt, sink_where, sink_error, conflict),
-        _ack(row, receipt, sink_error, conflict),
-        _marked(row, source_shown),
+        _accepted_stage(order, source_shown),
+        _outbox_stage(row, history, source_shown),
+        _sink_stage(receipt, sink_where, sink_error, conflict),
+        _ack_stage(row, receipt, sink_error, conflict),
+        _sent_stage(row, source_shown),
     ]
     return {
         "id": event_id,
@@ -89,7 +89,7 @@ def trace_text(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _accepted(order: dict[str, Any] | None, source: str) -> Stage:
+def _accepted_stage(order: dict[str, Any] | None, source: str) -> Stage:
     where = f"table orders in {source}"
     if order is None:
         return Stage(
@@ -101,7 +101,7 @@ def _accepted(order: dict[str, Any] | None, source: str) -> Stage:
     return Stage("accepted", YES, "order row", where, detail)
 
 
-def _in_outbox(row: dict[str, Any] | None, history: list[dict[str, Any]], source: str) -> Stage:
+def _outbox_stage(row: dict[str, Any] | None, history: list[dict[str, Any]], source: str) -> Stage:
     where = f"table outbox in {source}"
     if row is None:
         return Stage(
@@ -130,7 +130,7 @@ def _in_outbox(row: dict[str, Any] | None, history: list[dict[str, Any]], source
     return Stage("outbox", YES, state, where, "; ".join(parts))
 
 
-def _at_sink(
+def _sink_stage(
     receipt: dict[str, Any] | None,
     where: str,
     error: str | None,
@@ -154,7 +154,7 @@ def _at_sink(
     return Stage("sink", YES, "inbox receipt", where, detail)
 
 
-def _ack(
+def _ack_stage(
     row: dict[str, Any] | None, receipt: dict[str, Any] | None, error: str | None, conflict: bool
 ) -> Stage:
     where = "not stored anywhere (an ACK lives only in the relay's memory)"
@@ -197,7 +197,7 @@ def _ack(
     )  # fmt: skip
 
 
-def _marked(row: dict[str, Any] | None, source: str) -> Stage:
+def _sent_stage(row: dict[str, Any] | None, source: str) -> Stage:
     where = f"outbox.sent in {source}"
     if row is None:
         return Stage("sent", UNKNOWN, "no row", where, "no outbox row to carry a mark")
