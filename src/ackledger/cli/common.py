@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Callable
 
+from ..ops.databases import existing_database
 from ..source.outbox import MAX_BATCH, Outbox
 from ..store.base import SYNCHRONOUS_MODES
 
@@ -94,25 +94,15 @@ def json_arg(text: str, name: str) -> object:
         raise UsageError(f"{name}: JSON nested too deeply") from None
 
 
-def is_url(target: str) -> bool:
-    return "://" in target
-
-
 def existing_target(target: str, what: str = "source") -> str:
-    """A database that must already exist and be ackledger's: reading and operating commands
-    never create one by a typo, nor add our schema to another program's file."""
+    """A database that must already exist and be ackledger's (``ops.databases``), refused as
+    bad input naming ``--what``."""
     from . import UsageError
 
-    if is_url(target):
-        return target
-    if not os.path.isfile(target):
-        raise UsageError(f"--{what}: no database at {target!r}")
-    from ..store.sqlite import foreign_file
-
-    problem = foreign_file(target)
-    if problem is not None:
-        raise UsageError(f"--{what}: {problem}")
-    return target
+    try:
+        return existing_database(target, what)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def open_outbox(target: str, synchronous: str = "FULL", *, create: bool = False) -> Outbox:

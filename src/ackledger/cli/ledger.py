@@ -8,7 +8,7 @@ import os
 import sys
 import uuid
 
-from ..ledger.ledger import DEFAULT_RETENTION_SECONDS, MODES, check_request
+from ..ledger.ledger import DEFAULT_RETENTION_SECONDS, MODES, LedgerRequest, check_request
 from ..wire.http import check_target
 from .common import add_http_client, duration_arg, existing_target, json_arg
 
@@ -71,12 +71,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         metavar="DURATION",
         help="e.g. 30d, 12h, 90m (default 30d, the documented key retention)",
     )
-    purge.set_defaults(handler=cmd_purge)
+    purge.set_defaults(handler=cmd_ledger_purge)
 
 
-def cmd_deliver(args: argparse.Namespace) -> int:
-    from ..errors import InvalidEvent, NotAcknowledged, UnsafeTarget
-    from ..ledger.client import request_delivery
+def _delivery_request(args: argparse.Namespace) -> LedgerRequest:
+    """The request ``deliver`` makes, checked before any connection: bad input names its flag."""
+    from ..errors import InvalidEvent, UnsafeTarget
     from . import UsageError
 
     try:
@@ -92,9 +92,17 @@ def cmd_deliver(args: argparse.Namespace) -> int:
         args.pod_uid if args.pod_uid is not None else os.environ.get("POD_UID") or str(uuid.uuid4())
     )
     try:
-        req = check_request(args.case_id, args.work_id, pod_uid, args.mode, payload)
+        return check_request(args.case_id, args.work_id, pod_uid, args.mode, payload)
     except InvalidEvent as exc:
         raise UsageError(f"--{(exc.field or 'input').replace('_', '-')}: {exc}") from None
+
+
+def cmd_deliver(args: argparse.Namespace) -> int:
+    from ..errors import NotAcknowledged
+    from ..ledger.client import request_delivery
+    from . import UsageError
+
+    req = _delivery_request(args)
     try:
         answer = request_delivery(
             args.ledger, req, timeout=args.timeout, allowed_hosts=args.allow_host
@@ -118,7 +126,7 @@ def cmd_deliver(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_purge(args: argparse.Namespace) -> int:
+def cmd_ledger_purge(args: argparse.Namespace) -> int:
     from ..ledger.ledger import Ledger
 
     existing_target(args.db, "db")

@@ -1,8 +1,4 @@
-"""``ackledger migrate``: bring a database's schema up to date, and say where it stands.
-
-Opening a database through the library migrates it too; this command lets a deployment do it
-once, up front (an init container, a release step), before any service starts.
-"""
+"""``ackledger migrate``: the schema up to date before any service starts (``ops.schema``)."""
 
 from __future__ import annotations
 
@@ -10,8 +6,7 @@ import argparse
 import json
 import sys
 
-from ..store import open_backend
-from ..store.base import migrate, migrations, schema_versions
+from ..ops.schema import upgrade_schema
 from .common import add_synchronous
 
 
@@ -32,31 +27,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    backend = open_backend(args.target, synchronous=args.synchronous, migrate_schema=False)
-    try:
-        applied = migrate(backend)
-        versions = schema_versions(backend)
-    finally:
-        backend.close()
-    known = {version for version, _, _ in migrations(backend.dialect)}
-    unknown = [name for version, name in versions if version not in known]
-    names = [name for _, name in versions]
-    version = versions[-1][0] if versions else 0
-    result = {
-        "target": backend.location,
-        "dialect": backend.dialect,
-        "applied": applied,
-        "version": version,
-        "migrations": names,
-    }
-    if args.json:
-        print(json.dumps(result))
-    else:
+    state = upgrade_schema(args.target, args.synchronous)
+    print(json.dumps(state.figures()) if args.json else state.text())
+    if state.unknown:
         print(
-            f"{backend.location}: applied {applied} migration(s); "
-            f"schema at version {version} ({', '.join(names)})"
+            f"warning: migrations unknown to this version: {', '.join(state.unknown)}",
+            file=sys.stderr,
         )
-    if unknown:
-        # A newer ackledger has migrated this database: this one may not understand it.
-        print(f"warning: migrations unknown to this version: {', '.join(unknown)}", file=sys.stderr)
     return 0

@@ -1,4 +1,5 @@
-"""Operating commands: relay, status, trace, quarantine, requeue, quarantined, purge."""
+"""The relay command: ``ackledger relay`` and its runtime (the other operating commands are in
+``operate``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import random
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import asdict
 from types import FrameType
@@ -16,10 +16,8 @@ from typing import Any, TypeVar
 
 from .._core.backoff import Backoff
 from .._core.logline import FORMATS, install
-from ..errors import AckledgerError, InvalidEvent, NotAcknowledged
-from ..event import check_identifier
-from ..ops.probe import base_url, scrape
-from ..ops.trace import trace, when
+from ..errors import InvalidEvent, NotAcknowledged
+from ..ops.probe import base_url
 from ..relay.leases import check_owner, default_owner
 from ..relay.loop import (
     EXIT_POISON,
@@ -36,12 +34,11 @@ from ..relay.loop import logger as relay_logger
 from ..source.dispatch import MARK_SYNCS
 from ..source.outbox import Outbox
 from ..store import is_postgres, shown
-from ..wire.http import check_target, post_batch, send_http
+from ..wire.http import post_batch, send_http
 from .common import (
     add_http_client,
     add_source,
     add_synchronous,
-    duration_arg,
     limit_arg,
     open_outbox,
     port_arg,
@@ -127,73 +124,6 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )  # fmt: skip
     add_synchronous(relay)
     relay.set_defaults(handler=cmd_relay)
-
-    status = commands.add_parser(
-        "status",
-        help="what to watch: pending, oldest pending age, attempts, quarantined, sent",
-        description="Outbox figures, and the counters of a sink or ledger service if given.",
-    )
-    add_source(status)
-    status.add_argument("--sink", metavar="URL", help="a sink service, http://HOST:PORT")
-    status.add_argument("--ledger", metavar="URL", help="a ledger service, http://HOST:PORT")
-    status.add_argument("--json", action="store_true", help="print JSON")
-    status.set_defaults(handler=cmd_status)
-
-    tracer = commands.add_parser(
-        "trace",
-        help="the evidence for one event at every stage",
-        description="One row per stage (accepted, outbox, sink, ack, sent): what was seen, "
-        "where, and what cannot be known. Reads only.",
-    )
-    tracer.add_argument("event_id", metavar="EVENT_ID")
-    add_source(tracer)
-    tracer.add_argument(
-        "--sink",
-        required=True,
-        metavar="PATH_OR_URL",
-        help="the sink's database (SQLite file or postgresql:// URL) or service URL",
-    )
-    tracer.add_argument("--json", action="store_true", help="print JSON")
-    tracer.set_defaults(handler=cmd_trace)
-
-    quarantine = commands.add_parser(
-        "quarantine",
-        help="take a pending event out of pending (never counted as sent)",
-        description="Hold a pending event out of pending with a reason; the events behind it "
-        "go on. Unknown id or an event that is not pending: exit 2.",
-    )
-    quarantine.add_argument("event_id", metavar="EVENT_ID")
-    add_source(quarantine)
-    quarantine.add_argument("--reason", required=True, help="why (kept with the event)")
-    quarantine.set_defaults(handler=cmd_quarantine)
-
-    requeue = commands.add_parser(
-        "requeue",
-        help="put a quarantined event back into pending at its seq",
-        description="Put a quarantined event back at its original seq and record which later "
-        "events were marked sent while it was out (the reorder).",
-    )
-    requeue.add_argument("event_id", metavar="EVENT_ID")
-    add_source(requeue)
-    requeue.set_defaults(handler=cmd_requeue)
-
-    listing = commands.add_parser("quarantined", help="list quarantined events with reasons")
-    add_source(listing)
-    listing.add_argument("--json", action="store_true", help="print a JSON list")
-    listing.set_defaults(handler=cmd_quarantined)
-
-    purge = commands.add_parser(
-        "purge",
-        help="delete sent outbox rows older than a duration",
-        description="Delete sent rows sent longer ago than DURATION (e.g. 7d, 12h, 30m). "
-        "Pending and quarantined rows are never deleted.",
-    )
-    add_source(purge)
-    purge.add_argument(
-        "--sent-older-than", required=True, type=duration_arg, metavar="DURATION",
-        help="e.g. 7d, 12h, 30m, 45s",
-    )  # fmt: skip
-    purge.set_defaults(handler=cmd_purge)
 
 
 # --- relay ---------------------------------------------------------------------------------
@@ -367,140 +297,3 @@ def _on_stop_signals(stop: Callable[[], None]) -> Callable[[], None]:
             signal.signal(sig, old)
 
     return restore
-
-
-# --- status --------------------------------------------------------------------------------
-
-_SERVICE_PREFIX = {"sink": "ackledger_sink_", "ledger": "ackledger_ledger_"}
-
-
-def _counters(role: str, url: str) -> dict[str, Any]:
-    try:
-        samples = scrape(url)
-    except (OSError, AckledgerError) as exc:
-        return {"url": url, "error": f"{type(exc).__name__}: {exc}"}
-    prefix = _SERVICE_PREFIX[role]
-    shown: dict[str, Any] = {"url": url}
-    for name, value in sorted(samples.items()):
-        if name.startswith(prefix):
-            shown[name[len(prefix) :]] = int(value) if value.is_integer() else value
-    return shown
-
-
-def cmd_status(args: argparse.Namespace) -> int:
-    services = {role: getattr(args, role) for role in ("sink", "ledger")}
-    for role, url in services.items():
-        if url is not None:
-            services[role] = base_url(url)
-            check_target(services[role] + "/metrics", "/metrics")  # refuse before reading
-    with open_outbox(args.source) as outbox:
-        report: dict[str, Any] = outbox.stats()
-        outbox_location = outbox.backend.location
-    for role, url in services.items():
-        if url is not None:
-            report[role] = _counters(role, url)
-    if args.json:
-        print(json.dumps(report))
-        return 0
-    error = report["last_error"]
-    rows = [
-        ("pending", report["pending"]),
-        ("oldest pending age", f"{report['oldest_pending_age_s']:.1f} s"),
-        ("attempts", report["attempts"]),
-        ("sent", report["sent"]),
-        ("quarantined", report["quarantined"]),
-        ("purged", report["purged"]),
-        ("last error", f"{error['id']} at {when(error['at'])}: {error['error']}" if error else "-"),
-    ]
-    print(f"outbox  {outbox_location}")
-    for label, value in rows:
-        print(f"  {label:<20} {value}")
-    for role in ("sink", "ledger"):
-        if role in report:
-            print(f"{role:<7} {report[role]['url']}")
-            for label, value in report[role].items():
-                if label != "url":
-                    print(f"  {label:<20} {value}")
-    return 0
-
-
-# --- trace ---------------------------------------------------------------------------------
-
-
-def cmd_trace(args: argparse.Namespace) -> int:
-    from .common import existing_target, is_url
-
-    check_identifier(args.event_id, "EVENT_ID", 128)
-    if is_url(args.sink) and not is_postgres(args.sink):
-        check_target(base_url(args.sink) + "/events", "/events")
-    existing_target(args.source)
-    report = trace(args.event_id, args.source, args.sink)
-    if args.json:
-        print(json.dumps(report))
-        return 0
-    print(f"trace of {report['id']}")
-    print(f"{'stage':<9} {'seen':<9} {'state':<28} where")
-    for stage in report["stages"]:
-        print(f"{stage['stage']:<9} {stage['seen']:<9} {stage['state']:<28} {stage['where']}")
-        print(f"{'':<19} {stage['detail']}")
-    print(f"verdict: {report['verdict']}")
-    return 0
-
-
-# --- quarantine, requeue, quarantined, purge ------------------------------------------------
-
-
-def cmd_quarantine(args: argparse.Namespace) -> int:
-    check_identifier(args.event_id, "EVENT_ID", 128)
-    if not args.reason.strip():
-        raise ValueError("--reason: must say why")
-    with open_outbox(args.source) as outbox:
-        seq = outbox.quarantine(args.event_id, args.reason)
-    print(
-        f"quarantined {args.event_id} (seq {seq}): {args.reason.strip()}; it is not sent and not "
-        f"counted as sent; `ackledger requeue {args.event_id}` puts it back"
-    )
-    return 0
-
-
-def cmd_requeue(args: argparse.Namespace) -> int:
-    check_identifier(args.event_id, "EVENT_ID", 128)
-    with open_outbox(args.source) as outbox:
-        record = outbox.requeue(args.event_id)
-    print(f"requeued {record['id']} at seq {record['seq']}")
-    if record["overtaken_count"]:
-        print(
-            f"reorder: {record['overtaken_count']} later event(s) were marked sent while it was "
-            f"out: {', '.join(record['overtaken_by'])}"
-        )
-    else:
-        # Said as what the outbox shows: a later event purged since, or one the sink applied
-        # whose ACK was lost (not marked), is not seen here.
-        print("no later event of this outbox was marked sent while it was out")
-    return 0
-
-
-def cmd_quarantined(args: argparse.Namespace) -> int:
-    with open_outbox(args.source) as outbox:
-        rows = outbox.quarantined()
-    if args.json:
-        print(json.dumps(rows))
-    elif not rows:
-        print("nothing quarantined")
-    else:
-        print(f"{'seq':>8}  {'id':<32} {'quarantined at':<20}  reason")
-        for row in rows:
-            at = when(row["quarantined_at"])
-            print(f"{row['seq']:>8}  {row['id']:<32} {at:<20}  {row['reason']}")
-    return 0
-
-
-def cmd_purge(args: argparse.Namespace) -> int:
-    seconds = args.sent_older_than
-    with open_outbox(args.source) as outbox:
-        count = outbox.purge(seconds)
-    print(
-        f"purged {count} sent row(s) sent before {when(time.time() - seconds)}; "
-        "pending and quarantined rows are kept"
-    )
-    return 0

@@ -21,7 +21,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "/openapi.json. "
         "Prints 'listening on URL' once bound (use --port 0 for a free port).",
     )
-    _common(sink)
+    _add_service_options(sink)
     sink.set_defaults(handler=cmd_serve_sink)
     ledger = services.add_parser(
         "ledger",
@@ -30,11 +30,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "/metrics and /openapi.json. POD_UID names the ledger's Pod (else local-<hostname>). "
         "Prints 'listening on URL' once bound (use --port 0 for a free port).",
     )
-    _common(ledger)
+    _add_service_options(ledger)
     ledger.set_defaults(handler=cmd_serve_ledger)
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def _add_service_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--db",
         required=True,

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from ..event import validate_event
+from ..ops.listings import pending_table
 from ..source.dispatch import dispatch, dispatch_batch
 from ..wire.http import check_target, send_http, send_http_batch
 from .common import (
@@ -66,7 +67,6 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def cmd_accept(args: argparse.Namespace) -> int:
-
     obj = json_arg(sys.stdin.read(), "stdin")
     event = validate_event(obj)  # before the database is opened: bad input writes nothing
     with open_outbox(args.source, args.synchronous, create=True) as outbox:
@@ -77,14 +77,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
 def cmd_pending(args: argparse.Namespace) -> int:
     with open_outbox(args.source) as outbox:
         items = outbox.pending(args.limit)
-    if args.json:
-        print(json.dumps(items))
-    elif not items:
-        print("nothing pending")
-    else:
-        print(f"{'seq':>8}  {'id':<32} {'sku':<20} {'qty':>8}")
-        for item in items:
-            print(f"{item['seq']:>8}  {item['id']:<32} {item['sku']:<20} {item['qty']:>8}")
+    print(json.dumps(items) if args.json else pending_table(items))
     return 0
 
 

@@ -1,1 +1,1 @@
-"""Operating it: trace and looks at running services."""
+"""Operating it: status, trace, listings, the schema, and looks at running services."""

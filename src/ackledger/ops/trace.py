@@ -8,8 +8,6 @@ can only be inferred from the mark, and its loss only from a receipt without a m
 
 from __future__ import annotations
 
-import os
-import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -18,8 +16,9 @@ from ..event import check_identifier
 from ..sink.inbox import Inbox
 from ..source.outbox import Outbox
 from ..store import is_postgres, shown
-from ..store.sqlite import foreign_file
+from .databases import existing_database, is_url
 from .probe import base_url, sink_receipt
+from .timestamps import utc_timestamp
 
 YES, NO, UNKNOWN, INFERRED = "yes", "no", "unknown", "inferred"
 
@@ -33,30 +32,15 @@ class Stage:
     detail: str
 
 
-def when(at: object) -> str:
-    if not isinstance(at, (int, float)):
-        return "?"
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(at)))
-
-
-def _is_url(target: str) -> bool:
-    return "://" in target
-
-
 def read_receipt(event_id: str, sink: str) -> tuple[dict[str, Any] | None, str]:
     """(receipt or None, where it was looked for); raises OSError/AckledgerError if the sink
     cannot be asked."""
     if is_postgres(sink):
         with Inbox(sink) as inbox:
             return inbox.receipt(event_id), f"table inbox in {inbox.backend.location}"
-    if _is_url(sink):
+    if is_url(sink):
         return sink_receipt(base_url(sink), event_id), f"GET {base_url(sink)}/events/{event_id}"
-    if not os.path.isfile(sink):
-        raise ValueError(f"--sink: no database at {sink!r}")
-    problem = foreign_file(sink)
-    if problem is not None:
-        raise ValueError(f"--sink: {problem}")
-    with Inbox(sink) as inbox:
+    with Inbox(existing_database(sink, "sink")) as inbox:
         return inbox.receipt(event_id), f"table inbox in {sink}"
 
 
@@ -80,11 +64,11 @@ def trace(event_id: str, source: str, sink: str) -> dict[str, Any]:
         and (receipt.get("sku"), receipt.get("qty")) != (ours["sku"], ours["qty"])
     )
     stages = [
-        _accepted(order, source_shown),
-        _in_outbox(row, history, source_shown),
-        _at_sink(receipt, sink_where, sink_error, conflict),
-        _ack(row, receipt, sink_error, conflict),
-        _marked(row, source_shown),
+        _accepted_stage(order, source_shown),
+        _outbox_stage(row, history, source_shown),
+        _sink_stage(receipt, sink_where, sink_error, conflict),
+        _ack_stage(row, receipt, sink_error, conflict),
+        _sent_stage(row, source_shown),
     ]
     return {
         "id": event_id,
@@ -93,7 +77,19 @@ def trace(event_id: str, source: str, sink: str) -> dict[str, Any]:
     }
 
 
-def _accepted(order: dict[str, Any] | None, source: str) -> Stage:
+def trace_text(report: dict[str, Any]) -> str:
+    """A ``trace`` report as the table the command prints."""
+    lines = [f"trace of {report['id']}", f"{'stage':<9} {'seen':<9} {'state':<28} where"]
+    for stage in report["stages"]:
+        lines.append(
+            f"{stage['stage']:<9} {stage['seen']:<9} {stage['state']:<28} {stage['where']}"
+        )
+        lines.append(f"{'':<19} {stage['detail']}")
+    lines.append(f"verdict: {report['verdict']}")
+    return "\n".join(lines)
+
+
+def _accepted_stage(order: dict[str, Any] | None, source: str) -> Stage:
     where = f"table orders in {source}"
     if order is None:
         return Stage(
@@ -101,11 +97,11 @@ def _accepted(order: dict[str, Any] | None, source: str) -> Stage:
             "never accepted here, or enqueued through Outbox.transaction() (which writes your "
             "own business rows, not orders)",
         )  # fmt: skip
-    detail = f"sku={order['sku']} qty={order['qty']} at {when(order['created_at'])}"
+    detail = f"sku={order['sku']} qty={order['qty']} at {utc_timestamp(order['created_at'])}"
     return Stage("accepted", YES, "order row", where, detail)
 
 
-def _in_outbox(row: dict[str, Any] | None, history: list[dict[str, Any]], source: str) -> Stage:
+def _outbox_stage(row: dict[str, Any] | None, history: list[dict[str, Any]], source: str) -> Stage:
     where = f"table outbox in {source}"
     if row is None:
         return Stage(
@@ -115,25 +111,26 @@ def _in_outbox(row: dict[str, Any] | None, history: list[dict[str, Any]], source
     state = "sent" if row["sent"] else "quarantined" if row["quarantined"] else "pending"
     parts = [f"seq={row['seq']}", f"attempts={row['attempts']}"]
     if row["last_error"]:
-        parts.append(f"last error at {when(row['last_attempt_at'])}: {row['last_error']}")
+        parts.append(f"last error at {utc_timestamp(row['last_attempt_at'])}: {row['last_error']}")
     if state == "quarantined":
         parts.append(
-            f"quarantined at {when(row['quarantined_at'])}: {row['quarantine_reason']} "
+            f"quarantined at {utc_timestamp(row['quarantined_at'])}: {row['quarantine_reason']} "
             "(not sent, not counted as sent)"
         )
     for entry in history:
         detail = entry["detail"]
         if entry["kind"] == "requeued":
             parts.append(
-                f"requeued at {when(entry['at'])}; {detail['overtaken_count']} later event(s) "
-                f"were marked sent while it was out: {', '.join(detail['overtaken_by']) or 'none'}"
+                f"requeued at {utc_timestamp(entry['at'])}; {detail['overtaken_count']} later "
+                "event(s) were marked sent while it was out: "
+                f"{', '.join(detail['overtaken_by']) or 'none'}"
             )
         elif entry["kind"] == "quarantined" and state != "quarantined":
-            parts.append(f"was quarantined at {when(entry['at'])}: {detail.get('reason')}")
+            parts.append(f"was quarantined at {utc_timestamp(entry['at'])}: {detail.get('reason')}")
     return Stage("outbox", YES, state, where, "; ".join(parts))
 
 
-def _at_sink(
+def _sink_stage(
     receipt: dict[str, Any] | None,
     where: str,
     error: str | None,
@@ -144,8 +141,9 @@ def _at_sink(
     if receipt is None:
         return Stage("sink", NO, "no inbox receipt", where, "the sink has not applied this id")
     receipts = int(receipt.get("receipts") or 1)
-    detail = f"applied at {when(receipt.get('first_received_at'))}; received {receipts} time(s)" + (
-        f" ({receipts - 1} re-send(s) absorbed as duplicates)" if receipts > 1 else ""
+    detail = (
+        f"applied at {utc_timestamp(receipt.get('first_received_at'))}; received {receipts} time(s)"
+        + (f" ({receipts - 1} re-send(s) absorbed as duplicates)" if receipts > 1 else "")
     )
     if conflict:
         detail += (
@@ -156,7 +154,7 @@ def _at_sink(
     return Stage("sink", YES, "inbox receipt", where, detail)
 
 
-def _ack(
+def _ack_stage(
     row: dict[str, Any] | None, receipt: dict[str, Any] | None, error: str | None, conflict: bool
 ) -> Stage:
     where = "not stored anywhere (an ACK lives only in the relay's memory)"
@@ -199,12 +197,14 @@ def _ack(
     )  # fmt: skip
 
 
-def _marked(row: dict[str, Any] | None, source: str) -> Stage:
+def _sent_stage(row: dict[str, Any] | None, source: str) -> Stage:
     where = f"outbox.sent in {source}"
     if row is None:
         return Stage("sent", UNKNOWN, "no row", where, "no outbox row to carry a mark")
     if row["sent"]:
-        return Stage("sent", YES, "marked sent", where, f"sent = 1 at {when(row['sent_at'])}")
+        return Stage(
+            "sent", YES, "marked sent", where, f"sent = 1 at {utc_timestamp(row['sent_at'])}"
+        )
     if row["quarantined"]:
         return Stage(
             "sent",

@@ -1,0 +1,86 @@
+"""What to watch: the outbox's figures and, when given, a sink's or ledger's counters.
+
+A service that cannot be read is reported as such next to the figures instead of failing
+the whole look: the outbox's state is worth seeing most when a service is down.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import AckledgerError
+from ..source.outbox import Outbox
+from ..wire.http import check_target
+from .probe import base_url, scrape
+from .timestamps import utc_timestamp
+
+#: The services whose counters ``status`` shows, in the order it shows them.
+SERVICES = ("sink", "ledger")
+_COUNTER_PREFIX = {"sink": "ackledger_sink_", "ledger": "ackledger_ledger_"}
+
+
+def service_url(url: str) -> str:
+    """The base URL of a service to read /metrics from; UnsafeTarget before anything is read."""
+    base = base_url(url)
+    check_target(base + "/metrics", "/metrics")
+    return base
+
+
+def service_counters(service: str, url: str) -> dict[str, Any]:
+    """``{"url", counter: value...}`` from the service's /metrics, or ``{"url", "error"}``."""
+    try:
+        samples = scrape(url)
+    except (OSError, AckledgerError) as exc:
+        return {"url": url, "error": f"{type(exc).__name__}: {exc}"}
+    prefix = _COUNTER_PREFIX[service]
+    counters: dict[str, Any] = {"url": url}
+    for name, value in sorted(samples.items()):
+        if name.startswith(prefix):
+            counters[name[len(prefix) :]] = int(value) if value.is_integer() else value
+    return counters
+
+
+@dataclass(frozen=True)
+class Status:
+    location: str  #: the outbox as shown to people (never with its password)
+    figures: dict[str, Any]  #: what ``status --json`` prints
+
+    def text(self) -> str:
+        report = self.figures
+        error = report["last_error"]
+        last_error = (
+            f"{error['id']} at {utc_timestamp(error['at'])}: {error['error']}" if error else "-"
+        )
+        rows = [
+            ("pending", report["pending"]),
+            ("oldest pending age", f"{report['oldest_pending_age_s']:.1f} s"),
+            ("attempts", report["attempts"]),
+            ("sent", report["sent"]),
+            ("quarantined", report["quarantined"]),
+            ("purged", report["purged"]),
+            ("last error", last_error),
+        ]
+        lines = [f"outbox  {self.location}"]
+        lines += [f"  {label:<20} {value}" for label, value in rows]
+        for service in SERVICES:
+            if service in report:
+                lines.append(f"{service:<7} {report[service]['url']}")
+                lines += [
+                    f"  {label:<20} {value}"
+                    for label, value in report[service].items()
+                    if label != "url"
+                ]
+        return "\n".join(lines)
+
+
+def read_status(source: str, *, sink: str | None = None, ledger: str | None = None) -> Status:
+    """The outbox's figures (``Outbox.stats``) with the counters of the services given."""
+    given = {"sink": sink, "ledger": ledger}
+    services = {name: service_url(url) for name, url in given.items() if url is not None}
+    with Outbox(source) as outbox:
+        figures: dict[str, Any] = outbox.stats()
+        location = outbox.backend.location
+    for name, url in services.items():
+        figures[name] = service_counters(name, url)
+    return Status(location, figures)
