@@ -1,14 +1,18 @@
-"""Shared fixtures: real SQLite files in a temp dir and real service processes on loopback."""
+"""Shared fixtures: real SQLite files in a temp dir, the services' apps in-process on them, and
+real service processes on loopback."""
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from ackledger._dev.procs import Service, start_service
+
+from .inprocess import InProcess
 
 
 @pytest.fixture
@@ -37,6 +41,16 @@ def sink_service(sink_db: Path, tmp_path: Path) -> Iterator[Service]:
     yield from _serve("sink", sink_db, tmp_path / "sink.log")
 
 
+@pytest.fixture
+def sink_app(sink_db: Path) -> Iterator[InProcess]:
+    """The sink's app on ``sink_db``, asked in-process (what ``serve sink`` runs)."""
+    from ackledger.sink.app import create_sink_app
+    from ackledger.sink.inbox import Inbox
+
+    with Inbox(sink_db) as inbox, InProcess(create_sink_app(inbox)) as app:
+        yield app
+
+
 def raw_connect(path: Path) -> sqlite3.Connection:
     """An independent, read-only connection to a database file (not through ackledger)."""
     return sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
@@ -59,6 +73,24 @@ def ledger_db(tmp_path: Path) -> Path:
 def ledger_service(ledger_db: Path, tmp_path: Path) -> Iterator[Service]:
     """An ``ackledger serve ledger`` process on a free loopback port, its Pod named by POD_UID."""
     yield from _serve("ledger", ledger_db, tmp_path / "ledger.log", {"POD_UID": "ledger-uid-1"})
+
+
+@pytest.fixture
+def ledger_app(ledger_db: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InProcess]:
+    """The ledger's app on ``ledger_db``, asked in-process, its Pod named by POD_UID."""
+    monkeypatch.setenv("POD_UID", "ledger-uid-1")
+    with serve_ledger_in_process(str(ledger_db)) as app:
+        yield app
+
+
+@contextmanager
+def serve_ledger_in_process(db: str) -> Iterator[InProcess]:
+    """What ``serve ledger --db DB`` runs (identity from the environment), asked in-process."""
+    from ackledger.ledger.app import create_ledger_app
+    from ackledger.ledger.ledger import Ledger
+
+    with Ledger(db) as ledger, InProcess(create_ledger_app(ledger)) as app:
+        yield app
 
 
 # --- PostgreSQL: a migrated template per session, a fresh database per test (see tests/pg.py)

@@ -1,5 +1,6 @@
 """Bad input at the edges a review found open: each gets a clear error naming what is wrong,
-and nothing is written (CLI: one line, exit 2; HTTP: problem JSON; API: ValueError/TypeError)."""
+and nothing is written (CLI: one line, exit 2; HTTP: problem JSON; API: ValueError/TypeError).
+The HTTP answers are asked of the apps in-process (tests/inprocess.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from ackledger import InvalidEvent, Ledger, NotAcknowledged, Outbox, UnsafeTarge
 from ackledger._dev.procs import Service, run_cli
 from ackledger.source.outbox import MAX_REASON, reason_from
 from tests.conftest import raw_rows
+from tests.inprocess import InProcess
 from tests.test_cli import assert_one_line_error
-from tests.test_sink_service import request
 
 pytestmark = pytest.mark.slow
 
@@ -180,41 +181,41 @@ def _problem(answer: tuple[int, dict[str, str], bytes], status: int) -> dict[str
 
 
 def test_unknown_routes_and_methods_are_problem_json(
-    sink_service: Service, ledger_service: Service
+    sink_app: InProcess, ledger_app: InProcess
 ) -> None:
     for service, path, known in (
-        (sink_service, "/events", "POST"),
-        (ledger_service, "/deliveries", "GET, POST"),
+        (sink_app, "/events", "POST"),
+        (ledger_app, "/deliveries", "GET, POST"),
     ):
-        missing = _problem(request(service, "GET", "/nope"), 404)
-        wrong = request(service, "PUT", path, b"{}")
+        missing = _problem(service.request("GET", "/nope"), 404)
+        wrong = service.request("PUT", path, b"{}")
         refused = _problem(wrong, 405)
         assert "not allowed" in str(refused["detail"])
         # Every answer of the ledger, errors included, names the ledger that gave it.
-        assert ("ledger" in missing) == ("ledger" in refused) == (service is ledger_service)
+        assert ("ledger" in missing) == ("ledger" in refused) == (service is ledger_app)
         assert set(wrong[1]["allow"].replace(" ", "").split(",")) >= set(known.split(", "))
         # A trailing slash is another path: refused, not redirected to the real one.
-        _problem(request(service, "POST", path + "/", json.dumps(EVENT).encode()), 404)
+        _problem(service.request("POST", path + "/", json.dumps(EVENT).encode()), 404)
 
 
 def test_json_bodies_must_be_utf8(
-    sink_service: Service, sink_db: Path, ledger_service: Service, ledger_db: Path
+    sink_app: InProcess, sink_db: Path, ledger_app: InProcess, ledger_db: Path
 ) -> None:
     ask = {"case_id": "c", "work_id": "w", "pod_uid": "p", "mode": "idempotent"}
     for service, path, body in (
-        (sink_service, "/events", EVENT),
-        (ledger_service, "/deliveries", ask),
+        (sink_app, "/events", EVENT),
+        (ledger_app, "/deliveries", ask),
     ):
         text = json.dumps(body)
         for raw in (text.encode("utf-16"), b"\xef\xbb\xbf" + text.encode()):
-            answer = request(service, "POST", path, raw, {"Content-Type": "application/json"})
+            answer = service.request("POST", path, raw, {"Content-Type": "application/json"})
             assert "JSON" in str(_problem(answer, 400)["detail"])
     assert raw_rows(sink_db, "SELECT COUNT(*) FROM inbox") == [(0,)]
     assert raw_rows(ledger_db, "SELECT COUNT(*) FROM attempts") == [(0,)]
 
 
 def test_a_key_given_twice_in_one_object_is_refused(
-    sink_service: Service, sink_db: Path, ledger_service: Service, ledger_db: Path, tmp_path: Path
+    sink_app: InProcess, sink_db: Path, ledger_app: InProcess, ledger_db: Path, tmp_path: Path
 ) -> None:
     """{"id": "a", ..., "id": "b"} is one event to json.loads (the last id) and another to a
     parser that keeps the first: it is refused, not guessed."""
@@ -223,11 +224,11 @@ def test_a_key_given_twice_in_one_object_is_refused(
         b'{"case_id": "c", "work_id": "w", "pod_uid": "p", "mode": "control", "mode": "idempotent"}'
     )
     for service, path, raw in (
-        (sink_service, "/events", twice_sink),
-        (sink_service, "/events/batch", b"[" + twice_sink + b"]"),
-        (ledger_service, "/deliveries", twice_ledger),
+        (sink_app, "/events", twice_sink),
+        (sink_app, "/events/batch", b"[" + twice_sink + b"]"),
+        (ledger_app, "/deliveries", twice_ledger),
     ):
-        assert "appears twice" in str(_problem(request(service, "POST", path, raw), 400)["detail"])
+        assert "appears twice" in str(_problem(service.request("POST", path, raw), 400)["detail"])
     assert raw_rows(sink_db, "SELECT COUNT(*) FROM inbox") == [(0,)]
     assert raw_rows(ledger_db, "SELECT COUNT(*) FROM attempts") == [(0,)]
     db = tmp_path / "new.db"
@@ -236,29 +237,29 @@ def test_a_key_given_twice_in_one_object_is_refused(
     assert not db.exists()
 
 
-def test_a_query_parameter_given_twice_is_refused(ledger_service: Service) -> None:
-    answer = request(ledger_service, "GET", "/deliveries?case_id=a&case_id=b")
+def test_a_query_parameter_given_twice_is_refused(ledger_app: InProcess) -> None:
+    answer = ledger_app.request("GET", "/deliveries?case_id=a&case_id=b")
     problem = _problem(answer, 400)
     assert "case_id" in str(problem["detail"]) and "ledger" in problem
 
 
 def test_a_body_not_declared_as_json_is_refused(
-    sink_service: Service, sink_db: Path, ledger_service: Service, ledger_db: Path
+    sink_app: InProcess, sink_db: Path, ledger_app: InProcess, ledger_db: Path
 ) -> None:
     """A page in a browser on this machine may post text/plain or a form to loopback without
     asking first; the services apply only bodies declared as JSON."""
     ask = {"case_id": "c", "work_id": "w", "pod_uid": "p", "mode": "idempotent"}
     for service, path, body in (
-        (sink_service, "/events", EVENT),
-        (sink_service, "/events/batch", [EVENT]),
-        (ledger_service, "/deliveries", ask),
+        (sink_app, "/events", EVENT),
+        (sink_app, "/events/batch", [EVENT]),
+        (ledger_app, "/deliveries", ask),
     ):
         raw = json.dumps(body).encode()
         for declared in ("text/plain", "application/x-www-form-urlencoded", ""):
-            answer = request(service, "POST", path, raw, {"Content-Type": declared})
+            answer = service.request("POST", path, raw, {"Content-Type": declared})
             assert "Content-Type" in str(_problem(answer, 400)["detail"])
-        fine = request(
-            service, "POST", path, raw, {"Content-Type": "application/json; charset=utf-8"}
+        fine = service.request(
+            "POST", path, raw, {"Content-Type": "application/json; charset=utf-8"}
         )
         assert fine[0] in (200, 201), fine
     assert raw_rows(sink_db, "SELECT COUNT(*) FROM inbox") == [(1,)]  # from the last, typed post

@@ -1,9 +1,9 @@
-"""The ledger service as a real ``ackledger serve ledger`` process on loopback (SQLite file;
-the concurrency and replica tests run on every backend in tests/backends/test_ledger_service.py)."""
+"""The ledger's app, asked in-process on a real SQLite file (tests/inprocess.py), and the seed
+story with real processes (the concurrency and replica tests run on every backend, through
+real processes, in tests/backends/test_ledger_service.py)."""
 
 from __future__ import annotations
 
-import os
 import socket
 from pathlib import Path
 
@@ -12,17 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ackledger._dev.demo.ledger import job_reruns
 from ackledger._dev.demo.story import Story
-from ackledger._dev.procs import Service, start_service
-from tests.conftest import raw_rows
-from tests.race import Client
-
-pytestmark = pytest.mark.slow
-
-
-def _start(db: Path, log: Path, env: dict[str, str] | None = None) -> Service:
-    return start_service(
-        ["serve", "ledger", "--db", str(db), "--port", "0"], env=env, stderr_path=log
-    )
+from tests.conftest import raw_rows, serve_ledger_in_process
+from tests.inprocess import InProcess
 
 
 def _count(db: Path, table: str) -> int:
@@ -31,10 +22,10 @@ def _count(db: Path, table: str) -> int:
     return count
 
 
-def test_new_key_201_then_replayed_200_with_the_ledger_identity(ledger_service: Service) -> None:
-    client = Client(ledger_service)
-    status, response, first = client.deliver(case_id="c", work_id="w", pod_uid="pod-A")
-    assert status == 201 and response.getheader("Idempotent-Replayed") is None
+def test_new_key_201_then_replayed_200_with_the_ledger_identity(ledger_app: InProcess) -> None:
+    client = ledger_app
+    status, headers, first = client.deliver(case_id="c", work_id="w", pod_uid="pod-A")
+    assert status == 201 and headers.get("Idempotent-Replayed") is None
     _, _, health = client.call("GET", "/healthz")
     assert first == {
         "delivery_no": first["delivery_no"],
@@ -45,47 +36,44 @@ def test_new_key_201_then_replayed_200_with_the_ledger_identity(ledger_service: 
         "mode": "idempotent",
         "ledger": {"pod_uid": "ledger-uid-1", "boot_id": health["boot_id"]},
     }
-    status, response, again = client.deliver(case_id="c", work_id="w", pod_uid="pod-B")
-    assert status == 200 and response.getheader("Idempotent-Replayed") == "true"
+    status, headers, again = client.deliver(case_id="c", work_id="w", pod_uid="pod-B")
+    assert status == 200 and headers.get("Idempotent-Replayed") == "true"
     assert (again["delivery_no"], again["duplicate"], again["attempt"]) == (
         first["delivery_no"], True, 2,
     )  # fmt: skip
     status, _, control = client.deliver(case_id="c", work_id="w", mode="control")
     assert status == 201 and control["delivery_no"] != first["delivery_no"]
-    client.close()
 
 
-def test_healthz_is_the_ledgers_own_identity(ledger_service: Service) -> None:
-    client = Client(ledger_service)
+def test_healthz_is_the_ledgers_own_identity(ledger_app: InProcess) -> None:
+    client = ledger_app
     status, _, health = client.call("GET", "/healthz")
     assert status == 200
     assert set(health) == {"pod_uid", "boot_id", "node_boot_id", "started_at"}
     assert health["pod_uid"] == "ledger-uid-1"
     assert health["node_boot_id"] == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     assert isinstance(health["started_at"], float) and len(health["boot_id"]) >= 16
-    client.close()
 
 
-def test_without_pod_uid_the_ledger_names_its_host(tmp_path: Path) -> None:
-    if "POD_UID" in os.environ:  # pragma: no cover - start_service passes the environment on
-        pytest.skip("POD_UID is set in this environment")
-    with _start(tmp_path / "l.db", tmp_path / "l.log") as running:
-        client = Client(running)
+def test_without_pod_uid_the_ledger_names_its_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("POD_UID", raising=False)
+    with serve_ledger_in_process(str(tmp_path / "l.db")) as client:
         _, _, health = client.call("GET", "/healthz")
-        client.close()
     assert health["pod_uid"] == f"local-{socket.gethostname()}"
 
 
 def test_a_payload_conflict_is_422_recorded_and_delivers_nothing(
-    ledger_service: Service, ledger_db: Path
+    ledger_app: InProcess, ledger_db: Path
 ) -> None:
-    client = Client(ledger_service)
+    client = ledger_app
     client.deliver(case_id="c", work_id="w", pod_uid="pod-A", payload={"qty": 1})
-    status, response, problem = client.deliver(
+    status, headers, problem = client.deliver(
         case_id="c", work_id="w", pod_uid="pod-B", payload={"qty": 2}
     )
     assert status == 422
-    assert response.getheader("Content-Type") == "application/problem+json"
+    assert headers.get("Content-Type") == "application/problem+json"
     assert problem["status"] == 422 and problem["attempt"] == 2
     assert problem["ledger"]["pod_uid"] == "ledger-uid-1"
     _, _, attempts = client.call("GET", "/attempts?case_id=c")
@@ -93,7 +81,6 @@ def test_a_payload_conflict_is_422_recorded_and_delivers_nothing(
         "pod-B", "conflict", None,
     )  # fmt: skip
     assert _count(ledger_db, "deliveries") == 1
-    client.close()
 
 
 BAD_BODIES: list[tuple[bytes, str]] = [
@@ -148,25 +135,24 @@ BAD_BODIES: list[tuple[bytes, str]] = [
 
 
 def test_bad_bodies_are_400_naming_the_field_and_record_nothing(
-    ledger_service: Service, ledger_db: Path
+    ledger_app: InProcess, ledger_db: Path
 ) -> None:
-    client = Client(ledger_service)
+    client = ledger_app
     for body, field in BAD_BODIES:
-        status, response, problem = client.call("POST", "/deliveries", body)
+        status, headers, problem = client.call("POST", "/deliveries", body)
         assert (status, problem.get("field")) == (400, field), body[:80]
-        assert response.getheader("Content-Type") == "application/problem+json"
+        assert headers.get("Content-Type") == "application/problem+json"
         assert problem["detail"].startswith(f"{field}:")
         assert problem["ledger"]["pod_uid"] == "ledger-uid-1"  # every answer says who answered
     status, _, problem = client.call("POST", "/deliveries", b"{" + b" " * (64 * 1024) + b"}")
     assert status == 413 and problem["status"] == 413 and "boot_id" in problem["ledger"]
-    client.close()
     assert _count(ledger_db, "attempts") == 0
     assert _count(ledger_db, "deliveries") == 0
     assert raw_rows(ledger_db, "SELECT COUNT(*) FROM counters") == [(0,)]
 
 
-def test_listings_take_only_a_valid_case_id(ledger_service: Service) -> None:
-    client = Client(ledger_service)
+def test_listings_take_only_a_valid_case_id(ledger_app: InProcess) -> None:
+    client = ledger_app
     client.deliver(case_id="a", work_id="w1")
     client.deliver(case_id="b", work_id="w1")
     _, _, everything = client.call("GET", "/deliveries")
@@ -180,10 +166,9 @@ def test_listings_take_only_a_valid_case_id(ledger_service: Service) -> None:
     ]:
         status, _, problem = client.call("GET", path)
         assert (status, problem["field"]) == (400, field)
-    client.close()
 
 
-def _metrics(client: Client) -> dict[str, float]:
+def _metrics(client: InProcess) -> dict[str, float]:
     status, _, text = client.call("GET", "/metrics")
     assert status == 200
     found = {}
@@ -199,15 +184,14 @@ def _metrics(client: Client) -> dict[str, float]:
     return found
 
 
-def test_metrics_count_durably_across_a_restart(ledger_db: Path, tmp_path: Path) -> None:
+def test_metrics_count_durably_across_a_restart(ledger_db: Path) -> None:
     expected = {
         "ackledger_ledger_attempts_total": 5.0,
         "ackledger_ledger_deliveries_total": 3.0,
         "ackledger_ledger_duplicates_total": 1.0,
         "ackledger_ledger_conflicts_total": 1.0,
     }
-    with _start(ledger_db, tmp_path / "a.log") as running:
-        client = Client(running)
+    with serve_ledger_in_process(str(ledger_db)) as client:
         assert _metrics(client) == dict.fromkeys(expected, 0.0)
         client.deliver(case_id="c", work_id="w1")
         client.deliver(case_id="c", work_id="w1")
@@ -216,17 +200,13 @@ def test_metrics_count_durably_across_a_restart(ledger_db: Path, tmp_path: Path)
         client.deliver(case_id="c", work_id="w2", mode="control")
         client.call("POST", "/deliveries", b"{}")  # invalid: counted nowhere above
         assert _metrics(client) == expected
-        client.close()
-    with _start(ledger_db, tmp_path / "b.log") as running:
-        client = Client(running)
+    with serve_ledger_in_process(str(ledger_db)) as client:  # a restart: a new app and Ledger
         assert _metrics(client) == expected
-        client.close()
 
 
-def test_openapi_describes_the_routes(ledger_service: Service) -> None:
-    client = Client(ledger_service)
+def test_openapi_describes_the_routes(ledger_app: InProcess) -> None:
+    client = ledger_app
     status, _, spec = client.call("GET", "/openapi.json")
-    client.close()
     assert status == 200
     assert {"/deliveries", "/attempts", "/healthz", "/metrics"} <= set(spec["paths"])
     post = spec["paths"]["/deliveries"]["post"]
@@ -235,6 +215,7 @@ def test_openapi_describes_the_routes(ledger_service: Service) -> None:
     assert schema["required"] == ["case_id", "work_id", "pod_uid", "mode"]
 
 
+@pytest.mark.slow
 def test_the_seed_story_runs_with_real_processes(tmp_path: Path) -> None:
     story = Story()
     job_reruns(story, tmp_path)

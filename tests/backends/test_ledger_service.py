@@ -1,6 +1,6 @@
 """The ledger service and commands on every backend: real processes, real HTTP, concurrent
-clients and two ledger processes (replicas) on one database. Everything is read back through a
-connection of the test's own."""
+clients and two ledger processes (replicas) on one database; the answers per contract of the
+app in-process. Everything is read back through a connection of the test's own."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from ackledger import Ledger
 from ackledger._dev.procs import Service, run_cli, start_service
 from ackledger.ledger.ledger import COUNTER_NAMES
 
+from ..conftest import serve_ledger_in_process
+from ..inprocess import InProcess
 from ..race import Client, at_once, connected
 from . import purge_race
 from .conftest import Target
@@ -204,18 +206,24 @@ def test_purge_command_forgets_idle_keys_and_a_purged_key_starts_fresh(target: T
     assert fresh["duplicate"] is False and fresh["delivery_no"] not in (old, live)
 
 
-def test_the_service_answers_per_contract(target: Target, start_ledger: StartLedger) -> None:
-    """Every kind of answer once, on each backend (on PostgreSQL the requests run on the
-    service's worker threads, refusals included)."""
-    client = Client(start_ledger("a"))
-    status, response, first = client.deliver(case_id="c", work_id="w", pod_uid="pod-A")
+def test_the_service_answers_per_contract(target: Target, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every kind of answer once, on each backend, of the app in-process (on PostgreSQL the
+    requests run on the app's worker threads, refusals included, as when served)."""
+    monkeypatch.setenv("POD_UID", "ledger-a")
+    with serve_ledger_in_process(target.ref) as client:
+        _answers_per_contract(client)
+    assert target.rows("SELECT COUNT(*) FROM attempts") == [(4,)]
+
+
+def _answers_per_contract(client: InProcess) -> None:
+    status, headers, first = client.deliver(case_id="c", work_id="w", pod_uid="pod-A")
     assert status == 201 and first["ledger"]["pod_uid"] == "ledger-a"
-    status, response, again = client.deliver(case_id="c", work_id="w", pod_uid="pod-B")
-    assert (status, response.getheader("Idempotent-Replayed")) == (200, "true")
+    status, headers, again = client.deliver(case_id="c", work_id="w", pod_uid="pod-B")
+    assert (status, headers.get("Idempotent-Replayed")) == (200, "true")
     assert (again["delivery_no"], again["attempt"]) == (first["delivery_no"], 2)
-    status, response, problem = client.deliver(case_id="c", work_id="w", payload={"x": 1})
+    status, headers, problem = client.deliver(case_id="c", work_id="w", payload={"x": 1})
     assert (status, problem["attempt"]) == (422, 3)
-    assert response.getheader("Content-Type") == "application/problem+json"
+    assert headers.get("Content-Type") == "application/problem+json"
     status, _, problem = client.deliver(case_id="c", work_id="w w")
     assert (status, problem["field"]) == (400, "work_id")
     status, _, control = client.deliver(case_id="c", work_id="w", mode="control")
@@ -225,7 +233,6 @@ def test_the_service_answers_per_contract(target: Target, start_ledger: StartLed
     _, _, attempts = client.call("GET", "/attempts?case_id=c")
     assert [a["outcome"] for a in attempts] == ["applied", "duplicate", "conflict", "applied"]
     status, _, text = client.call("GET", "/metrics")
-    client.close()
     assert status == 200
     samples = {
         sample.name: sample.value
@@ -236,7 +243,6 @@ def test_the_service_answers_per_contract(target: Target, start_ledger: StartLed
     assert {name: samples[f"ackledger_ledger_{name}_total"] for name in COUNTER_NAMES} == {
         "attempts": 4, "deliveries": 2, "duplicates": 1, "conflicts": 1,
     }  # fmt: skip
-    assert target.rows("SELECT COUNT(*) FROM attempts") == [(4,)]
 
 
 def test_a_purge_racing_requests_over_http_never_answers_500(

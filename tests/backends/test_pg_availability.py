@@ -15,7 +15,7 @@ import pytest
 from ackledger._dev.procs import start_service
 from ackledger.ledger.ledger import Ledger, check_request
 from ackledger.store import ledger_sql
-from tests.test_sink_service import request
+from tests.loopback import request
 
 pytestmark = pytest.mark.slow
 

@@ -18,25 +18,16 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import InvalidEvent
 from ..store import database_errors
-from ..web.common import (
-    BodyTooLarge,
-    DatabaseCalls,
-    Handler,
-    ServiceMetrics,
-    bad_input,
-    build_app,
-    json_response,
-    parse_json,
-    problem,
-    read_capped,
-    unavailable_answer,
-)
+from ..web.answers import Answer, bad_input, json_answer, problem_answer, unavailable_answer
+from ..web.bodies import BodyTooLarge, parse_json, read_capped
+from ..web.database_calls import DatabaseCalls
 from ..web.fastpath import GroupCommit
+from ..web.metrics import Handler, ServiceMetrics
+from ..web.routing import build_app
 from .ledger import (
     MAX_KEY_LEN,
     REQUEST_FIELDS,
@@ -101,16 +92,16 @@ def create_ledger_app(ledger: Ledger, identity: Identity | None = None) -> Starl
             raise answer
         return answer
 
-    async def post_delivery(request: Request) -> Response:
+    async def post_delivery(request: Request) -> Answer:
         try:
             req = request_from_json(parse_json(await read_capped(request)))
             done = await submit(req)
         except (BodyTooLarge, ValueError) as exc:
             return bad_input(exc, ledger=me.short)
         except database_errors() as exc:
-            return unavailable_answer(exc, ledger=me.short).response()
+            return unavailable_answer(exc, ledger=me.short)
         except PayloadConflict as exc:
-            return problem(
+            return problem_answer(
                 422,
                 "conflict",
                 "This business key has another payload",
@@ -123,8 +114,8 @@ def create_ledger_app(ledger: Ledger, identity: Identity | None = None) -> Starl
         answer = {**done, "case_id": req.case_id, "work_id": req.work_id, "mode": req.mode}
         answer["ledger"] = me.short
         if done["duplicate"]:
-            return json_response(answer, 200, {"Idempotent-Replayed": "true"})
-        return json_response(answer, 201)
+            return json_answer(answer, 200, {"Idempotent-Replayed": "true"})
+        return json_answer(answer, 201)
 
     def _scope(request: Request) -> str | None:
         unknown = sorted(set(request.query_params) - {"case_id"})
@@ -136,29 +127,29 @@ def create_ledger_app(ledger: Ledger, identity: Identity | None = None) -> Starl
         return given[0] if given else None
 
     def listing(read: Callable[[str | None], list[dict[str, Any]]]) -> Handler:
-        async def answer(request: Request) -> Response:
+        async def answer(request: Request) -> Answer:
             try:
-                return json_response(await db(read, _scope(request)))
+                return json_answer(await db(read, _scope(request)))
             except InvalidEvent as exc:
                 return bad_input(exc, ledger=me.short)
             except database_errors() as exc:
-                return unavailable_answer(exc, ledger=me.short).response()
+                return unavailable_answer(exc, ledger=me.short)
 
         return answer
 
-    async def healthz(request: Request) -> Response:
-        return json_response(asdict(me))
+    async def healthz(request: Request) -> Answer:
+        return json_answer(asdict(me))
 
-    async def metrics(request: Request) -> Response:
-        return await db(service_metrics.response)
+    async def metrics(request: Request) -> Answer:
+        return await db(service_metrics.answer)
 
-    async def openapi(request: Request) -> Response:
-        return json_response(LEDGER_OPENAPI)
+    async def openapi(request: Request) -> Answer:
+        return json_answer(LEDGER_OPENAPI)
 
     create = service_metrics.counted("/deliveries", post_delivery)
     list_deliveries = listing(ledger.deliveries)
 
-    async def deliveries(request: Request) -> Response:
+    async def deliveries(request: Request) -> Answer:
         # One route for both methods, so that a 405 on /deliveries names both in Allow.
         return await (create if request.method == "POST" else list_deliveries)(request)
 

@@ -12,32 +12,25 @@ from collections.abc import Sequence
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope
 
 from ..errors import AckledgerError, Conflict, InvalidEvent
 from ..event import check_identifier
 from ..store import database_errors
-from ..web.common import (
+from ..web.answers import (
     Answer,
-    BodyTooLarge,
-    ClientGone,
-    ServiceMetrics,
-    build_app,
-    invalid,
     invalid_answer,
     json_answer,
-    json_response,
-    parse_json,
-    problem,
     problem_answer,
     problem_body,
-    read_body,
     too_large_answer,
     unavailable_answer,
 )
+from ..web.bodies import BodyTooLarge, ClientGone, parse_json, read_body
 from ..web.fastpath import FastPosts, GroupCommit, PostRoute
+from ..web.metrics import ServiceMetrics
+from ..web.routing import build_app
 from .inbox import BatchResult, Inbox
 
 MAX_BATCH = 16
@@ -96,7 +89,7 @@ def create_sink_app(inbox: Inbox) -> ASGIApp:
     # serialises them anyway
     # (that is what makes arrival order commit order); worker threads would only add lock
     # waits and thread hops (measured on PostgreSQL: about half the throughput of two sink
-    # processes). Replicas are separate processes. Contrast the ledger (web/ledger.py).
+    # processes). Replicas are separate processes. Contrast the ledger (ledger/app.py).
     service_metrics = ServiceMetrics("sink", inbox.counters, SINK_COUNTERS)
     started_at = time.time()
     group: GroupCommit[Sequence[object], BatchResult] = GroupCommit(inbox.receive_runs)
@@ -155,25 +148,26 @@ def create_sink_app(inbox: Inbox) -> ASGIApp:
     post_event = PostRoute("/events", event_answer, service_metrics.requests)
     post_batch = PostRoute("/events/batch", batch_answer, service_metrics.requests)
 
-    async def get_event(request: Request) -> Response:
+    async def get_event(request: Request) -> Answer:
         event_id = request.path_params["event_id"]
         try:
             check_identifier(event_id, "id", 128)
         except AckledgerError as exc:
-            return invalid(str(exc), "id")
+            return invalid_answer(str(exc), "id")
         receipt = inbox.receipt(event_id)
         if receipt is None:
-            return problem(404, "not-found", "No receipt", f"event {event_id!r} never arrived")
-        return json_response(receipt)
+            detail = f"event {event_id!r} never arrived"
+            return problem_answer(404, "not-found", "No receipt", detail)
+        return json_answer(receipt)
 
-    async def healthz(request: Request) -> Response:
-        return json_response({"status": "ok", "started_at": started_at})
+    async def healthz(request: Request) -> Answer:
+        return json_answer({"status": "ok", "started_at": started_at})
 
-    async def metrics(request: Request) -> Response:
-        return service_metrics.response()
+    async def metrics(request: Request) -> Answer:
+        return service_metrics.answer()
 
-    async def openapi(request: Request) -> Response:
-        return json_response(SINK_OPENAPI)
+    async def openapi(request: Request) -> Answer:
+        return json_answer(SINK_OPENAPI)
 
     app = build_app(
         [

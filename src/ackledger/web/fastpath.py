@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .common import Answer
+from .answers import Answer
 
 AnswerMaker = Callable[[Scope, Receive], Awaitable[Answer | None]]
 
