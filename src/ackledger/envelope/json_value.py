@@ -16,11 +16,11 @@ from ..errors import InvalidEvent
 MAX_DEPTH = 64
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_:-]{1,40}")  # no "." or "[": they build paths
 
 
 def shown_name(name: str) -> str:
-    """``name`` as a message may print it: plain when it is a short identifier, else quoted
+    """``name`` as a message may print it: plain when short and of a safe alphabet, else quoted
     and cut, so a key full of newlines or 60 KiB long cannot garble a log line."""
     if _PLAIN_NAME.fullmatch(name):
         return name
