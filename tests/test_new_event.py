@@ -7,7 +7,7 @@ import pytest
 import ackledger
 from ackledger import InvalidEvent, new_event
 from ackledger.envelope import validate_cloudevent
-from tests.envelopehelp import TRACEPARENT
+from tests.envelopehelp import TRACEPARENT, full_event
 
 
 def test_exported_from_the_package() -> None:
@@ -28,34 +28,26 @@ def test_the_smallest_event() -> None:
 
 
 def test_every_attribute() -> None:
-    event = new_event(
-        "com.example.order.placed",
-        {"total": 5},
-        source="urn:shop:orders",
-        id="order-1",
-        subject="customer-9",
-        partitionkey="customer-9",
-        time="2024-01-01T00:00:00Z",
-        datacontenttype="application/json",
-        traceparent=TRACEPARENT,
-        tracestate="rojo=1",
-        region="eu1",
-        retries=2,
-    )
-    assert event == {
+    assert full_event() == {
         "specversion": "1.0",
-        "id": "order-1",
+        "id": "order-2",
         "source": "urn:shop:orders",
         "type": "com.example.order.placed",
-        "data": {"total": 5},
+        "data": {
+            "total": 5,
+            "lines": [{"sku": "a", "price": 1.25}],
+            "note": "在庫 ✓",
+            "gift": False,
+        },
         "subject": "customer-9",
         "partitionkey": "customer-9",
-        "time": "2024-01-01T00:00:00Z",
+        "time": "2024-01-01T12:30:00.5+09:00",
         "datacontenttype": "application/json",
         "traceparent": TRACEPARENT,
-        "tracestate": "rojo=1",
+        "tracestate": "rojo=00f067aa0ba902b7",
         "region": "eu1",
         "retries": 2,
+        "sampled": True,
     }
 
 
