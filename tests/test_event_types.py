@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -134,3 +136,13 @@ def test_check_runs_the_schema_or_passes_data_through(types: EventTypes) -> None
     assert types.check("com.example.order.placed", {"total": 1}) == {"total": 1}
     data = {"free": 1}
     assert types.check("com.example.unknown", data) is data
+
+
+def test_the_examples_of_docs_events_md_run() -> None:
+    doc = Path(__file__).resolve().parents[1] / "docs" / "events.md"
+    scope: dict[str, Any] = {"__name__": "events_doc"}
+    for code in re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.S):
+        exec(compile(code, str(doc), "exec"), scope)  # noqa: S102
+    assert validate_cloudevent(scope["placed"], types=scope["types"])["data"] == {"total": 5}
+    with pytest.raises(InvalidEvent, match=r"^data\.total: "):
+        validate_cloudevent({**scope["placed"], "data": {"total": -1}}, types=scope["types"])

@@ -22,10 +22,20 @@ from .timestamp import is_rfc3339
 from .trace_context import is_traceparent, is_tracestate
 from .uri_reference import is_uri_reference
 
-_KNOWN = (
-    "specversion",
-    *("id", "source", "type", "datacontenttype", "data", "subject", "time"),
-    *("partitionkey", "traceparent", "tracestate"),
+_KNOWN = frozenset(
+    {
+        "specversion",
+        "id",
+        "source",
+        "type",
+        "datacontenttype",
+        "data",
+        "subject",
+        "time",
+        "partitionkey",
+        "traceparent",
+        "tracestate",
+    }
 )
 _EXTENSION_NAME = re.compile(r"[a-z0-9]{1,20}")
 # "Printable" is a fixed list, not str.isprintable: that one refuses characters its Python's
@@ -74,7 +84,7 @@ def validate_cloudevent(obj: object, *, types: EventTypes | None = None) -> dict
             if not rule(value):
                 raise InvalidEvent(f"{name}: must be {form}", field=name)
             event[name] = value
-    for name in sorted(set(given) - set(_KNOWN)):
+    for name in sorted(set(given) - _KNOWN):
         event[name] = _extension(name, given[name])
     size = len(canonical_json(event).encode("utf-8"))
     if size > MAX_EVENT_BYTES:
