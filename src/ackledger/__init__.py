@@ -5,6 +5,8 @@ a transactional outbox at the source, an idempotent inbox at the sink, and an id
 ledger for jobs that are re-run in new processes.
 """
 
+from . import warehouse
+from .envelope import MAX_EVENT_BYTES, new_event
 from .errors import (
     AckledgerError,
     Conflict,
@@ -14,6 +16,7 @@ from .errors import (
     UnsafeTarget,
 )
 from .event import validate_event
+from .event_types import EventTypes
 from .ledger.ledger import Ledger
 from .sink.inbox import Inbox
 from .source.dispatch import dispatch, dispatch_batch
@@ -21,8 +24,10 @@ from .source.outbox import Outbox
 from .wire.http import send_http, send_http_batch
 
 __all__ = [
+    "MAX_EVENT_BYTES",
     "AckledgerError",
     "Conflict",
+    "EventTypes",
     "Inbox",
     "InvalidEvent",
     "LeaseLost",
@@ -32,7 +37,9 @@ __all__ = [
     "UnsafeTarget",
     "dispatch",
     "dispatch_batch",
+    "new_event",
     "send_http",
     "send_http_batch",
     "validate_event",
+    "warehouse",
 ]

@@ -59,24 +59,34 @@ def validate_event(obj: object) -> dict[str, Any]:
 def _validate_fully(obj: object) -> dict[str, Any]:
     if not isinstance(obj, Mapping):
         raise InvalidEvent(f"event: must be a JSON object, got {type(obj).__name__}", field="event")
-    keys = set(obj.keys())
-    missing = [k for k in EVENT_KEYS if k not in keys]
-    if missing:
-        raise InvalidEvent(f"{missing[0]}: missing", field=missing[0])
-    extra = sorted(str(k) for k in keys - set(EVENT_KEYS))
-    if extra:
-        raise InvalidEvent(f"{extra[0]}: unknown field", field=extra[0])
+    check_keys(obj, EVENT_KEYS)
     # str.__str__ turns a str subclass into a plain str with the same characters, so nothing
     # downstream (event_json included) can be steered by a subclass's own methods.
     event_id = str.__str__(check_identifier(obj["id"], "id", 128))
     sku = str.__str__(check_identifier(obj["sku"], "sku", 64))
-    qty = obj["qty"]
+    return {"id": event_id, "sku": sku, "qty": check_quantity(obj["qty"], "qty")}
+
+
+def check_keys(obj: Mapping[Any, Any], keys: tuple[str, ...]) -> None:
+    """Raise :class:`InvalidEvent` unless ``obj`` has exactly ``keys``: the first missing one
+    (in ``keys`` order) is named, else the first unknown one (sorted)."""
+    present = set(obj.keys())
+    missing = [k for k in keys if k not in present]
+    if missing:
+        raise InvalidEvent(f"{missing[0]}: missing", field=missing[0])
+    extra = sorted(str(k) for k in present - set(keys))
+    if extra:
+        raise InvalidEvent(f"{extra[0]}: unknown field", field=extra[0])
+
+
+def check_quantity(value: object, field: str) -> int:
+    """Return ``value`` as a plain int if it is an integer 1..MAX_QTY."""
     # bool is a subclass of int; True is not a quantity.
-    if isinstance(qty, bool) or not isinstance(qty, int):
-        raise InvalidEvent(f"qty: must be an integer, got {type(qty).__name__}", field="qty")
-    if not 1 <= qty <= MAX_QTY:
-        raise InvalidEvent(f"qty: must be between 1 and {MAX_QTY}, got {qty}", field="qty")
-    return {"id": event_id, "sku": sku, "qty": int(qty)}
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidEvent(f"{field}: must be an integer, got {type(value).__name__}", field=field)
+    if not 1 <= value <= MAX_QTY:
+        raise InvalidEvent(f"{field}: must be between 1 and {MAX_QTY}, got {value}", field=field)
+    return int(value)
 
 
 def canonical_json(obj: object) -> str:

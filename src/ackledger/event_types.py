@@ -1,0 +1,83 @@
+"""Event types and their schemas: which ``data`` an event of a given ``type`` may carry."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from .errors import InvalidEvent
+
+#: A schema: takes an event's ``data`` (a plain JSON value, the checker's own copy) and
+#: returns the data to keep, or raises InvalidEvent naming the field relative to ``data``.
+Check = Callable[[Any], Any]
+
+_TYPE_NAME = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+def check_type_name(value: object, where: str = "type") -> str:
+    """Return ``value`` as a plain str if it is an event type: 1-128 of ``A-Za-z0-9._:-``.
+
+    Unlike an id, a type may start with any of those characters (the contract's rule)."""
+    if not isinstance(value, str):
+        raise InvalidEvent(f"{where}: must be a string, got {type(value).__name__}", field=where)
+    if not _TYPE_NAME.fullmatch(value):
+        raise InvalidEvent(
+            f"{where}: must be 1-128 characters of letters, digits and . _ : -", field=where
+        )
+    return str.__str__(value)
+
+
+class EventTypes:
+    """A registry of event types with a schema each; ``warehouse.stock.added`` is always in it.
+
+    ``check(type, data)`` runs the type's schema; a type that was not registered passes
+    as it is (a source may publish any type; a sink decides by its handlers).
+    """
+
+    def __init__(self) -> None:
+        # Imported here, not at the top: the warehouse builds its events with the envelope,
+        # and the envelope needs this class, so a top-level import would be a cycle.
+        from . import warehouse
+
+        self._checks: dict[str, Check] = {warehouse.TYPE: warehouse.check_data}
+
+    def register(self, name: str, check: Check) -> None:
+        """Give the type ``name`` the schema ``check``. A name is registered once: a second
+        registration (the reference type's included) raises ValueError, as silently
+        replacing a schema would change what an existing registration accepts."""
+        name = check_type_name(name, "name")
+        if not callable(check):
+            raise TypeError(f"check must be callable, got {type(check).__name__}")
+        if name in self._checks:
+            raise ValueError(f"event type {name!r} is already registered")
+        self._checks[name] = check
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._checks
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._checks))
+
+    def check(self, name: str, data: Any) -> Any:
+        """Return ``data`` as the schema of ``name`` returns it, or ``data`` itself when the
+        type has no schema. A refusal's field is named from the event: ``data.<field>``."""
+        check = self._checks.get(name)
+        if check is None:
+            return data
+        try:
+            return check(data)
+        except InvalidEvent as refused:
+            raise _within_data(refused) from refused
+
+
+def _within_data(refused: InvalidEvent) -> InvalidEvent:
+    """The schema's refusal restated for the whole event: field ``sku`` becomes ``data.sku``
+    (its message "sku: ..." becomes "data.sku: ..."); one naming no field names ``data``."""
+    message = str(refused)
+    if refused.field is None:
+        return InvalidEvent(f"data: {message}", field="data")
+    field = f"data.{refused.field}"
+    prefix = f"{refused.field}: "
+    reason = message[len(prefix) :] if message.startswith(prefix) else message
+    return InvalidEvent(f"{field}: {reason}", field=field)
