@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from ackledger import Outbox
-from ackledger.store.sqlite import PAGE_SIZE
+from ackledger.store import outbox_sql
+from ackledger.store.base import Params, Row, Tx
+from ackledger.store.sqlite import PAGE_SIZE, SqliteTx
 from tests.conftest import raw_connect, raw_rows
 
 
@@ -89,3 +92,48 @@ def test_bad_targets(tmp_path: Path) -> None:
         Outbox(tmp_path / "missing" / "x.db")
     with pytest.raises(ValueError, match="scheme"):
         Outbox("mysql://localhost/x")
+
+
+class _Recording(Tx):
+    """Runs statements on a real connection and remembers them, to ask SQLite for their plan."""
+
+    dialect = "sqlite"
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._inner = SqliteTx(conn)
+        self.seen: list[tuple[str, Params]] = []
+
+    def execute(self, sql: str, params: Params = ()) -> list[Row]:
+        self.seen.append((sql, params))
+        return self._inner.execute(sql, params)
+
+    def executemany(self, sql: str, params: Sequence[Params]) -> None:
+        raise NotImplementedError
+
+
+def test_pending_and_its_summary_read_through_the_partial_index_as_the_table_grows(
+    source_db: Path,
+) -> None:
+    with Outbox(source_db) as ob:
+        with ob.transaction() as tx:
+            for n in range(5000):
+                tx.enqueue(ev(f"old-{n}", "pen"))
+        ob.mark_sent_many([f"old-{n}" for n in range(5000)])
+        ob.accept(ev("new-1", "pen"))
+        ob.accept(ev("new-2", "pen"))
+        assert [item["id"] for item in ob.pending()] == ["new-1", "new-2"]
+        assert ob.stats()["pending"] == 2
+    conn = sqlite3.connect(source_db)
+    conn.execute("ANALYZE")
+    recording = _Recording(conn)
+    outbox_sql.pending(recording, 16)
+    outbox_sql.pending_summary(recording)
+    outbox_sql.quarantined_rows(recording)
+    indexes = []
+    for sql, params in recording.seen:
+        plan = " ".join(str(row[-1]) for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
+        assert "USING" in plan and "INDEX" in plan, plan  # never a bare table scan
+        indexes.append(plan)
+    assert all("outbox_pending" in plan for plan in indexes[:3])
+    assert "outbox_quarantined" in indexes[3]
+    conn.close()
