@@ -86,6 +86,10 @@ def test_receive_batch_applies_the_prefix_before_a_conflict(target: Target) -> N
         assert isinstance(again.error, Conflict)
         assert inbox.receipt("c2") is None
         assert inbox.stock("apple") == 1 + 2 + 2
+        whole = inbox.receive_batch([ev("d1"), ev("c1"), ev("d2", qty=4)])
+        assert whole.statuses == ["applied", "duplicate", "applied"]
+        assert whole.error is None
+        assert inbox.stock("apple") == 1 + 2 + 2 + 2 + 4
 
 
 def test_receive_batch_stops_before_an_invalid_item(target: Target) -> None:

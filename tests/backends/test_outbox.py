@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from ackledger import Conflict, InvalidEvent, Outbox
+from ackledger.store.outbox_sql import MARK_CHUNK
 
 from .conftest import Target
 
@@ -223,3 +224,22 @@ def test_an_order_whose_event_was_purged_cannot_be_accepted_again(target: Target
         with pytest.raises(Conflict, match="purged"):
             ob.accept(ev("o-1"))
     assert counts(target) == (1, 0)
+
+
+def test_mark_sent_many_marks_more_than_one_statement_holds(target: Target) -> None:
+    count = MARK_CHUNK + 40  # more than one chunk
+    ids = [f"m{number}" for number in range(count)]
+    with Outbox(target.ref) as ob:
+        with ob.transaction() as tx:
+            for event_id in ids:
+                tx.enqueue(ev(event_id))
+        ob.mark_sent_many([*ids, ids[0]], attempted=True)
+    assert target.rows("SELECT sent, attempts FROM outbox") == [(1, 1)] * count
+
+
+def test_mark_sent_many_with_an_unknown_id_marks_nothing(target: Target) -> None:
+    with Outbox(target.ref) as ob:
+        ob.accept(ev("known"))
+        with pytest.raises(KeyError, match="ghost"):
+            ob.mark_sent_many(["known", "ghost"])
+    assert target.rows("SELECT sent FROM outbox") == [(0,)]
