@@ -34,8 +34,10 @@ def test_sends_copies_in_seq_order_and_marks_what_was_acknowledged(target: Targe
 
         assert dispatch(ob, send) == ids
         assert ob.pending() == []
+        assert dispatch(ob, send) == []
     assert [e["id"] for e in seen] == ids
     assert seen[0] == {"id": ids[0], "sku": "s0", "qty": 1}  # the event itself, no seq
+    assert all(set(e) == {"id", "sku", "qty"} for e in seen)
     assert sent_ids(target) == ids
 
 
@@ -57,19 +59,36 @@ def test_first_exception_stops_the_batch_and_is_reraised_as_the_same_object(
             dispatch(ob, send)
         assert raised.value is boom
         assert [item["id"] for item in ob.pending()] == ids[1:]
-    assert calls == ids[:2]
-    assert sent_ids(target) == ids[:1]
-    assert target.rows("SELECT attempts FROM outbox WHERE id = ?", (ids[1],)) == [(1,)]
+        assert calls == ids[:2]
+        assert sent_ids(target) == ids[:1]
+        assert target.rows("SELECT attempts FROM outbox WHERE id = ?", (ids[1],)) == [(1,)]
+        row = ob.event(ids[1])
+        assert row is not None and row["attempts"] == 1 and "sink went away" in row["last_error"]
+        calls.clear()
+
+        def record(event: dict[str, Any]) -> bool:
+            calls.append(event["id"])
+            return True
+
+        # The next call starts again at the event that failed.
+        assert dispatch(ob, record) == ids[1:]
+    assert calls == ids[1:]
+    assert sent_ids(target) == ids
 
 
-@pytest.mark.parametrize("answer", [1, "ok", None, False, {"ack": True}])
+@pytest.mark.parametrize("answer", [1, "ok", None, False, {"ack": True}, "True", "ack", [True]])
 def test_anything_but_true_is_not_an_ack_and_stops(target: Target, answer: object) -> None:
     with Outbox(target.ref) as ob:
         ids = fill(ob, 3)
         with pytest.raises(NotAcknowledged):
             dispatch(ob, lambda event: answer)
         assert [item["id"] for item in ob.pending()] == ids
-    assert sent_ids(target) == []
+        assert sent_ids(target) == []
+        # After one true ACK: the first event is marked, the refusal names the second.
+        with pytest.raises(NotAcknowledged, match=repr(ids[1])):
+            dispatch(ob, lambda event: True if event["id"] == ids[0] else answer)
+        assert [item["id"] for item in ob.pending()] == ids[1:]
+    assert sent_ids(target) == ids[:1]
 
 
 def test_a_callback_editing_its_copy_cannot_mark_another_event(target: Target) -> None:
@@ -81,41 +100,67 @@ def test_a_callback_editing_its_copy_cannot_mark_another_event(target: Target) -
             event["qty"] = 999
             return True
 
+        with pytest.raises(ValueError, match="limit"):
+            dispatch(ob, send, limit=17)
         assert dispatch(ob, send, limit=1) == [ids[0]]
         assert [item["id"] for item in ob.pending()] == ids[1:]
-    assert sent_ids(target) == [ids[0]]
+        assert sent_ids(target) == [ids[0]]
+
+        def send_pointing_ahead(event: dict[str, Any]) -> bool:
+            if event["id"] == ids[1]:
+                event["id"] = ids[2]  # acknowledged: marks ids[1], not the id it now holds
+                return True
+            raise RuntimeError("the last one must stay pending")
+
+        with pytest.raises(RuntimeError, match="must stay pending"):
+            dispatch(ob, send_pointing_ahead)
+    assert sent_ids(target) == ids[:2]
     assert target.rows("SELECT qty FROM outbox WHERE id = ?", (ids[0],)) == [(1,)]
+    assert target.rows("SELECT qty FROM outbox WHERE id = ?", (ids[1],)) == [(2,)]
 
 
 def test_no_lock_is_held_while_send_runs(target: Target) -> None:
     free: list[bool] = []
+    accepted: list[int] = []
     with Outbox(target.ref) as ob, Outbox(target.ref) as other:
-        fill(ob, 2)
+        ids = fill(ob, 3)
 
         def send(event: dict[str, Any]) -> bool:
             free.append(target.can_lock_exclusively())
             other.accept({"id": f"during-{event['id']}", "sku": "x", "qty": 1})
+            with Outbox(target.ref) as opened_now:  # opening checks the schema: no wait either
+                accepted.append(
+                    opened_now.accept({"id": f"new-{event['id']}", "sku": "s", "qty": 1})
+                )
             return True
 
-        dispatch(ob, send)
-        assert [item["id"] for item in ob.pending()] == ["during-ev-z", "during-ev-y"]
-    assert free == [True, True]
+        assert dispatch(ob, send, limit=3) == ids
+        assert [item["id"] for item in ob.pending()] == [
+            f"{prefix}-{event_id}" for event_id in ids for prefix in ("during", "new")
+        ]
+    assert free == [True, True, True]
+    assert len(accepted) == 3
 
 
 def test_after_delivery_sees_the_selected_id_before_it_is_marked(target: Target) -> None:
     with Outbox(target.ref) as ob:
-        ids = fill(ob, 2)
-        states: list[tuple[str, list[str]]] = []
+        ids = fill(ob, 3)
+        states: list[tuple[str, list[str], list[str]]] = []
 
         def after(event_id: str) -> None:
-            states.append((event_id, [item["id"] for item in ob.pending()]))
+            states.append((event_id, [item["id"] for item in ob.pending()], sent_ids(target)))
+            if event_id == ids[1]:
+                raise KeyboardInterrupt  # like a process dying: this one must not be marked
 
-        dispatch(ob, lambda event: True, after_delivery=after)
-    assert states == [(ids[0], ids), (ids[1], ids[1:])]
+        with pytest.raises(KeyboardInterrupt):
+            dispatch(ob, lambda event: True, after_delivery=after)
+    assert states == [(ids[0], ids, []), (ids[1], ids[1:], ids[:1])]
+    assert sent_ids(target) == ids[:1]
 
 
 def test_dispatch_batch_marks_the_acknowledged_prefix(target: Target) -> None:
     batches: list[list[str]] = []
+    delivered: list[list[str]] = []
     with Outbox(target.ref) as ob:
         ids = fill(ob, 5)
 
@@ -123,12 +168,13 @@ def test_dispatch_batch_marks_the_acknowledged_prefix(target: Target) -> None:
             batches.append([e["id"] for e in events])
             return 2
 
-        with pytest.raises(NotAcknowledged, match="only 2 of 5"):
-            dispatch_batch(ob, send_batch)
+        with pytest.raises(NotAcknowledged, match=f"only 2 of 5 .*{ids[2]!r}"):
+            dispatch_batch(ob, send_batch, after_delivery=delivered.append)
         assert batches == [ids]
         assert [item["id"] for item in ob.pending()] == ids[2:]
-        assert dispatch_batch(ob, len) == ids[2:]
+        assert dispatch_batch(ob, len, after_delivery=delivered.append) == ids[2:]
     assert sent_ids(target) == ids
+    assert delivered == [ids[:2], ids[2:]]  # after_delivery sees the acknowledged ids
 
 
 def answering(answer: object) -> Callable[[list[dict[str, Any]]], object]:
@@ -146,7 +192,7 @@ def test_dispatch_batch_reraises_the_senders_exception_and_marks_nothing(target:
         with pytest.raises(TimeoutError) as raised:
             dispatch_batch(ob, send_batch)
         assert raised.value is boom
-        for bad in (True, -1, 4, "3", None):
+        for bad in (True, -1, 4, "3", None, 2.0):
             with pytest.raises(NotAcknowledged):
                 dispatch_batch(ob, answering(bad))
         assert [item["id"] for item in ob.pending()] == ids

@@ -22,13 +22,23 @@ def test_applied_then_duplicate_then_conflict(target: Target) -> None:
         assert inbox.receive(ev("e1", qty=2)) == "duplicate"
         assert inbox.stock("apple") == 2
         before = target.rows("SELECT id, sku, qty, receipts FROM inbox")
-        with pytest.raises(Conflict):
+        with pytest.raises(Conflict, match="e1"):
             inbox.receive(ev("e1", qty=5))
         assert inbox.stock("apple") == 2
         assert inbox.counters() == {"applied": 1, "duplicate": 1, "conflict": 1}
-    assert (
-        target.rows("SELECT id, sku, qty, receipts FROM inbox") == before == [("e1", "apple", 2, 2)]
-    )
+        assert (
+            target.rows("SELECT id, sku, qty, receipts FROM inbox")
+            == before
+            == [("e1", "apple", 2, 2)]
+        )
+        assert target.rows("SELECT sku, qty FROM inventory") == [("apple", 2)]
+        # Key order is no content; another sku is.
+        assert inbox.receive({"qty": 2, "id": "e1", "sku": "apple"}) == "duplicate"
+        with pytest.raises(Conflict, match="e1"):
+            inbox.receive(ev("e1", sku="other"))
+        assert inbox.stock("other") == 0
+        assert inbox.counters() == {"applied": 1, "duplicate": 2, "conflict": 2}
+    assert target.rows("SELECT id, sku, qty, receipts FROM inbox") == [("e1", "apple", 2, 3)]
     assert target.rows("SELECT sku, qty FROM inventory") == [("apple", 2)]
 
 
@@ -48,7 +58,15 @@ def test_invalid_events_change_nothing(target: Target) -> None:
     with Inbox(target.ref) as inbox:
         inbox.receive(ev("seed"))
         before = target.dump()
-        for bad in ({"id": "e2", "sku": "apple"}, ev("e2", qty=0), "text", ev("bad id")):
+        for bad in (
+            {"id": "e2", "sku": "apple"},
+            ev("e2", qty=0),
+            "text",
+            ev("bad id"),
+            {**ev("e2"), "qty": "7"},
+            [ev("e2")],
+            None,
+        ):
             with pytest.raises(InvalidEvent):
                 inbox.receive(bad)
         assert target.dump() == before
@@ -62,6 +80,16 @@ def test_receive_batch_applies_the_prefix_before_a_conflict(target: Target) -> N
         assert isinstance(result.error, Conflict)
         assert inbox.receipt("b2") is None
         assert inbox.stock("apple") == 1 + 2
+        # A duplicate inside the batch itself, then the conflict.
+        again = inbox.receive_batch([ev("c1"), ev("c1"), ev("old", qty=9), ev("c2")])
+        assert again.statuses == ["applied", "duplicate"]
+        assert isinstance(again.error, Conflict)
+        assert inbox.receipt("c2") is None
+        assert inbox.stock("apple") == 1 + 2 + 2
+        whole = inbox.receive_batch([ev("d1"), ev("c1"), ev("d2", qty=4)])
+        assert whole.statuses == ["applied", "duplicate", "applied"]
+        assert whole.error is None
+        assert inbox.stock("apple") == 1 + 2 + 2 + 2 + 4
 
 
 def test_receive_batch_stops_before_an_invalid_item(target: Target) -> None:
@@ -70,13 +98,22 @@ def test_receive_batch_stops_before_an_invalid_item(target: Target) -> None:
         assert result.statuses == ["applied"]
         assert isinstance(result.error, InvalidEvent)
         assert [inbox.receipt(i) is not None for i in ("b1", "b2", "b3")] == [True, False, False]
+        result = inbox.receive_batch([ev("c1", "tea"), {"id": "c2", "sku": "tea"}, ev("c3", "pen")])
+        assert result.statuses == ["applied"]
+        assert isinstance(result.error, InvalidEvent) and result.error.field == "qty"
+        assert inbox.stock("pen") == 0
 
 
 def test_arrival_numbers_follow_receipts_and_resends(target: Target) -> None:
     with Inbox(target.ref) as inbox:
+        assert inbox.receipt("e1") is None
         inbox.receive(ev("e1"))
         inbox.receive(ev("e2"))
         inbox.receive(ev("e1"))  # a re-send
+        receipt = inbox.receipt("e1")
+    assert receipt is not None
+    assert receipt["receipts"] == 2
+    assert receipt["last_received_at"] >= receipt["first_received_at"]
     rows = target.rows("SELECT id, arrival, last_arrival FROM inbox ORDER BY arrival")
     assert [r[0] for r in rows] == ["e1", "e2"]
     (_, a1, last1), (_, a2, last2) = rows

@@ -164,6 +164,51 @@ def test_an_invalid_item_cuts_its_run_before_the_claim(target: Target) -> None:
     )
 
 
+def _counter_totals(target: Target) -> dict[str, int]:
+    """The counters table read independently, a PostgreSQL counter's spread rows summed."""
+    totals: dict[str, int] = {}
+    for name, value in target.rows("SELECT name, value FROM counters"):
+        short = str(name).split("#", 1)[0]
+        totals[short] = totals.get(short, 0) + int(value)
+    return totals
+
+
+def test_receive_runs_keeps_each_run_to_itself(target: Target) -> None:
+    with Inbox(target.ref) as inbox:
+        results = inbox.receive_runs(
+            [
+                [ev("a", 2, "s"), ev("b", 3, "s")],
+                [ev("a", 2, "s"), ev("a", 9, "s"), ev("c", 100, "s")],
+                [ev("d", 4, "s"), {"id": "e", "sku": "s"}, ev("f", 100, "s")],
+                [ev("g", 5, "other")],
+            ]
+        )
+    assert [r.statuses for r in results] == [
+        ["applied", "applied"],
+        ["duplicate"],
+        ["applied"],
+        ["applied"],
+    ]
+    assert results[0].error is None
+    assert isinstance(results[1].error, Conflict)
+    assert isinstance(results[2].error, InvalidEvent)
+    assert results[3].error is None
+    stock = {str(sku): int(qty) for sku, qty in target.rows("SELECT sku, qty FROM inventory")}
+    assert stock == {"s": 9, "other": 5}
+    assert {r[0] for r in target.rows("SELECT id FROM inbox")} == {"a", "b", "d", "g"}
+    counters = _counter_totals(target)
+    counters.pop("sink.arrival")  # the arrival sequence (numbers for every item offered)
+    assert counters == {"sink.applied": 4, "sink.duplicate": 1, "sink.conflict": 1}
+
+
+def test_receive_runs_with_nothing_valid_writes_nothing(target: Target) -> None:
+    with Inbox(target.ref) as inbox:
+        (result,) = inbox.receive_runs([[{"id": "x"}]])
+    assert result.statuses == []
+    assert isinstance(result.error, InvalidEvent)
+    assert target.rows("SELECT count(*) FROM counters") == [(0,)]
+
+
 ID = st.sampled_from(["a", "b", "c", "d", "e", "f"])
 ITEM = st.builds(ev, ID, st.sampled_from([1, 2]), st.sampled_from(["apple", "pear"]))
 RUN = st.lists(st.one_of(ITEM, ITEM, ITEM, st.just({"id": "bad"})), min_size=1, max_size=6)

@@ -55,6 +55,17 @@ def test_a_retry_in_a_new_pod_gets_the_same_delivery(ledger: Ledger, target: Tar
     ]
 
 
+def test_reopening_keeps_every_number(target: Target) -> None:
+    with Ledger(target.ref) as first:
+        numbers = {w: first.request("c", w, "pod-A")["delivery_no"] for w in ("w1", "w2", "w3")}
+    with Ledger(target.ref, synchronous="NORMAL") as again:
+        for work_id, number in numbers.items():
+            answer = again.request("c", work_id, "pod-B")
+            assert answer == {"delivery_no": number, "duplicate": True, "attempt": 2}
+        fresh = again.request("c", "w4", "pod-B")["delivery_no"]
+    assert fresh > max(numbers.values())
+
+
 def test_different_keys_are_different_work(ledger: Ledger) -> None:
     numbers = {
         ledger.request(case_id, work_id, "pod")["delivery_no"]

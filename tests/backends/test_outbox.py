@@ -8,12 +8,21 @@ from typing import Any
 import pytest
 
 from ackledger import Conflict, InvalidEvent, Outbox
+from ackledger.store.outbox_sql import MARK_CHUNK
 
 from .conftest import Target
 
 
 def ev(event_id: str, sku: str = "sku-1", qty: int = 1) -> dict[str, Any]:
     return {"id": event_id, "sku": sku, "qty": qty}
+
+
+def counts(target: Target) -> tuple[object, object]:
+    """How many orders and events the database holds, read independently."""
+    return (
+        target.rows("SELECT COUNT(*) FROM orders")[0][0],
+        target.rows("SELECT COUNT(*) FROM outbox")[0][0],
+    )
 
 
 def no_open_transaction(outbox: Outbox, target: Target) -> bool:
@@ -41,48 +50,53 @@ def test_accept_writes_order_and_event_in_acceptance_order(target: Target) -> No
 def test_identical_event_again_returns_its_seq_and_writes_nothing(target: Target) -> None:
     with Outbox(target.ref) as ob:
         seq = ob.accept(ev("e1"))
+        ob.accept(ev("e2"))
         before = target.dump()
         assert ob.accept(ev("e1")) == seq
+        assert ob.accept({"qty": 1, "sku": "sku-1", "id": "e1"}) == seq  # key order is no content
         assert target.dump() == before
+    assert counts(target) == (2, 2)
 
 
 def test_same_id_other_content_is_a_conflict_and_writes_nothing(target: Target) -> None:
     with Outbox(target.ref) as ob:
         ob.accept(ev("e1", qty=1))
         before = target.dump()
-        with pytest.raises(Conflict):
+        with pytest.raises(Conflict, match="e1"):
             ob.accept(ev("e1", qty=2))
         with pytest.raises(Conflict), ob.transaction() as tx:
             tx.enqueue(ev("e1", sku="other"))
         assert target.dump() == before
+    assert counts(target) == (1, 1)
+    assert target.rows("SELECT qty FROM outbox") == [(1,)]
 
 
-@pytest.mark.parametrize(
-    ("bad", "field"),
-    [
-        ({"id": "x", "sku": "s"}, "qty"),
-        ({"id": "x", "sku": "s", "qty": True}, "qty"),
-        ({"id": "x", "sku": "s", "qty": "3"}, "qty"),
-        ({"id": "x", "sku": "s", "qty": 1.0}, "qty"),
-        ({"id": "", "sku": "s", "qty": 1}, "id"),
-        ({"id": "x y", "sku": "s", "qty": 1}, "id"),
-        ({"id": "x", "sku": "s", "qty": 1, "extra": 1}, "extra"),
-        ([1, 2], "event"),
-    ],
-)
-def test_invalid_events_are_refused_naming_the_field_and_write_nothing(
-    target: Target, bad: object, field: str
-) -> None:
+#: Events the contract refuses, with the field each refusal names.
+INVALID: list[tuple[object, str]] = [
+    ({"id": "x", "sku": "s"}, "qty"),
+    ({"id": "x", "sku": "s", "qty": True}, "qty"),
+    ({"id": "x", "sku": "s", "qty": "3"}, "qty"),
+    ({"id": "x", "sku": "s", "qty": 1.0}, "qty"),
+    ({"id": "", "sku": "s", "qty": 1}, "id"),
+    ({"id": "x y", "sku": "s", "qty": 1}, "id"),
+    ({"id": "x", "sku": "s", "qty": 1, "extra": 1}, "extra"),
+    ([1, 2], "event"),
+]
+
+
+def test_invalid_events_are_refused_naming_the_field_and_write_nothing(target: Target) -> None:
+    # One database for all of them: refusals are checked before any write, on every backend.
     with Outbox(target.ref) as ob:
         ob.accept(ev("seed"))
         before = target.dump()
-        with pytest.raises(InvalidEvent) as refused:
-            ob.accept(bad)
-        assert refused.value.field == field
-        with pytest.raises(InvalidEvent), ob.transaction() as tx:
-            tx.execute("UPDATE orders SET qty = 99")
-            tx.enqueue(bad)
-        assert target.dump() == before
+        for bad, field in INVALID:
+            with pytest.raises(InvalidEvent, match=field) as refused:
+                ob.accept(bad)
+            assert refused.value.field == field, bad
+            with pytest.raises(InvalidEvent), ob.transaction() as tx:
+                tx.execute("UPDATE orders SET qty = 99")
+                tx.enqueue(bad)
+            assert target.dump() == before, bad
 
 
 def test_transaction_commits_business_write_and_event_together(target: Target) -> None:
@@ -94,7 +108,7 @@ def test_transaction_commits_business_write_and_event_together(target: Target) -
             assert tx.execute("SELECT body FROM notes WHERE id = ?", ("n1",)) == [("100% real?",)]
             assert tx.execute("SELECT COUNT(*) FROM notes WHERE body LIKE '100%'") == [(1,)]
             seq = tx.enqueue(ev("e1", "box"), partition_key="customer-7")
-        assert [item["id"] for item in ob.pending()] == ["e1"]
+        assert ob.pending() == [{"seq": seq, "id": "e1", "sku": "box", "qty": 1}]
     assert target.rows("SELECT id, body FROM notes") == [("n1", "100% real?")]
     assert target.rows("SELECT seq, partition_key FROM outbox") == [(seq, "customer-7")]
     # tx.enqueue writes the event only; accept also writes the order.
@@ -109,6 +123,9 @@ def test_transaction_that_fails_keeps_neither_write(target: Target) -> None:
             tx.execute("INSERT INTO notes (id) VALUES (?)", ("n1",))
             tx.enqueue(ev("e1"))
             raise RuntimeError("business rule broken")
+        with pytest.raises(InvalidEvent), ob.transaction() as tx:
+            tx.execute("INSERT INTO notes (id) VALUES (?)", ("n2",))
+            tx.enqueue({"id": "bad id", "sku": "s", "qty": 1})
         assert ob.pending() == []
     assert target.rows("SELECT COUNT(*) FROM notes") == [(0,)]
     assert target.rows("SELECT COUNT(*) FROM outbox") == [(0,)]
@@ -138,6 +155,7 @@ def test_pending_is_in_seq_order_even_when_ids_sort_otherwise(target: Target) ->
     assert [item["id"] for item in items] == ids
     assert [item["seq"] for item in items] == seqs == sorted(seqs)
     assert items[0] == {"seq": seqs[0], "id": "zulu", "sku": "sku-0", "qty": 1}
+    assert all(set(item) == {"seq", "id", "sku", "qty"} for item in items)
 
 
 def test_pending_limit_bounds_and_types(target: Target) -> None:
@@ -147,9 +165,12 @@ def test_pending_limit_bounds_and_types(target: Target) -> None:
         assert len(ob.pending(1)) == 1
         assert len(ob.pending(16)) == 16
         assert len(ob.pending()) == 16
-        for bad in (0, 17, -1, True, 1.5, "3", None):
+        for bad in (0, 17, -1, True, False, 1.0, 1.5, "3", None):
             with pytest.raises(ValueError, match="limit"):
                 ob.pending(bad)  # type: ignore[arg-type]
+        assert [item["id"] for item in ob.pending(3)] == ["e00", "e01", "e02"]
+        ob.mark_sent("e01")
+        assert [item["id"] for item in ob.pending(3)] == ["e00", "e02", "e03"]
 
 
 def test_pending_writes_nothing_and_leaves_no_transaction_open(target: Target) -> None:
@@ -192,3 +213,33 @@ def test_a_transaction_inside_another_is_refused_not_left_hanging(target: Target
         assert ob.pending() == []
         ob.accept(ev("after"))
     assert target.rows("SELECT id FROM outbox") == [("after",)]
+
+
+def test_an_order_whose_event_was_purged_cannot_be_accepted_again(target: Target) -> None:
+    with Outbox(target.ref) as ob:
+        ob.accept(ev("o-1"))
+        ob.mark_sent("o-1")
+        with ob.transaction() as tx:  # what a purge leaves: the order without its event
+            tx.execute("DELETE FROM outbox WHERE id = ?", ("o-1",))
+        with pytest.raises(Conflict, match="purged"):
+            ob.accept(ev("o-1"))
+    assert counts(target) == (1, 0)
+
+
+def test_mark_sent_many_marks_more_than_one_statement_holds(target: Target) -> None:
+    count = MARK_CHUNK + 40  # more than one chunk
+    ids = [f"m{number}" for number in range(count)]
+    with Outbox(target.ref) as ob:
+        with ob.transaction() as tx:
+            for event_id in ids:
+                tx.enqueue(ev(event_id))
+        ob.mark_sent_many([*ids, ids[0]], attempted=True)
+    assert target.rows("SELECT sent, attempts FROM outbox") == [(1, 1)] * count
+
+
+def test_mark_sent_many_with_an_unknown_id_marks_nothing(target: Target) -> None:
+    with Outbox(target.ref) as ob:
+        ob.accept(ev("known"))
+        with pytest.raises(KeyError, match="ghost"):
+            ob.mark_sent_many(["known", "ghost"])
+    assert target.rows("SELECT sent FROM outbox") == [(0,)]
