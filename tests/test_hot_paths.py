@@ -20,7 +20,7 @@ from ackledger.event import (
 )
 from ackledger.sink.app import _ack_body, _batch_acks_body
 from ackledger.sink.inbox import Inbox
-from ackledger.store.outbox_sql import MARK_CHUNK
+from ackledger.store.outbox import MARK_CHUNK
 from ackledger.web.common import json_answer
 from ackledger.wire.http import check_target
 

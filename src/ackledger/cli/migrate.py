@@ -11,7 +11,7 @@ import json
 import sys
 
 from ..store import open_backend
-from ..store.base import migrate, migrations, schema_versions
+from ..store.base import migrate_and_report
 from .common import add_synchronous
 
 
@@ -34,27 +34,15 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def cmd_migrate(args: argparse.Namespace) -> int:
     backend = open_backend(args.target, synchronous=args.synchronous, migrate_schema=False)
     try:
-        applied = migrate(backend)
-        versions = schema_versions(backend)
+        result, unknown = migrate_and_report(backend)
     finally:
         backend.close()
-    known = {version for version, _, _ in migrations(backend.dialect)}
-    unknown = [name for version, name in versions if version not in known]
-    names = [name for _, name in versions]
-    version = versions[-1][0] if versions else 0
-    result = {
-        "target": backend.location,
-        "dialect": backend.dialect,
-        "applied": applied,
-        "version": version,
-        "migrations": names,
-    }
     if args.json:
         print(json.dumps(result))
     else:
         print(
-            f"{backend.location}: applied {applied} migration(s); "
-            f"schema at version {version} ({', '.join(names)})"
+            f"{result['target']}: applied {result['applied']} migration(s); "
+            f"schema at version {result['version']} ({', '.join(result['migrations'])})"
         )
     if unknown:
         # A newer ackledger has migrated this database: this one may not understand it.
