@@ -145,7 +145,7 @@ class PartitionLeases:
     def leases(self) -> list[dict[str, Any]]:
         """Every lease row (live or ended) of this outbox, by partition."""
         with self.outbox.backend.read() as tx:
-            return tx.leases()
+            return tx.lease_rows()
 
 
 def _lost(lease: Lease) -> LeaseLost:

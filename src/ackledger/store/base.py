@@ -36,8 +36,10 @@ class Tx(OutboxQueries, InboxQueries, LedgerQueries, LeaseQueries):
     """One open transaction: one typed method per operation of the outbox (``outbox_*``,
     ``order_*``), the inbox (``inbox_*``, ``inventory_*``), the ledger (``ledger_*``), the
     partition leases (``lease_*``) and the counters (``counter*``), as River's driver
-    interface has. Each dialect (``sqlite/``, ``postgres/``) implements the operations its
-    SQL differs in; the rest is shared. ``execute`` stays for the users' own business writes
+    interface has. The SQL that both databases run alike is written once, in the module of
+    its concept; a dialect (``sqlite/``, ``postgres/``) supplies ``execute``/``executemany``,
+    its ``CLOCK`` and ``NEXT_FENCE`` expressions, and the abstract operations, whose SQL is
+    its own (``queries.py``). ``execute`` stays for the users' own business writes
     (``Outbox.transaction()``) and the migrations.
     """
 

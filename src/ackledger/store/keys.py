@@ -105,7 +105,7 @@ INBOX = KeySpace(
 
 # The ledger's business key (case_id, work_id). Only idempotent deliveries are in the partial
 # unique index, so the conflict target names its predicate; control-mode deliveries never
-# pass through a claim (see ``ledger_sql.insert_control_delivery``).
+# pass through a claim (see ``ledger.INSERT_CONTROL``).
 DELIVERIES = KeySpace(
     name="deliveries",
     claim_sql=(

@@ -93,14 +93,14 @@ class LeaseQueries(CounterQueries):
     CLOCK: str
     NEXT_FENCE: str
 
-    def lease_sql(self, template: str) -> str:
+    def _lease_sql(self, template: str) -> str:
         """A lease statement with this dialect's clock and token source."""
         return _render(template, self.CLOCK, self.NEXT_FENCE)
 
     def lease_claim(self, owner: str, ttl: float) -> tuple[str, int, float] | None:
         """Lease the partition of the oldest pending event that nobody holds; None if there is
         none (or another relay took it first). Returns (partition, token, expires_at)."""
-        row = self.one(self.lease_sql(_CLAIM), (owner, ttl))
+        row = self.one(self._lease_sql(_CLAIM), (owner, ttl))
         if row is None:
             return None
         key, token, expires_at = str(row[0]), int(row[1]), float(row[2])
@@ -112,19 +112,19 @@ class LeaseQueries(CounterQueries):
 
     def lease_unleased_work(self) -> bool:
         """Is there a partition with pending events and no live lease?"""
-        return self.one(self.lease_sql(_UNLEASED)) is not None
+        return self.one(self._lease_sql(_UNLEASED)) is not None
 
     def lease_renew(self, key: str, owner: str, token: int, ttl: float) -> float | None:
         """Extend a live lease to now + ttl; returns the new expiry, or None if it is not live."""
-        value = self.scalar(self.lease_sql(_RENEW), (ttl, key, owner, token))
+        value = self.scalar(self._lease_sql(_RENEW), (ttl, key, owner, token))
         return None if value is None else float(value)
 
     def lease_release(self, key: str, owner: str, token: int) -> bool:
         """End a live lease now; False if it was not live any more."""
-        return self.one(self.lease_sql(_RELEASE), (key, owner, token)) is not None
+        return self.one(self._lease_sql(_RELEASE), (key, owner, token)) is not None
 
     def lease_is_live(self, key: str, owner: str, token: int) -> bool:
-        return self.one(self.lease_sql(_IS_LIVE), (key, owner, token)) is not None
+        return self.one(self._lease_sql(_IS_LIVE), (key, owner, token)) is not None
 
     def lease_mark_sent(
         self,
@@ -169,10 +169,10 @@ class LeaseQueries(CounterQueries):
         )
         return [dict(zip(PENDING_COLUMNS, row, strict=True)) for row in rows]
 
-    def leases(self) -> list[dict[str, Any]]:
+    def lease_rows(self) -> list[dict[str, Any]]:
         """Every lease row, live or not, by partition."""
         found = []
-        for row in self.execute(self.lease_sql(_LEASES)):
+        for row in self.execute(self._lease_sql(_LEASES)):
             item = dict(zip(LEASE_COLUMNS, row, strict=True))
             item["live"] = bool(item["live"])
             found.append(item)

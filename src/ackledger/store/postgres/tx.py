@@ -36,7 +36,6 @@ def to_pyformat(sql: str) -> str:
 
 
 class PostgresTx(Tx):
-    dialect = "postgres"
     CLOCK = q.CLOCK
     NEXT_FENCE = q.NEXT_FENCE
 
@@ -74,7 +73,7 @@ class PostgresTx(Tx):
 
     # --- ledger ----------------------------------------------------------------------------
 
-    def ledger_lock_key(self, case_id: str, work_id: str) -> None:
+    def _ledger_lock_key(self, case_id: str, work_id: str) -> None:
         """Make everything that writes one key take turns from here to its commit. A request
         takes it BEFORE its claim, and the purge holds it when it looks at a key a last time
         and deletes it, so that each request counts the attempts committed before it (a key's
@@ -90,12 +89,12 @@ class PostgresTx(Tx):
 
     def ledger_lock_keys(self, keys: Iterable[tuple[str, str]]) -> None:
         for case_id, work_id in sorted(set(keys)):
-            self.ledger_lock_key(case_id, work_id)
+            self._ledger_lock_key(case_id, work_id)
 
     def ledger_record(
         self, *, case_id: str, work_id: str, pod_uid: str, mode: str, fingerprint: str, now: float
     ) -> tuple[Outcome, int, int]:
-        self.ledger_lock_key(case_id, work_id)
+        self._ledger_lock_key(case_id, work_id)
         if mode == "control":
             outcome = Outcome.APPLIED
             row = (case_id, work_id, fingerprint, pod_uid, now)
@@ -120,7 +119,7 @@ class PostgresTx(Tx):
     def ledger_purge_idle_chunk(
         self, cutoff: float, after: tuple[str, str], limit: int = PURGE_CHUNK
     ) -> tuple[int, int, tuple[str, str] | None]:
-        """Requests run while the purge does. Each key's lock (``ledger_lock_key``) is TRIED,
+        """Requests run while the purge does. Each key's lock (``_ledger_lock_key``) is TRIED,
         never waited for: a key whose lock a request holds is being asked for, so it is not
         idle and is kept (as is, until the next purge, an idle key that shares its lock's
         hash). A purge never waits for a request, so it can hold many key locks, taken in any
@@ -146,7 +145,7 @@ class PostgresTx(Tx):
         self, key: str, owner: str, token: int, event_id: str, *, ttl: float, bump: int, now: float
     ) -> bool:
         params = (ttl, key, owner, token, now, bump, bump, now, event_id)
-        return bool(self.execute(self.lease_sql(q.MARK_UNDER_LEASE), params))
+        return bool(self.execute(self._lease_sql(q.MARK_UNDER_LEASE), params))
 
     def lease_ensure_partition_index(self) -> bool:
         return False  # kept from the first migration on

@@ -19,7 +19,6 @@ _OUTCOMES = {outcome.value: outcome for outcome in Outcome}
 
 
 class SqliteTx(Tx):
-    dialect = "sqlite"
     CLOCK = q.CLOCK
     NEXT_FENCE = q.NEXT_FENCE
 
@@ -114,7 +113,7 @@ class SqliteTx(Tx):
         self, key: str, owner: str, token: int, event_id: str, *, ttl: float, bump: int, now: float
     ) -> bool:
         params = (now, bump, bump, now, event_id, key, owner, token)
-        if not self.execute(self.lease_sql(q.MARK_UNDER_LEASE), params):
+        if not self.execute(self._lease_sql(q.MARK_UNDER_LEASE), params):
             return False
         self.lease_renew(key, owner, token, ttl)
         return True
