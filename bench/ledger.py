@@ -84,8 +84,8 @@ def raw_rate(folder: Path, synchronous: str, keys: list[int], tag: str) -> float
     schema costs on this machine, so that ours can be read against it and the peer against
     what any Python code on it could do."""
     from ackledger.event import fingerprint
-    from ackledger.store import ledger_sql
     from ackledger.store.keys import DELIVERIES
+    from ackledger.store.sqlite import queries
 
     ledger_type = ledger_class()
     assert ledger_type is not None
@@ -95,7 +95,7 @@ def raw_rate(folder: Path, synchronous: str, keys: list[int], tag: str) -> float
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute(f"PRAGMA synchronous = {synchronous}")
     run = conn.execute
-    claim, applied, seen = DELIVERIES.claim_sql, ledger_sql._INSERT_APPLIED, ledger_sql._INSERT_SEEN
+    claim, applied, seen = DELIVERIES.claim_sql, queries.RECORD_APPLIED, queries.RECORD_SEEN
     fp, pod, case = fingerprint(None), "bench-pod", f"case-{tag}"
     try:
         start = time.perf_counter()

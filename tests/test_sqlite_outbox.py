@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from ackledger import Outbox
-from ackledger.store import outbox_sql
-from ackledger.store.base import Params, Row, Tx
+from ackledger.store.base import Params, Row
 from ackledger.store.sqlite import PAGE_SIZE, SqliteTx
 from tests.conftest import raw_connect, raw_rows
 
@@ -94,18 +93,16 @@ def test_bad_targets(tmp_path: Path) -> None:
         Outbox("mysql://localhost/x")
 
 
-class _Recording(Tx):
+class _Recording(SqliteTx):
     """Runs statements on a real connection and remembers them, to ask SQLite for their plan."""
 
-    dialect = "sqlite"
-
     def __init__(self, conn: sqlite3.Connection) -> None:
-        self._inner = SqliteTx(conn)
+        super().__init__(conn)
         self.seen: list[tuple[str, Params]] = []
 
     def execute(self, sql: str, params: Params = ()) -> list[Row]:
         self.seen.append((sql, params))
-        return self._inner.execute(sql, params)
+        return super().execute(sql, params)
 
     def executemany(self, sql: str, params: Sequence[Params]) -> None:
         raise NotImplementedError
@@ -126,9 +123,9 @@ def test_pending_and_its_summary_read_through_the_partial_index_as_the_table_gro
     conn = sqlite3.connect(source_db)
     conn.execute("ANALYZE")
     recording = _Recording(conn)
-    outbox_sql.pending(recording, 16)
-    outbox_sql.pending_summary(recording)
-    outbox_sql.quarantined_rows(recording)
+    recording.outbox_pending(16)
+    recording.outbox_pending_summary()
+    recording.outbox_quarantined()
     indexes = []
     for sql, params in recording.seen:
         plan = " ".join(str(row[-1]) for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))

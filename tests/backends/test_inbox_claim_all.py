@@ -1,4 +1,4 @@
-"""Groups of events claimed all at once (``idempotency.claim_all``) give exactly the outcomes,
+"""Groups of events claimed all at once (``store.claims.claim_all``) give exactly the outcomes,
 receipts, arrival numbers, stock and counters of applying the events one by one, on every
 backend; a conflict anywhere falls back to the one-by-one path, leaving the rest un-applied.
 

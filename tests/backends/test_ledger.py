@@ -14,7 +14,8 @@ import pytest
 
 from ackledger import Conflict, InvalidEvent, Ledger
 from ackledger.ledger.ledger import DEFAULT_RETENTION_SECONDS, PayloadConflict, check_request
-from ackledger.store.inbox_sql import COUNTER_SHARDS
+from ackledger.store.ledger import PURGE_CHUNK
+from ackledger.store.postgres.queries import COUNTER_SHARDS
 
 from .. import pg
 from ..race import at_once
@@ -508,13 +509,11 @@ def test_a_request_for_a_key_being_purged_waits_and_starts_it_fresh_on_postgres(
 ) -> None:
     """The purge has the key (its chunk's transaction open): a request for it waits for the
     purge's commit, then finds no key and starts it afresh."""
-    from ackledger.store import ledger_sql
-
     with _idle_key(pg_url) as (requester, purger, old):
         answers: list[dict[str, Any]] = []
         with purger.backend.write() as tx:
             cutoff = time.time() - DEFAULT_RETENTION_SECONDS
-            assert ledger_sql.purge_idle_chunk(tx, cutoff, ("", "")) == (1, 1, ("c", "w"))
+            assert tx.ledger_purge_idle_chunk(cutoff, ("", "")) == (1, 1, ("c", "w"))
             asking = threading.Thread(
                 target=lambda: answers.append(requester.request("c", "w", "pod-B"))
             )
@@ -534,9 +533,7 @@ def test_purge_works_through_many_keys_in_chunks(target: Target) -> None:
     """More idle keys than one chunk holds, live keys between them: every idle key goes, in
     several transactions (on SQLite too: the one writer is free between chunks), and every
     live one stays whole."""
-    from ackledger.store import ledger_sql
-
-    keys = ledger_sql.PURGE_CHUNK * 2 + 7
+    keys = PURGE_CHUNK * 2 + 7
     with Ledger(target.ref) as ledger:
         ledger.submit_many(
             [check_request("c", f"k{n:05}", "pod", "idempotent", None) for n in range(keys)]
@@ -550,8 +547,6 @@ def test_purge_works_through_many_keys_in_chunks(target: Target) -> None:
 
 
 def test_a_sqlite_purge_chunk_takes_whole_keys_after_its_cursor(tmp_path: Any) -> None:
-    from ackledger.store import ledger_sql
-
     path = tmp_path / "l.db"
     with Ledger(path) as ledger:
         for work_id in ("a", "b", "c"):
@@ -561,13 +556,13 @@ def test_a_sqlite_purge_chunk_takes_whole_keys_after_its_cursor(tmp_path: Any) -
         target.execute("UPDATE attempts SET at = at - ?", (40 * DAY,))
         cutoff = time.time() - DEFAULT_RETENTION_SECONDS
         with ledger.backend.write() as tx:
-            first = ledger_sql.purge_idle_chunk_one_writer(tx, cutoff, ("", ""), 2)
+            first = tx.ledger_purge_idle_chunk(cutoff, ("", ""), 2)
         assert first == (4, 4, ("c", "b"))  # two keys, each with both its deliveries
         with ledger.backend.write() as tx:
-            assert ledger_sql.purge_idle_chunk_one_writer(tx, cutoff, ("c", "b"), 2) == (
+            assert tx.ledger_purge_idle_chunk(cutoff, ("c", "b"), 2) == (
                 2, 2, ("c", "c"),
             )  # fmt: skip
-            assert ledger_sql.purge_idle_chunk_one_writer(tx, cutoff, ("c", "c"), 2) == (
+            assert tx.ledger_purge_idle_chunk(cutoff, ("c", "c"), 2) == (
                 0, 0, None,
             )  # fmt: skip
     assert count(target, "deliveries") == count(target, "attempts") == 0

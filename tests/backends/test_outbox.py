@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from ackledger import Conflict, InvalidEvent, Outbox
-from ackledger.store.outbox_sql import MARK_CHUNK
+from ackledger.store.outbox import MARK_CHUNK
 
 from .conftest import Target
 

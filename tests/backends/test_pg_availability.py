@@ -14,7 +14,7 @@ import pytest
 
 from ackledger._dev.procs import start_service
 from ackledger.ledger.ledger import Ledger, check_request
-from ackledger.store import ledger_sql
+from ackledger.store.postgres.queries import KEY_LOCK_CLASS
 from tests.loopback import request
 
 pytestmark = pytest.mark.slow
@@ -25,7 +25,7 @@ def _hold_key(url: str, case_id: str, work_id: str) -> psycopg.Connection[Any]:
     conn = psycopg.connect(url)
     conn.execute(
         "SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
-        (ledger_sql.KEY_LOCK_CLASS, f"{case_id}/{work_id}"),
+        (KEY_LOCK_CLASS, f"{case_id}/{work_id}"),
     )
     return conn
 

@@ -1,20 +1,14 @@
-"""The one idempotency move, shared by the outbox, the inbox and the ledger.
+"""The outcomes of the one idempotency move (the move itself is ``store.claims``).
 
-Inside a write transaction the caller already holds: claim the key with the content's
-fingerprint; if the claim took, the caller creates the effect (in the same transaction);
-if the key was there, compare fingerprints to tell a duplicate from a conflict. The claim is
-one atomic statement backed by a unique constraint, never a read followed by an ``if``.
+A claim of a key either takes it (the effect is created once), finds it with the same
+fingerprint (a duplicate) or finds it with another (a conflict).
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
-
-from ..store.base import Params, Tx
-from ..store.keys import KeySpace
 
 
 class Outcome(enum.Enum):
@@ -28,42 +22,3 @@ class Claim:
     outcome: Outcome
     #: The reference of the row that holds the key (a seq, an id, a delivery number).
     ref: Any
-
-
-def claim_once(tx: Tx, space: KeySpace, key: Params, fingerprint: str, rest: Params) -> Claim:
-    ref = space.claim(tx, key, fingerprint, rest)
-    if ref is not None:
-        return Claim(Outcome.APPLIED, ref)
-    found = space.find(tx, key)
-    if found is None:  # pragma: no cover - the claim saw the key, so it must be there
-        raise RuntimeError(f"{space.name}: key {tuple(key)!r} vanished inside a transaction")
-    stored, ref = found
-    return Claim(Outcome.DUPLICATE if stored == fingerprint else Outcome.CONFLICT, ref)
-
-
-def claim_all(tx: Tx, space: KeySpace, rows: Sequence[Params]) -> list[Outcome]:
-    """``claim_once`` of many distinct keys of a space with a one-column key, in one statement
-    per 64 keys plus one per 64 keys that were there. Each row is what ``claim_once`` would
-    bind: the key, the fingerprint, then the rest of the row.
-
-    The outcome of each key is the one ``claim_once`` would give it. Unlike a loop of
-    ``claim_once``, every free key is claimed, those after a conflicting one included: a
-    caller that must stop at the first conflict has to undo the rest (roll back).
-    """
-    if space.claim_rows is None or space.find_keys is None:
-        raise ValueError(f"{space.name}: no claim of many keys")
-    claimed = space.claim_rows(tx, rows)
-    if len(claimed) == len(rows):
-        return [Outcome.APPLIED] * len(rows)
-    stored = space.find_keys(tx, [row[0] for row in rows if row[0] not in claimed])
-    outcomes: list[Outcome] = []
-    for row in rows:
-        key, fp = row[0], row[1]
-        if key in claimed:
-            outcomes.append(Outcome.APPLIED)
-            continue
-        found = stored.get(key)
-        if found is None:  # pragma: no cover - the claim saw the key, so it must be there
-            raise RuntimeError(f"{space.name}: key {key!r} vanished inside a transaction")
-        outcomes.append(Outcome.DUPLICATE if found == fp else Outcome.CONFLICT)
-    return outcomes

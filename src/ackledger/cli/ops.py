@@ -33,7 +33,7 @@ from ..relay.loop import (
 from ..relay.loop import logger as relay_logger
 from ..source.dispatch import MARK_SYNCS
 from ..source.outbox import Outbox
-from ..store import is_postgres, shown
+from ..store import is_postgres, without_password
 from ..wire.http import post_batch, send_http
 from .common import (
     add_http_client,
@@ -192,7 +192,7 @@ def _run_relay(args: argparse.Namespace, outbox: Outbox, relay: Relay) -> int:
         print(
             f"ackledger relay: stopped on poison event {relay.poisoned.event_id}: "
             f"{relay.poisoned.message}; see `ackledger trace {relay.poisoned.event_id} "
-            f"--source {shown(args.source)} --sink {base_url(args.to)}`",
+            f"--source {without_password(args.source)} --sink {base_url(args.to)}`",
             file=sys.stderr,
         )
     return code

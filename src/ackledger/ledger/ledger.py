@@ -19,12 +19,11 @@ from typing import Any
 
 from .._core.database import Database
 from .._core.duration import check_age
-from .._core.idempotency import Outcome, claim_once
+from .._core.idempotency import Outcome
 from ..errors import Conflict, InvalidEvent
 from ..event import check_identifier, fingerprint
 from ..store import Tx
-from ..store import ledger_sql as sql
-from ..store.keys import DELIVERIES
+from ..store.ledger import PURGE_CHUNK
 
 MODES = ("idempotent", "control")
 MAX_KEY_LEN = 128
@@ -38,12 +37,6 @@ REQUEST_FIELDS = ("case_id", "work_id", "pod_uid", "mode", "payload")
 COUNTER_PREFIX = "ledger."
 COUNTER_NAMES = ("attempts", "deliveries", "duplicates", "conflicts")
 NO_PAYLOAD_FINGERPRINT = fingerprint(None)
-_OUTCOMES = {outcome.value: outcome for outcome in Outcome}
-_OUTCOME_COUNTER = {
-    Outcome.APPLIED: "deliveries",
-    Outcome.DUPLICATE: "duplicates",
-    Outcome.CONFLICT: "conflicts",
-}
 
 
 class PayloadConflict(Conflict):
@@ -182,59 +175,21 @@ class Recorded:
 
 
 def record_request(tx: Tx, req: LedgerRequest, now: float) -> Recorded:
-    """The whole request inside the caller's write transaction: effect once, attempt always."""
-    fp = req.fingerprint
-    if tx.dialect == "sqlite":
-        # One writer at a time: the claim, then one statement for the attempt, its number and
-        # the counters (see ``ledger_sql.record_one_writer``).
-        outcome_name, delivery_no, attempt = sql.record_one_writer(
-            tx,
-            case_id=req.case_id,
-            work_id=req.work_id,
-            pod_uid=req.pod_uid,
-            mode=req.mode,
-            fingerprint=fp,
-            now=now,
-        )
-        return Recorded(_OUTCOMES[outcome_name], delivery_no, attempt)
-    return _record_concurrent(tx, req, fp, now)
+    """The whole request inside the caller's write transaction: effect once, attempt always.
 
-
-def _record_concurrent(tx: Tx, req: LedgerRequest, fp: str, now: float) -> Recorded:
-    """``record_request`` where many writers run at once (PostgreSQL)."""
-    # The requests for a key, and a purge of it, take turns from before the claim to their
-    # commit: the attempt number counts the key's earlier attempts, and the delivery the claim
-    # finds must still be there when the attempt refers to it (see ``ledger_sql.lock_key``).
-    sql.lock_key(tx, req.case_id, req.work_id)
-    if req.mode == "control":
-        outcome = Outcome.APPLIED
-        delivery_no = sql.insert_control_delivery(
-            tx,
-            case_id=req.case_id,
-            work_id=req.work_id,
-            fingerprint=fp,
-            pod_uid=req.pod_uid,
-            now=now,
-        )
-    else:
-        claim = claim_once(tx, DELIVERIES, (req.case_id, req.work_id), fp, (req.pod_uid, now))
-        outcome, delivery_no = claim.outcome, int(claim.ref)
-    sql.insert_attempt(
-        tx,
+    The requests for a key, and a purge of it, take turns from before the claim to their
+    commit: the attempt number counts the key's earlier attempts, and the delivery the claim
+    finds is still there when the attempt refers to it (see ``Tx.ledger_record``).
+    """
+    outcome, delivery_no, attempt = tx.ledger_record(
         case_id=req.case_id,
         work_id=req.work_id,
         pod_uid=req.pod_uid,
         mode=req.mode,
-        delivery_no=None if outcome is Outcome.CONFLICT else delivery_no,
-        outcome=outcome.value,
-        fingerprint=fp,
+        fingerprint=req.fingerprint,
         now=now,
     )
-    # Spread counters: every request bumps "attempts", and one row for it would make all
-    # requests (on PostgreSQL, all replicas) take turns until each one's commit.
-    sql.bump_spread_counter(tx, COUNTER_PREFIX + "attempts")
-    sql.bump_spread_counter(tx, COUNTER_PREFIX + _OUTCOME_COUNTER[outcome])
-    return Recorded(outcome, delivery_no, sql.count_attempts(tx, req.case_id, req.work_id))
+    return Recorded(outcome, delivery_no, attempt)
 
 
 def _answer(req: LedgerRequest, done: Recorded) -> dict[str, Any] | PayloadConflict:
@@ -282,11 +237,8 @@ class Ledger(Database):
         one durable commit for every request that was ready at the same time."""
         now = time.time()
         with self._db.write() as tx:
-            if tx.dialect == "postgres":
-                # Every key's turn first, in one order for all callers: taken in request
-                # order, two calls naming the same keys in other orders would deadlock.
-                for case_id, work_id in sorted({(req.case_id, req.work_id) for req in reqs}):
-                    sql.lock_key(tx, case_id, work_id)
+            # Every key's turn first, in one order for all callers.
+            tx.ledger_lock_keys((req.case_id, req.work_id) for req in reqs)
             done = [record_request(tx, req, now) for req in reqs]
         return [_answer(req, each) for req, each in zip(reqs, done, strict=True)]
 
@@ -294,18 +246,18 @@ class Ledger(Database):
         """Deliveries in number order, all or those of one case."""
         scope = None if case_id is None else check_identifier(case_id, "case_id", MAX_KEY_LEN)
         with self._db.read() as tx:
-            return sql.deliveries(tx, scope)
+            return tx.ledger_deliveries(scope)
 
     def attempts(self, case_id: str | None = None) -> list[dict[str, Any]]:
         """Attempts in arrival order, all or those of one case."""
         scope = None if case_id is None else check_identifier(case_id, "case_id", MAX_KEY_LEN)
         with self._db.read() as tx:
-            return sql.attempts(tx, scope)
+            return tx.ledger_attempts(scope)
 
     def counters(self) -> dict[str, int]:
         """Durable totals that only grow: attempts, deliveries, duplicates, conflicts."""
         with self._db.read() as tx:
-            found = sql.counters(tx, COUNTER_PREFIX)
+            found = tx.counters_read(COUNTER_PREFIX)
         return {name: found.get(name, 0) for name in COUNTER_NAMES}
 
     def purge(self, older_than_seconds: float = DEFAULT_RETENTION_SECONDS) -> dict[str, int]:
@@ -319,15 +271,13 @@ class Ledger(Database):
         # (requests for them wait) only until it commits, on SQLite the one writer's lock; a
         # large purge never holds up a key, or the file, for long, and what it has done is
         # kept if it stops half-way.
-        chunk = (
-            sql.purge_idle_chunk if self._db.dialect == "postgres"
-            else sql.purge_idle_chunk_one_writer
-        )  # fmt: skip
         deliveries = attempts = 0
         after: tuple[str, str] | None = ("", "")
         while after is not None:
             with self._db.write() as tx:
-                gone_deliveries, gone_attempts, after = chunk(tx, cutoff, after, sql.PURGE_CHUNK)
+                gone_deliveries, gone_attempts, after = tx.ledger_purge_idle_chunk(
+                    cutoff, after, PURGE_CHUNK
+                )
             deliveries += gone_deliveries
             attempts += gone_attempts
         return {"deliveries": deliveries, "attempts": attempts}

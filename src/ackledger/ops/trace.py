@@ -15,7 +15,7 @@ from ..errors import AckledgerError
 from ..event import check_identifier
 from ..sink.inbox import Inbox
 from ..source.outbox import Outbox
-from ..store import is_postgres, shown
+from ..store import is_postgres, without_password
 from .databases import existing_database, is_url
 from .probe import base_url, sink_receipt
 from .timestamps import utc_timestamp
@@ -56,7 +56,11 @@ def trace(event_id: str, source: str, sink: str) -> dict[str, Any]:
         receipt, sink_where = read_receipt(event_id, sink)
         sink_error = None
     except (OSError, AckledgerError) as exc:
-        receipt, sink_where, sink_error = None, shown(sink), f"{type(exc).__name__}: {exc}"
+        receipt, sink_where, sink_error = (
+            None,
+            without_password(sink),
+            f"{type(exc).__name__}: {exc}",
+        )
     ours = row or order
     conflict = (
         receipt is not None

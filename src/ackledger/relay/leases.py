@@ -19,7 +19,6 @@ from typing import Any
 
 from ..errors import LeaseLost
 from ..source.outbox import Outbox, check_limit
-from ..store import lease_sql as sql
 
 DEFAULT_TTL = 30.0
 MAX_TTL = 3600.0
@@ -67,7 +66,7 @@ class PartitionLeases:
         # A SQLite outbox gets its partition index on the first lease user, not before: the
         # single relay loop never reads it, and keeping it costs every mark (migration 0006).
         with outbox.backend.write() as tx:
-            sql.ensure_partition_index(tx)
+            tx.lease_ensure_partition_index()
 
     def claim(self) -> Lease | None:
         """Lease the partition whose oldest pending event is oldest among those nobody holds.
@@ -76,10 +75,10 @@ class PartitionLeases:
         """
         for _ in range(CLAIM_TRIES):
             with self.outbox.backend.write() as tx:
-                found = sql.claim(tx, self.owner, self.ttl)
+                found = tx.lease_claim(self.owner, self.ttl)
                 # Nothing taken: either there is nothing to take, or another relay took the
                 # candidate first (then look again, a few times).
-                if found is None and not sql.unleased_work(tx):
+                if found is None and not tx.lease_unleased_work():
                     return None
             if found is not None:
                 key, token, expires_at = found
@@ -90,7 +89,7 @@ class PartitionLeases:
         """Extend the lease to now + ttl (default: this relay's ttl); raises LeaseLost."""
         seconds = self.ttl if ttl is None else check_ttl(ttl, "ttl")
         with self.outbox.backend.write() as tx:
-            expires_at = sql.renew(tx, lease.partition, lease.owner, lease.token, seconds)
+            expires_at = tx.lease_renew(lease.partition, lease.owner, lease.token, seconds)
         if expires_at is None:
             raise _lost(lease)
         return replace(lease, expires_at=expires_at)
@@ -98,7 +97,7 @@ class PartitionLeases:
     def release(self, lease: Lease) -> bool:
         """Let the partition go now; False if the lease had already ended."""
         with self.outbox.backend.write() as tx:
-            return sql.release(tx, lease.partition, lease.owner, lease.token)
+            return tx.lease_release(lease.partition, lease.owner, lease.token)
 
     def pending_in_partition(self, partition: str, limit: int = 16) -> list[dict[str, Any]]:
         """A partition's unsent, unquarantined events in seq order. Writes nothing."""
@@ -106,7 +105,7 @@ class PartitionLeases:
         if not isinstance(partition, str):
             raise TypeError(f"partition: must be a string, got {type(partition).__name__}")
         with self.outbox.backend.read() as tx:
-            return sql.pending_in_partition(tx, partition, limit)
+            return tx.lease_pending(partition, limit)
 
     def mark_sent(
         self, lease: Lease, event_id: str, *, attempted: bool = False, durable: bool = True
@@ -134,8 +133,8 @@ class PartitionLeases:
         now = time.time()
         with self.outbox.backend.write(durable=durable) as tx:
             for event_id in ids:
-                outcome = sql.mark_sent(
-                    tx, lease.partition, lease.owner, lease.token, event_id,
+                outcome = tx.lease_mark_sent(
+                    lease.partition, lease.owner, lease.token, event_id,
                     ttl=self.ttl, attempted=attempted, now=now,
                 )  # fmt: skip
                 if outcome == "lost":
@@ -146,7 +145,7 @@ class PartitionLeases:
     def leases(self) -> list[dict[str, Any]]:
         """Every lease row (live or ended) of this outbox, by partition."""
         with self.outbox.backend.read() as tx:
-            return sql.leases(tx)
+            return tx.lease_rows()
 
 
 def _lost(lease: Lease) -> LeaseLost:

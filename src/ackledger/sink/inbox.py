@@ -14,12 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._core.database import Database
-from .._core.idempotency import Outcome, claim_all, claim_once
+from .._core.idempotency import Outcome
 from ..errors import AckledgerError, Conflict
 from ..event import check_identifier, event_fingerprint, validate_event
 from ..store import Tx
-from ..store import inbox_sql as sql
-from ..store.keys import INBOX
 
 COUNTER_PREFIX = "sink."
 
@@ -54,7 +52,7 @@ def _apply_together(
     tx: Tx, runs: Sequence[Sequence[dict[str, Any]]], now: float
 ) -> list[BatchResult]:
     """Apply runs in which nothing conflicts in a few statements, however many events: one
-    multi-row claim of every id (``claim_all``), one upsert per sku and per counter.
+    multi-row claim of every id (``Tx.inbox_claim_all``), one upsert per sku and per counter.
 
     A conflict stops its run, and a multi-row claim has already claimed the events after it,
     so on any conflict this raises ``_OneByOne``: the caller rolls back and applies the runs
@@ -63,7 +61,7 @@ def _apply_together(
     ``_apply_one_by_one``, which it must agree with (tests/backends/test_inbox_claim_all.py).
     """
     wanted = sum(len(run) for run in runs)
-    first_arrival = sql.reserve_arrivals(tx, wanted) + 1
+    first_arrival = tx.inbox_reserve_arrivals(wanted) + 1
     # One claim row per id, from its first event in the group; a later event with that id is
     # a duplicate of it (same content) or a conflict (other content) whatever the claim finds.
     firsts: dict[str, str] = {}
@@ -81,7 +79,7 @@ def _apply_together(
                 raise _OneByOne
             arrival += 1
     fresh: set[str] = set()
-    for row, outcome in zip(rows, claim_all(tx, INBOX, rows), strict=True):
+    for row, outcome in zip(rows, tx.inbox_claim_all(rows), strict=True):
         if outcome is Outcome.CONFLICT:
             raise _OneByOne
         if outcome is Outcome.APPLIED:
@@ -94,8 +92,8 @@ def _apply_together(
             for clean in run:
                 stock[clean["sku"]] = stock.get(clean["sku"], 0) + clean["qty"]
             results.append(BatchResult([_APPLIED] * len(run)))
-        sql.add_stock(tx, stock)
-        sql.bump_counters(tx, {_APPLIED_COUNTER: wanted})
+        tx.inventory_add(stock)
+        tx.counters_bump({_APPLIED_COUNTER: wanted})
         return results
     tally: Counter[str] = Counter()
     arrival = first_arrival
@@ -109,13 +107,13 @@ def _apply_together(
                 stock[clean["sku"]] = stock.get(clean["sku"], 0) + clean["qty"]
                 statuses.append(_APPLIED)
             else:
-                sql.note_receipt(tx, event_id, now, arrival)
+                tx.inbox_note_receipt(event_id, now, arrival)
                 statuses.append(_DUPLICATE)
             arrival += 1
         tally.update(statuses)
         results.append(BatchResult(statuses))
-    sql.add_stock(tx, stock)
-    sql.bump_counters(tx, {COUNTER_PREFIX + name: count for name, count in tally.items()})
+    tx.inventory_add(stock)
+    tx.counters_bump({COUNTER_PREFIX + name: count for name, count in tally.items()})
     return results
 
 
@@ -139,17 +137,18 @@ def _apply_one_by_one(
     wanted = sum(len(run) for run in runs)
     # Arrival numbers are taken as one block; the counter row stays locked until commit, so
     # they follow commit order on every backend (numbers of unclaimed items are skipped).
-    arrival = sql.reserve_arrivals(tx, wanted) if wanted else 0
+    arrival = tx.inbox_reserve_arrivals(wanted) if wanted else 0
     for run in runs:
         result = BatchResult([])
         for clean in run:
             arrival += 1
-            claim = claim_once(
-                tx,
-                INBOX,
-                (clean["id"],),
+            claim = tx.inbox_claim(
+                clean["id"],
                 event_fingerprint(clean),
-                (clean["sku"], clean["qty"], now, now, arrival, arrival),
+                sku=clean["sku"],
+                qty=clean["qty"],
+                now=now,
+                arrival=arrival,
             )
             tally[COUNTER_PREFIX + claim.outcome.value] += 1
             if claim.outcome is Outcome.CONFLICT:
@@ -158,11 +157,11 @@ def _apply_one_by_one(
             if claim.outcome is Outcome.APPLIED:
                 stock[clean["sku"]] = stock.get(clean["sku"], 0) + clean["qty"]
             else:
-                sql.note_receipt(tx, clean["id"], now, arrival)
+                tx.inbox_note_receipt(clean["id"], now, arrival)
             result.statuses.append(claim.outcome.value)
         results.append(result)
-    sql.add_stock(tx, stock)
-    sql.bump_counters(tx, tally)
+    tx.inventory_add(stock)
+    tx.counters_bump(tally)
     return results
 
 
@@ -221,15 +220,15 @@ class Inbox(Database):
     def stock(self, sku: str) -> int:
         check_identifier(sku, "sku", 64)
         with self._db.read() as tx:
-            return sql.stock(tx, sku)
+            return tx.inventory_stock(sku)
 
     def receipt(self, event_id: str) -> dict[str, Any] | None:
         """The inbox row of one event (when, how often), or None if it never arrived."""
         with self._db.read() as tx:
-            return sql.receipt(tx, event_id)
+            return tx.inbox_receipt(event_id)
 
     def counters(self) -> dict[str, int]:
         """Durable totals: applied, duplicate, conflict."""
         with self._db.read() as tx:
-            found = sql.counters(tx, COUNTER_PREFIX)
+            found = tx.counters_read(COUNTER_PREFIX)
         return {name: found.get(name, 0) for name in ("applied", "duplicate", "conflict")}

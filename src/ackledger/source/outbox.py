@@ -16,12 +16,10 @@ from typing import Any
 
 from .._core.database import Database
 from .._core.duration import MAX_SECONDS
-from .._core.idempotency import Outcome, claim_once
+from .._core.idempotency import Outcome
 from ..errors import Conflict
 from ..event import check_identifier, fingerprint, validate_event
 from ..store import Tx
-from ..store import outbox_sql as sql
-from ..store.keys import OUTBOX
 
 MAX_BATCH = 16
 
@@ -43,14 +41,19 @@ def _check_partition_key(value: object) -> str:
 def _enqueue(tx: Tx, event: object, partition_key: object, with_order: bool) -> int:
     clean = validate_event(event)
     key = clean["sku"] if partition_key is None else _check_partition_key(partition_key)
-    sql.lock_partition(tx, key)
+    tx.outbox_lock_partition(key)
     now = time.time()
-    claim = claim_once(
-        tx, OUTBOX, (clean["id"],), fingerprint(clean), (clean["sku"], clean["qty"], key, now)
+    claim = tx.outbox_claim(
+        clean["id"],
+        fingerprint(clean),
+        sku=clean["sku"],
+        qty=clean["qty"],
+        partition_key=key,
+        now=now,
     )
     if claim.outcome is Outcome.CONFLICT:
         raise Conflict(f"event {clean['id']!r} is already in the outbox with other content")
-    if claim.outcome is Outcome.APPLIED and with_order and not sql.insert_order(tx, clean, now):
+    if claim.outcome is Outcome.APPLIED and with_order and not tx.order_insert(clean, now):
         # The order exists but its event does not: the event was sent and purged. Accepting
         # it again would announce the same order twice, so refuse (the exception rolls back).
         raise Conflict(
@@ -105,7 +108,7 @@ def reason_from(text: str) -> str:
 
 def _not_in_state(tx: Tx, event_id: str, wanted: str, verb: str) -> Exception:
     """The error for an operation on an event that is not in the state it needs."""
-    status = sql.event_status(tx, event_id)
+    status = tx.outbox_status(event_id)
     if status is None:
         return KeyError(event_id)
     _, sent, quarantined, _ = status
@@ -149,7 +152,7 @@ class Outbox(Database):
         committed on another connection: ``MarksBehind``). Writes nothing."""
         check_limit(limit)
         with self._db.read() as tx:
-            rows = sql.pending(tx, limit + len(skip))
+            rows = tx.outbox_pending(limit + len(skip))
         if not skip:
             return rows
         return [row for row in rows if row["id"] not in skip][:limit]
@@ -168,29 +171,29 @@ class Outbox(Database):
             if not isinstance(event_id, str):
                 raise TypeError(f"event_id: must be a string, got {type(event_id).__name__}")
         with self._db.write(durable=durable) as tx:
-            unknown = sql.mark_sent(tx, ids, attempted, time.time())
+            unknown = tx.outbox_mark_sent(ids, attempted, time.time())
             if unknown:
                 raise KeyError(unknown[0])
 
     def record_failure(self, event_id: str, error: str) -> None:
         """Count a failed send attempt and keep its error for the operator."""
         with self._db.write() as tx:
-            sql.record_failure(tx, event_id, one_line(error), time.time())
+            tx.outbox_record_failure(event_id, one_line(error), time.time())
 
     def amend_error(self, event_id: str, error: str) -> None:
         """Give the last recorded failure a better account (e.g. the sink's own words for a
         refused batch item); the attempt was already counted by ``record_failure``."""
         with self._db.write() as tx:
-            sql.amend_error(tx, event_id, one_line(error))
+            tx.outbox_amend_error(event_id, one_line(error))
 
     def event(self, event_id: str) -> dict[str, Any] | None:
         """Everything the outbox knows of one event, or None."""
         with self._db.read() as tx:
-            return sql.event_row(tx, event_id)
+            return tx.outbox_event(event_id)
 
     def order(self, event_id: str) -> dict[str, Any] | None:
         with self._db.read() as tx:
-            return sql.order_row(tx, event_id)
+            return tx.order_row(event_id)
 
     # --- operations: quarantine, requeue, statistics, retention ---------------------------
 
@@ -205,10 +208,10 @@ class Outbox(Database):
         reason = _check_reason(reason)
         now = time.time()
         with self._db.write() as tx:
-            seq = sql.quarantine(tx, event_id, reason, now)
+            seq = tx.outbox_quarantine(event_id, reason, now)
             if seq is None:
                 raise _not_in_state(tx, event_id, "pending", "quarantined")
-            sql.append_log(tx, event_id, "quarantined", json.dumps({"reason": reason}), now)
+            tx.outbox_log_append(event_id, "quarantined", json.dumps({"reason": reason}), now)
         return int(seq)
 
     def requeue(self, event_id: str) -> dict[str, Any]:
@@ -221,14 +224,14 @@ class Outbox(Database):
         event_id = _check_event_id(event_id)
         now = time.time()
         with self._db.write() as tx:
-            status = sql.event_status(tx, event_id)
+            status = tx.outbox_status(event_id)
             if status is None or status[1] or not status[2]:
                 raise _not_in_state(tx, event_id, "quarantined", "requeued")
             seq, _, _, quarantined_at = status
             # A row quarantined without a time (hand-edited) counts as out since the start.
             quarantined_at = 0.0 if quarantined_at is None else quarantined_at
-            ahead = sql.sent_after(tx, seq, quarantined_at)
-            if sql.requeue(tx, event_id) is None:
+            ahead = tx.outbox_sent_after(seq, quarantined_at)
+            if tx.outbox_requeue(event_id) is None:
                 raise _not_in_state(tx, event_id, "quarantined", "requeued")
             record: dict[str, Any] = {
                 "id": event_id,
@@ -239,13 +242,13 @@ class Outbox(Database):
             }
             if len(ahead) > REORDER_IDS_KEPT:
                 record["overtaken_seq_range"] = [ahead[0][0], ahead[-1][0]]
-            sql.append_log(tx, event_id, "requeued", json.dumps(record), now)
+            tx.outbox_log_append(event_id, "requeued", json.dumps(record), now)
         return record
 
     def quarantined(self) -> list[dict[str, Any]]:
         """Quarantined events in seq order, each with ``reason`` and ``quarantined_at``."""
         with self._db.read() as tx:
-            rows = sql.quarantined_rows(tx)
+            rows = tx.outbox_quarantined()
         for row in rows:
             row["reason"] = row.pop("quarantine_reason")
         return rows
@@ -253,7 +256,7 @@ class Outbox(Database):
     def history(self, event_id: str) -> list[dict[str, Any]]:
         """What operations did to one event (quarantined, requeued ...), oldest first."""
         with self._db.read() as tx:
-            rows = sql.log_rows(tx, event_id)
+            rows = tx.outbox_log(event_id)
         for row in rows:
             row["detail"] = json.loads(row["detail"])
         return rows
@@ -267,10 +270,10 @@ class Outbox(Database):
         event that is still not sent, or None.
         """
         with self._db.read() as tx:
-            pending, oldest = sql.pending_summary(tx)
-            sent, quarantined, attempts = sql.totals(tx)
-            purged_sent, purged_attempts = sql.purged_totals(tx)
-            last_error = sql.last_unsent_error(tx)
+            pending, oldest = tx.outbox_pending_summary()
+            sent, quarantined, attempts = tx.outbox_totals()
+            purged_sent, purged_attempts = tx.outbox_purged_totals()
+            last_error = tx.outbox_last_unsent_error()
         return {
             "pending": pending,
             "oldest_pending_age_s": 0.0 if oldest is None else max(0.0, time.time() - oldest),
@@ -296,4 +299,4 @@ class Outbox(Database):
                 f"got {older_than_seconds!r}"
             )
         with self._db.write() as tx:
-            return sql.purge_sent(tx, time.time() - older_than_seconds)
+            return tx.outbox_purge_sent(time.time() - older_than_seconds)

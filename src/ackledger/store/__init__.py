@@ -13,7 +13,7 @@ from typing import TypeGuard
 
 from .base import Backend, Tx, check_synchronous, migrate
 
-__all__ = ["Backend", "Tx", "database_errors", "open_backend", "shown"]
+__all__ = ["Backend", "Tx", "database_errors", "open_backend", "without_password"]
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
@@ -22,7 +22,7 @@ def is_postgres(target: object) -> TypeGuard[str]:
     return isinstance(target, str) and target.startswith(POSTGRES_SCHEMES)
 
 
-def shown(target: str | os.PathLike[str]) -> str:
+def without_password(target: str | os.PathLike[str]) -> str:
     """A target as it may be printed: a PostgreSQL URL loses its password (the same form as
     ``Backend.location``), a path is printed as given."""
     if is_postgres(target):

@@ -1,23 +1,26 @@
-"""What every backend offers: write and read transactions, and a migration runner.
+"""What every backend offers: transactions of typed operations, and a migration runner.
 
 A backend hands out :class:`Tx` objects. Write transactions take the database's write lock up
 front (SQLite: ``BEGIN IMMEDIATE``) so that a transaction never has to upgrade a read lock to a
 write lock half-way; read transactions end before the ``with`` block returns, leaving nothing
-open. All SQL in the project is written with ``?`` placeholders; a backend whose driver wants
-another style rewrites them once per statement text.
+open.
 """
 
 from __future__ import annotations
 
 import abc
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from importlib import resources
-from typing import Any
 
-Row = tuple[Any, ...]
-Params = Sequence[Any]
+from .executor import Params, Row
+from .inbox import InboxQueries
+from .leases import LeaseQueries
+from .ledger import LedgerQueries
+from .outbox import OutboxQueries
+
+__all__ = ["Backend", "Params", "Row", "Tx", "check_synchronous", "migrate", "migrations"]
 
 SYNCHRONOUS_MODES = ("FULL", "NORMAL")
 
@@ -28,24 +31,16 @@ def check_synchronous(value: object) -> str:
     return value.upper()
 
 
-class Tx(abc.ABC):
-    """One open transaction. ``execute`` returns all rows the statement produced."""
-
-    dialect: str
-
-    @abc.abstractmethod
-    def execute(self, sql: str, params: Params = ()) -> list[Row]: ...
-
-    @abc.abstractmethod
-    def executemany(self, sql: str, params: Sequence[Params]) -> None: ...
-
-    def one(self, sql: str, params: Params = ()) -> Row | None:
-        rows = self.execute(sql, params)
-        return rows[0] if rows else None
-
-    def scalar(self, sql: str, params: Params = ()) -> Any:
-        row = self.one(sql, params)
-        return None if row is None else row[0]
+class Tx(OutboxQueries, InboxQueries, LedgerQueries, LeaseQueries):
+    """One open transaction: one typed method per operation of the outbox (``outbox_*``,
+    ``order_*``), the inbox (``inbox_*``, ``inventory_*``), the ledger (``ledger_*``), the
+    partition leases (``lease_*``) and the counters (``counter*``), as River's driver
+    interface has. The SQL that both databases run alike is written once, in the module of
+    its concept; a dialect (``sqlite/``, ``postgres/``) supplies ``execute``/``executemany``,
+    its ``CLOCK`` and ``NEXT_FENCE`` expressions, and the abstract operations, whose SQL is
+    its own (``queries.py``). ``execute`` stays for the users' own business writes
+    (``Outbox.transaction()``) and the migrations.
+    """
 
 
 class Backend(abc.ABC):

@@ -1,4 +1,4 @@
-"""Key spaces: the SQL behind the idempotency core (see ``ackledger.idempotency``).
+"""Key spaces: the SQL behind the idempotency core (see ``store.claims``).
 
 A claim inserts the key with its fingerprint unless the key exists, and returns the new row's
 reference; it is one ``INSERT ... ON CONFLICT DO NOTHING RETURNING`` so that it is correct both
@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .base import Params, Tx
+from .executor import Executor, Params
 
 
 @dataclass(frozen=True)
@@ -26,13 +26,13 @@ class KeySpace:
     find_sql: str
     #: For a space whose key is one column that is also the reference: claim many rows at
     #: once (see ``claim_inbox_rows``), and find many keys' fingerprints.
-    claim_rows: Callable[[Tx, Sequence[Params]], set[Any]] | None = None
-    find_keys: Callable[[Tx, Sequence[Any]], dict[Any, str]] | None = None
+    claim_rows: Callable[[Executor, Sequence[Params]], set[Any]] | None = None
+    find_keys: Callable[[Executor, Sequence[Any]], dict[Any, str]] | None = None
 
-    def claim(self, tx: Tx, key: Params, fingerprint: str, rest: Params) -> Any:
+    def claim(self, tx: Executor, key: Params, fingerprint: str, rest: Params) -> Any:
         return tx.scalar(self.claim_sql, (*key, fingerprint, *rest))
 
-    def find(self, tx: Tx, key: Params) -> tuple[str, Any] | None:
+    def find(self, tx: Executor, key: Params) -> tuple[str, Any] | None:
         row = tx.one(self.find_sql, key)
         return None if row is None else (str(row[0]), row[1])
 
@@ -69,7 +69,7 @@ def _inbox_find_keys_sql(count: int) -> str:
     return "SELECT id, fingerprint FROM inbox WHERE id IN (" + ", ".join("?" * count) + ")"
 
 
-def claim_inbox_rows(tx: Tx, rows: Sequence[Params]) -> set[str]:
+def claim_inbox_rows(tx: Executor, rows: Sequence[Params]) -> set[str]:
     """``INBOX.claim`` of many rows (each: the id, the fingerprint, the rest) in a few
     statements; returns the ids that were claimed. The ids must be distinct: which of two rows
     with one id a multi-row insert keeps is not something to depend on.
@@ -85,7 +85,7 @@ def claim_inbox_rows(tx: Tx, rows: Sequence[Params]) -> set[str]:
     return claimed
 
 
-def find_inbox_keys(tx: Tx, ids: Sequence[str]) -> dict[str, str]:
+def find_inbox_keys(tx: Executor, ids: Sequence[str]) -> dict[str, str]:
     """``INBOX.find`` of many ids: the stored fingerprint of each that is there."""
     found: dict[str, str] = {}
     for start in range(0, len(ids), MANY):
@@ -105,7 +105,7 @@ INBOX = KeySpace(
 
 # The ledger's business key (case_id, work_id). Only idempotent deliveries are in the partial
 # unique index, so the conflict target names its predicate; control-mode deliveries never
-# pass through a claim (see ``ledger_sql.insert_control_delivery``).
+# pass through a claim (see ``ledger.INSERT_CONTROL``).
 DELIVERIES = KeySpace(
     name="deliveries",
     claim_sql=(

@@ -1,4 +1,5 @@
-"""SQLite: WAL, a chosen ``synchronous`` level, a busy timeout, ``BEGIN IMMEDIATE`` writes."""
+"""SQLite's connection: WAL, a chosen ``synchronous`` level, a busy timeout, ``BEGIN IMMEDIATE``
+writes."""
 
 from __future__ import annotations
 
@@ -6,29 +7,17 @@ import contextlib
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from types import TracebackType
 
-from .base import Backend, Params, Row, Tx, check_synchronous
+from ..base import Backend, Tx, check_synchronous
+from .tx import SqliteTx
 
 BUSY_TIMEOUT_MS = 30_000
 #: The page size of databases this backend creates (see SqliteBackend.__init__).
 PAGE_SIZE = 2048
-
-
-class SqliteTx(Tx):
-    dialect = "sqlite"
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._conn = conn
-
-    def execute(self, sql: str, params: Params = ()) -> list[Row]:
-        return self._conn.execute(sql, tuple(params)).fetchall()
-
-    def executemany(self, sql: str, params: Sequence[Params]) -> None:
-        self._conn.executemany(sql, [tuple(p) for p in params])
 
 
 class _WriteTransaction(AbstractContextManager[Tx]):

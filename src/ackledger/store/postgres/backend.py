@@ -14,14 +14,14 @@ nothing that was committed).
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from .base import Backend, Params, Row, Tx, check_synchronous
+from ..base import Backend, Tx, check_synchronous
+from .tx import PostgresTx
 
 if TYPE_CHECKING:
     import psycopg
@@ -37,12 +37,6 @@ MIGRATION_LOCK_KEY = 0x61636B6C  # "ackl"
 SYNCHRONOUS_COMMIT = {"FULL": "on", "NORMAL": "off"}
 
 
-@functools.lru_cache(maxsize=1024)
-def to_pyformat(sql: str) -> str:
-    """``?`` placeholders to psycopg's ``%s``; a literal ``%`` is doubled so it stays one."""
-    return sql.replace("%", "%%").replace("?", "%s")
-
-
 def redact(url: str) -> str:
     """The URL without its password (in the user-info part or as a query parameter)."""
     parts = urlsplit(url)
@@ -52,22 +46,6 @@ def redact(url: str) -> str:
         netloc = f"{userinfo.split(':', 1)[0]}@{host}"
     query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k != "password"])
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
-class PostgresTx(Tx):
-    dialect = "postgres"
-
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
-        self._conn = conn
-
-    def execute(self, sql: str, params: Params = ()) -> list[Row]:
-        cursor = self._conn.execute(to_pyformat(sql), tuple(params))
-        # Statements without a result (DDL, UPDATE without RETURNING) have no description.
-        return cursor.fetchall() if cursor.description is not None else []
-
-    def executemany(self, sql: str, params: Sequence[Params]) -> None:
-        with self._conn.cursor() as cursor:
-            cursor.executemany(to_pyformat(sql), [tuple(p) for p in params])
 
 
 class PostgresBackend(Backend):

@@ -1,0 +1,42 @@
+"""Durable counters: totals that only grow, kept in the ``counters`` table.
+
+Everyone bumps them (the sink's outcomes, the ledger's, the outbox's purges). A bump is an
+upsert, so a counter needs no row before its first use.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+
+from .executor import Executor
+
+_BUMP = (
+    "INSERT INTO counters (name, value) VALUES (?, ?) "
+    "ON CONFLICT (name) DO UPDATE SET value = counters.value + excluded.value"
+)
+
+
+class CounterQueries(Executor):
+    def counter_bump(self, name: str, by: int = 1) -> None:
+        self.counters_bump({name: by})
+
+    def counters_bump(self, counts: Mapping[str, int]) -> None:
+        """Add each ``counts[name]`` to its counter (one statement, run once per name)."""
+        if counts:
+            self.executemany(_BUMP, list(counts.items()))
+
+    @abc.abstractmethod
+    def counter_bump_spread(self, name: str) -> None:
+        """Add one to a counter that many transactions bump at once, without making them
+        queue: a counter row stays locked from its bump until commit, so a server database
+        spreads the counter over rows ``name#N`` that ``counters_read`` sums."""
+
+    def counters_read(self, prefix: str) -> dict[str, int]:
+        """The counters named ``prefix...``, without the prefix; a spread counter's rows summed."""
+        rows = self.execute("SELECT name, value FROM counters WHERE name LIKE ?", (prefix + "%",))
+        found: dict[str, int] = {}
+        for name, value in rows:
+            short = str(name)[len(prefix) :].split("#", 1)[0]
+            found[short] = found.get(short, 0) + int(value)
+        return found

@@ -1,0 +1,234 @@
+"""The source's outbox, its orders, its operations log and its retention."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from typing import Any
+
+from .._core.idempotency import Claim
+from .claims import claim_once
+from .counters import CounterQueries
+from .keys import OUTBOX
+
+PENDING_COLUMNS = ("seq", "id", "sku", "qty")
+EVENT_COLUMNS = (
+    "seq", "id", "sku", "qty", "partition_key", "sent", "quarantined", "quarantine_reason",
+    "quarantined_at", "created_at", "sent_at", "attempts", "last_error", "last_attempt_at",
+)  # fmt: skip
+QUARANTINED_COLUMNS = (
+    "seq", "id", "sku", "qty", "quarantine_reason", "quarantined_at", "attempts", "last_error",
+)  # fmt: skip
+LOG_COLUMNS = ("seq", "event_id", "kind", "detail", "at")
+ORDER_COLUMNS = ("id", "sku", "qty", "created_at")
+PURGED_SENT = "outbox.purged_sent"
+PURGED_ATTEMPTS = "outbox.purged_attempts"
+
+#: Ids per UPDATE in ``outbox_mark_sent``: far below every backend's limit on bound parameters.
+MARK_CHUNK = 256
+
+# A mark that arrives for an event an operator quarantined while its send was in flight
+# counts the attempt but leaves the event quarantined and unsent: the hold holds (it is not
+# counted as sent, stays listed, can be requeued, is never purged), and a requeue re-sends it
+# as a duplicate that the inbox absorbs. The partition marks (leases) use it too.
+SENT_UNLESS_HELD = (
+    "sent = CASE WHEN quarantined = 0 THEN 1 ELSE sent END, "
+    "sent_at = CASE WHEN quarantined = 0 THEN COALESCE(sent_at, ?) ELSE sent_at END"
+)
+
+#: Sent rows old enough to purge; matches the partial index outbox_sent_at.
+SENT_BEFORE = "WHERE sent = 1 AND sent_at < ?"
+
+
+class OutboxQueries(CounterQueries):
+    @abc.abstractmethod
+    def outbox_lock_partition(self, partition_key: str) -> None:
+        """Make enqueues into one partition commit in seq order (a database that hands out
+        ``seq`` at insert, not at commit, takes a lock held until commit here)."""
+
+    def outbox_claim(
+        self,
+        event_id: str,
+        fingerprint: str,
+        *,
+        sku: str,
+        qty: int,
+        partition_key: str,
+        now: float,
+    ) -> Claim:
+        """Claim an event id (``keys.OUTBOX``); the reference is the event's seq."""
+        return claim_once(self, OUTBOX, (event_id,), fingerprint, (sku, qty, partition_key, now))
+
+    def order_insert(self, event: dict[str, Any], now: float) -> bool:
+        """Insert the order; False if an order with this id already exists."""
+        rows = self.execute(
+            "INSERT INTO orders (id, sku, qty, created_at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (id) DO NOTHING RETURNING id",
+            (event["id"], event["sku"], event["qty"], now),
+        )
+        return bool(rows)
+
+    def order_row(self, event_id: str) -> dict[str, Any] | None:
+        row = self.one("SELECT id, sku, qty, created_at FROM orders WHERE id = ?", (event_id,))
+        return None if row is None else dict(zip(ORDER_COLUMNS, row, strict=True))
+
+    def outbox_pending(self, limit: int) -> list[dict[str, Any]]:
+        # The WHERE clause matches the partial index outbox_pending exactly.
+        rows = self.execute(
+            "SELECT seq, id, sku, qty FROM outbox WHERE sent = 0 AND quarantined = 0 "
+            "ORDER BY seq LIMIT ?",
+            (limit,),
+        )
+        return [dict(zip(PENDING_COLUMNS, row, strict=True)) for row in rows]
+
+    def outbox_mark_sent(self, ids: Sequence[str], attempted: bool, now: float) -> list[str]:
+        """Mark ids sent (a batch in one statement); returns the ids that are unknown, in order."""
+        bump = 1 if attempted else 0
+        found: set[str] = set()
+        unique = list(dict.fromkeys(ids))  # an id given twice is one mark and one attempt
+        for start in range(0, len(unique), MARK_CHUNK):
+            chunk = unique[start : start + MARK_CHUNK]
+            marks = ", ".join("?" * len(chunk))
+            rows = self.execute(
+                f"UPDATE outbox SET {SENT_UNLESS_HELD}, "
+                "attempts = attempts + ?, last_attempt_at = CASE WHEN ? = 1 THEN ? "
+                f"ELSE last_attempt_at END WHERE id IN ({marks}) RETURNING id",
+                (now, bump, bump, now, *chunk),
+            )
+            found.update(str(row[0]) for row in rows)
+        return [event_id for event_id in ids if event_id not in found]
+
+    def outbox_record_failure(self, event_id: str, error: str, now: float) -> bool:
+        rows = self.execute(
+            "UPDATE outbox SET attempts = attempts + 1, last_error = ?, last_attempt_at = ? "
+            "WHERE id = ? RETURNING seq",
+            (error, now, event_id),
+        )
+        return bool(rows)
+
+    def outbox_amend_error(self, event_id: str, error: str) -> bool:
+        """Replace the last error's text without counting another attempt."""
+        return bool(
+            self.execute(
+                "UPDATE outbox SET last_error = ? WHERE id = ? RETURNING seq", (error, event_id)
+            )
+        )
+
+    def outbox_event(self, event_id: str) -> dict[str, Any] | None:
+        row = self.one(f"SELECT {', '.join(EVENT_COLUMNS)} FROM outbox WHERE id = ?", (event_id,))
+        return None if row is None else dict(zip(EVENT_COLUMNS, row, strict=True))
+
+    # --- operations: quarantine, requeue, statistics, retention (migration 0003) ----------
+
+    def outbox_status(self, event_id: str) -> tuple[int, int, int, float | None] | None:
+        """(seq, sent, quarantined, quarantined_at) of one event, or None."""
+        row = self.one(
+            "SELECT seq, sent, quarantined, quarantined_at FROM outbox WHERE id = ?", (event_id,)
+        )
+        return None if row is None else (int(row[0]), int(row[1]), int(row[2]), row[3])
+
+    def outbox_quarantine(self, event_id: str, reason: str, now: float) -> int | None:
+        """Take a pending event out of pending; returns its seq, or None if it was not pending.
+
+        The state test is in the UPDATE itself, so a concurrent mark cannot slip in between a
+        check and the change on either backend.
+        """
+        seq = self.scalar(
+            "UPDATE outbox SET quarantined = 1, quarantine_reason = ?, quarantined_at = ? "
+            "WHERE id = ? AND sent = 0 AND quarantined = 0 RETURNING seq",
+            (reason, now, event_id),
+        )
+        return None if seq is None else int(seq)
+
+    def outbox_requeue(self, event_id: str) -> int | None:
+        """Put a quarantined event back into pending; returns its seq, or None if it was not
+        quarantined (the state test is in the UPDATE, as in ``outbox_quarantine``)."""
+        seq = self.scalar(
+            "UPDATE outbox SET quarantined = 0, quarantine_reason = NULL, quarantined_at = NULL "
+            "WHERE id = ? AND sent = 0 AND quarantined = 1 RETURNING seq",
+            (event_id,),
+        )
+        return None if seq is None else int(seq)
+
+    def outbox_sent_after(self, seq: int, since: float) -> list[tuple[int, str]]:
+        """Later events (higher seq) marked sent at or after ``since``: who overtook ``seq``."""
+        rows = self.execute(
+            "SELECT seq, id FROM outbox WHERE seq > ? AND sent = 1 AND sent_at >= ? ORDER BY seq",
+            (seq, since),
+        )
+        return [(int(s), str(i)) for s, i in rows]
+
+    def outbox_log_append(self, event_id: str, kind: str, detail: str, now: float) -> None:
+        self.execute(
+            "INSERT INTO outbox_log (event_id, kind, detail, at) VALUES (?, ?, ?, ?)",
+            (event_id, kind, detail, now),
+        )
+
+    def outbox_log(self, event_id: str) -> list[dict[str, Any]]:
+        rows = self.execute(
+            f"SELECT {', '.join(LOG_COLUMNS)} FROM outbox_log WHERE event_id = ? ORDER BY seq",
+            (event_id,),
+        )
+        return [dict(zip(LOG_COLUMNS, row, strict=True)) for row in rows]
+
+    def outbox_quarantined(self) -> list[dict[str, Any]]:
+        # Matches the partial index outbox_quarantined.
+        rows = self.execute(
+            f"SELECT {', '.join(QUARANTINED_COLUMNS)} FROM outbox "
+            "WHERE quarantined = 1 AND sent = 0 ORDER BY seq"
+        )
+        return [dict(zip(QUARANTINED_COLUMNS, row, strict=True)) for row in rows]
+
+    def outbox_pending_summary(self) -> tuple[int, float | None]:
+        """(count, created_at of the first) of the sendable events, read through outbox_pending."""
+        count = int(self.scalar("SELECT COUNT(*) FROM outbox WHERE sent = 0 AND quarantined = 0"))
+        oldest = self.scalar(
+            "SELECT created_at FROM outbox WHERE sent = 0 AND quarantined = 0 ORDER BY seq LIMIT 1"
+        )
+        return count, None if oldest is None else float(oldest)
+
+    def outbox_totals(self) -> tuple[int, int, int]:
+        """(sent, quarantined, attempts) over the rows the outbox still holds."""
+        sent = int(self.scalar("SELECT COUNT(*) FROM outbox WHERE sent = 1"))
+        quarantined = int(
+            self.scalar("SELECT COUNT(*) FROM outbox WHERE quarantined = 1 AND sent = 0")
+        )
+        attempts = int(self.scalar("SELECT COALESCE(SUM(attempts), 0) FROM outbox"))
+        return sent, quarantined, attempts
+
+    def outbox_last_unsent_error(self) -> dict[str, Any] | None:
+        """The latest error of an event that is still not sent (pending or quarantined)."""
+        found: list[tuple[Any, ...]] = []
+        for state in ("sent = 0 AND quarantined = 0", "quarantined = 1 AND sent = 0"):
+            found += self.execute(
+                f"SELECT id, last_error, last_attempt_at FROM outbox WHERE {state} "
+                "AND last_error IS NOT NULL ORDER BY last_attempt_at DESC LIMIT 1"
+            )
+        if not found:
+            return None
+        event_id, error, at = max(found, key=lambda row: row[2] or 0.0)
+        return {"id": event_id, "error": error, "at": at}
+
+    def outbox_purged_totals(self) -> tuple[int, int]:
+        """(sent rows, their attempts) that purge has deleted over the database's life."""
+        found = self.counters_read("outbox.")
+        prefix = len("outbox.")
+        return found.get(PURGED_SENT[prefix:], 0), found.get(PURGED_ATTEMPTS[prefix:], 0)
+
+    def outbox_purge_sent(self, cutoff: float) -> int:
+        """Delete sent rows whose sent_at is before ``cutoff``; returns how many.
+
+        Their attempts and their number move into durable counters first, so that the totals an
+        operator watches do not fall when old rows go.
+        """
+        count, attempts = self._delete_sent_before(cutoff)
+        if count == 0:
+            return 0
+        self.counter_bump(PURGED_SENT, count)
+        self.counter_bump(PURGED_ATTEMPTS, attempts)
+        return count
+
+    @abc.abstractmethod
+    def _delete_sent_before(self, cutoff: float) -> tuple[int, int]:
+        """Delete the rows ``SENT_BEFORE`` selects; returns (rows, their attempts), counted
+        so that two purges at once never count the same row."""

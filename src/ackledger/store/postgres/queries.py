@@ -1,0 +1,98 @@
+"""The statements PostgreSQL runs differently from SQLite (the names match sqlite/queries.py
+where both dialects have the statement). Many writers run at once under READ COMMITTED: what
+SQLite gets from its one writer, these get from advisory locks and single statements."""
+
+from __future__ import annotations
+
+from ..ledger import INSERT_ATTEMPT
+from ..outbox import SENT_BEFORE, SENT_UNLESS_HELD
+
+#: The database's clock, in seconds since the epoch. ``clock_timestamp()`` (not ``now()``,
+#: which is the transaction's start) so that a statement that waited for a lock judges expiry
+#: at the moment it runs.
+CLOCK = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
+#: A new lease's token: a sequence, larger than every token before it.
+NEXT_FENCE = "nextval('partition_lease_tokens')"
+
+# Lock + check + renew the lease and mark the event, in one statement. The UPDATE of the lease
+# row locks it until commit: a takeover waits for the mark to commit, and a mark that comes
+# after a takeover re-reads the row, finds another owner and marks nothing.
+MARK_UNDER_LEASE = (
+    """
+WITH lease AS (
+    UPDATE partition_leases SET renewed_at = {now}, expires_at = {now} + ?
+    WHERE partition_key = ? AND owner = ? AND token = ? AND expires_at > {now}
+    RETURNING partition_key
+)
+UPDATE outbox SET """
+    + SENT_UNLESS_HELD  # unqualified names are the outbox's: the lease row has none of them
+    + """,
+    attempts = outbox.attempts + ?,
+    last_attempt_at = CASE WHEN ? = 1 THEN ? ELSE outbox.last_attempt_at END
+FROM lease
+WHERE outbox.id = ? AND outbox.partition_key = lease.partition_key
+RETURNING outbox.seq
+"""
+)
+
+#: The first key of the advisory locks that serialise enqueues per partition.
+PARTITION_LOCK_CLASS = 0x6F627078  # "obpx"
+LOCK_PARTITION = "SELECT pg_advisory_xact_lock(?, hashtext(?))"
+
+# Counted from the rows this DELETE removed: two purges at once (two replicas' cron jobs) each
+# count only their own deletions; a count read before the DELETE would let both add the same
+# rows and double the totals (found by review).
+DELETE_SENT = (
+    f"WITH gone AS (DELETE FROM outbox {SENT_BEFORE} RETURNING attempts) "
+    "SELECT COUNT(*), COALESCE(SUM(attempts), 0) FROM gone"
+)
+
+#: Rows a spread counter uses at most (see ``PostgresTx.counter_bump_spread``).
+COUNTER_SHARDS = 64
+BUMP_SPREAD = (
+    "INSERT INTO counters (name, value) VALUES (? || '#' || (pg_backend_pid() % ?), 1) "
+    "ON CONFLICT (name) DO UPDATE SET value = counters.value + 1"
+)
+
+#: The first key of the advisory locks that number the attempts of one key.
+KEY_LOCK_CLASS = 0x6C646B79  # "ldky"
+#: How long a request waits for its key's turn. A request holds the lock for milliseconds; one
+#: that waits longer waits for a replica that is frozen or cut off, and without a limit every
+#: request for that key, then the whole pool, would wait with it. The request fails instead
+#: (a 503 the client retries), and the rest of the ledger goes on.
+KEY_LOCK_TIMEOUT = "5s"
+# The time-out is set for this transaction first (the subquery in FROM runs before the lock is
+# asked for; a volatile call keeps it a subquery), in the same round trip.
+LOCK_KEY = (
+    "SELECT pg_advisory_xact_lock(?, hashtext(?)) "
+    "FROM (SELECT set_config('lock_timeout', ?, true)) AS key_lock_timeout"
+)
+
+INSERT_ATTEMPT_ROW = INSERT_ATTEMPT + "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+COUNT_ATTEMPTS = "SELECT COUNT(*) FROM attempts WHERE case_id = ? AND work_id = ?"
+
+# The purge's candidates: the next keys after the cursor, in key order, whose last attempt is
+# before the cutoff; each is tried for its key lock. The attempts_key index (case_id, work_id,
+# at) serves the range, the grouping and the order, so a chunk reads from the cursor on and
+# stops after its LIMIT: a whole purge reads the table about once, however many chunks it
+# takes. MATERIALIZED keeps the LIMIT below the lock calls (a lock is tried only for a
+# candidate).
+IDLE_KEYS = (
+    "WITH idle AS MATERIALIZED ("
+    "SELECT case_id, work_id FROM attempts WHERE (case_id, work_id) > (?, ?) "
+    "GROUP BY case_id, work_id HAVING MAX(at) < ? ORDER BY case_id, work_id LIMIT ?) "
+    "SELECT case_id, work_id, "
+    "pg_try_advisory_xact_lock(?, hashtext(case_id || '/' || work_id)) FROM idle "
+    "ORDER BY case_id, work_id"
+)
+# The keys the chunk holds (two arrays) that are still idle: checked again in a statement that
+# starts after the locks were taken, so it sees every request that had a key's turn before.
+# Their attempts go, and name the deliveries that go with them: every delivery is created
+# together with an attempt that refers to it, so these are all the keys' deliveries.
+DELETE_HELD_IDLE = (
+    "DELETE FROM attempts AS gone USING unnest(?::text[], ?::text[]) AS held(case_id, work_id) "
+    "WHERE gone.case_id = held.case_id AND gone.work_id = held.work_id "
+    "AND NOT EXISTS (SELECT 1 FROM attempts AS recent WHERE recent.case_id = held.case_id "
+    "AND recent.work_id = held.work_id AND recent.at >= ?) RETURNING gone.delivery_no"
+)
+DELETE_DELIVERIES = "DELETE FROM deliveries WHERE delivery_no = ANY(?::bigint[]) RETURNING 1"

@@ -1,0 +1,151 @@
+"""PostgreSQL's transaction: the operations whose SQL is PostgreSQL's own.
+
+Many writers run at once here (every replica, every pooled connection), so what SQLite's one
+writer gives for free is taken explicitly: advisory locks per partition and per ledger key,
+counters spread over rows, DELETEs that count what they removed.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..._core.idempotency import Outcome
+from ..base import Params, Row, Tx
+from ..claims import claim_once
+from ..keys import DELIVERIES
+from ..ledger import INSERT_CONTROL, PURGE_CHUNK
+from . import queries as q
+
+if TYPE_CHECKING:
+    import psycopg
+
+#: The ledger's counter of each outcome (SQLite bumps the same ones from a trigger, 0005).
+_OUTCOME_COUNTER = {
+    Outcome.APPLIED: "ledger.deliveries",
+    Outcome.DUPLICATE: "ledger.duplicates",
+    Outcome.CONFLICT: "ledger.conflicts",
+}
+
+
+@functools.lru_cache(maxsize=1024)
+def to_pyformat(sql: str) -> str:
+    """``?`` placeholders to psycopg's ``%s``; a literal ``%`` is doubled so it stays one."""
+    return sql.replace("%", "%%").replace("?", "%s")
+
+
+class PostgresTx(Tx):
+    CLOCK = q.CLOCK
+    NEXT_FENCE = q.NEXT_FENCE
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, params: Params = ()) -> list[Row]:
+        cursor = self._conn.execute(to_pyformat(sql), tuple(params))
+        # Statements without a result (DDL, UPDATE without RETURNING) have no description.
+        return cursor.fetchall() if cursor.description is not None else []
+
+    def executemany(self, sql: str, params: Sequence[Params]) -> None:
+        with self._conn.cursor() as cursor:
+            cursor.executemany(to_pyformat(sql), [tuple(p) for p in params])
+
+    # --- outbox ----------------------------------------------------------------------------
+
+    def outbox_lock_partition(self, partition_key: str) -> None:
+        # PostgreSQL hands out ``seq`` when a row is inserted, not when it commits: without
+        # this, a transaction could take seq 6, another seq 7 and commit first, and a relay
+        # would send 7 before 6 of the same partition. Held until commit, the lock makes the
+        # second enqueue into a partition take its seq after the first one's commit.
+        self.execute(q.LOCK_PARTITION, (q.PARTITION_LOCK_CLASS, partition_key))
+
+    def _delete_sent_before(self, cutoff: float) -> tuple[int, int]:
+        row = self.one(q.DELETE_SENT, (cutoff,))
+        return (0, 0) if row is None else (int(row[0]), int(row[1]))
+
+    # --- counters --------------------------------------------------------------------------
+
+    def counter_bump_spread(self, name: str) -> None:
+        # The row ``name#N`` is picked by the connection's server process, so concurrent
+        # transactions (on other connections) mostly bump other rows.
+        self.execute(q.BUMP_SPREAD, (name, q.COUNTER_SHARDS))
+
+    # --- ledger ----------------------------------------------------------------------------
+
+    def _ledger_lock_key(self, case_id: str, work_id: str) -> None:
+        """Make everything that writes one key take turns from here to its commit. A request
+        takes it BEFORE its claim, and the purge holds it when it looks at a key a last time
+        and deletes it, so that each request counts the attempts committed before it (a key's
+        attempt numbers are 1, 2, 3...), and a request and a purge of one key never interleave
+        (the request's attempt never refers to a delivery the purge deleted).
+
+        A request takes this one key lock only, so requests cannot wait on each other in a
+        circle; a hash collision only makes two keys share a turn (and if hashes taken in key
+        order still meet in a circle, PostgreSQL's deadlock check or KEY_LOCK_TIMEOUT ends one).
+        """
+        # "/" is in no key: no two keys join (the purge's IDLE_KEYS hashes the same text).
+        self.execute(q.LOCK_KEY, (q.KEY_LOCK_CLASS, f"{case_id}/{work_id}", q.KEY_LOCK_TIMEOUT))
+
+    def ledger_lock_keys(self, keys: Iterable[tuple[str, str]]) -> None:
+        for case_id, work_id in sorted(set(keys)):
+            self._ledger_lock_key(case_id, work_id)
+
+    def ledger_record(
+        self, *, case_id: str, work_id: str, pod_uid: str, mode: str, fingerprint: str, now: float
+    ) -> tuple[Outcome, int, int]:
+        self._ledger_lock_key(case_id, work_id)
+        if mode == "control":
+            outcome = Outcome.APPLIED
+            row = (case_id, work_id, fingerprint, pod_uid, now)
+            delivery_no = int(self.scalar(INSERT_CONTROL, row))
+        else:
+            claim = claim_once(self, DELIVERIES, (case_id, work_id), fingerprint, (pod_uid, now))
+            outcome, delivery_no = claim.outcome, int(claim.ref)
+        self.execute(
+            q.INSERT_ATTEMPT_ROW,
+            (
+                case_id, work_id, pod_uid, mode,
+                None if outcome is Outcome.CONFLICT else delivery_no,
+                outcome.value, fingerprint, now,
+            ),
+        )  # fmt: skip
+        # Spread counters: every request bumps "attempts", and one row for it would make all
+        # requests (all replicas) take turns until each one's commit.
+        self.counter_bump_spread("ledger.attempts")
+        self.counter_bump_spread(_OUTCOME_COUNTER[outcome])
+        return outcome, delivery_no, int(self.scalar(q.COUNT_ATTEMPTS, (case_id, work_id)))
+
+    def ledger_purge_idle_chunk(
+        self, cutoff: float, after: tuple[str, str], limit: int = PURGE_CHUNK
+    ) -> tuple[int, int, tuple[str, str] | None]:
+        """Requests run while the purge does. Each key's lock (``_ledger_lock_key``) is TRIED,
+        never waited for: a key whose lock a request holds is being asked for, so it is not
+        idle and is kept (as is, until the next purge, an idle key that shares its lock's
+        hash). A purge never waits for a request, so it can hold many key locks, taken in any
+        order, without a deadlock; a request for a key of the chunk waits at most for the
+        chunk's commit."""
+        found = self.execute(q.IDLE_KEYS, (*after, cutoff, limit, q.KEY_LOCK_CLASS))
+        if not found:
+            return 0, 0, None
+        last = (str(found[-1][0]), str(found[-1][1]))
+        held = [(str(case_id), str(work_id)) for case_id, work_id, locked in found if locked]
+        if not held:
+            return 0, 0, last
+        gone_attempts = self.execute(
+            q.DELETE_HELD_IDLE, ([key[0] for key in held], [key[1] for key in held], cutoff)
+        )
+        numbers = sorted({int(row[0]) for row in gone_attempts if row[0] is not None})
+        gone_deliveries = self.execute(q.DELETE_DELIVERIES, (numbers,))
+        return len(gone_deliveries), len(gone_attempts), last
+
+    # --- partition leases ------------------------------------------------------------------
+
+    def _mark_under_lease(
+        self, key: str, owner: str, token: int, event_id: str, *, ttl: float, bump: int, now: float
+    ) -> bool:
+        params = (ttl, key, owner, token, now, bump, bump, now, event_id)
+        return bool(self.execute(self._lease_sql(q.MARK_UNDER_LEASE), params))
+
+    def lease_ensure_partition_index(self) -> bool:
+        return False  # kept from the first migration on
