@@ -13,10 +13,10 @@ from ackledger import Inbox, Outbox, UnsafeTarget
 from ackledger.ops import status as status_module
 from ackledger.ops.databases import existing_database
 from ackledger.ops.listings import pending_table, quarantined_table
-from ackledger.ops.schema import upgrade_schema
 from ackledger.ops.status import Status, read_status, service_counters
 from ackledger.ops.timestamps import utc_timestamp
 from ackledger.ops.trace import trace, trace_text
+from ackledger.store.schema import upgrade_schema
 
 
 def test_utc_timestamp_is_iso_utc_and_a_question_mark_for_no_time() -> None:

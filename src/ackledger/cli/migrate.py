@@ -1,4 +1,4 @@
-"""``ackledger migrate``: the schema up to date before any service starts (``ops.schema``)."""
+"""``ackledger migrate``: the schema up to date before any service starts (``store.schema``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from ..ops.schema import upgrade_schema
+from ..store.schema import upgrade_schema
 from .common import add_synchronous
 
 

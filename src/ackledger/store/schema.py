@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..store import open_backend
-from ..store.base import migrate, migrations, schema_versions
+from . import open_backend
+from .base import migrate, migrations, schema_versions
 
 
 @dataclass(frozen=True)
