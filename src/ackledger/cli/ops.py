@@ -16,27 +16,19 @@ from typing import Any, TypeVar
 
 from .._core.backoff import Backoff
 from .._core.logline import FORMATS, install
-from ..errors import AckledgerError, InvalidEvent, NotAcknowledged
+from ..errors import AckledgerError
 from ..event import check_identifier
 from ..ops.probe import base_url, scrape
 from ..ops.trace import trace, when
 from ..relay.leases import check_owner, default_owner
-from ..relay.loop import (
-    EXIT_POISON,
-    PERMANENT,
-    POISON_POLICIES,
-    Failure,
-    Relay,
-    RelayCounts,
-    RelaySettings,
-    failure_class,
-    refusal_of,
-)
+from ..relay.loop import Relay, RelayCounts, RelaySettings
 from ..relay.loop import logger as relay_logger
+from ..relay.policy import EXIT_POISON, POISON_POLICIES, Failure, failure_of
 from ..source.dispatch import MARK_SYNCS
 from ..source.outbox import Outbox
 from ..store import is_postgres, shown
-from ..wire.http import check_target, post_batch, send_http
+from ..wire.http import check_target
+from ..wire.sender import sender
 from .common import (
     add_http_client,
     add_source,
@@ -284,47 +276,6 @@ def _metrics(args: argparse.Namespace, outbox: Outbox, counts: RelayCounts) -> A
     return metrics
 
 
-class PartitionSends:
-    """The sends of a partition relay and how their failures are judged: ``send`` or
-    ``send_batch`` for the worker, ``classify`` and ``describe`` for its failures."""
-
-    def __init__(self, settings: RelaySettings) -> None:
-        self.settings = settings
-        #: The item the last batch answer refused, with the sink's reason (``refusal_of``).
-        self.refusal: Failure | None = None
-
-    def send(self, event: dict[str, Any]) -> bool:
-        settings = self.settings
-        return send_http(event, settings.url, timeout=settings.timeout,
-                         allowed_hosts=settings.allowed_hosts)  # fmt: skip
-
-    def send_batch(self, events: list[dict[str, Any]]) -> int:
-        # Forget the last answer first: a send that raises (no connection, a 5xx) must be
-        # classified by its own failure, never by an earlier batch's refusal.
-        self.refusal = None
-        settings = self.settings
-        answer = post_batch(events, settings.url + "/batch", timeout=settings.timeout,
-                            allowed_hosts=settings.allowed_hosts)  # fmt: skip
-        self.refusal = refusal_of(events, answer)
-        return answer.acked
-
-    def classify(self, exc: Exception) -> str:
-        if isinstance(exc, InvalidEvent):
-            return PERMANENT
-        if not isinstance(exc, NotAcknowledged):
-            return failure_class(None)  # no answer (connection, time-out) or the database
-        # A batch the sink refused part of ends in NotAcknowledged, raised right after the
-        # send that recorded the refusal.
-        if self.refusal is not None:
-            return self.refusal.kind
-        return failure_class(exc.status)
-
-    def describe(self, exc: Exception) -> str:
-        if self.refusal is not None and isinstance(exc, NotAcknowledged):
-            return self.refusal.message
-        return f"{type(exc).__name__}: {exc}"
-
-
 def _relay_partitions(
     args: argparse.Namespace, settings: RelaySettings, outbox: Outbox, owner: str
 ) -> int:
@@ -332,18 +283,19 @@ def _relay_partitions(
     policy, stop signals and metrics."""
     from ..relay.partitions import PartitionWorker
 
-    sends = PartitionSends(settings)
-    send, send_batch = sends.send, sends.send_batch
-    classify, describe = sends.classify, sends.describe
+    wire = sender(settings.url, timeout=settings.timeout, allowed_hosts=settings.allowed_hosts)
+
+    def judge(exc: Exception) -> Failure:
+        return failure_of(exc, wire.refusal)
 
     stop = threading.Event()
     worker = PartitionWorker(
-        outbox, owner=owner, send=None if settings.batch else send,
-        send_batch=send_batch if settings.batch else None, lease_ttl=args.lease_ttl,
+        outbox, owner=owner, send=None if settings.batch else wire.send,
+        send_batch=wire.send_batch if settings.batch else None, lease_ttl=args.lease_ttl,
         limit=settings.limit, stop=stop, idle_wait=settings.poll_interval,
         base_backoff=args.base_backoff, max_backoff=args.max_backoff,
         rng=random.Random(args.seed) if args.seed is not None else None,
-        classify=classify, describe=describe, on_poison=settings.on_poison,
+        judge=judge, on_poison=settings.on_poison,
         mark_sync=settings.mark_sync,
     )  # fmt: skip
     report = _serving(args, outbox, worker.counts, stop.set, worker.run)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Required, TypedDict, Unpack
 
 from .._core.backoff import Backoff
-from .._core.logline import note
+from .._core.logline import abridged_ids, log_event
 from ..errors import LeaseLost
 from ..source.dispatch import (
     Send,
@@ -38,10 +38,19 @@ from ..source.dispatch import (
     dispatch,
     dispatch_batch,
 )
-from ..source.outbox import Outbox, check_limit, reason_from
+from ..source.outbox import Outbox, check_limit
 from .leases import DEFAULT_TTL, Lease, LeasedPartition, PartitionLeases, check_ttl
-from .loop import PERMANENT, POISON_POLICIES, TRANSIENT, RelayCounts, some_ids
+from .loop import RelayCounts
 from .loop import logger as relay_logger
+from .policy import (
+    PERMANENT,
+    TRANSIENT,
+    Failure,
+    check_on_poison,
+    describe,
+    quarantine_reason,
+    stopping_on_poison,
+)
 
 IDLE_WAIT_S = 0.5
 BATCHES_PER_LEASE = 16
@@ -101,14 +110,13 @@ class WorkerOptions(TypedDict, total=False):
     #: ``poison``, ``quarantined``, ``lease-lost``, ``database-error``, ``stopped`` ...), as
     #: the single relay loop logs.
     log: Callable[[str], None] | None
-    #: Tells a failure's class: "transient" (park the partition and retry it later) or
-    #: "permanent" (a 4xx: this event will never be accepted as it is). Default: transient.
-    classify: Callable[[Exception], str]
+    #: Judges a failure (``policy.failure_of``): its class, "transient" (park the partition
+    #: and retry it later) or "permanent" (a 4xx: never accepted as it is), and its text for
+    #: logs and quarantine reasons. Default: transient, described by its type and text.
+    judge: Callable[[Exception], Failure]
     #: What a permanent failure does: None parks it like any other (default); "stop" ends
     #: the worker (``report.poisoned``); "quarantine" quarantines the event and goes on.
     on_poison: str | None
-    #: How a failure is described in logs and quarantine reasons. Default: its type and text.
-    describe: Callable[[Exception], str]
 
 
 class PartitionWorker:
@@ -138,13 +146,10 @@ class PartitionWorker:
         self.log = options.get("log")
         self.report = WorkerReport(owner)
         self.outbox = outbox
-        self.classify: Callable[[Exception], str] = options.get("classify", lambda exc: TRANSIENT)
-        self.describe: Callable[[Exception], str] = options.get(
-            "describe", lambda exc: f"{type(exc).__name__}: {exc}"
-        )
+        self.judge: Callable[[Exception], Failure] = options.get("judge", _transient)
         self.on_poison = options.get("on_poison")
-        if self.on_poison is not None and self.on_poison not in POISON_POLICIES:
-            raise ValueError(f"on_poison: must be stop or quarantine, got {self.on_poison!r}")
+        if self.on_poison is not None:
+            check_on_poison(self.on_poison)
         #: Send figures of this process, in the relay's shape (its metrics read them):
         #: ``consecutive_failures`` counts failed rounds in a row over all of this worker's
         #: partitions, ``backoff_s`` is the last wait it chose.
@@ -157,7 +162,7 @@ class PartitionWorker:
         if self.log is not None:
             self.log(f"{self.report.owner}: {message}")
         else:
-            note(relay_logger, level, event, message, owner=self.report.owner, **fields)
+            log_event(relay_logger, level, event, message, owner=self.report.owner, **fields)
 
     def run(self) -> WorkerReport:
         self._note(
@@ -274,15 +279,16 @@ class PartitionWorker:
         self.counts.backoff_s = 0.0
         self._note(
             logging.INFO, "sent", f"sent {len(marked)} event(s)",
-            partition=partition, ids=some_ids(marked), last=marked[-1],
+            partition=partition, ids=abridged_ids(marked), last=marked[-1],
         )  # fmt: skip
 
     def _failed(self, view: LeasedPartition, exc: Exception) -> None:
         """A send failed: a permanent failure follows the poison policy; the rest park."""
-        kind = self.classify(exc)
+        failure = self.judge(exc)
+        kind = failure.kind
         self.counts.failed[kind] = self.counts.failed.get(kind, 0) + 1
         if kind != PERMANENT or self.on_poison is None:
-            self._park(view.lease, exc)
+            self._park(view.lease, failure)
             return
         head = view.pending(1)
         event_id = head[0]["id"] if head else "?"
@@ -290,24 +296,20 @@ class PartitionWorker:
         self._note(
             logging.ERROR, "poison",
             f"ALERT: the sink refused event {event_id} of partition {view.partition!r} "
-            f"permanently ({self.describe(exc)}); policy --on-poison {self.on_poison}",
+            f"permanently ({failure.message}); policy --on-poison {self.on_poison}",
             id=event_id, partition=view.partition,
         )  # fmt: skip
         if self.on_poison == "stop" or not head:
-            self.report.poisoned = f"{event_id}: {self.describe(exc)}"
+            self.report.poisoned = f"{event_id}: {failure.message}"
             self._note(
                 logging.ERROR, "stopped-on-poison",
-                f"stopping: inspect with `ackledger trace {event_id}`, fix the cause, then "
-                f"`ackledger quarantine {event_id} --reason ...` or correct the sink",
-                id=event_id,
+                stopping_on_poison(event_id), id=event_id,
             )  # fmt: skip
             self.stop.set()
             view.release()
             return
         try:
-            seq = self.outbox.quarantine(
-                event_id, reason_from(f"sink refused it permanently: {self.describe(exc)}")
-            )
+            seq = self.outbox.quarantine(event_id, quarantine_reason(failure))
             self.report.quarantined.append(event_id)
             self._note(
                 logging.ERROR, "quarantined",
@@ -319,7 +321,7 @@ class PartitionWorker:
                        f"quarantine of {event_id} skipped: {moved}", id=event_id)  # fmt: skip
         view.release()
 
-    def _park(self, lease: Lease, exc: Exception) -> None:
+    def _park(self, lease: Lease, failure: Failure) -> None:
         """Keep the failed partition's lease, unrenewed, for a backoff: nobody retries it
         before then, and this worker turns to other partitions."""
         self.report.failures += 1
@@ -329,7 +331,7 @@ class PartitionWorker:
         self.counts.backoff_s = wait
         self._note(
             logging.WARNING, "send-failed",
-            f"partition {lease.partition!r} stopped at a failure ({self.describe(exc)}); "
+            f"partition {lease.partition!r} stopped at a failure ({failure.message}); "
             f"retrying it in {wait:.2f}s",
             partition=lease.partition, failures_in_a_row=schedule.failures,
             wait_s=round(wait, 3),
@@ -339,6 +341,10 @@ class PartitionWorker:
         except Exception as parked:  # the lease is gone or the database is: either way, move on
             self._note(logging.WARNING, "park-failed",
                        f"could not park {lease.partition!r}: {parked}")  # fmt: skip
+
+
+def _transient(exc: Exception) -> Failure:
+    return Failure(None, TRANSIENT, describe(exc))
 
 
 def run_partition_worker(outbox: Outbox, **options: Unpack[WorkerOptions]) -> WorkerReport:
