@@ -291,7 +291,7 @@ def test_a_partition_relay_judges_each_failure_by_itself(
 
 
 def test_time_outs_are_checked_when_a_relay_is_configured() -> None:
-    from ackledger.relay.loop import RelaySettings
+    from ackledger.relay.settings import RelaySettings
 
     assert RelaySettings(url="http://127.0.0.1:9/events", timeout=7200).timeout == 7200
     with pytest.raises(ValueError, match="timeout"):
@@ -299,14 +299,14 @@ def test_time_outs_are_checked_when_a_relay_is_configured() -> None:
 
 
 def test_the_partition_worker_fits_its_first_wait_under_a_small_cap(tmp_path: Path) -> None:
-    from ackledger.relay.partition_worker import PartitionWorker
+    from tests.sends import partition_worker
 
     with Outbox(tmp_path / "o.db") as outbox:
-        worker = PartitionWorker(outbox, owner="w", send=lambda event: True, max_backoff=0.3)
-        assert worker.base_backoff == 0.3
+        worker = partition_worker(outbox, owner="w", send=lambda event: True, max_backoff=0.03)
+        assert worker.settings.base_backoff == 0.03
         with pytest.raises(ValueError, match="cap"):
-            PartitionWorker(outbox, owner="w", send=lambda event: True, max_backoff=0.3,
-                            base_backoff=1.0)  # fmt: skip
+            partition_worker(outbox, owner="w", send=lambda event: True, max_backoff=0.3,
+                             base_backoff=1.0)  # fmt: skip
 
 
 def test_reasons_in_any_script_are_text(source_db: Path) -> None:

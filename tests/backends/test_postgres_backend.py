@@ -51,7 +51,7 @@ def test_a_closed_backend_refuses_work(pg_url: str) -> None:
 
 def test_sqlite_users_never_import_psycopg(tmp_path: Path) -> None:
     code = (
-        "import sys, ackledger, ackledger.partitions, ackledger.cli\n"
+        "import sys, ackledger, ackledger.relay.partitions, ackledger.cli\n"
         f"ob = ackledger.Outbox({str(tmp_path / 'x.db')!r}); ob.accept("
         "{'id': 'a', 'sku': 'b', 'qty': 1}); ob.close()\n"
         "assert 'psycopg' not in sys.modules, 'psycopg was imported'\n"

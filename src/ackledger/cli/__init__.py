@@ -13,9 +13,9 @@ from typing import NoReturn
 
 from ..errors import AckledgerError
 from ..store import database_errors
-from . import demo, ledger, migrate, ops, serve, source
+from . import demo, ledger, migrate, ops, relay, serve, source
 
-COMMAND_MODULES = (source, serve, ledger, demo, migrate, ops)
+COMMAND_MODULES = (source, serve, ledger, demo, migrate, relay, ops)
 
 EXIT_BAD_INPUT = 2
 

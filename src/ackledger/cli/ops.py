@@ -1,125 +1,26 @@
-"""Operating commands: relay, status, trace, quarantine, requeue, quarantined, purge."""
+"""Operating commands: status, trace, quarantine, requeue, quarantined, purge."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import random
-import signal
-import sys
-import threading
 import time
-from collections.abc import Callable
-from dataclasses import asdict
-from types import FrameType
-from typing import Any, TypeVar
+from typing import Any
 
-from .._core.backoff import Backoff
-from .._core.logline import FORMATS, install
 from ..errors import AckledgerError
 from ..event import check_identifier
 from ..ops.probe import base_url, scrape
 from ..ops.trace import trace, when
-from ..relay.leases import check_owner, default_owner
-from ..relay.loop import Relay, RelayCounts, RelaySettings
-from ..relay.loop import logger as relay_logger
-from ..relay.policy import EXIT_POISON, POISON_POLICIES, Failure, failure_of
-from ..source.dispatch import MARK_SYNCS
-from ..source.outbox import Outbox
-from ..store import is_postgres, shown
+from ..store import is_postgres
 from ..wire.http import check_target
-from ..wire.sender import sender
 from .common import (
-    add_http_client,
     add_source,
-    add_synchronous,
     duration_arg,
-    limit_arg,
     open_outbox,
-    port_arg,
-    positive_float,
 )
-
-T = TypeVar("T")
-
-
-def _seed_arg(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    relay = commands.add_parser(
-        "relay",
-        help="the long-running relay: send what is pending, back off on failures",
-        description="Send pending events in order, marking each only on its exact ACK; poll "
-        "when idle; wait out transient failures (no connection, time-out, 5xx) with capped, "
-        "jittered exponential backoff; alert on a permanent one (a 4xx from the sink, but "
-        "408, 425 and 429) and stop (exit 3) or quarantine it. SIGTERM/SIGINT: finish the send "
-        "in flight, exit 0.",
-    )
-    add_source(relay)
-    relay.add_argument("--to", required=True, metavar="URL", help="http://HOST:PORT/events")
-    relay.add_argument("--batch", action="store_true", help="send each selection in one request")
-    relay.add_argument(
-        "--pipeline", action="store_true",
-        help="with --batch: commit a batch's marks on a second connection while the next "
-        "batch is sent (single loop only)",
-    )  # fmt: skip
-    relay.add_argument("--limit", type=limit_arg, default=16, help="events per round, 1-16")
-    relay.add_argument(
-        "--mark-sync", choices=MARK_SYNCS, default="each",
-        help="one event a request: fsync every mark (each, default) or only the last of each "
-        "round (last: one fsync per round; marks lost to a power cut are re-sent as duplicates)",
-    )  # fmt: skip
-    relay.add_argument(
-        "--base-backoff", type=positive_float, default=0.1, metavar="SECONDS",
-        help="first backoff ceiling (default 0.1)",
-    )  # fmt: skip
-    relay.add_argument(
-        "--max-backoff", type=positive_float, default=30.0, metavar="SECONDS",
-        help="backoff cap (default 30)",
-    )  # fmt: skip
-    relay.add_argument("--seed", type=_seed_arg, help="seed the jitter (reproducible waits)")
-    relay.add_argument(
-        "--poll-interval", type=positive_float, default=0.5, metavar="SECONDS",
-        help="wait between looks when nothing is pending (default 0.5)",
-    )  # fmt: skip
-    relay.add_argument(
-        "--on-poison", choices=POISON_POLICIES, default="stop",
-        help="on a permanent failure: stop (default, exit 3) or quarantine it and go on",
-    )  # fmt: skip
-    relay.add_argument("--metrics-port", type=port_arg, metavar="N", help="serve /metrics here")
-    relay.add_argument(
-        "--metrics-host", default="127.0.0.1", help="address for /metrics (default 127.0.0.1)"
-    )
-    relay.add_argument("--log-format", choices=FORMATS, default="text", help="text or json")
-    add_http_client(relay)
-    lease = relay.add_argument_group(
-        "PostgreSQL: one of N relays",
-        "With a postgresql:// source the relay leases partitions (the event's sku by default) "
-        "so that several relays can run at once: order is kept within each partition, not "
-        "across them, and a failure stops only its partition.",
-    )
-    lease.add_argument(
-        "--owner", metavar="NAME",
-        help="this relay's name in lease rows, unique among running relays "
-        "(default: $POD_NAME, else HOSTNAME-PID)",
-    )  # fmt: skip
-    lease.add_argument(
-        "--lease-ttl", type=positive_float, default=30.0, metavar="SECONDS",
-        help="how long a lease lasts unrenewed; a crashed relay's partitions wait this long "
-        "(default 30)",
-    )  # fmt: skip
-    lease.add_argument(
-        "--single", action="store_true",
-        help="run the single loop instead (one global order; run only one such relay)",
-    )  # fmt: skip
-    add_synchronous(relay)
-    relay.set_defaults(handler=cmd_relay)
-
     status = commands.add_parser(
         "status",
         help="what to watch: pending, oldest pending age, attempts, quarantined, sent",
@@ -186,139 +87,6 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="e.g. 7d, 12h, 30m, 45s",
     )  # fmt: skip
     purge.set_defaults(handler=cmd_purge)
-
-
-# --- relay ---------------------------------------------------------------------------------
-
-
-def cmd_relay(args: argparse.Namespace) -> int:
-    from . import UsageError
-
-    # Everything that can be refused is refused before the database is opened.
-    if args.pipeline and not args.batch:
-        raise UsageError("--pipeline: needs --batch (only batch rounds overlap their marks)")
-    settings = RelaySettings(
-        url=args.to,
-        batch=args.batch,
-        limit=args.limit,
-        poll_interval=args.poll_interval,
-        on_poison=args.on_poison,
-        timeout=args.timeout,
-        mark_sync=args.mark_sync,
-        pipeline=args.pipeline,
-        allowed_hosts=tuple(args.allow_host),
-    )
-    rng = random.Random(args.seed) if args.seed is not None else None
-    try:
-        backoff = Backoff(args.base_backoff, args.max_backoff, rng=rng)
-    except ValueError as exc:
-        raise UsageError(f"--max-backoff: {exc}") from None
-    install(relay_logger, args.log_format)
-    partitioned = is_postgres(args.source) and not args.single
-    owner = check_owner(args.owner or default_owner()) if partitioned else None
-    if settings.pipeline and owner is not None:
-        raise UsageError("--pipeline: only the single loop overlaps marks (SQLite, or --single)")
-    with open_outbox(args.source, args.synchronous) as outbox:
-        if owner is not None:
-            return _relay_partitions(args, settings, outbox, owner)
-        marker = open_outbox(args.source, args.synchronous) if settings.pipeline else None
-        try:
-            relay = Relay(outbox, settings, backoff, marker=marker)
-            return _run_relay(args, outbox, relay)
-        finally:
-            if marker is not None:
-                marker.close()
-
-
-def _serving(
-    args: argparse.Namespace,
-    outbox: Outbox,
-    counts: RelayCounts,
-    stop: Callable[[], None],
-    run: Callable[[], T],
-) -> T:
-    """``run()`` with /metrics up (if asked) and SIGTERM/SIGINT calling ``stop``."""
-    metrics = _metrics(args, outbox, counts)
-    restore = _on_stop_signals(stop)
-    try:
-        return run()
-    finally:
-        restore()
-        if metrics is not None:
-            metrics.close()
-
-
-def _run_relay(args: argparse.Namespace, outbox: Outbox, relay: Relay) -> int:
-    code = _serving(args, outbox, relay.counts, relay.request_stop, relay.run)
-    if relay.poisoned is not None:
-        print(
-            f"ackledger relay: stopped on poison event {relay.poisoned.event_id}: "
-            f"{relay.poisoned.message}; see `ackledger trace {relay.poisoned.event_id} "
-            f"--source {shown(args.source)} --sink {base_url(args.to)}`",
-            file=sys.stderr,
-        )
-    return code
-
-
-def _metrics(args: argparse.Namespace, outbox: Outbox, counts: RelayCounts) -> Any:
-    """Start the relay's /metrics endpoint if asked; returns it (or None) to close later."""
-    from . import UsageError
-
-    if args.metrics_port is None:
-        return None
-    from ..relay.metrics import MetricsServer
-
-    try:
-        metrics = MetricsServer(outbox.stats, counts, args.metrics_host, args.metrics_port)
-    except OSError as exc:
-        raise UsageError(f"--metrics-port: cannot listen: {exc}") from None
-    print(f"ackledger relay metrics listening on {metrics.url}", flush=True)
-    return metrics
-
-
-def _relay_partitions(
-    args: argparse.Namespace, settings: RelaySettings, outbox: Outbox, owner: str
-) -> int:
-    """One of N relays on a PostgreSQL outbox: the partition worker, with the relay's poison
-    policy, stop signals and metrics."""
-    from ..relay.partitions import PartitionWorker
-
-    wire = sender(settings.url, timeout=settings.timeout, allowed_hosts=settings.allowed_hosts)
-
-    def judge(exc: Exception) -> Failure:
-        return failure_of(exc, wire.refusal)
-
-    stop = threading.Event()
-    worker = PartitionWorker(
-        outbox, owner=owner, send=None if settings.batch else wire.send,
-        send_batch=wire.send_batch if settings.batch else None, lease_ttl=args.lease_ttl,
-        limit=settings.limit, stop=stop, idle_wait=settings.poll_interval,
-        base_backoff=args.base_backoff, max_backoff=args.max_backoff,
-        rng=random.Random(args.seed) if args.seed is not None else None,
-        judge=judge, on_poison=settings.on_poison,
-        mark_sync=settings.mark_sync,
-    )  # fmt: skip
-    report = _serving(args, outbox, worker.counts, stop.set, worker.run)
-    print(json.dumps(asdict(report)), flush=True)
-    if report.poisoned is not None:
-        print(f"ackledger relay: stopped on poison event {report.poisoned}", file=sys.stderr)
-        return EXIT_POISON
-    return 0
-
-
-def _on_stop_signals(stop: Callable[[], None]) -> Callable[[], None]:
-    """Make SIGTERM and SIGINT request a stop (never interrupt); returns the undo."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        stop()  # only a flag: the relay looks at it between sends
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
-
-    def restore() -> None:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-    return restore
 
 
 # --- status --------------------------------------------------------------------------------

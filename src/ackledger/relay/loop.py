@@ -29,13 +29,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .._core.backoff import Backoff
 from .._core.logline import abridged_ids, log_event
 from ..errors import NotAcknowledged
-from ..source.dispatch import Source, StopRequested, check_mark_sync, dispatch, dispatch_batch
+from ..source.dispatch import Source, StopRequested, dispatch, dispatch_batch
 from ..source.marking import MarksBehind
-from ..source.outbox import MAX_BATCH, Outbox, check_limit
-from ..wire.http import check_target, check_timeout
+from ..source.outbox import Outbox
 from ..wire.sender import Sender, sender
 from .policy import (
     EXIT_POISON,
@@ -44,12 +42,12 @@ from .policy import (
     PERMANENT,
     POISON_POLICIES,
     Failure,
-    check_on_poison,
     describe,
     failure_of,
     quarantine_reason,
     stopping_on_poison,
 )
+from .settings import RelaySettings
 
 logger = logging.getLogger("ackledger.relay")
 
@@ -65,36 +63,6 @@ class RelaySource(Source, Protocol):
     def quarantine(self, event_id: str, reason: str) -> int: ...
 
     def stats(self) -> dict[str, Any]: ...
-
-
-@dataclass
-class RelaySettings:
-    url: str  #: the sink's ``/events`` URL; batches go to ``/events/batch``
-    batch: bool = False
-    limit: int = MAX_BATCH
-    poll_interval: float = 0.5
-    on_poison: str = "stop"
-    timeout: float = 5.0
-    allowed_hosts: tuple[str, ...] = ()
-    #: Per-item rounds: fsync every mark ("each") or the last of each round ("last"; see
-    #: ``dispatch``). A batch round's marks are one transaction either way.
-    mark_sync: str = "each"
-    #: Batch rounds: commit a batch's marks on a second connection while the next batch is
-    #: sent (``marks_behind``). Needs ``batch``.
-    pipeline: bool = False
-
-    def __post_init__(self) -> None:
-        check_target(self.url, "/events", self.allowed_hosts)
-        check_limit(self.limit)
-        check_mark_sync(self.mark_sync)
-        if self.pipeline and not self.batch:
-            raise ValueError("pipeline: only batch rounds can overlap their marks (add batch)")
-        check_on_poison(self.on_poison)
-        value = self.poll_interval
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f"poll_interval: must be a positive number of seconds, got {value!r}")
-        # Refused here, once, rather than by every send (which a relay would retry forever).
-        check_timeout(self.timeout)
 
 
 @dataclass
@@ -153,18 +121,21 @@ class Relay:
         self,
         source: RelaySource,
         settings: RelaySettings,
-        backoff: Backoff,
         *,
         sleep: Callable[[float], None] = time.sleep,
         marker: Outbox | None = None,
+        wire: Sender | None = None,
     ) -> None:
         self.source = source
         self.settings = settings
-        self.backoff = backoff
+        self.backoff = settings.backoff(settings.rng())
         self.counts = RelayCounts()
         self._sleep = sleep
         self._stop = False
-        wire = sender(settings.url, timeout=settings.timeout, allowed_hosts=settings.allowed_hosts)
+        if wire is None:
+            wire = sender(
+                settings.url, timeout=settings.timeout, allowed_hosts=settings.allowed_hosts
+            )
         self._sends = _Sends(wire, lambda: self._stop)
         self._behind: MarksBehind | None = None
         if settings.pipeline:
