@@ -9,7 +9,7 @@ from ..relay import runner
 from ..relay.leases import check_owner, default_owner
 from ..relay.policy import POISON_POLICIES
 from ..relay.settings import RelaySettings
-from ..source.dispatch import MARK_SYNCS
+from ..source.marking import MARK_SYNCS
 from ..store import is_postgres
 from .common import (
     add_http_client,

@@ -31,8 +31,8 @@ from typing import Any, Protocol
 
 from .._core.logline import abridged_ids, log_event
 from ..errors import NotAcknowledged
-from ..source.dispatch import Source, StopRequested, dispatch, dispatch_batch
-from ..source.marking import MarksBehind
+from ..source.dispatch import Source, StopRequested, dispatch_batch_marking, dispatch_marking
+from ..source.marking import Marking, MarksBehind, marking_for
 from ..source.outbox import Outbox
 from ..wire.sender import Sender, sender
 from .policy import (
@@ -137,11 +137,12 @@ class Relay:
                 settings.url, timeout=settings.timeout, allowed_hosts=settings.allowed_hosts
             )
         self._sends = _Sends(wire, lambda: self._stop)
-        self._behind: MarksBehind | None = None
+        # One strategy marks what was acknowledged: inline (each, last) or behind the next send.
+        self._marking: Marking = marking_for(settings.mark_sync)
         if settings.pipeline:
             if not isinstance(source, Outbox) or marker is None:
                 raise ValueError("pipeline: needs an Outbox source and a marker Outbox")
-            self._behind = MarksBehind(source, marker)
+            self._marking = MarksBehind(source, marker)
         #: The permanent failure that stopped the relay (``--on-poison stop``), if any.
         self.poisoned: Failure | None = None
 
@@ -164,9 +165,8 @@ class Relay:
         try:
             code = self._loop()
         finally:
-            if self._behind is not None:
-                # The last batch's marks land before the relay reports that it stopped.
-                self._behind.close()
+            # The last batch's marks land before the relay reports that it stopped.
+            self._marking.close()
         if code == EXIT_STOPPED:
             log_event(
                 logger, logging.INFO, "stopped", "stop requested; the send in flight was finished"
@@ -199,13 +199,12 @@ class Relay:
         before = self.counts.succeeded
         try:
             if self.settings.batch:
-                return dispatch_batch(
-                    self.source, self._sends.many, self.settings.limit, behind=self._behind
+                return dispatch_batch_marking(
+                    self.source, self._sends.many, self.settings.limit, None, self._marking
                 )
-            return dispatch(
-                self.source, self._sends.one, self.settings.limit,
-                mark_sync=self.settings.mark_sync,
-            )  # fmt: skip
+            return dispatch_marking(
+                self.source, self._sends.one, self.settings.limit, None, self._marking
+            )
         finally:
             self.counts.succeeded = before + self._sends.acked
             self.counts.attempted += self._sends.acked

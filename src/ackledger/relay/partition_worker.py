@@ -29,11 +29,8 @@ from dataclasses import dataclass, field
 from .._core.backoff import Backoff
 from .._core.logline import abridged_ids, log_event
 from ..errors import LeaseLost
-from ..source.dispatch import (
-    StopRequested,
-    dispatch,
-    dispatch_batch,
-)
+from ..source.dispatch import StopRequested, dispatch_batch_marking, dispatch_marking
+from ..source.marking import marking_for
 from ..source.outbox import Outbox
 from ..wire.sender import Sender
 from .leases import Lease, LeasedPartition, PartitionLeases
@@ -94,6 +91,8 @@ class PartitionWorker:
         self.report = WorkerReport(settings.owner)
         self.outbox = outbox
         self.on_poison = settings.on_poison
+        # Inline marks (each, last): a mark must check the lease, so none can land behind.
+        self._marking = marking_for(settings.mark_sync)
         #: Send figures of this process, in the relay's shape (its metrics read them):
         #: ``consecutive_failures`` counts failed rounds in a row over all of this worker's
         #: partitions, ``backoff_s`` is the last wait it chose.
@@ -185,10 +184,7 @@ class PartitionWorker:
                 counts.succeeded += answer is True
                 return answer
 
-            return dispatch(
-                view, one, self.limit, after_delivery=self.after_delivery,
-                mark_sync=self.settings.mark_sync,
-            )  # fmt: skip
+            return dispatch_marking(view, one, self.limit, self.after_delivery, self._marking)
         send_batch = self.wire.send_batch
         each = self.after_delivery
 
@@ -213,7 +209,7 @@ class PartitionWorker:
                 for event_id in ids:
                     each(event_id)
 
-        return dispatch_batch(view, many, self.limit, after_delivery=after_batch)
+        return dispatch_batch_marking(view, many, self.limit, after_batch, self._marking)
 
     def _succeeded(self, partition: str, marked: list[str]) -> None:
         if self._parked.pop(partition, None) is not None:
