@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from . import floors, growth, ledger, machine, postgres, relay, report, sinkload
+from . import drills, floors, growth, ledger, machine, postgres, relay, report, sinkload
 from .common import FULL, QUICK, Plan, Results
 
 Section = Callable[[Plan, Results], None]
@@ -25,6 +25,7 @@ SECTIONS: dict[str, Section] = {
     "ledger": ledger.measure_in_process,
     "ledger-http": ledger.measure_http,
     "postgres": postgres.measure,
+    "drills": drills.measure,
 }
 
 

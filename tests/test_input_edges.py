@@ -275,24 +275,24 @@ def test_a_partition_relay_judges_each_failure_by_itself(
     """After a batch the sink refused (422), a failure that is not a refused batch (the
     database, the network) is transient: it must not borrow that refusal."""
     from ackledger import Inbox
-    from ackledger.cli.ops import PartitionSends
-    from ackledger.relay.loop import PERMANENT, TRANSIENT, RelaySettings
+    from ackledger.relay.policy import PERMANENT, TRANSIENT, failure_of
+    from ackledger.wire.sender import sender
 
     with Inbox(sink_db) as inbox:
         inbox.receive({"id": "bad", "sku": "tea", "qty": 99})
-    sends = PartitionSends(RelaySettings(url=sink_service.base_url + "/events", batch=True))
+    sends = sender(sink_service.base_url + "/events")
     assert sends.send_batch([{"id": "bad", "sku": "tea", "qty": 1}]) == 0
     refused = NotAcknowledged("only 0 of 1 events acknowledged")
-    assert sends.classify(refused) == PERMANENT
-    assert "422" in sends.describe(refused)
+    assert failure_of(refused, sends.refusal).kind == PERMANENT
+    assert "422" in failure_of(refused, sends.refusal).message
     blip = sqlite3.OperationalError("database is locked")
     for other in (blip, ConnectionRefusedError(111, "refused"), TimeoutError()):
-        assert sends.classify(other) == TRANSIENT
-        assert "422" not in sends.describe(other)
+        assert failure_of(other, sends.refusal).kind == TRANSIENT
+        assert "422" not in failure_of(other, sends.refusal).message
 
 
 def test_time_outs_are_checked_when_a_relay_is_configured() -> None:
-    from ackledger.relay.loop import RelaySettings
+    from ackledger.relay.settings import RelaySettings
 
     assert RelaySettings(url="http://127.0.0.1:9/events", timeout=7200).timeout == 7200
     with pytest.raises(ValueError, match="timeout"):
@@ -300,14 +300,14 @@ def test_time_outs_are_checked_when_a_relay_is_configured() -> None:
 
 
 def test_the_partition_worker_fits_its_first_wait_under_a_small_cap(tmp_path: Path) -> None:
-    from ackledger.relay.partition_worker import PartitionWorker
+    from tests.sends import partition_worker
 
     with Outbox(tmp_path / "o.db") as outbox:
-        worker = PartitionWorker(outbox, owner="w", send=lambda event: True, max_backoff=0.3)
-        assert worker.base_backoff == 0.3
+        worker = partition_worker(outbox, owner="w", send=lambda event: True, max_backoff=0.03)
+        assert worker.settings.base_backoff == 0.03
         with pytest.raises(ValueError, match="cap"):
-            PartitionWorker(outbox, owner="w", send=lambda event: True, max_backoff=0.3,
-                            base_backoff=1.0)  # fmt: skip
+            partition_worker(outbox, owner="w", send=lambda event: True, max_backoff=0.3,
+                             base_backoff=1.0)  # fmt: skip
 
 
 def test_reasons_in_any_script_are_text(source_db: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 from ackledger import Inbox, Outbox
 from ackledger._dev.faultproxy import FaultProxy
 from ackledger._dev.procs import Service, run_cli, start_service
-from ackledger.relay.loop import PERMANENT, TRANSIENT, failure_class
+from ackledger.relay.policy import PERMANENT, TRANSIENT, failure_class
 from tests.conftest import raw_rows
 from tests.opshelp import count, free_port, ids, metrics, one, start_relay, wait_until
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import random
 import threading
 from collections import defaultdict
 from typing import Any
@@ -13,8 +12,9 @@ import pytest
 from ackledger import LeaseLost, NotAcknowledged, Outbox, dispatch
 from ackledger.relay.loop import logger as relay_logger
 from ackledger.relay.partition_worker import PartitionWorker
-from ackledger.relay.partitions import LeasedPartition, PartitionLeases, run_partition_worker
+from ackledger.relay.partitions import LeasedPartition, PartitionLeases
 
+from ..sends import partition_worker
 from .conftest import Target
 
 
@@ -192,10 +192,10 @@ def test_workers_send_each_partition_in_seq_order_and_everything_once(
 
     def work(owner: str) -> None:
         with Outbox(target.ref) as mine:
-            run_partition_worker(
-                mine, owner=owner, send=send, stop=stop, idle_wait=0.05, log=lambda _: None,
+            partition_worker(
+                mine, owner=owner, send=send, stop=stop, poll_interval=0.05, log=lambda _: None,
                 mark_sync=mark_sync,
-            )  # fmt: skip
+            ).run()  # fmt: skip
 
     threads = [threading.Thread(target=work, args=(f"w{n}",)) for n in range(3)]
     for thread in threads:
@@ -228,9 +228,9 @@ def test_a_failing_partition_is_parked_while_the_others_go_on(target: Target) ->
 
     with Outbox(target.ref) as ob:
         worker = threading.Thread(
-            target=run_partition_worker,
-            args=(ob,),
-            kwargs={"owner": "w", "send": send, "stop": stop, "idle_wait": 0.05, "log": log.append},
+            target=partition_worker(
+                ob, owner="w", send=send, stop=stop, poll_interval=0.05, log=log.append
+            ).run
         )
         worker.start()
         while {item["sku"] for item in ob.pending(16)} != {"bad"} and not stop.wait(0.05):
@@ -286,9 +286,9 @@ def test_the_worker_logs_and_backs_off_like_the_single_relay(target: Target) -> 
         relay_logger.setLevel(logging.INFO)
         try:
             with Outbox(target.ref) as ob:
-                worker = PartitionWorker(
-                    ob, owner=f"w{seed}", send=send, stop=stop, idle_wait=0.01,
-                    base_backoff=base, max_backoff=cap, rng=random.Random(seed),
+                worker = partition_worker(
+                    ob, owner=f"w{seed}", send=send, stop=stop, poll_interval=0.01,
+                    base_backoff=base, max_backoff=cap, seed=seed,
                 )  # fmt: skip
                 _run_until_drained(ob, worker)
         finally:
@@ -331,8 +331,8 @@ def test_the_worker_counts_batch_attempts_as_the_single_loop_does(target: Target
         return answer
 
     with Outbox(target.ref) as ob:
-        worker = PartitionWorker(
-            ob, owner="w", send_batch=send_batch, stop=threading.Event(), idle_wait=0.01,
+        worker = partition_worker(
+            ob, owner="w", send_batch=send_batch, stop=threading.Event(), poll_interval=0.01,
             base_backoff=0.01, max_backoff=0.02,
         )  # fmt: skip
         _run_until_drained(ob, worker)

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from ackledger import Outbox, dispatch, dispatch_batch
-from ackledger.relay.partitions import run_partition_worker
 
+from ..sends import partition_worker
 from .conftest import Target
 
 
@@ -63,10 +63,10 @@ def test_the_partition_worker_keeps_the_hold_too(target: Target) -> None:
             stop.set()
 
         with Outbox(target.ref) as relay:
-            run_partition_worker(
+            partition_worker(
                 relay, owner="w", send=lambda event: True, stop=stop, after_delivery=hold,
-                idle_wait=0.01,
-            )  # fmt: skip
+                poll_interval=0.01,
+            ).run()  # fmt: skip
         assert [item["id"] for item in operator.quarantined()] == ["p-1"]
     assert _state(target, "p-1") == (0, 1, 1)
 

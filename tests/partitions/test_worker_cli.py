@@ -1,17 +1,19 @@
-"""``python -m ackledger.relay``: bad input is one line and exit 2, nothing written."""
+"""``ackledger relay`` as one of N (the drills' flags): bad input is one line and exit 2,
+nothing written."""
 
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from ackledger._dev.procs import cli_command
+
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "ackledger.relay", *args],
+        cli_command("relay", *args),
         capture_output=True,
         text=True,
         timeout=60,
@@ -33,6 +35,8 @@ DOWN = "postgresql://postgres@127.0.0.1:1/x"
         (["--source", "{missing}", "--to", SINK, "--owner", "w"], "no database"),
         (["--source", "{db}", "--to", SINK, "--owner", "w", "--lease-ttl", "0"], "lease-ttl"),
         (["--source", DOWN, "--to", SINK, "--owner", "w"], "database"),
+        (["--source", "{db}", "--to", SINK, "--stop-self-after-acks", "0"], "stop-self-after-acks"),
+        (["--source", "{db}", "--to", SINK, "--stop-self-after-acks", "2"], "stop-self-after-acks"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], says: str) -> None:

@@ -12,6 +12,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Iterable
 from typing import Any, TextIO
 
 FORMATS = ("text", "json")
@@ -70,6 +71,12 @@ def install(logger: logging.Logger, fmt: str, stream: TextIO | None = None) -> N
     logger.propagate = False
 
 
-def note(logger: logging.Logger, level: int, event: str, message: str, **fields: Any) -> None:
-    """Log one event of note."""
+def log_event(logger: logging.Logger, level: int, event: str, message: str, **fields: Any) -> None:
+    """Log one named event (``sent``, ``poison`` ...) with its fields."""
     logger.log(level, message, extra={"event": event, "fields": fields})
+
+
+def abridged_ids(ids: Iterable[str], keep: int = 16) -> list[str]:
+    """The first ``keep`` ids and a "+N more" for the rest: a log field stays one line."""
+    listed = list(ids)
+    return listed if len(listed) <= keep else [*listed[:keep], f"+{len(listed) - keep} more"]

@@ -13,9 +13,9 @@ from typing import NoReturn
 
 from ..errors import AckledgerError
 from ..store import database_errors
-from . import demo, ledger, migrate, operate, ops, serve, source
+from . import demo, ledger, migrate, operate, relay, serve, source
 
-COMMAND_MODULES = (source, serve, ledger, demo, migrate, ops, operate)
+COMMAND_MODULES = (source, serve, ledger, demo, migrate, relay, operate)
 
 EXIT_BAD_INPUT = 2
 

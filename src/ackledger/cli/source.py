@@ -6,12 +6,11 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
 
 from ..event import validate_event
 from ..ops.listings import pending_table
 from ..source.dispatch import dispatch, dispatch_batch
-from ..wire.http import check_target, send_http, send_http_batch
+from ..wire.sender import sender
 from .common import (
     add_http_client,
     add_source,
@@ -81,13 +80,9 @@ def cmd_pending(args: argparse.Namespace) -> int:
     return 0
 
 
-def batch_url(url: str) -> str:
-    return url + "/batch"
-
-
 def cmd_dispatch(args: argparse.Namespace) -> int:
-    check_target(args.to, "/events", args.allow_host)  # refuse before opening anything
-    hosts = args.allow_host
+    # Refused before anything is opened.
+    wire = sender(args.to, timeout=args.timeout, allowed_hosts=args.allow_host)
     crash = args.exit_after_ack
 
     def die_if_drilled(_: object) -> None:
@@ -98,22 +93,11 @@ def cmd_dispatch(args: argparse.Namespace) -> int:
     with open_outbox(args.source, args.synchronous) as outbox:
         try:
             if args.batch:
-                target = batch_url(args.to)
-
-                def send_batch(events: list[dict[str, Any]]) -> int:
-                    return send_http_batch(
-                        events, target, timeout=args.timeout, allowed_hosts=hosts
-                    )
-
                 marked = dispatch_batch(
-                    outbox, send_batch, args.limit, after_delivery=die_if_drilled
+                    outbox, wire.send_batch, args.limit, after_delivery=die_if_drilled
                 )
             else:
-
-                def send(event: dict[str, Any]) -> bool:
-                    return send_http(event, args.to, timeout=args.timeout, allowed_hosts=hosts)
-
-                marked = dispatch(outbox, send, args.limit, after_delivery=die_if_drilled)
+                marked = dispatch(outbox, wire.send, args.limit, after_delivery=die_if_drilled)
         except Exception as exc:
             left = outbox.pending(args.limit)
             print(f"stopped: {type(exc).__name__}: {exc}", file=sys.stderr)

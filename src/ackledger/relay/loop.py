@@ -25,31 +25,32 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .._core.backoff import Backoff
-from .._core.logline import note
-from ..errors import InvalidEvent, NotAcknowledged
-from ..source.dispatch import Source, StopRequested, check_mark_sync, dispatch, dispatch_batch
-from ..source.marking import MarksBehind
-from ..source.outbox import MAX_BATCH, Outbox, check_limit, reason_from
-from ..wire.http import BatchAnswer, check_target, check_timeout, post_batch, send_http
+from .._core.logline import abridged_ids, log_event
+from ..errors import NotAcknowledged
+from ..source.dispatch import Source, StopRequested, dispatch_batch_marking, dispatch_marking
+from ..source.marking import Marking, MarksBehind, marking_for
+from ..source.outbox import Outbox
+from ..wire.sender import Sender, sender
+from .policy import (
+    EXIT_POISON,
+    EXIT_STOPPED,
+    FAILURE_CLASSES,
+    PERMANENT,
+    POISON_POLICIES,
+    Failure,
+    describe,
+    failure_of,
+    quarantine_reason,
+    stopping_on_poison,
+)
+from .settings import RelaySettings
 
 logger = logging.getLogger("ackledger.relay")
 
-TRANSIENT = "transient"
-PERMANENT = "permanent"
-FAILURE_CLASSES = (TRANSIENT, PERMANENT)
-POISON_POLICIES = ("stop", "quarantine")
-
-EXIT_STOPPED = 0
-#: The relay stopped on a poison event under ``--on-poison stop``.
-EXIT_POISON = 3
-
-# 4xx answers that say "not now" rather than "never".
-_RETRYABLE_4XX = frozenset({408, 425, 429})
 # How often a wait looks at the stop flag: short enough to stop promptly, long enough not to spin.
 _WAIT_SLICE = 0.05
 
@@ -62,54 +63,6 @@ class RelaySource(Source, Protocol):
     def quarantine(self, event_id: str, reason: str) -> int: ...
 
     def stats(self) -> dict[str, Any]: ...
-
-
-def failure_class(status: int | None) -> str:
-    """A sink's 4xx is permanent (except "not now" answers); everything else is transient."""
-    if status is not None and 400 <= status < 500 and status not in _RETRYABLE_4XX:
-        return PERMANENT
-    return TRANSIENT
-
-
-@dataclass(frozen=True)
-class Failure:
-    """One failed round: which event, which class, and what was said."""
-
-    event_id: str | None
-    kind: str
-    message: str
-    status: int | None = None
-
-
-@dataclass
-class RelaySettings:
-    url: str  #: the sink's ``/events`` URL; batches go to ``/events/batch``
-    batch: bool = False
-    limit: int = MAX_BATCH
-    poll_interval: float = 0.5
-    on_poison: str = "stop"
-    timeout: float = 5.0
-    allowed_hosts: tuple[str, ...] = ()
-    #: Per-item rounds: fsync every mark ("each") or the last of each round ("last"; see
-    #: ``dispatch``). A batch round's marks are one transaction either way.
-    mark_sync: str = "each"
-    #: Batch rounds: commit a batch's marks on a second connection while the next batch is
-    #: sent (``marks_behind``). Needs ``batch``.
-    pipeline: bool = False
-
-    def __post_init__(self) -> None:
-        check_target(self.url, "/events", self.allowed_hosts)
-        check_limit(self.limit)
-        check_mark_sync(self.mark_sync)
-        if self.pipeline and not self.batch:
-            raise ValueError("pipeline: only batch rounds can overlap their marks (add batch)")
-        if self.on_poison not in POISON_POLICIES:
-            raise ValueError(f"on_poison: must be stop or quarantine, got {self.on_poison!r}")
-        value = self.poll_interval
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f"poll_interval: must be a positive number of seconds, got {value!r}")
-        # Refused here, once, rather than by every send (which a relay would retry forever).
-        check_timeout(self.timeout)
 
 
 @dataclass
@@ -125,35 +78,28 @@ class RelayCounts:
     backoff_s: float = 0.0
 
 
-class _Sender:
+class _Sends:
     """The send callbacks given to dispatch. They remember what they sent and how it failed,
     because dispatch re-raises the send's exception without saying which event it was for."""
 
-    def __init__(self, settings: RelaySettings, stopping: Callable[[], bool]) -> None:
-        self._settings = settings
+    def __init__(self, wire: Sender, stopping: Callable[[], bool]) -> None:
+        self.wire = wire
         self._stopping = stopping
-        self._batch_url = settings.url + "/batch"
         self.acked = 0
         self.error: BaseException | None = None
         self.failed_id: str | None = None
-        self.refusal: Failure | None = None
 
     def new_round(self) -> None:
         self.acked = 0
         self.error = None
         self.failed_id = None
-        self.refusal = None
+        self.wire.refusal = None
 
     def one(self, event: dict[str, Any]) -> bool:
         if self._stopping():
             raise StopRequested
         try:
-            answer = send_http(
-                event,
-                self._settings.url,
-                timeout=self._settings.timeout,
-                allowed_hosts=self._settings.allowed_hosts,
-            )
+            answer = self.wire.send(event)
         except Exception as exc:
             self.error, self.failed_id = exc, event["id"]
             raise
@@ -162,36 +108,12 @@ class _Sender:
 
     def many(self, events: list[dict[str, Any]]) -> int:
         try:
-            answer = post_batch(
-                events,
-                self._batch_url,
-                timeout=self._settings.timeout,
-                allowed_hosts=self._settings.allowed_hosts,
-            )
+            acked = self.wire.send_batch(events)
         except Exception as exc:
             self.error, self.failed_id = exc, events[0]["id"]
             raise
-        self.acked += answer.acked
-        self.refusal = refusal_of(events, answer)
-        return answer.acked
-
-
-def refusal_of(events: list[dict[str, Any]], answer: BatchAnswer) -> Failure | None:
-    """The item a batch answer did not acknowledge, as a Failure with the sink's reason (the
-    batch send only returns a count; dispatch_batch then raises NotAcknowledged for the rest),
-    or None if every item was acknowledged."""
-    if answer.acked >= len(events):
-        return None
-    problem = answer.error or {}
-    status = problem.get("status")
-    status = status if isinstance(status, int) and not isinstance(status, bool) else None
-    detail = problem.get("detail") or problem.get("title") or "not acknowledged"
-    return Failure(
-        events[answer.acked]["id"],
-        failure_class(status),
-        f"HTTP {status} in batch: {detail}" if status else str(detail),
-        status,
-    )
+        self.acked += acked
+        return acked
 
 
 class Relay:
@@ -199,23 +121,28 @@ class Relay:
         self,
         source: RelaySource,
         settings: RelaySettings,
-        backoff: Backoff,
         *,
         sleep: Callable[[float], None] = time.sleep,
         marker: Outbox | None = None,
+        wire: Sender | None = None,
     ) -> None:
         self.source = source
         self.settings = settings
-        self.backoff = backoff
+        self.backoff = settings.backoff(settings.rng())
         self.counts = RelayCounts()
         self._sleep = sleep
         self._stop = False
-        self._sender = _Sender(settings, lambda: self._stop)
-        self._behind: MarksBehind | None = None
+        if wire is None:
+            wire = sender(
+                settings.url, timeout=settings.timeout, allowed_hosts=settings.allowed_hosts
+            )
+        self._sends = _Sends(wire, lambda: self._stop)
+        # One strategy marks what was acknowledged: inline (each, last) or behind the next send.
+        self._marking: Marking = marking_for(settings.mark_sync)
         if settings.pipeline:
             if not isinstance(source, Outbox) or marker is None:
                 raise ValueError("pipeline: needs an Outbox source and a marker Outbox")
-            self._behind = MarksBehind(source, marker)
+            self._marking = MarksBehind(source, marker)
         #: The permanent failure that stopped the relay (``--on-poison stop``), if any.
         self.poisoned: Failure | None = None
 
@@ -230,7 +157,7 @@ class Relay:
     def run(self) -> int:
         """Relay until asked to stop (returns 0) or stopped by a poison event (EXIT_POISON)."""
         settings = self.settings
-        note(
+        log_event(
             logger, logging.INFO, "started",
             f"relaying to {settings.url}", batch=settings.batch, limit=settings.limit,
             on_poison=settings.on_poison, pending=self.source.stats()["pending"],
@@ -238,11 +165,12 @@ class Relay:
         try:
             code = self._loop()
         finally:
-            if self._behind is not None:
-                # The last batch's marks land before the relay reports that it stopped.
-                self._behind.close()
+            # The last batch's marks land before the relay reports that it stopped.
+            self._marking.close()
         if code == EXIT_STOPPED:
-            note(logger, logging.INFO, "stopped", "stop requested; the send in flight was finished")
+            log_event(
+                logger, logging.INFO, "stopped", "stop requested; the send in flight was finished"
+            )
         return code
 
     def _loop(self) -> int:
@@ -267,62 +195,58 @@ class Relay:
 
     def step(self) -> list[str]:
         """One dispatch call; returns the ids marked sent, raises what stopped it."""
-        self._sender.new_round()
+        self._sends.new_round()
         before = self.counts.succeeded
         try:
             if self.settings.batch:
-                return dispatch_batch(
-                    self.source, self._sender.many, self.settings.limit, behind=self._behind
+                return dispatch_batch_marking(
+                    self.source, self._sends.many, self.settings.limit, None, self._marking
                 )
-            return dispatch(
-                self.source, self._sender.one, self.settings.limit,
-                mark_sync=self.settings.mark_sync,
-            )  # fmt: skip
+            return dispatch_marking(
+                self.source, self._sends.one, self.settings.limit, None, self._marking
+            )
         finally:
-            self.counts.succeeded = before + self._sender.acked
-            self.counts.attempted += self._sender.acked
+            self.counts.succeeded = before + self._sends.acked
+            self.counts.attempted += self._sends.acked
 
     def classify(self, exc: Exception) -> Failure:
         """Turn what stopped a round into a Failure, counted in the relay's metrics."""
-        sender = self._sender
-        if sender.refusal is not None and isinstance(exc, NotAcknowledged):
-            failure = sender.refusal  # a batch whose answer refused one item
-            if failure.event_id is not None:
-                # dispatch_batch recorded "only n of m acknowledged"; keep the sink's reason.
-                self.source.amend_error(failure.event_id, failure.message)
-        elif exc is sender.error:
-            status = exc.status if isinstance(exc, NotAcknowledged) else None
-            # An event the outbox holds but send_http refuses to send can never go as it is.
-            kind = PERMANENT if isinstance(exc, InvalidEvent) else failure_class(status)
-            failure = Failure(sender.failed_id, kind, _describe(exc), status)
+        sends = self._sends
+        refusal = sends.wire.refusal
+        if refusal is not None and isinstance(exc, NotAcknowledged):
+            failure = failure_of(exc, refusal)  # a batch whose answer refused one item
+            # dispatch_batch recorded "only n of m acknowledged"; keep the sink's reason.
+            self.source.amend_error(refusal.event_id, failure.message)
+        elif exc is sends.error:
+            failure = failure_of(exc, None, sends.failed_id)
         else:
             # Not the network: the store failed (e.g. locked) around the send. Whatever was
             # acknowledged but not marked stays pending and is re-sent; the inbox absorbs it.
             self.counts.store_errors += 1
-            return Failure(None, "store", _describe(exc))
+            return Failure(None, "store", describe(exc))
         self.counts.attempted += 1
         self.counts.failed[failure.kind] += 1
         return failure
 
     def _on_success(self, marked: list[str]) -> None:
         if self.counts.consecutive_failures:
-            note(
+            log_event(
                 logger, logging.INFO, "recovered",
                 f"sending again after {self.counts.consecutive_failures} failed round(s)",
             )  # fmt: skip
         self.backoff.reset()
         self.counts.consecutive_failures = 0
         self.counts.backoff_s = 0.0
-        note(
+        log_event(
             logger, logging.INFO, "sent", f"sent {len(marked)} event(s)",
-            ids=some_ids(marked), last=marked[-1],
+            ids=abridged_ids(marked), last=marked[-1],
         )  # fmt: skip
 
     def _on_transient(self, failure: Failure) -> float:
         delay = self.backoff.next_delay()
         self.counts.consecutive_failures += 1
         self.counts.backoff_s = delay
-        note(
+        log_event(
             logger, logging.WARNING, "send-failed",
             f"{failure.message}; retrying in {delay:.2f}s",
             id=failure.event_id or "-", failure_class=failure.kind,
@@ -335,7 +259,7 @@ class Relay:
         event_id = failure.event_id or "?"
         policy = self.settings.on_poison
         self.counts.poison[policy] += 1
-        note(
+        log_event(
             logger, logging.ERROR, "poison",
             f"ALERT: the sink refused event {event_id} permanently ({failure.message}); "
             f"everything behind it is blocked; policy --on-poison {policy}",
@@ -343,21 +267,19 @@ class Relay:
         )  # fmt: skip
         if policy == "stop" or failure.event_id is None:
             self.poisoned = failure
-            note(
+            log_event(
                 logger, logging.ERROR, "stopped-on-poison",
-                f"stopping: inspect with `ackledger trace {event_id}`, fix the cause, then "
-                f"`ackledger quarantine {event_id} --reason ...` or correct the sink",
-                id=event_id,
+                stopping_on_poison(event_id), id=event_id,
             )  # fmt: skip
             return False
-        reason = reason_from(f"sink refused it permanently: {failure.message}")
+        reason = quarantine_reason(failure)
         try:
             seq = self.source.quarantine(failure.event_id, reason)
         except (KeyError, ValueError) as exc:
             # Someone else already moved it (an operator, or another relay): nothing to do.
-            note(logger, logging.WARNING, "quarantine-skipped", _describe(exc), id=event_id)
+            log_event(logger, logging.WARNING, "quarantine-skipped", describe(exc), id=event_id)
             return True
-        note(
+        log_event(
             logger, logging.ERROR, "quarantined",
             f"event {event_id} quarantined; the events behind it go on (a reorder), "
             "requeue it once fixed", id=event_id, seq=seq,
@@ -371,13 +293,3 @@ class Relay:
             if left <= 0:
                 return
             self._sleep(min(left, _WAIT_SLICE))
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def some_ids(ids: Iterable[str], keep: int = 16) -> list[str]:
-    listed = list(ids)
-    return listed if len(listed) <= keep else [*listed[:keep], f"+{len(listed) - keep} more"]

@@ -13,9 +13,9 @@ batches, so that busy partitions take turns); lease the next one.
 - A crashed worker's leases end by expiry (``lease_ttl``); until then nobody sends its
   partitions. A worker that stops on request releases its lease first.
 
-The seam for a relay command is :func:`run_partition_worker`: give it an ``Outbox``, an owner
-name unique among the running relays, a ``send`` (or ``send_batch``) callable exactly as for
-``dispatch``/``dispatch_batch``, and a ``threading.Event`` that ends the loop.
+``ackledger relay`` runs it through ``relay.runner`` (signals, metrics, logs); it reads its
+settings from :class:`~ackledger.relay.settings.RelaySettings` (``owner`` set) and sends with a
+``wire.sender``.
 """
 
 from __future__ import annotations
@@ -25,29 +25,21 @@ import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Required, TypedDict, Unpack
 
 from .._core.backoff import Backoff
-from .._core.logline import note
+from .._core.logline import abridged_ids, log_event
 from ..errors import LeaseLost
-from ..source.dispatch import (
-    Send,
-    SendBatch,
-    StopRequested,
-    check_mark_sync,
-    dispatch,
-    dispatch_batch,
-)
-from ..source.outbox import Outbox, check_limit, reason_from
-from .leases import DEFAULT_TTL, Lease, LeasedPartition, PartitionLeases, check_ttl
-from .loop import PERMANENT, POISON_POLICIES, TRANSIENT, RelayCounts, some_ids
+from ..source.dispatch import StopRequested, dispatch_batch_marking, dispatch_marking
+from ..source.marking import marking_for
+from ..source.outbox import Outbox
+from ..wire.sender import Sender
+from .leases import Lease, LeasedPartition, PartitionLeases
+from .loop import RelayCounts
 from .loop import logger as relay_logger
+from .policy import PERMANENT, Failure, failure_of, quarantine_reason, stopping_on_poison
+from .settings import RelaySettings
 
-IDLE_WAIT_S = 0.5
 BATCHES_PER_LEASE = 16
-#: The first backoff ceiling and the cap, as ``ackledger.Backoff`` takes them.
-FIRST_BACKOFF_S = 0.5
-MAX_BACKOFF_S = 30.0
 
 
 @dataclass
@@ -65,105 +57,64 @@ class WorkerReport:
     poisoned: str | None = None
 
 
-class WorkerOptions(TypedDict, total=False):
-    """The keyword arguments of :func:`run_partition_worker` (and ``PartitionWorker``)."""
-
-    #: This worker's name in lease rows; unique among running workers. Required.
-    owner: Required[str]
-    #: The callable of ``dispatch`` (one event), or of ``dispatch_batch``: give exactly one.
-    send: Send | None
-    send_batch: SendBatch | None
-    #: Seconds a lease lasts unrenewed (marks renew it); a crashed worker's partitions wait
-    #: this long before another worker takes them. Default 30.
-    lease_ttl: float
-    #: Events per dispatch, 1-16. Default 16.
-    limit: int
-    #: Set it to end the loop (after the batch in flight; the lease is released).
-    stop: threading.Event | None
-    #: Seconds to wait when no partition can be leased. Default 0.5.
-    idle_wait: float
-    #: A failed partition stays parked for a wait drawn from [0, min(max_backoff,
-    #: base_backoff * 2**n)] after its n-th failure in a row (``ackledger.Backoff``); the
-    #: same for a database that fails. Defaults 0.5 and 30.
-    base_backoff: float
-    max_backoff: float
-    #: The jitter's random source (seeded: reproducible waits). Default: a fresh one.
-    rng: random.Random | None
-    #: Batches sent under one lease before it is released for others. Default 16.
-    batches_per_lease: int
-    #: Called with each acknowledged id before its mark (drills; see dispatch).
-    after_delivery: Callable[[str], object] | None
-    #: One event at a time: fsync every mark ("each", default) or the last of each dispatch
-    #: ("last"; see ``dispatch``).
-    mark_sync: str
-    #: Where the worker's log lines go, as text. Default: the ``ackledger.relay`` logger,
-    #: each line with an event name (``started``, ``sent``, ``send-failed``, ``recovered``,
-    #: ``poison``, ``quarantined``, ``lease-lost``, ``database-error``, ``stopped`` ...), as
-    #: the single relay loop logs.
-    log: Callable[[str], None] | None
-    #: Tells a failure's class: "transient" (park the partition and retry it later) or
-    #: "permanent" (a 4xx: this event will never be accepted as it is). Default: transient.
-    classify: Callable[[Exception], str]
-    #: What a permanent failure does: None parks it like any other (default); "stop" ends
-    #: the worker (``report.poisoned``); "quarantine" quarantines the event and goes on.
-    on_poison: str | None
-    #: How a failure is described in logs and quarantine reasons. Default: its type and text.
-    describe: Callable[[Exception], str]
-
-
 class PartitionWorker:
-    def __init__(self, outbox: Outbox, **options: Unpack[WorkerOptions]) -> None:
-        send, send_batch = options.get("send"), options.get("send_batch")
-        if (send is None) == (send_batch is None):
-            raise ValueError("send, send_batch: give exactly one of them")
-        owner = options["owner"]
-        self.leases = PartitionLeases(outbox, owner, options.get("lease_ttl", DEFAULT_TTL))
-        self.send = send
-        self.send_batch = send_batch
-        self.limit = check_limit(options.get("limit", 16))
-        self.stop = options.get("stop") or threading.Event()
-        self.idle_wait = check_ttl(options.get("idle_wait", IDLE_WAIT_S), "idle_wait")
-        self.max_backoff = check_ttl(options.get("max_backoff", MAX_BACKOFF_S), "max_backoff")
-        # The default first wait shrinks to a smaller cap; a base given above the cap is an
-        # error (Backoff says so) rather than silently ignored.
-        default_base = min(FIRST_BACKOFF_S, self.max_backoff)
-        self.base_backoff = check_ttl(options.get("base_backoff", default_base), "base_backoff")
-        self._rng = options.get("rng") or random.Random()
+    """``settings.owner`` names this worker in lease rows; ``wire`` sends (``wire.sender``
+    shape: ``send``, or ``send_batch`` with ``settings.batch``, and ``refusal``). ``stop`` ends
+    the loop after the batch in flight (the lease is released); ``log``, if given, gets each
+    line as text instead of the relay's logger; ``after_delivery`` is called with each
+    acknowledged id before its mark (drills; see dispatch)."""
+
+    def __init__(
+        self,
+        outbox: Outbox,
+        settings: RelaySettings,
+        wire: Sender,
+        *,
+        stop: threading.Event | None = None,
+        log: Callable[[str], None] | None = None,
+        after_delivery: Callable[[str], object] | None = None,
+    ) -> None:
+        if settings.owner is None:
+            raise ValueError("owner: a partition worker needs a name for its lease rows")
+        self.settings = settings
+        self.leases = PartitionLeases(outbox, settings.owner, settings.lease_ttl)
+        self.wire = wire
+        self.limit = settings.limit
+        self.stop = stop or threading.Event()
+        self._rng = settings.rng() or random.Random()
         # One schedule per parked partition (a success forgets it), one for the database.
         self._parked: dict[str, Backoff] = {}
         self._database = self._new_backoff()
-        self.batches_per_lease = options.get("batches_per_lease", BATCHES_PER_LEASE)
-        self.after_delivery = options.get("after_delivery")
-        self.mark_sync = check_mark_sync(options.get("mark_sync", "each"))
-        self.log = options.get("log")
-        self.report = WorkerReport(owner)
+        self.batches_per_lease = BATCHES_PER_LEASE
+        self.after_delivery = after_delivery
+        self.log = log
+        self.report = WorkerReport(settings.owner)
         self.outbox = outbox
-        self.classify: Callable[[Exception], str] = options.get("classify", lambda exc: TRANSIENT)
-        self.describe: Callable[[Exception], str] = options.get(
-            "describe", lambda exc: f"{type(exc).__name__}: {exc}"
-        )
-        self.on_poison = options.get("on_poison")
-        if self.on_poison is not None and self.on_poison not in POISON_POLICIES:
-            raise ValueError(f"on_poison: must be stop or quarantine, got {self.on_poison!r}")
+        self.on_poison = settings.on_poison
+        # Inline marks (each, last): a mark must check the lease, so none can land behind.
+        self._marking = marking_for(settings.mark_sync)
         #: Send figures of this process, in the relay's shape (its metrics read them):
         #: ``consecutive_failures`` counts failed rounds in a row over all of this worker's
         #: partitions, ``backoff_s`` is the last wait it chose.
         self.counts = RelayCounts()
 
     def _new_backoff(self) -> Backoff:
-        return Backoff(self.base_backoff, self.max_backoff, rng=self._rng)
+        return self.settings.backoff(self._rng)
+
+    def judge(self, exc: Exception) -> Failure:
+        return failure_of(exc, self.wire.refusal)
 
     def _note(self, level: int, event: str, message: str, **fields: object) -> None:
         if self.log is not None:
             self.log(f"{self.report.owner}: {message}")
         else:
-            note(relay_logger, level, event, message, owner=self.report.owner, **fields)
+            log_event(relay_logger, level, event, message, owner=self.report.owner, **fields)
 
     def run(self) -> WorkerReport:
         self._note(
             logging.INFO, "started",
             f"leasing partitions of {self.outbox.backend.location}",
-            batch=self.send_batch is not None, limit=self.limit, on_poison=self.on_poison or "-",
+            batch=self.settings.batch, limit=self.limit, on_poison=self.on_poison,
         )  # fmt: skip
         while not self.stop.is_set():
             try:
@@ -181,7 +132,7 @@ class PartitionWorker:
                 continue
             self._database.reset()
             if not busy:
-                self.stop.wait(self.idle_wait)
+                self.stop.wait(self.settings.poll_interval)
         if self.report.poisoned is None:
             self._note(logging.INFO, "stopped", "stop requested; the send in flight was finished")
         return self.report
@@ -222,8 +173,8 @@ class PartitionWorker:
 
     def _dispatch(self, view: LeasedPartition) -> list[str]:
         counts = self.counts
-        if self.send is not None:
-            send = self.send
+        if not self.settings.batch:
+            send = self.wire.send
 
             def one(event: dict[str, object]) -> object:
                 if self.stop.is_set():
@@ -233,12 +184,8 @@ class PartitionWorker:
                 counts.succeeded += answer is True
                 return answer
 
-            return dispatch(
-                view, one, self.limit, after_delivery=self.after_delivery,
-                mark_sync=self.mark_sync,
-            )  # fmt: skip
-        send_batch = self.send_batch
-        assert send_batch is not None
+            return dispatch_marking(view, one, self.limit, self.after_delivery, self._marking)
+        send_batch = self.wire.send_batch
         each = self.after_delivery
 
         def many(events: list[dict[str, object]]) -> object:
@@ -262,7 +209,7 @@ class PartitionWorker:
                 for event_id in ids:
                     each(event_id)
 
-        return dispatch_batch(view, many, self.limit, after_delivery=after_batch)
+        return dispatch_batch_marking(view, many, self.limit, after_batch, self._marking)
 
     def _succeeded(self, partition: str, marked: list[str]) -> None:
         if self._parked.pop(partition, None) is not None:
@@ -274,15 +221,16 @@ class PartitionWorker:
         self.counts.backoff_s = 0.0
         self._note(
             logging.INFO, "sent", f"sent {len(marked)} event(s)",
-            partition=partition, ids=some_ids(marked), last=marked[-1],
+            partition=partition, ids=abridged_ids(marked), last=marked[-1],
         )  # fmt: skip
 
     def _failed(self, view: LeasedPartition, exc: Exception) -> None:
         """A send failed: a permanent failure follows the poison policy; the rest park."""
-        kind = self.classify(exc)
+        failure = self.judge(exc)
+        kind = failure.kind
         self.counts.failed[kind] = self.counts.failed.get(kind, 0) + 1
-        if kind != PERMANENT or self.on_poison is None:
-            self._park(view.lease, exc)
+        if kind != PERMANENT:
+            self._park(view.lease, failure)
             return
         head = view.pending(1)
         event_id = head[0]["id"] if head else "?"
@@ -290,24 +238,20 @@ class PartitionWorker:
         self._note(
             logging.ERROR, "poison",
             f"ALERT: the sink refused event {event_id} of partition {view.partition!r} "
-            f"permanently ({self.describe(exc)}); policy --on-poison {self.on_poison}",
+            f"permanently ({failure.message}); policy --on-poison {self.on_poison}",
             id=event_id, partition=view.partition,
         )  # fmt: skip
         if self.on_poison == "stop" or not head:
-            self.report.poisoned = f"{event_id}: {self.describe(exc)}"
+            self.report.poisoned = f"{event_id}: {failure.message}"
             self._note(
                 logging.ERROR, "stopped-on-poison",
-                f"stopping: inspect with `ackledger trace {event_id}`, fix the cause, then "
-                f"`ackledger quarantine {event_id} --reason ...` or correct the sink",
-                id=event_id,
+                stopping_on_poison(event_id), id=event_id,
             )  # fmt: skip
             self.stop.set()
             view.release()
             return
         try:
-            seq = self.outbox.quarantine(
-                event_id, reason_from(f"sink refused it permanently: {self.describe(exc)}")
-            )
+            seq = self.outbox.quarantine(event_id, quarantine_reason(failure))
             self.report.quarantined.append(event_id)
             self._note(
                 logging.ERROR, "quarantined",
@@ -319,7 +263,7 @@ class PartitionWorker:
                        f"quarantine of {event_id} skipped: {moved}", id=event_id)  # fmt: skip
         view.release()
 
-    def _park(self, lease: Lease, exc: Exception) -> None:
+    def _park(self, lease: Lease, failure: Failure) -> None:
         """Keep the failed partition's lease, unrenewed, for a backoff: nobody retries it
         before then, and this worker turns to other partitions."""
         self.report.failures += 1
@@ -329,7 +273,7 @@ class PartitionWorker:
         self.counts.backoff_s = wait
         self._note(
             logging.WARNING, "send-failed",
-            f"partition {lease.partition!r} stopped at a failure ({self.describe(exc)}); "
+            f"partition {lease.partition!r} stopped at a failure ({failure.message}); "
             f"retrying it in {wait:.2f}s",
             partition=lease.partition, failures_in_a_row=schedule.failures,
             wait_s=round(wait, 3),
@@ -339,12 +283,3 @@ class PartitionWorker:
         except Exception as parked:  # the lease is gone or the database is: either way, move on
             self._note(logging.WARNING, "park-failed",
                        f"could not park {lease.partition!r}: {parked}")  # fmt: skip
-
-
-def run_partition_worker(outbox: Outbox, **options: Unpack[WorkerOptions]) -> WorkerReport:
-    """Run one partition worker until ``options["stop"]`` is set; returns what it did.
-
-    The options are :class:`WorkerOptions`: ``owner`` and one of ``send``/``send_batch`` are
-    required, the rest have defaults.
-    """
-    return PartitionWorker(outbox, **options).run()

@@ -4,18 +4,16 @@ Order is kept within a partition (events with the same ``partition_key``, by def
 event's sku): one relay at a time sends them, in seq order, with dispatch's
 stop-at-the-first-failure rule. Across partitions nothing is ordered. See docs/postgres.md.
 
-Run a worker: ``python -m ackledger.relay --source URL --to URL --owner NAME``.
+Run one: ``ackledger relay --source postgresql://... --to URL --owner NAME``.
 """
 
 from .leases import Lease, LeasedPartition, PartitionLeases
-from .partition_worker import PartitionWorker, WorkerOptions, WorkerReport, run_partition_worker
+from .partition_worker import PartitionWorker, WorkerReport
 
 __all__ = [
     "Lease",
     "LeasedPartition",
     "PartitionLeases",
     "PartitionWorker",
-    "WorkerOptions",
     "WorkerReport",
-    "run_partition_worker",
 ]

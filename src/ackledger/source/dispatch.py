@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from ..errors import NotAcknowledged
-
-if TYPE_CHECKING:
-    from .marking import MarksBehind
+from .marking import EACH, Marking, MarksBehind, marking_for
 
 Send = Callable[[dict[str, Any]], object]
 SendBatch = Callable[[list[dict[str, Any]]], object]
@@ -60,16 +58,6 @@ def _note_failure(outbox: Source, event_id: str, exc: BaseException) -> bool:
     return True
 
 
-#: ``dispatch(mark_sync=...)``: fsync every mark, or only the last one of the call.
-MARK_SYNCS = ("each", "last")
-
-
-def check_mark_sync(value: object) -> str:
-    if not isinstance(value, str) or value not in MARK_SYNCS:
-        raise ValueError(f"mark_sync: must be 'each' or 'last', got {value!r}")
-    return value
-
-
 def dispatch(
     outbox: Source,
     send: Send,
@@ -85,8 +73,19 @@ def dispatch(
     sink's inbox acknowledges them as duplicates; a process crash loses nothing. It saves one
     fsync per event but the last; the default ``"each"`` makes every mark durable on its own.
     """
-    lazy = check_mark_sync(mark_sync) == "last"
-    selection = outbox.pending(limit)
+    return dispatch_marking(outbox, send, limit, after_delivery, marking_for(mark_sync))
+
+
+def dispatch_marking(
+    outbox: Source,
+    send: Send,
+    limit: int,
+    after_delivery: Callable[[str], object] | None,
+    marking: Marking,
+) -> list[str]:
+    """``dispatch`` with its marking strategy given as an object (``source.marking``)."""
+    lazy = not marking.durable_each
+    selection = marking.select(outbox, limit)
     marked: list[str] = []
     unsynced: str | None = None  # the latest mark not yet made durable
     last = len(selection) - 1
@@ -135,38 +134,44 @@ def dispatch_batch(
     then handled here as always. See ``marks_behind``."""
     if behind is not None and behind.reader is not outbox:
         raise ValueError("behind: must read from the same Outbox that is given as outbox")
-    selection = outbox.pending(limit) if behind is None else behind.pending(limit)
+    return dispatch_batch_marking(outbox, send_batch, limit, after_delivery, behind or EACH)
+
+
+def dispatch_batch_marking(
+    outbox: Source,
+    send_batch: SendBatch,
+    limit: int,
+    after_delivery: Callable[[list[str]], object] | None,
+    marking: Marking,
+) -> list[str]:
+    """``dispatch_batch`` with its marking strategy given as an object (``source.marking``)."""
+    selection = marking.select(outbox, limit)
     if not selection:
-        if behind is not None:
-            behind.wait()  # nothing more to send: let the last marks land before going idle
+        marking.settle()  # nothing more to send: let the last marks land before going idle
         return []
     ids = [item["id"] for item in selection]
     try:
         answer = send_batch([_copy(item) for item in selection])
     except Exception as exc:
-        if behind is not None:
-            # The earlier batch's marks come first; if they failed, its events stay pending
-            # and go again. The send's failure is what the caller must see.
-            with contextlib.suppress(Exception):
-                behind.wait()
+        # The earlier batch's marks come first; if they failed, its events stay pending and
+        # go again. The send's failure is what the caller must see.
+        with contextlib.suppress(Exception):
+            marking.settle()
         _note_failure(outbox, ids[0], exc)
         raise
     if isinstance(answer, bool) or not isinstance(answer, int) or not 0 <= answer <= len(ids):
         refusal = NotAcknowledged(
             f"send_batch returned {answer!r}; expected a count from 0 to {len(ids)}"
         )
-        if behind is not None:
-            behind.wait()
+        marking.settle()
         _note_failure(outbox, ids[0], refusal)
         raise refusal
     acked: Sequence[str] = ids[:answer]
     if acked and after_delivery is not None:
         after_delivery(list(acked))
-    if behind is not None and answer == len(ids):
-        behind.submit(acked)
+    if answer == len(ids) and marking.hand_over(acked):
         return list(acked)
-    if behind is not None:
-        behind.wait()
+    marking.settle()
     if acked:
         outbox.mark_sent_many(acked, attempted=True)
     if answer < len(ids):

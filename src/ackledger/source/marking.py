@@ -1,4 +1,9 @@
-"""Commit one batch's marks while the next batch is selected and sent.
+"""How dispatch marks what was acknowledged: one strategy object per way of marking.
+
+- ``EACH`` (``dispatch(mark_sync="each")``, the default): inline, every mark durable;
+- ``LAST`` (``mark_sync="last"``): inline, only the last mark of a call waits for the disk;
+- ``MarksBehind`` (``dispatch_batch(behind=...)``): a batch's marks are committed on another
+  connection while the next batch is selected and sent.
 
 A batch round of the relay waits for two durable commits in a row: the sink's, before it
 answers, and the outbox's marks, after the answer. Only the first one has to come before the
@@ -23,14 +28,67 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .outbox import Outbox
+if TYPE_CHECKING:
+    from .dispatch import Source
+    from .outbox import Outbox
 
 _STOP = object()
 
+#: ``dispatch(mark_sync=...)``: fsync every mark, or only the last one of the call.
+MARK_SYNCS = ("each", "last")
 
-class MarksBehind:
+
+class Marking:
+    """Inline marks, each one durable: what dispatch does unless told otherwise."""
+
+    #: Per-item dispatch: every mark waits for the disk (False: only the call's last one).
+    durable_each = True
+
+    def select(self, outbox: Source, limit: int) -> list[dict[str, Any]]:
+        """The next selection of a dispatch call."""
+        return outbox.pending(limit)
+
+    def hand_over(self, event_ids: Sequence[str]) -> bool:
+        """A wholly acknowledged batch: True if its marks were taken over (``MarksBehind``),
+        False if dispatch_batch marks it inline."""
+        return False
+
+    def settle(self) -> None:
+        """Wait for the marks in flight, if any, re-raising what failed them."""
+
+    def close(self) -> None:
+        """Let the last marks land; a relay calls it before it exits."""
+
+
+class MarksLast(Marking):
+    """Inline marks; only the last one of a dispatch call (or its recorded failure) waits for
+    the disk, which on a database in WAL mode makes the earlier ones durable too."""
+
+    durable_each = False
+
+
+EACH = Marking()
+LAST = MarksLast()
+
+
+def marking_for(mark_sync: object) -> Marking:
+    """The inline strategy named by ``mark_sync`` ("each" or "last")."""
+    if mark_sync == "each" and isinstance(mark_sync, str):
+        return EACH
+    if mark_sync == "last" and isinstance(mark_sync, str):
+        return LAST
+    raise ValueError(f"mark_sync: must be 'each' or 'last', got {mark_sync!r}")
+
+
+def check_mark_sync(value: object) -> str:
+    marking_for(value)
+    assert isinstance(value, str)
+    return value
+
+
+class MarksBehind(Marking):
     """``reader`` selects and records failures; ``marker`` (another ``Outbox`` on the same
     database: its own connection) commits the marks handed over."""
 
@@ -64,6 +122,16 @@ class MarksBehind:
     def pending(self, limit: int) -> list[dict[str, Any]]:
         """The next selection: pending events, without those whose marks are in flight."""
         return self.reader.pending_beyond(self._inflight, limit)
+
+    def select(self, outbox: Source, limit: int) -> list[dict[str, Any]]:
+        return self.pending(limit)
+
+    def hand_over(self, event_ids: Sequence[str]) -> bool:
+        self.submit(event_ids)
+        return True
+
+    def settle(self) -> None:
+        self.wait()
 
     def submit(self, event_ids: Sequence[str]) -> None:
         """Wait for the marks in flight (re-raising their error), then hand these over."""

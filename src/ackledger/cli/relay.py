@@ -1,0 +1,150 @@
+"""``ackledger relay``: the long-running relay's arguments; ``relay.runner`` runs it."""
+
+from __future__ import annotations
+
+import argparse
+
+from .._core.logline import FORMATS
+from ..relay import runner
+from ..relay.leases import check_owner, default_owner
+from ..relay.policy import POISON_POLICIES
+from ..relay.settings import RelaySettings
+from ..source.marking import MARK_SYNCS
+from ..store import is_postgres
+from .common import (
+    add_http_client,
+    add_source,
+    add_synchronous,
+    existing_target,
+    limit_arg,
+    port_arg,
+    positive_float,
+)
+
+
+def _seed_arg(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+
+
+def _count_arg(text: str) -> int:
+    count = _seed_arg(text)
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {text!r}")
+    return count
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    relay = commands.add_parser(
+        "relay",
+        help="the long-running relay: send what is pending, back off on failures",
+        description="Send pending events in order, marking each only on its exact ACK; poll "
+        "when idle; wait out transient failures (no connection, time-out, 5xx) with capped, "
+        "jittered exponential backoff; alert on a permanent one (a 4xx from the sink, but "
+        "408, 425 and 429) and stop (exit 3) or quarantine it. SIGTERM/SIGINT: finish the send "
+        "in flight, exit 0.",
+    )
+    add_source(relay)
+    relay.add_argument("--to", required=True, metavar="URL", help="http://HOST:PORT/events")
+    relay.add_argument("--batch", action="store_true", help="send each selection in one request")
+    relay.add_argument(
+        "--pipeline", action="store_true",
+        help="with --batch: commit a batch's marks on a second connection while the next "
+        "batch is sent (single loop only)",
+    )  # fmt: skip
+    relay.add_argument("--limit", type=limit_arg, default=16, help="events per round, 1-16")
+    relay.add_argument(
+        "--mark-sync", choices=MARK_SYNCS, default="each",
+        help="one event a request: fsync every mark (each, default) or only the last of each "
+        "round (last: one fsync per round; marks lost to a power cut are re-sent as duplicates)",
+    )  # fmt: skip
+    relay.add_argument(
+        "--base-backoff", type=positive_float, default=0.1, metavar="SECONDS",
+        help="first backoff ceiling (default 0.1)",
+    )  # fmt: skip
+    relay.add_argument(
+        "--max-backoff", type=positive_float, default=30.0, metavar="SECONDS",
+        help="backoff cap (default 30)",
+    )  # fmt: skip
+    relay.add_argument("--seed", type=_seed_arg, help="seed the jitter (reproducible waits)")
+    relay.add_argument(
+        "--poll-interval", type=positive_float, default=0.5, metavar="SECONDS",
+        help="wait between looks when nothing is pending (default 0.5)",
+    )  # fmt: skip
+    relay.add_argument(
+        "--on-poison", choices=POISON_POLICIES, default="stop",
+        help="on a permanent failure: stop (default, exit 3) or quarantine it and go on",
+    )  # fmt: skip
+    relay.add_argument("--metrics-port", type=port_arg, metavar="N", help="serve /metrics here")
+    relay.add_argument(
+        "--metrics-host", default="127.0.0.1", help="address for /metrics (default 127.0.0.1)"
+    )
+    relay.add_argument("--log-format", choices=FORMATS, default="text", help="text or json")
+    add_http_client(relay)
+    lease = relay.add_argument_group(
+        "PostgreSQL: one of N relays",
+        "With a postgresql:// source the relay leases partitions (the event's sku by default) "
+        "so that several relays can run at once: order is kept within each partition, not "
+        "across them, and a failure stops only its partition.",
+    )
+    lease.add_argument(
+        "--owner", metavar="NAME",
+        help="this relay's name in lease rows, unique among running relays "
+        "(default: $POD_NAME, else HOSTNAME-PID)",
+    )  # fmt: skip
+    lease.add_argument(
+        "--lease-ttl", type=positive_float, default=30.0, metavar="SECONDS",
+        help="how long a lease lasts unrenewed; a crashed relay's partitions wait this long "
+        "(default 30)",
+    )  # fmt: skip
+    lease.add_argument(
+        "--single", action="store_true",
+        help="run the single loop instead (one global order; run only one such relay)",
+    )  # fmt: skip
+    # Drills only (docs/postgres.md), so not in the help.
+    lease.add_argument("--stop-self-after-acks", type=_count_arg, help=argparse.SUPPRESS)
+    add_synchronous(relay)
+    relay.set_defaults(handler=cmd_relay)
+
+
+def cmd_relay(args: argparse.Namespace) -> int:
+    from . import UsageError
+
+    # Everything that can be refused is refused before the database is opened.
+    if args.pipeline and not args.batch:
+        raise UsageError("--pipeline: needs --batch (only batch rounds overlap their marks)")
+    # A name given is checked even where it is not used (a SQLite source, --single).
+    owner = check_owner(args.owner) if args.owner is not None else None
+    leasing = is_postgres(args.source) and not args.single
+    if leasing and args.pipeline:
+        raise UsageError("--pipeline: only the single loop overlaps marks (SQLite, or --single)")
+    if not leasing and args.stop_self_after_acks is not None:
+        raise UsageError("--stop-self-after-acks: a drill of a leasing relay (postgresql://)")
+    settings = RelaySettings(
+        url=args.to,
+        batch=args.batch,
+        limit=args.limit,
+        poll_interval=args.poll_interval,
+        on_poison=args.on_poison,
+        timeout=args.timeout,
+        mark_sync=args.mark_sync,
+        pipeline=args.pipeline,
+        allowed_hosts=tuple(args.allow_host),
+        base_backoff=args.base_backoff,
+        max_backoff=args.max_backoff,
+        seed=args.seed,
+        owner=(owner or default_owner()) if leasing else None,
+        lease_ttl=args.lease_ttl,
+    )
+    try:
+        settings.backoff()
+    except ValueError as exc:
+        raise UsageError(f"--max-backoff: {exc}") from None
+    existing_target(args.source)
+    return runner.run(
+        settings, args.source, synchronous=args.synchronous, log_format=args.log_format,
+        metrics_at=None if args.metrics_port is None else (args.metrics_host, args.metrics_port),
+        pause_after_acks=args.stop_self_after_acks,
+    )  # fmt: skip

@@ -1,0 +1,80 @@
+"""The relay's failure policy: which failures are retried, and what a poison event does.
+
+A failed send is *transient* (no connection, a time-out, a 5xx, an answer that is not an ACK,
+a "not now" 4xx: wait and try the same event again) or *permanent* (the sink answered 4xx:
+this event will never be accepted as it is). A permanent failure is a poison event: by policy
+the relay stops (exit 3) or quarantines it and goes on with the events behind it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import InvalidEvent, NotAcknowledged
+from ..source.outbox import reason_from
+from ..wire.sender import Refusal
+
+TRANSIENT = "transient"
+PERMANENT = "permanent"
+FAILURE_CLASSES = (TRANSIENT, PERMANENT)
+POISON_POLICIES = ("stop", "quarantine")
+
+EXIT_STOPPED = 0
+#: The relay stopped on a poison event under ``--on-poison stop``.
+EXIT_POISON = 3
+
+# 4xx answers that say "not now" rather than "never".
+_RETRYABLE_4XX = frozenset({408, 425, 429})
+
+
+def check_on_poison(value: object) -> str:
+    if not isinstance(value, str) or value not in POISON_POLICIES:
+        raise ValueError(f"on_poison: must be stop or quarantine, got {value!r}")
+    return value
+
+
+def failure_class(status: int | None) -> str:
+    """A sink's 4xx is permanent (except "not now" answers); everything else is transient."""
+    if status is not None and 400 <= status < 500 and status not in _RETRYABLE_4XX:
+        return PERMANENT
+    return TRANSIENT
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failed round: which event, which class, and what was said."""
+
+    event_id: str | None
+    kind: str
+    message: str
+    status: int | None = None
+
+
+def describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def failure_of(exc: Exception, refusal: Refusal | None, event_id: str | None = None) -> Failure:
+    """Judge a failed send. ``refusal`` is the sender's record of the batch item its answer
+    refused: dispatch_batch then raises NotAcknowledged, which only the refusal can explain."""
+    if refusal is not None and isinstance(exc, NotAcknowledged):
+        status, detail = refusal.status, refusal.detail
+        text = f"HTTP {status} in batch: {detail}" if status else detail
+        return Failure(refusal.event_id, failure_class(status), text, status)
+    status = exc.status if isinstance(exc, NotAcknowledged) else None
+    # An event the outbox holds but the sender refuses to send can never go as it is.
+    kind = PERMANENT if isinstance(exc, InvalidEvent) else failure_class(status)
+    return Failure(event_id, kind, describe(exc), status)
+
+
+def stopping_on_poison(event_id: str) -> str:
+    """The last line of a relay that stops on a poison event: what the operator does next."""
+    return (
+        f"stopping: inspect with `ackledger trace {event_id}`, fix the cause, then "
+        f"`ackledger quarantine {event_id} --reason ...` or correct the sink"
+    )
+
+
+def quarantine_reason(failure: Failure) -> str:
+    return reason_from(f"sink refused it permanently: {failure.message}")

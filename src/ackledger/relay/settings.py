@@ -1,0 +1,83 @@
+"""What one relay is told: where to send, how, and how to wait; checked once, up front.
+
+The same settings drive the single loop (the whole outbox) and a relay that is one of N
+(``owner`` set: it leases partitions of the outbox, see docs/postgres.md).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from .._core.backoff import Backoff
+from ..source.marking import check_mark_sync
+from ..source.outbox import MAX_BATCH, check_limit
+from ..wire.http import check_target, check_timeout
+from .leases import DEFAULT_TTL, check_owner, check_ttl
+from .policy import check_on_poison
+
+#: The first backoff ceiling when none is given (smaller if the cap is smaller).
+BASE_BACKOFF_S = 0.1
+
+
+@dataclass
+class RelaySettings:
+    url: str  #: the sink's ``/events`` URL; batches go to ``/events/batch``
+    batch: bool = False
+    limit: int = MAX_BATCH
+    #: Seconds to wait when nothing is pending (or no partition can be leased).
+    poll_interval: float = 0.5
+    on_poison: str = "stop"
+    timeout: float = 5.0
+    allowed_hosts: tuple[str, ...] = ()
+    #: Per-item rounds: fsync every mark ("each") or the last of each round ("last"; see
+    #: ``dispatch``). A batch round's marks are one transaction either way.
+    mark_sync: str = "each"
+    #: Batch rounds: commit a batch's marks on a second connection while the next batch is
+    #: sent (``marks_behind``). Needs ``batch``; only the single loop does it.
+    pipeline: bool = False
+    #: After the n-th failure in a row, wait a time drawn from
+    #: [0, min(max_backoff, base_backoff * 2**n)]; ``seed`` makes the draws reproducible.
+    base_backoff: float | None = None
+    max_backoff: float = 30.0
+    seed: int | None = None
+    #: One of N relays: this relay's name in lease rows, unique among running relays.
+    #: None: the single loop over the whole outbox.
+    owner: str | None = None
+    #: Seconds a lease lasts unrenewed (marks renew it); a crashed relay's partitions wait
+    #: this long before another relay takes them.
+    lease_ttl: float = DEFAULT_TTL
+
+    def __post_init__(self) -> None:
+        check_target(self.url, "/events", self.allowed_hosts)
+        check_limit(self.limit)
+        check_mark_sync(self.mark_sync)
+        if self.pipeline and not self.batch:
+            raise ValueError("pipeline: only batch rounds can overlap their marks (add batch)")
+        check_on_poison(self.on_poison)
+        value = self.poll_interval
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"poll_interval: must be a positive number of seconds, got {value!r}")
+        # Refused here, once, rather than by every send (which a relay would retry forever).
+        check_timeout(self.timeout)
+        if self.base_backoff is None:
+            # The default first wait shrinks to a smaller cap; a base given above the cap is
+            # an error (Backoff says so, when the relay builds its schedule).
+            self.base_backoff = min(BASE_BACKOFF_S, self.max_backoff)
+        if self.owner is not None:
+            check_owner(self.owner)
+            check_ttl(self.lease_ttl)
+            check_ttl(self.max_backoff, "max_backoff")
+            check_ttl(self.base_backoff, "base_backoff")
+            if self.pipeline:
+                raise ValueError(
+                    "pipeline: only the single loop overlaps marks, not a leasing relay"
+                )
+
+    def backoff(self, rng: random.Random | None = None) -> Backoff:
+        """A fresh schedule; give the relay's one ``rng`` to each of its schedules."""
+        assert self.base_backoff is not None  # set by __post_init__
+        return Backoff(self.base_backoff, self.max_backoff, rng=rng)
+
+    def rng(self) -> random.Random | None:
+        return random.Random(self.seed) if self.seed is not None else None
