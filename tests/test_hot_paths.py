@@ -22,7 +22,7 @@ from ackledger.sink.app import _ack_body, _batch_acks_body
 from ackledger.sink.inbox import Inbox
 from ackledger.store.outbox_sql import MARK_CHUNK
 from ackledger.web.common import json_answer
-from ackledger.wire.http import check_target
+from ackledger.wire.targets import check_target
 
 from .conftest import raw_rows
 

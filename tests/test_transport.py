@@ -10,7 +10,7 @@ import pytest
 
 from ackledger import NotAcknowledged, UnsafeTarget, send_http, send_http_batch
 from ackledger.wire.http import close_connections
-from tests.rawserver import RawServer, http_answer
+from tests.rawserver import RawServer, forbid_network, http_answer
 
 EVENT = {"id": "snack-7", "sku": "snack", "qty": 7}
 
@@ -181,14 +181,7 @@ def test_proxy_variables_are_never_used(monkeypatch: pytest.MonkeyPatch) -> None
 def test_unsafe_targets_are_refused_before_any_connection(
     url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    touched: list[object] = []
-
-    def forbidden(*args: object, **kwargs: object) -> None:
-        touched.append(args)
-        raise AssertionError("no connection or lookup may happen")
-
-    monkeypatch.setattr(socket, "create_connection", forbidden)
-    monkeypatch.setattr(socket, "getaddrinfo", forbidden)
+    touched = forbid_network(monkeypatch)
     with pytest.raises(UnsafeTarget):
         send_http(EVENT, url)
     assert touched == []
@@ -200,7 +193,7 @@ def test_non_string_url_is_refused() -> None:
 
 
 def test_an_explicit_allow_list_widens_the_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ackledger.wire.http import check_target
+    from ackledger.wire.targets import check_target
 
     with pytest.raises(UnsafeTarget):
         check_target("http://sink.invalid/events")
@@ -215,7 +208,7 @@ def test_localhost_and_ipv6_loopback_are_allowed() -> None:
     except OSError:
         pytest.skip("no IPv6 loopback on this machine")
     six.close()
-    from ackledger.wire.http import check_target
+    from ackledger.wire.targets import check_target
 
     assert check_target("http://[::1]:8080/events").host == "::1"
 

@@ -19,6 +19,7 @@ from .sink.inbox import Inbox
 from .source.dispatch import dispatch, dispatch_batch
 from .source.outbox import Outbox
 from .wire.http import send_http, send_http_batch
+from .wire.sender import sender
 
 __all__ = [
     "AckledgerError",
@@ -34,5 +35,6 @@ __all__ = [
     "dispatch_batch",
     "send_http",
     "send_http_batch",
+    "sender",
     "validate_event",
 ]

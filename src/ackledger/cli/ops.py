@@ -36,7 +36,8 @@ from ..relay.loop import logger as relay_logger
 from ..source.dispatch import MARK_SYNCS
 from ..source.outbox import Outbox
 from ..store import is_postgres, shown
-from ..wire.http import check_target, post_batch, send_http
+from ..wire.http import post_batch, send_http
+from ..wire.targets import check_target
 from .common import (
     add_http_client,
     add_source,

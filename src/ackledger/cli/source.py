@@ -10,7 +10,8 @@ from typing import Any
 
 from ..event import validate_event
 from ..source.dispatch import dispatch, dispatch_batch
-from ..wire.http import check_target, send_http, send_http_batch
+from ..wire.http import send_http, send_http_batch
+from ..wire.targets import check_target
 from .common import (
     add_http_client,
     add_source,

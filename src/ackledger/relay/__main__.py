@@ -28,7 +28,8 @@ from ..cli.common import (
 )
 from ..source.outbox import Outbox
 from ..store import database_errors
-from ..wire.http import check_target, close_connections, send_http, send_http_batch
+from ..wire.http import close_connections, send_http, send_http_batch
+from ..wire.targets import check_target
 from .leases import DEFAULT_TTL, check_owner
 from .loop import logger as relay_logger
 from .partition_worker import run_partition_worker

@@ -35,7 +35,9 @@ from ..errors import InvalidEvent, NotAcknowledged
 from ..source.dispatch import Source, StopRequested, check_mark_sync, dispatch, dispatch_batch
 from ..source.marking import MarksBehind
 from ..source.outbox import MAX_BATCH, Outbox, check_limit, reason_from
-from ..wire.http import BatchAnswer, check_target, check_timeout, post_batch, send_http
+from ..wire.ack import BatchAnswer
+from ..wire.http import post_batch, send_http
+from ..wire.targets import check_target, check_timeout
 
 logger = logging.getLogger("ackledger.relay")
 

@@ -28,87 +28,20 @@ from __future__ import annotations
 
 import functools
 import http.client
-import json
 import re
 import select
 import socket
 import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
-from ..errors import NotAcknowledged, UnsafeTarget
+from ..errors import NotAcknowledged
 from ..event import event_json, validate_event
+from .ack import BatchAnswer, acked_prefix, answer_json, exact_ack
+from .targets import Target, check_target, check_timeout
 
 MAX_ANSWER_BYTES = 64 * 1024
 MAX_BATCH = 16
-#: The longest time-out a request takes, in seconds (a day is already no time-out at all for a
-#: relay; far beyond it a socket's own range ends and the system call itself would fail).
-MAX_TIMEOUT_S = 86400.0
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
-
-
-@dataclass(frozen=True)
-class Target:
-    host: str
-    port: int
-    path: str
-
-
-def check_target(
-    url: object, path: str = "/events", allowed_hosts: Iterable[str] | None = None
-) -> Target:
-    """Parse ``url`` or raise :class:`UnsafeTarget`; makes no connection and no DNS query."""
-    if not isinstance(url, str):
-        raise UnsafeTarget(f"url: must be a string, got {type(url).__name__}")
-    hosts = None if allowed_hosts is None else tuple(allowed_hosts)
-    for extra in hosts or ():
-        if not isinstance(extra, str) or not extra:
-            raise TypeError(f"allowed_hosts: every host must be a non-empty string, got {extra!r}")
-    # A relay sends every event to the same URL: parse it once, not once per event.
-    return _check_target(url, path, hosts)
-
-
-@functools.lru_cache(maxsize=256)
-def _check_target(url: str, path: str, allowed_hosts: tuple[str, ...] | None) -> Target:
-    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
-        raise UnsafeTarget("url: must not contain whitespace or control characters")
-    if "?" in url or "#" in url:
-        raise UnsafeTarget("url: a query or fragment is not allowed")
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError as exc:
-        raise UnsafeTarget(f"url: cannot be parsed: {exc}") from None
-    if parts.scheme != "http":
-        raise UnsafeTarget(f"url: only http:// is allowed, got {parts.scheme or 'none'!r}")
-    if "@" in parts.netloc:
-        raise UnsafeTarget("url: user information is not allowed")
-    host = (parts.hostname or "").lower()
-    allowed = LOOPBACK_HOSTS | {h.lower() for h in (allowed_hosts or ())}
-    if host not in allowed:
-        raise UnsafeTarget(
-            f"url: host {host or '(none)'!r} is not allowed (allowed: 127.0.0.1, localhost, [::1]"
-            " and any host given explicitly)"
-        )
-    if parts.path != path:
-        raise UnsafeTarget(f"url: the path must be exactly {path}, got {parts.path or '/'!r}")
-    if port == 0:
-        raise UnsafeTarget("url: port 0 is not a port a service can listen on")
-    return Target(host, port if port is not None else 80, path)
-
-
-def check_timeout(timeout: object) -> float:
-    """A request time-out in seconds: more than 0, at most ``MAX_TIMEOUT_S``."""
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise ValueError(f"timeout: must be a number of seconds, got {type(timeout).__name__}")
-    if not 0 < timeout <= MAX_TIMEOUT_S:  # also refuses nan
-        raise ValueError(
-            f"timeout: must be more than 0 and at most {MAX_TIMEOUT_S:.0f} seconds, got {timeout!r}"
-        )
-    return float(timeout)
-
 
 _local = threading.local()
 
@@ -382,12 +315,7 @@ def _post_json(target: Target, body: bytes, timeout: float) -> tuple[int, Any]:
         raise
     if not keep:
         _discard(target)
-    if status != 200:
-        raise NotAcknowledged(_status_message(status, data), status=status)
-    try:
-        return status, json.loads(data)
-    except (ValueError, UnicodeDecodeError):
-        raise NotAcknowledged("answer is not valid JSON", status=status) from None
+    return status, answer_json(status, data)
 
 
 class _OnceConnection(http.client.HTTPConnection):
@@ -429,17 +357,6 @@ def request_once(
     return response.status, data
 
 
-def _status_message(status: int, data: bytes) -> str:
-    detail = ""
-    try:
-        problem = json.loads(data)
-        if isinstance(problem, dict) and isinstance(problem.get("detail"), str):
-            detail = f": {problem['detail'][:200]}"
-    except (ValueError, UnicodeDecodeError):
-        pass
-    return f"HTTP {status} instead of 200{detail}"
-
-
 def send_http(
     event: object,
     url: str,
@@ -451,23 +368,7 @@ def send_http(
     clean = validate_event(event)
     target = check_target(url, "/events", allowed_hosts)
     status, answer = _post_json(target, event_json(clean).encode(), timeout)
-    if not isinstance(answer, dict):
-        raise NotAcknowledged("answer is not a JSON object", status=status)
-    if answer.get("ack") is not True:
-        raise NotAcknowledged(f"answer has ack={answer.get('ack')!r}, not true", status=status)
-    if answer.get("id") != clean["id"]:
-        raise NotAcknowledged(
-            f"ACK names id {answer.get('id')!r}, not {clean['id']!r}", status=status
-        )
-    return True
-
-
-@dataclass(frozen=True)
-class BatchAnswer:
-    #: How many leading events were acknowledged in order.
-    acked: int
-    #: The problem the sink reported for the first unacknowledged item, if any.
-    error: dict[str, Any] | None
+    return exact_ack(status, answer, clean["id"])
 
 
 def post_batch(
@@ -486,25 +387,7 @@ def post_batch(
     target = check_target(url, "/events/batch", allowed_hosts)
     body = "[" + ",".join(event_json(item) for item in clean) + "]"
     status, answer = _post_json(target, body.encode(), timeout)
-    if not isinstance(answer, dict) or not isinstance(answer.get("acks"), list):
-        raise NotAcknowledged("batch answer has no 'acks' list", status=status)
-    acks: list[Any] = answer["acks"]
-    if len(acks) > len(clean):
-        raise NotAcknowledged("batch answer acknowledges more items than were sent")
-    acked = 0
-    for sent, ack in zip(clean, acks, strict=False):
-        if not isinstance(ack, dict):
-            raise NotAcknowledged(f"batch answer item {acked} is not an object", status=status)
-        if ack.get("id") != sent["id"]:
-            raise NotAcknowledged(
-                f"batch answer item {acked} names id {ack.get('id')!r}, not {sent['id']!r}",
-                status=status,
-            )
-        if ack.get("ack") is not True:
-            break
-        acked += 1
-    error = answer.get("error")
-    return BatchAnswer(acked, error if isinstance(error, dict) else None)
+    return acked_prefix(status, answer, clean)
 
 
 def send_http_batch(
