@@ -114,3 +114,11 @@ class RawServer(Closing):
         self._stop.set()
         with contextlib.suppress(OSError):
             self._sock.close()
+
+
+class CutServer(RawServer):
+    """Ends its side of the connection right after each answer, however short it is."""
+
+    def _send(self, conn: socket.socket, data: bytes) -> None:
+        super()._send(conn, data)
+        conn.shutdown(socket.SHUT_WR)
