@@ -13,6 +13,7 @@ from typing import NoReturn
 
 import httptools
 
+from ..errors import NotAcknowledged
 from .framing import (
     FRAMING_FIELDS,
     MAX_ANSWER_BYTES,
@@ -60,9 +61,13 @@ class _Answer:
         self.problem = problem
         raise problem
 
+    @property
+    def status(self) -> int:
+        return self.framing.status if self.framing is not None else 0
+
     def on_message_begin(self) -> None:
         if self.complete:
-            self._refuse(longer_than_declared(self.parser.get_status_code()))
+            self._refuse(longer_than_declared(self.status))
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self.headers += 1
@@ -78,14 +83,14 @@ class _Answer:
             self._refuse(malformed(f"HTTP version {version[:10]!r}"))
         try:
             self.framing = framing(self.parser.get_status_code(), version == "1.1", self.fields)
-        except Exception as exc:
+        except NotAcknowledged as exc:
             self._refuse(exc)
 
     def on_body(self, data: bytes) -> None:
         self.body.append(data)
         self.size += len(data)
         if self.size > MAX_ANSWER_BYTES:
-            self._refuse(over_cap(self.parser.get_status_code()))
+            self._refuse(over_cap(self.status))
 
     def on_message_complete(self) -> None:
         self.complete = True
@@ -98,7 +103,7 @@ class _Answer:
             if self.problem is not None:
                 raise self.problem from None
             if self.complete:  # llhttp refuses what follows a closing answer
-                raise longer_than_declared(self.parser.get_status_code()) from None
+                raise longer_than_declared(self.status) from None
             raise malformed(str(exc)[:80]) from None
 
     def wanted(self) -> int:
