@@ -22,7 +22,7 @@ MAX_HEADERS = 100
 FRAMING_FIELDS = frozenset({b"content-length", b"transfer-encoding", b"connection"})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen init costs a relay step more than it saves
 class Framing:
     status: int
     #: The body's declared length, or None when it is chunked or runs to the close.
