@@ -7,6 +7,8 @@ import socket
 import threading
 from collections.abc import Callable
 
+import pytest
+
 from ackledger._core.closing import Closing
 
 # Given the request body, return the raw bytes to answer with, or None to close silently.
@@ -18,6 +20,19 @@ def http_answer(status: int, body: bytes, headers: dict[str, str] | None = None)
     lines = [f"HTTP/1.1 {status} {reason}", f"Content-Length: {len(body)}"]
     lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+def forbid_network(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Make any connection or name look-up fail the test; returns what was attempted."""
+    touched: list[object] = []
+
+    def forbidden(*args: object, **kwargs: object) -> None:
+        touched.append(args)
+        raise AssertionError("no connection or lookup may happen")
+
+    monkeypatch.setattr(socket, "create_connection", forbidden)
+    monkeypatch.setattr(socket, "getaddrinfo", forbidden)
+    return touched
 
 
 class RawServer(Closing):
@@ -99,3 +114,11 @@ class RawServer(Closing):
         self._stop.set()
         with contextlib.suppress(OSError):
             self._sock.close()
+
+
+class CutServer(RawServer):
+    """Ends its side of the connection right after each answer, however short it is."""
+
+    def _send(self, conn: socket.socket, data: bytes) -> None:
+        super()._send(conn, data)
+        conn.shutdown(socket.SHUT_WR)

@@ -19,7 +19,7 @@ from ackledger.event import (
 )
 from ackledger.sink.app import _ack_body, _batch_acks_body
 from ackledger.web.answers import json_answer
-from ackledger.wire.http import check_target
+from ackledger.wire.targets import check_target
 
 IDENT = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,130}", fullmatch=True)
 ANY_TEXT = st.one_of(IDENT, st.text(max_size=10))

@@ -9,10 +9,13 @@ from collections.abc import Iterator
 import pytest
 
 from ackledger import NotAcknowledged, UnsafeTarget, send_http, send_http_batch
+from ackledger.wire import _llhttp, _stdlib
+from ackledger.wire import http as wire_http
 from ackledger.wire.http import close_connections
-from tests.rawserver import RawServer, http_answer
+from tests.rawserver import CutServer, RawServer, forbid_network, http_answer
 
 EVENT = {"id": "snack-7", "sku": "snack", "qty": 7}
+PARSERS = {"llhttp": _llhttp.read_answer, "stdlib": _stdlib.read_answer}
 
 
 @pytest.fixture(autouse=True)
@@ -20,6 +23,13 @@ def fresh_connections() -> Iterator[None]:
     close_connections()
     yield
     close_connections()
+
+
+@pytest.fixture(autouse=True, params=["llhttp", "stdlib"])
+def parser(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs with both answer parsers: httptools' llhttp and the http.client one."""
+    monkeypatch.setattr(wire_http, "read_answer", PARSERS[request.param])
+    return str(request.param)
 
 
 def ack_for(body: bytes) -> bytes:
@@ -181,14 +191,7 @@ def test_proxy_variables_are_never_used(monkeypatch: pytest.MonkeyPatch) -> None
 def test_unsafe_targets_are_refused_before_any_connection(
     url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    touched: list[object] = []
-
-    def forbidden(*args: object, **kwargs: object) -> None:
-        touched.append(args)
-        raise AssertionError("no connection or lookup may happen")
-
-    monkeypatch.setattr(socket, "create_connection", forbidden)
-    monkeypatch.setattr(socket, "getaddrinfo", forbidden)
+    touched = forbid_network(monkeypatch)
     with pytest.raises(UnsafeTarget):
         send_http(EVENT, url)
     assert touched == []
@@ -200,7 +203,7 @@ def test_non_string_url_is_refused() -> None:
 
 
 def test_an_explicit_allow_list_widens_the_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ackledger.wire.http import check_target
+    from ackledger.wire.targets import check_target
 
     with pytest.raises(UnsafeTarget):
         check_target("http://sink.invalid/events")
@@ -215,7 +218,7 @@ def test_localhost_and_ipv6_loopback_are_allowed() -> None:
     except OSError:
         pytest.skip("no IPv6 loopback on this machine")
     six.close()
-    from ackledger.wire.http import check_target
+    from ackledger.wire.targets import check_target
 
     assert check_target("http://[::1]:8080/events").host == "::1"
 
@@ -418,12 +421,7 @@ def test_a_kept_connection_closed_after_the_request_raises_and_is_not_retried() 
 def test_an_answer_cut_short_by_the_server_is_a_connection_failure(cut: int) -> None:
     answer = http_answer(200, ACK_BODY)[:cut]
 
-    class Cut(RawServer):
-        def _send(self, conn: socket.socket, data: bytes) -> None:
-            super()._send(conn, data)
-            conn.shutdown(socket.SHUT_WR)
-
-    with Cut(lambda body: answer) as server, pytest.raises(OSError):
+    with CutServer(lambda body: answer) as server, pytest.raises(OSError):
         send_http(EVENT, server.url)
 
 

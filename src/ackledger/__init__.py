@@ -22,6 +22,7 @@ from .sink.inbox import Inbox
 from .source.dispatch import dispatch, dispatch_batch
 from .source.outbox import Outbox
 from .wire.http import send_http, send_http_batch
+from .wire.sender import sender
 
 __all__ = [
     "MAX_EVENT_BYTES",
@@ -40,6 +41,7 @@ __all__ = [
     "new_event",
     "send_http",
     "send_http_batch",
+    "sender",
     "validate_event",
     "warehouse",
 ]

@@ -73,7 +73,7 @@ def positive_float(text: str) -> float:
 
 def timeout_arg(text: str) -> float:
     """An argparse type: a request time-out, as ``transport.check_timeout`` takes it."""
-    from ..wire.http import check_timeout
+    from ..wire.targets import check_timeout
 
     try:
         return check_timeout(positive_float(text))

@@ -18,7 +18,7 @@ from ..ops.status import read_status, service_url
 from ..ops.timestamps import utc_timestamp
 from ..ops.trace import trace, trace_text
 from ..store import is_postgres
-from ..wire.http import check_target
+from ..wire.targets import check_target
 from .common import add_source, duration_arg, existing_target, open_outbox
 
 

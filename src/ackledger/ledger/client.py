@@ -15,7 +15,9 @@ from urllib.parse import quote
 
 from ..errors import Conflict, InvalidEvent, NotAcknowledged
 from ..event import canonical_json
-from ..wire.http import MAX_ANSWER_BYTES, check_target, request_once
+from ..wire.framing import MAX_ANSWER_BYTES
+from ..wire.http import request_once
+from ..wire.targets import check_target
 from .ledger import LedgerRequest
 
 DELIVERIES_PATH = "/deliveries"

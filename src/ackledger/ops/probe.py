@@ -14,7 +14,8 @@ from urllib.parse import urlsplit
 
 from ..errors import NotAcknowledged, UnsafeTarget
 from ..event import check_identifier
-from ..wire.http import Target, check_target, request_once
+from ..wire.http import request_once
+from ..wire.targets import Target, check_target
 
 MAX_READ_BYTES = 1024 * 1024
 _BASE_PATHS = ("", "/", "/events", "/metrics")

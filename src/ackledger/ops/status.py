@@ -11,7 +11,7 @@ from typing import Any
 
 from ..errors import AckledgerError
 from ..source.outbox import Outbox
-from ..wire.http import check_target
+from ..wire.targets import check_target
 from .probe import base_url, scrape
 from .timestamps import utc_timestamp
 

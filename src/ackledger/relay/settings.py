@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from .._core.backoff import Backoff
 from ..source.marking import check_mark_sync
 from ..source.outbox import MAX_BATCH, check_limit
-from ..wire.http import check_target, check_timeout
+from ..wire.targets import check_target, check_timeout
 from .leases import DEFAULT_TTL, check_owner, check_ttl
 from .policy import check_on_poison
 

@@ -1,126 +1,42 @@
-"""Sending events over HTTP to a sink, safely.
+"""Sending events over HTTP to a sink: kept-alive connections and the POSTs of the hot path.
 
-Only allow-listed loopback ``/events`` URLs are accepted, checked before any connection or
-name look-up. The POSTs of the hot path go through a small HTTP/1.1 client of our own rather
-than ``http.client``, whose header parsing (``email.feedparser``) and several reads cost more
-per event than the rest of a relay step around it. It is kept deliberately narrow:
+Targets are checked first (``targets``), before any connection or name look-up. A request is
+one write of head and body on a connection kept per thread and host, Nagle's algorithm off;
+the answer is read by a kept parser (llhttp through ``httptools`` when it imports, else
+``http.client``) under the rules of ``framing``, and judged by ``ack``. Proxy variables are
+never read and redirects never followed: any status but 200 is a refusal carrying it.
 
-- it never reads proxy variables and never follows redirects: any status but 200 is a
-  refusal carrying that status;
-- a request is one write of head and body; the answer's status line and headers are parsed
-  strictly (HTTP/1.0 or 1.1, token names, no folding, no control characters), and anything
-  else is refused as a "malformed HTTP answer";
-- the body is read to its ``Content-Length`` (a declared length over the 64 KiB cap is
-  refused before reading), as ``Transfer-Encoding: chunked`` (the same cap, counted as the
-  chunks announce themselves), or up to the end of the connection, never past the cap; any
-  other transfer coding, or both framings at once, is refused; bytes after the answer are
-  refused too (they would be taken for the next answer);
-- connection failures, time-outs (of the connect and of each read) and a connection closed
-  before the answer is complete raise ``OSError``.
-
-Connections are kept alive per thread and host unless the answer says ``Connection: close``
-(or is HTTP/1.0); any error discards the connection. A kept connection that the server has
-closed is noticed *before* sending, never retried after: a send either happened once on this
-call or raised. ``request_once`` (operator tools, one request each) stays on ``http.client``.
+A connection is discarded after any error, or when the answer says ``Connection: close``
+(or is HTTP/1.0). A kept connection that the server has closed is noticed *before* sending,
+never retried after: a send either happened once on this call or raised. Connection failures,
+time-outs (of the connect and of each read) and an answer cut short raise ``OSError``.
+``request_once`` (operator tools, one request each) stays on ``http.client``.
 """
 
 from __future__ import annotations
 
 import functools
 import http.client
-import json
-import re
 import select
 import socket
 import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
-from ..errors import NotAcknowledged, UnsafeTarget
+from ..errors import NotAcknowledged
 from ..event import event_json, validate_event
+from .ack import BatchAnswer, acked_prefix, answer_json, exact_ack
+from .framing import MAX_ANSWER_BYTES
+from .targets import Target, check_target, check_timeout
 
-MAX_ANSWER_BYTES = 64 * 1024
+try:
+    from ._llhttp import read_answer
+except ImportError:  # httptools comes with the server extra; the core does without it
+    from ._stdlib import read_answer
+
 MAX_BATCH = 16
-#: The longest time-out a request takes, in seconds (a day is already no time-out at all for a
-#: relay; far beyond it a socket's own range ends and the system call itself would fail).
-MAX_TIMEOUT_S = 86400.0
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
-
-
-@dataclass(frozen=True)
-class Target:
-    host: str
-    port: int
-    path: str
-
-
-def check_target(
-    url: object, path: str = "/events", allowed_hosts: Iterable[str] | None = None
-) -> Target:
-    """Parse ``url`` or raise :class:`UnsafeTarget`; makes no connection and no DNS query."""
-    if not isinstance(url, str):
-        raise UnsafeTarget(f"url: must be a string, got {type(url).__name__}")
-    hosts = None if allowed_hosts is None else tuple(allowed_hosts)
-    for extra in hosts or ():
-        if not isinstance(extra, str) or not extra:
-            raise TypeError(f"allowed_hosts: every host must be a non-empty string, got {extra!r}")
-    # A relay sends every event to the same URL: parse it once, not once per event.
-    return _check_target(url, path, hosts)
-
-
-@functools.lru_cache(maxsize=256)
-def _check_target(url: str, path: str, allowed_hosts: tuple[str, ...] | None) -> Target:
-    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
-        raise UnsafeTarget("url: must not contain whitespace or control characters")
-    if "?" in url or "#" in url:
-        raise UnsafeTarget("url: a query or fragment is not allowed")
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError as exc:
-        raise UnsafeTarget(f"url: cannot be parsed: {exc}") from None
-    if parts.scheme != "http":
-        raise UnsafeTarget(f"url: only http:// is allowed, got {parts.scheme or 'none'!r}")
-    if "@" in parts.netloc:
-        raise UnsafeTarget("url: user information is not allowed")
-    host = (parts.hostname or "").lower()
-    allowed = LOOPBACK_HOSTS | {h.lower() for h in (allowed_hosts or ())}
-    if host not in allowed:
-        raise UnsafeTarget(
-            f"url: host {host or '(none)'!r} is not allowed (allowed: 127.0.0.1, localhost, [::1]"
-            " and any host given explicitly)"
-        )
-    if parts.path != path:
-        raise UnsafeTarget(f"url: the path must be exactly {path}, got {parts.path or '/'!r}")
-    if port == 0:
-        raise UnsafeTarget("url: port 0 is not a port a service can listen on")
-    return Target(host, port if port is not None else 80, path)
-
-
-def check_timeout(timeout: object) -> float:
-    """A request time-out in seconds: more than 0, at most ``MAX_TIMEOUT_S``."""
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise ValueError(f"timeout: must be a number of seconds, got {type(timeout).__name__}")
-    if not 0 < timeout <= MAX_TIMEOUT_S:  # also refuses nan
-        raise ValueError(
-            f"timeout: must be more than 0 and at most {MAX_TIMEOUT_S:.0f} seconds, got {timeout!r}"
-        )
-    return float(timeout)
-
 
 _local = threading.local()
-
-#: A status line: HTTP/1.0 or 1.1, three digits, then an optional reason of visible text.
-_STATUS_LINE = re.compile(rb"HTTP/1\.([01]) ([0-9]{3})(?: [^\x00-\x08\x0a-\x1f\x7f]*)?")
-#: A header line: a token, a colon right after it (RFC 9112 forbids space before it), a value
-#: without control characters. Folded continuation lines do not match and are refused.
-_HEADER_LINE = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]+):([^\x00-\x08\x0a-\x1f\x7f]*)")
-_CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,8})[ \t]*(?:;[^\x00-\x08\x0a-\x1f\x7f]*)?")
-#: The answer's head (status line and headers) may be no longer than this.
-MAX_HEAD_BYTES = 16 * 1024
-MAX_HEADERS = 100
 
 
 class _Connection:
@@ -209,172 +125,13 @@ def _request_head(target: Target) -> bytes:
     )
 
 
-def _malformed(what: str) -> NotAcknowledged:
-    return NotAcknowledged(f"malformed HTTP answer: {what}")
-
-
-def _closed_early() -> ConnectionResetError:
-    # The answer is incomplete: that is the connection failing, whatever was read before.
-    return ConnectionResetError("the server closed the connection before a complete answer")
-
-
-class _Answer:
-    """Reads one answer from a socket: status line and headers parsed here, the body read to
-    its declared end and no further than the cap, nothing read beyond the answer unnoticed."""
-
-    __slots__ = ("buf", "pos", "sock")
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.buf = b""
-        self.pos = 0
-
-    def _more(self, limit: int) -> bool:
-        """Append at most ``limit`` bytes from one read; False at end of stream."""
-        chunk = self.sock.recv(limit)
-        if not chunk:
-            return False
-        self.buf = self.buf[self.pos :] + chunk
-        self.pos = 0
-        return True
-
-    def _through(self, mark: bytes, limit: int, what: str) -> bytes:
-        """The bytes before the next ``mark`` (which is consumed too), at most ``limit``."""
-        while True:
-            end = self.buf.find(mark, self.pos)
-            if end >= 0:
-                found = self.buf[self.pos : end]
-                self.pos = end + len(mark)
-                return found
-            if len(self.buf) - self.pos >= limit:
-                raise _malformed(f"{what} over {limit} bytes")
-            if not self._more(limit):
-                if self.buf:
-                    raise _closed_early()
-                raise ConnectionResetError("the server closed the connection without an answer")
-
-    def head(self) -> bytes:
-        return self._through(b"\r\n\r\n", MAX_HEAD_BYTES, "head")
-
-    def exactly(self, n: int) -> bytes:
-        while len(self.buf) - self.pos < n:
-            # Ask for no more than is missing: nothing past the answer is read.
-            if not self._more(n - (len(self.buf) - self.pos)):
-                raise _closed_early()
-        data = self.buf[self.pos : self.pos + n]
-        self.pos += n
-        return data
-
-    def line(self) -> bytes:
-        """One CRLF-ended line of a chunked body: a chunk size or a trailer field."""
-        return self._through(b"\r\n", 1024, "chunk size or trailer line")
-
-    def until_close(self, status: int) -> bytes:
-        """A body delimited by the end of the connection, refused once over the cap."""
-        while len(self.buf) - self.pos <= MAX_ANSWER_BYTES:
-            if not self._more(MAX_ANSWER_BYTES + 1 - (len(self.buf) - self.pos)):
-                return self.buf[self.pos :]
-        raise NotAcknowledged(
-            f"answer body over {MAX_ANSWER_BYTES} bytes; not read further", status=status
-        )
-
-    def chunked(self, status: int) -> bytes:
-        parts: list[bytes] = []
-        total = 0
-        while True:
-            size_line = self.line()
-            match = _CHUNK_SIZE.fullmatch(size_line)
-            if match is None:
-                raise _malformed(f"chunk size line {size_line[:40]!r}")
-            size = int(match.group(1), 16)
-            if size == 0:
-                break
-            total += size
-            if total > MAX_ANSWER_BYTES:
-                raise NotAcknowledged(
-                    f"answer body over {MAX_ANSWER_BYTES} bytes; not read further", status=status
-                )
-            parts.append(self.exactly(size))
-            if self.exactly(2) != b"\r\n":
-                raise _malformed("chunk not followed by CRLF")
-        trailers = 0
-        while self.line():
-            trailers += 1  # trailer fields are read past, never used
-            if trailers > MAX_HEADERS:
-                raise _malformed(f"over {MAX_HEADERS} trailer lines")
-        return b"".join(parts)
-
-    def leftover(self) -> bool:
-        return self.pos < len(self.buf)
-
-
-def _read_answer(sock: socket.socket) -> tuple[int, bytes, bool]:
-    """Read one answer: (status, body, whether the connection may carry another request)."""
-    answer = _Answer(sock)
-    lines = answer.head().split(b"\r\n")
-    status_line = _STATUS_LINE.fullmatch(lines[0])
-    if status_line is None:
-        raise _malformed(f"status line {lines[0][:40]!r}")
-    status = int(status_line.group(2))
-    if len(lines) > MAX_HEADERS + 1:
-        raise _malformed(f"over {MAX_HEADERS} header lines")
-    keep = status_line.group(1) == b"1"  # an HTTP/1.0 answer ends its connection
-    length: bytes | None = None
-    coding: bytes | None = None
-    for index in range(1, len(lines)):
-        field = _HEADER_LINE.fullmatch(lines[index])
-        if field is None:
-            raise _malformed(f"header line {lines[index][:40]!r}")
-        name = field.group(1).lower()
-        if name == b"content-length":
-            value = field.group(2).strip(b" \t")
-            if length is not None and value != length:
-                raise _malformed("conflicting Content-Length headers")
-            length = value
-        elif name == b"transfer-encoding":
-            if coding is not None:
-                raise _malformed("several Transfer-Encoding headers")
-            coding = field.group(2).strip(b" \t").lower()
-        elif name == b"connection":
-            tokens = field.group(2).lower().split(b",")
-            if any(token.strip(b" \t") == b"close" for token in tokens):
-                keep = False
-    if status < 200:
-        # Nothing is sent that asks for an interim answer (no Expect: 100-continue).
-        raise NotAcknowledged(f"HTTP {status} interim answer instead of 200", status=status)
-    if coding is not None:
-        if coding != b"chunked":
-            raise _malformed(f"unsupported Transfer-Encoding {coding[:40]!r}")
-        if length is not None:
-            # Both framings at once is how requests are smuggled; no honest server sends it.
-            raise _malformed("both Content-Length and Transfer-Encoding")
-        body = answer.chunked(status)
-    elif status in (204, 304):
-        body = b""
-    elif length is not None:
-        if not length.isdigit() or len(length) > 12 or int(length) > MAX_ANSWER_BYTES:
-            raise NotAcknowledged(
-                f"answer body too large or malformed length ({length[:40].decode('latin-1')!r} "
-                f"bytes, cap {MAX_ANSWER_BYTES})",
-                status=status,
-            )
-        body = answer.exactly(int(length))
-    else:
-        body = answer.until_close(status)
-        keep = False
-    if answer.leftover():
-        # Bytes after the answer would be taken as the next request's answer.
-        raise NotAcknowledged("answer body longer than declared", status=status)
-    return status, body, keep
-
-
 def _post_json(target: Target, body: bytes, timeout: float) -> tuple[int, Any]:
     """POST and return (status, parsed JSON); raises NotAcknowledged for unusable answers."""
     conn = _connection(target, check_timeout(timeout))
     try:
         # One write: head and body together, so neither waits for the other's ACK.
         conn.sock.sendall(_request_head(target) + b"%d\r\n\r\n" % len(body) + body)
-        status, data, keep = _read_answer(conn.sock)
+        status, data, keep = read_answer(conn.sock)
     except BaseException:
         # Whatever went wrong, the connection's state is unknown: never reuse it. Connection
         # failures and time-outs propagate as the OSErrors they are.
@@ -382,12 +139,7 @@ def _post_json(target: Target, body: bytes, timeout: float) -> tuple[int, Any]:
         raise
     if not keep:
         _discard(target)
-    if status != 200:
-        raise NotAcknowledged(_status_message(status, data), status=status)
-    try:
-        return status, json.loads(data)
-    except (ValueError, UnicodeDecodeError):
-        raise NotAcknowledged("answer is not valid JSON", status=status) from None
+    return status, answer_json(status, data)
 
 
 class _OnceConnection(http.client.HTTPConnection):
@@ -429,17 +181,6 @@ def request_once(
     return response.status, data
 
 
-def _status_message(status: int, data: bytes) -> str:
-    detail = ""
-    try:
-        problem = json.loads(data)
-        if isinstance(problem, dict) and isinstance(problem.get("detail"), str):
-            detail = f": {problem['detail'][:200]}"
-    except (ValueError, UnicodeDecodeError):
-        pass
-    return f"HTTP {status} instead of 200{detail}"
-
-
 def send_http(
     event: object,
     url: str,
@@ -451,23 +192,7 @@ def send_http(
     clean = validate_event(event)
     target = check_target(url, "/events", allowed_hosts)
     status, answer = _post_json(target, event_json(clean).encode(), timeout)
-    if not isinstance(answer, dict):
-        raise NotAcknowledged("answer is not a JSON object", status=status)
-    if answer.get("ack") is not True:
-        raise NotAcknowledged(f"answer has ack={answer.get('ack')!r}, not true", status=status)
-    if answer.get("id") != clean["id"]:
-        raise NotAcknowledged(
-            f"ACK names id {answer.get('id')!r}, not {clean['id']!r}", status=status
-        )
-    return True
-
-
-@dataclass(frozen=True)
-class BatchAnswer:
-    #: How many leading events were acknowledged in order.
-    acked: int
-    #: The problem the sink reported for the first unacknowledged item, if any.
-    error: dict[str, Any] | None
+    return exact_ack(status, answer, clean["id"])
 
 
 def post_batch(
@@ -486,25 +211,7 @@ def post_batch(
     target = check_target(url, "/events/batch", allowed_hosts)
     body = "[" + ",".join(event_json(item) for item in clean) + "]"
     status, answer = _post_json(target, body.encode(), timeout)
-    if not isinstance(answer, dict) or not isinstance(answer.get("acks"), list):
-        raise NotAcknowledged("batch answer has no 'acks' list", status=status)
-    acks: list[Any] = answer["acks"]
-    if len(acks) > len(clean):
-        raise NotAcknowledged("batch answer acknowledges more items than were sent")
-    acked = 0
-    for sent, ack in zip(clean, acks, strict=False):
-        if not isinstance(ack, dict):
-            raise NotAcknowledged(f"batch answer item {acked} is not an object", status=status)
-        if ack.get("id") != sent["id"]:
-            raise NotAcknowledged(
-                f"batch answer item {acked} names id {ack.get('id')!r}, not {sent['id']!r}",
-                status=status,
-            )
-        if ack.get("ack") is not True:
-            break
-        acked += 1
-    error = answer.get("error")
-    return BatchAnswer(acked, error if isinstance(error, dict) else None)
+    return acked_prefix(status, answer, clean)
 
 
 def send_http_batch(

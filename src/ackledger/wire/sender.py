@@ -14,7 +14,8 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from ..errors import UnsafeTarget
-from .http import check_target, check_timeout, close_connections, post_batch, send_http
+from .http import close_connections, post_batch, send_http
+from .targets import check_target, check_timeout
 
 
 @dataclass(frozen=True)

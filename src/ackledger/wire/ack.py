@@ -1,0 +1,80 @@
+"""What counts as an acknowledgement: pure rules over an answer's status and body.
+
+A single event is acknowledged only by a 200 whose JSON object says ``"ack": true`` and names
+that very event's id. A batch answer acknowledges the prefix of items, in order, that each name
+the id sent at their place with ``"ack": true``; an item naming another id, or more items than
+were sent, makes the whole answer unusable. Nothing here touches a socket.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import NotAcknowledged
+
+
+@dataclass(frozen=True)
+class BatchAnswer:
+    #: How many leading events were acknowledged in order.
+    acked: int
+    #: The problem the sink reported for the first unacknowledged item, if any.
+    error: dict[str, Any] | None
+
+
+def answer_json(status: int, data: bytes) -> Any:
+    """The parsed JSON of a 200 answer; any other status, or a body not JSON, is refused."""
+    if status != 200:
+        raise NotAcknowledged(status_message(status, data), status=status)
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        raise NotAcknowledged("answer is not valid JSON", status=status) from None
+
+
+def status_message(status: int, data: bytes) -> str:
+    """``HTTP <status> instead of 200``, with the problem's detail when the body has one."""
+    detail = ""
+    try:
+        problem = json.loads(data)
+        if isinstance(problem, dict) and isinstance(problem.get("detail"), str):
+            detail = f": {problem['detail'][:200]}"
+    except (ValueError, UnicodeDecodeError):
+        pass
+    return f"HTTP {status} instead of 200{detail}"
+
+
+def exact_ack(status: int, answer: Any, event_id: object) -> bool:
+    """True when ``answer`` acknowledges exactly ``event_id``; raises NotAcknowledged if not."""
+    if not isinstance(answer, dict):
+        raise NotAcknowledged("answer is not a JSON object", status=status)
+    if answer.get("ack") is not True:
+        raise NotAcknowledged(f"answer has ack={answer.get('ack')!r}, not true", status=status)
+    if answer.get("id") != event_id:
+        raise NotAcknowledged(f"ACK names id {answer.get('id')!r}, not {event_id!r}", status=status)
+    return True
+
+
+def acked_prefix(status: int, answer: Any, sent: Sequence[Mapping[str, Any]]) -> BatchAnswer:
+    """How many of ``sent`` the batch ``answer`` acknowledged in order, and the sink's error."""
+    if not isinstance(answer, dict) or not isinstance(answer.get("acks"), list):
+        raise NotAcknowledged("batch answer has no 'acks' list", status=status)
+    acks: list[Any] = answer["acks"]
+    if len(acks) > len(sent):
+        raise NotAcknowledged("batch answer acknowledges more items than were sent")
+    acked = 0
+    for item, ack in zip(sent, acks, strict=False):
+        if not isinstance(ack, dict):
+            raise NotAcknowledged(f"batch answer item {acked} is not an object", status=status)
+        if ack.get("id") != item["id"]:
+            raise NotAcknowledged(
+                f"batch answer item {acked} names id {ack.get('id')!r}, not {item['id']!r}",
+                status=status,
+            )
+        if ack.get("ack") is not True:
+            break
+        acked += 1
+    error = answer.get("error")
+    return BatchAnswer(acked, error if isinstance(error, dict) else None)

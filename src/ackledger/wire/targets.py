@@ -1,0 +1,81 @@
+"""Where a request may go: the allow-lists, checked before any connection or name look-up.
+
+Only ``http://`` URLs to a loopback host (or a host given explicitly) with exactly the expected
+path are accepted; user information, queries, fragments and port 0 are refused as
+:class:`UnsafeTarget`. Time-outs are checked here too, as every request takes one.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from ..errors import UnsafeTarget
+
+#: The longest time-out a request takes, in seconds (a day is already no time-out at all for a
+#: relay; far beyond it a socket's own range ends and the system call itself would fail).
+MAX_TIMEOUT_S = 86400.0
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+@dataclass(frozen=True)
+class Target:
+    host: str
+    port: int
+    path: str
+
+
+def check_target(
+    url: object, path: str = "/events", allowed_hosts: Iterable[str] | None = None
+) -> Target:
+    """Parse ``url`` or raise :class:`UnsafeTarget`; makes no connection and no DNS query."""
+    if not isinstance(url, str):
+        raise UnsafeTarget(f"url: must be a string, got {type(url).__name__}")
+    hosts = None if allowed_hosts is None else tuple(allowed_hosts)
+    for extra in hosts or ():
+        if not isinstance(extra, str) or not extra:
+            raise TypeError(f"allowed_hosts: every host must be a non-empty string, got {extra!r}")
+    # A relay sends every event to the same URL: parse it once, not once per event.
+    return _check_target(url, path, hosts)
+
+
+@functools.lru_cache(maxsize=256)
+def _check_target(url: str, path: str, allowed_hosts: tuple[str, ...] | None) -> Target:
+    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
+        raise UnsafeTarget("url: must not contain whitespace or control characters")
+    if "?" in url or "#" in url:
+        raise UnsafeTarget("url: a query or fragment is not allowed")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise UnsafeTarget(f"url: cannot be parsed: {exc}") from None
+    if parts.scheme != "http":
+        raise UnsafeTarget(f"url: only http:// is allowed, got {parts.scheme or 'none'!r}")
+    if "@" in parts.netloc:
+        raise UnsafeTarget("url: user information is not allowed")
+    host = (parts.hostname or "").lower()
+    allowed = LOOPBACK_HOSTS | {h.lower() for h in (allowed_hosts or ())}
+    if host not in allowed:
+        raise UnsafeTarget(
+            f"url: host {host or '(none)'!r} is not allowed (allowed: 127.0.0.1, localhost, [::1]"
+            " and any host given explicitly)"
+        )
+    if parts.path != path:
+        raise UnsafeTarget(f"url: the path must be exactly {path}, got {parts.path or '/'!r}")
+    if port == 0:
+        raise UnsafeTarget("url: port 0 is not a port a service can listen on")
+    return Target(host, port if port is not None else 80, path)
+
+
+def check_timeout(timeout: object) -> float:
+    """A request time-out in seconds: more than 0, at most ``MAX_TIMEOUT_S``."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise ValueError(f"timeout: must be a number of seconds, got {type(timeout).__name__}")
+    if not 0 < timeout <= MAX_TIMEOUT_S:  # also refuses nan
+        raise ValueError(
+            f"timeout: must be more than 0 and at most {MAX_TIMEOUT_S:.0f} seconds, got {timeout!r}"
+        )
+    return float(timeout)

@@ -1,0 +1,174 @@
+"""``ackledger.sender``: the one way the relay builds a sender from a URL."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+import ackledger
+from ackledger import NotAcknowledged, UnsafeTarget
+from ackledger.wire import sender as sender_module
+from ackledger.wire.http import close_connections
+from ackledger.wire.sender import HttpSender, Refusal
+from tests.rawserver import RawServer, forbid_network, http_answer
+
+BATCH = [{"id": f"b-{i}", "sku": "s", "qty": 1} for i in range(3)]
+
+
+@pytest.fixture(autouse=True)
+def fresh_connections() -> Iterator[None]:
+    close_connections()
+    yield
+    close_connections()
+
+
+def answer(payload: object, status: int = 200) -> bytes:
+    return http_answer(status, json.dumps(payload).encode())
+
+
+def acks(*ids: str) -> list[dict[str, object]]:
+    return [{"id": i, "ack": True, "status": "applied"} for i in ids]
+
+
+def refusing_b1(error: dict[str, object] | None) -> bytes:
+    payload: dict[str, object] = {"acks": [*acks("b-0"), {"id": "b-1", "ack": False}]}
+    if error is not None:
+        payload["error"] = error
+    return answer(payload)
+
+
+def test_sender_is_a_top_level_name() -> None:
+    assert "sender" in ackledger.__all__
+    assert ackledger.sender is sender_module.sender
+
+
+def test_send_returns_true_for_the_exact_ack() -> None:
+    def ack(body: bytes) -> bytes:
+        return answer({"ack": True, "id": json.loads(body)["id"]})
+
+    with RawServer(ack) as server:
+        sender = ackledger.sender(server.url)
+        assert isinstance(sender, HttpSender)
+        assert sender.send(BATCH[0]) is True
+        assert json.loads(server.requests[0]) == BATCH[0]
+        assert sender.refusal is None
+
+
+def test_a_refused_batch_item_is_kept_until_the_next_send_batch() -> None:
+    answers = iter(
+        [
+            refusing_b1({"status": 422, "detail": "qty: conflict", "title": "Conflict"}),
+            answer({"acks": acks("b-0", "b-1", "b-2")}),
+        ]
+    )
+    with RawServer(lambda body: next(answers)) as server:
+        sender = ackledger.sender(server.url)
+        assert sender.send_batch(BATCH) == 1
+        assert sender.refusal == Refusal("b-1", 422, "qty: conflict")
+        assert sender.refusal == Refusal("b-1", 422, "qty: conflict")  # reading keeps it
+        assert sender.send_batch(BATCH) == 3
+        assert sender.refusal is None
+        assert [json.loads(body) for body in server.requests] == [BATCH, BATCH]
+
+
+def test_a_send_batch_that_raises_forgets_the_earlier_refusal() -> None:
+    answers = iter([refusing_b1({"status": 422, "detail": "no"}), answer({"detail": "x"}, 500)])
+    with RawServer(lambda body: next(answers)) as server:
+        sender = ackledger.sender(server.url)
+        assert sender.send_batch(BATCH) == 1
+        assert sender.refusal is not None
+        with pytest.raises(NotAcknowledged, match="500"):
+            sender.send_batch(BATCH)
+        assert sender.refusal is None
+
+
+@pytest.mark.parametrize(
+    ("error", "refusal"),
+    [
+        ({"status": 409, "title": "Conflict"}, Refusal("b-1", 409, "Conflict")),
+        ({"status": "422", "detail": "qty"}, Refusal("b-1", None, "qty")),
+        ({"status": True, "detail": "qty"}, Refusal("b-1", None, "qty")),
+        (None, Refusal("b-1", None, "not acknowledged")),
+    ],
+    ids=["title-only", "status-not-int", "status-bool", "no-error"],
+)
+def test_the_refusal_takes_what_the_problem_gives(
+    error: dict[str, object] | None, refusal: Refusal
+) -> None:
+    with RawServer(lambda body: refusing_b1(error)) as server:
+        sender = ackledger.sender(server.url)
+        assert sender.send_batch(BATCH) == 1
+        assert sender.refusal == refusal
+
+
+def test_close_releases_the_kept_connection() -> None:
+    def ack(body: bytes) -> bytes:
+        return answer({"ack": True, "id": json.loads(body)["id"]})
+
+    with RawServer(ack) as server:
+        sender = ackledger.sender(server.url)
+        assert sender.send(BATCH[0]) is True
+        assert sender.send(BATCH[1]) is True
+        assert server.connections == 1
+        sender.close()
+        assert sender.send(BATCH[2]) is True
+        assert server.connections == 2
+
+
+@pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    return forbid_network(monkeypatch)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "amqp://127.0.0.1/events",
+        "nats://127.0.0.1:4222/events",
+        "ftp://127.0.0.1/events",
+        "file:///events",
+        "127.0.0.1/events",
+        "",
+    ],
+)
+def test_an_unknown_scheme_is_refused_before_any_connection(
+    url: str, no_network: list[object]
+) -> None:
+    with pytest.raises(UnsafeTarget, match="scheme"):
+        ackledger.sender(url)
+    assert no_network == []
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://sink.invalid/events",
+        "http://sink.invalid:8080/events",
+        "https://sink.invalid/events",
+        "http://127.0.0.1@sink.invalid/events",
+        "https://127.0.0.1/events",
+        "http://127.0.0.1/other",
+    ],
+)
+def test_an_unsafe_http_target_is_refused_before_any_connection(
+    url: str, no_network: list[object]
+) -> None:
+    with pytest.raises(UnsafeTarget):
+        ackledger.sender(url)
+    assert no_network == []
+
+
+def test_an_explicit_allow_list_reaches_the_sender(no_network: list[object]) -> None:
+    built = ackledger.sender("http://sink.invalid:81/events", allowed_hosts=["sink.invalid"])
+    assert isinstance(built, HttpSender)
+    assert built.batch_url == "http://sink.invalid:81/events/batch"
+    assert no_network == []
+
+
+def test_a_non_string_url_and_a_bad_timeout_are_refused() -> None:
+    with pytest.raises(UnsafeTarget):
+        ackledger.sender(b"http://127.0.0.1/events")
+    with pytest.raises(ValueError, match="timeout"):
+        ackledger.sender("http://127.0.0.1/events", timeout=0)
