@@ -166,7 +166,7 @@ def write(
          "default), and again with `mark_sync='last'` (each mark committed as it is earned, "
          "one fsync per call of up to 16 events; the sink still fsyncs every event before "
          "it answers); batch: `dispatch_batch` + `send_http_batch` to `/events/batch`, 16 "
-         "events a request. The relay's HTTP client is ackledger's own (`transport.py`); "
+         "events a request. The relay's HTTP client is ackledger's own (`wire/http.py`); "
          "the floors' round trip uses `http.client`, as the issue defines it.", "relay.png"),
         ("The sink under concurrent clients", "sink.", "Keep-alive clients (`bench/load.py`, "
          "asyncio, one connection each) posting new events to `/events` of one sink process "
