@@ -189,6 +189,13 @@ class LeasedPartition:
     def record_failure(self, event_id: str, error: str) -> None:
         self.leases.outbox.record_failure(event_id, error)
 
+    # The relay's poison policy: the outbox's own operations (an operator's hold needs no lease).
+    def amend_error(self, event_id: str, error: str) -> None:
+        self.leases.outbox.amend_error(event_id, error)
+
+    def quarantine(self, event_id: str, reason: str) -> int:
+        return self.leases.outbox.quarantine(event_id, reason)
+
     def renew(self, ttl: float | None = None) -> None:
         self.lease = self.leases.renew(self.lease, ttl)
 

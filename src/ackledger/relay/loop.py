@@ -1,24 +1,22 @@
 """The long-running relay: send what is pending, wait out failures, stop cleanly.
 
-Each round is one ``dispatch`` (or ``dispatch_batch``) call, so every rule of CONTRACT section
-4 holds unchanged: read, then send, mark only exact ACKs, stop at the first failure. Around it
-the relay decides what to do next:
+One loop for every relay. Its picker (``relay.pickers``) says what it sends from: the whole
+outbox, or one leased partition at a time. Each round is one ``dispatch`` (or
+``dispatch_batch``) call on the pick, so every rule of CONTRACT section 4 holds unchanged:
+read, then send, mark only exact ACKs, stop at the first failure. Around it the loop decides
+what to do next:
 
 - something was sent: go again at once (more may be pending), and forget past failures;
 - nothing was pending: poll again after ``poll_interval``;
-- a transient failure (no connection, a time-out, a 5xx, an answer that is not an ACK): wait a
-  capped, jittered backoff and try the same event again;
+- a transient failure (no connection, a time-out, a 5xx, an answer that is not an ACK, the
+  store failing around the send): draw a capped, jittered backoff and let the pick wait it out
+  (the whole outbox: the loop sleeps; a partition: parked, the loop goes on with others);
 - a permanent failure (the sink answered 4xx: this event will never be accepted as it is):
   alert, then by policy stop, or quarantine the event and go on with the ones behind it.
 
 A stop request (SIGTERM/SIGINT in the command) is only looked at between sends: the send in
 flight finishes and, if it was acknowledged, is marked, so a stop never leaves an event that
 the sink has applied but the outbox does not know about. Waits end early on a stop.
-
-The relay reaches the outbox only through :class:`RelaySource`: ``pending`` is the selection,
-the marks are ``mark_sent``/``mark_sent_many`` (called by dispatch), and ``quarantine`` and
-``stats`` serve the poison policy and the metrics. An ``Outbox`` is a RelaySource; a relay that
-works under partition leases gets a view that selects its partitions and marks under its lease.
 """
 
 from __future__ import annotations
@@ -30,11 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .._core.logline import abridged_ids, log_event
-from ..errors import NotAcknowledged
-from ..source.dispatch import Source, StopRequested, dispatch_batch_marking, dispatch_marking
-from ..source.marking import Marking, MarksBehind, marking_for
-from ..source.outbox import Outbox
+from ..errors import LeaseLost, NotAcknowledged
+from ..source.dispatch import StopRequested, dispatch_batch_marking, dispatch_marking
 from ..wire.sender import Sender, sender
+from .pickers import Pick, Picker, RelaySource
 from .policy import (
     EXIT_POISON,
     EXIT_STOPPED,
@@ -47,7 +44,6 @@ from .policy import (
     quarantine_reason,
     stopping_on_poison,
 )
-from .settings import RelaySettings
 
 logger = logging.getLogger("ackledger.relay")
 
@@ -55,14 +51,38 @@ logger = logging.getLogger("ackledger.relay")
 _WAIT_SLICE = 0.05
 
 
-class RelaySource(Source, Protocol):
-    """What the relay needs from the outbox (see the module docstring)."""
+class Stop(Protocol):
+    """A stop request: :class:`StopFlag`, or a ``threading.Event`` set from another thread."""
 
-    def amend_error(self, event_id: str, error: str) -> None: ...
+    def set(self) -> None: ...
 
-    def quarantine(self, event_id: str, reason: str) -> int: ...
+    def is_set(self) -> bool: ...
 
-    def stats(self) -> dict[str, Any]: ...
+    def wait(self, timeout: float) -> bool: ...
+
+
+class StopFlag:
+    """A stop request that a signal handler may set: a plain flag, where ``Event.set`` takes a
+    lock that the handler's own thread may hold, mid-wait."""
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout: float) -> bool:
+        """Sleep until set or ``timeout`` seconds have passed; returns whether it is set."""
+        deadline = time.monotonic() + timeout
+        while not self._set:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(left, _WAIT_SLICE))
+        return self._set
 
 
 @dataclass
@@ -117,50 +137,57 @@ class _Sends:
 
 
 class Relay:
+    """Relays from ``picker`` (its ``settings`` say how) with ``wire`` (built from the
+    settings when not given). ``stop`` ends the loop after the send in flight (default: a
+    :class:`StopFlag`, see ``request_stop``); ``log``, if given, gets each line's text instead
+    of the relay's logger; ``after_delivery`` is called with each acknowledged id before its
+    mark (drills; see dispatch)."""
+
     def __init__(
         self,
-        source: RelaySource,
-        settings: RelaySettings,
+        picker: Picker,
         *,
-        sleep: Callable[[float], None] = time.sleep,
-        marker: Outbox | None = None,
         wire: Sender | None = None,
+        stop: Stop | None = None,
+        log: Callable[[str], None] | None = None,
+        after_delivery: Callable[[str], object] | None = None,
     ) -> None:
-        self.source = source
-        self.settings = settings
-        self.backoff = settings.backoff(settings.rng())
+        self.picker = picker
+        self.settings = settings = picker.settings
         self.counts = RelayCounts()
-        self._sleep = sleep
-        self._stop = False
+        self.stop: Stop = stop if stop is not None else StopFlag()
+        self._stopping = self.stop.is_set
+        self._log = log
         if wire is None:
             wire = sender(
                 settings.url, timeout=settings.timeout, allowed_hosts=settings.allowed_hosts
             )
-        self._sends = _Sends(wire, lambda: self._stop)
+        self._sends = _Sends(wire, self._stopping)
+        self._after_one = after_delivery
+        self._after_batch = None if after_delivery is None else _each(after_delivery)
         # One strategy marks what was acknowledged: inline (each, last) or behind the next send.
-        self._marking: Marking = marking_for(settings.mark_sync)
-        if settings.pipeline:
-            if not isinstance(source, Outbox) or marker is None:
-                raise ValueError("pipeline: needs an Outbox source and a marker Outbox")
-            self._marking = MarksBehind(source, marker)
+        self._marking = picker.marking()
         #: The permanent failure that stopped the relay (``--on-poison stop``), if any.
         self.poisoned: Failure | None = None
+        #: The events this relay quarantined (``--on-poison quarantine``).
+        self.quarantined: list[str] = []
 
     def request_stop(self) -> None:
-        """Finish the send in flight, then leave ``run`` (safe to call from a signal handler)."""
-        self._stop = True
+        """Finish the send in flight, then leave ``run`` (safe to call from a signal handler
+        with the default ``stop``)."""
+        self.stop.set()
 
     @property
     def stopping(self) -> bool:
-        return self._stop
+        return self._stopping()
 
     def run(self) -> int:
         """Relay until asked to stop (returns 0) or stopped by a poison event (EXIT_POISON)."""
         settings = self.settings
-        log_event(
-            logger, logging.INFO, "started",
-            f"relaying to {settings.url}", batch=settings.batch, limit=settings.limit,
-            on_poison=settings.on_poison, pending=self.source.stats()["pending"],
+        message, fields = self.picker.started()
+        self._note(
+            logging.INFO, "started", message,
+            batch=settings.batch, limit=settings.limit, on_poison=settings.on_poison, **fields,
         )  # fmt: skip
         try:
             code = self._loop()
@@ -168,55 +195,78 @@ class Relay:
             # The last batch's marks land before the relay reports that it stopped.
             self._marking.close()
         if code == EXIT_STOPPED:
-            log_event(
-                logger, logging.INFO, "stopped", "stop requested; the send in flight was finished"
-            )
+            self._note(logging.INFO, "stopped", "stop requested; the send in flight was finished")
         return code
 
     def _loop(self) -> int:
-        while not self._stop:
+        picker = self.picker
+        while not self._stopping():
             try:
-                marked = self.step()
-            except StopRequested:
-                break
+                pick = picker.pick()
+                if pick is None or not self._work(pick):
+                    self._wait(self.settings.poll_interval)
             except Exception as exc:
-                failure = self.classify(exc)
-                if failure.kind == PERMANENT:
-                    if not self._on_poison(failure):
-                        return EXIT_POISON
-                else:
-                    self._wait(self._on_transient(failure))
-                continue
-            if marked:
-                self._on_success(marked)
-            else:
-                self._wait(self.settings.poll_interval)
-        return EXIT_STOPPED
+                # The store failed outside a round (a lease's claim or release, a
+                # quarantine): a leasing relay waits it out, the single loop ends.
+                wait = picker.unreachable(exc, self._note)
+                self.counts.store_errors += 1
+                self._wait(wait)
+        return EXIT_STOPPED if self.poisoned is None else EXIT_POISON
 
-    def step(self) -> list[str]:
+    def _work(self, pick: Pick) -> bool:
+        """Rounds on one pick until it is drained, fails or has had its turn; returns False
+        if it had nothing to send (the loop then polls)."""
+        busy = False
+        try:
+            while True:
+                marked = self.step(pick.source)
+                if marked:
+                    busy = True
+                    self._on_success(pick, marked)
+                if self._stopping() or not pick.again(marked):
+                    break
+            pick.release()
+        except StopRequested:
+            pick.release()  # stopped between two sends: everything sent so far is marked
+        except LeaseLost as exc:
+            pick.lost(exc, self._note)
+            return True
+        except Exception as exc:
+            failure = self.classify(pick.source, exc)
+            if failure.kind == PERMANENT:
+                self._on_poison(pick, failure)
+            else:
+                self._wait(pick.park(self._on_transient(pick, failure), self._note))
+            return True
+        finally:
+            pick.done()
+        return busy
+
+    def step(self, source: RelaySource) -> list[str]:
         """One dispatch call; returns the ids marked sent, raises what stopped it."""
         self._sends.new_round()
         before = self.counts.succeeded
         try:
             if self.settings.batch:
                 return dispatch_batch_marking(
-                    self.source, self._sends.many, self.settings.limit, None, self._marking
-                )
+                    source, self._sends.many, self.settings.limit, self._after_batch,
+                    self._marking,
+                )  # fmt: skip
             return dispatch_marking(
-                self.source, self._sends.one, self.settings.limit, None, self._marking
+                source, self._sends.one, self.settings.limit, self._after_one, self._marking
             )
         finally:
             self.counts.succeeded = before + self._sends.acked
             self.counts.attempted += self._sends.acked
 
-    def classify(self, exc: Exception) -> Failure:
+    def classify(self, source: RelaySource, exc: Exception) -> Failure:
         """Turn what stopped a round into a Failure, counted in the relay's metrics."""
         sends = self._sends
         refusal = sends.wire.refusal
         if refusal is not None and isinstance(exc, NotAcknowledged):
             failure = failure_of(exc, refusal)  # a batch whose answer refused one item
             # dispatch_batch recorded "only n of m acknowledged"; keep the sink's reason.
-            self.source.amend_error(refusal.event_id, failure.message)
+            source.amend_error(refusal.event_id, failure.message)
         elif exc is sends.error:
             failure = failure_of(exc, None, sends.failed_id)
         else:
@@ -228,68 +278,88 @@ class Relay:
         self.counts.failed[failure.kind] += 1
         return failure
 
-    def _on_success(self, marked: list[str]) -> None:
-        if self.counts.consecutive_failures:
-            log_event(
-                logger, logging.INFO, "recovered",
-                f"sending again after {self.counts.consecutive_failures} failed round(s)",
+    def _on_success(self, pick: Pick, marked: list[str]) -> None:
+        failures = pick.backoff.failures
+        if failures:
+            self._note(
+                logging.INFO, "recovered", f"sending again after {failures} failed round(s)",
+                **pick.fields,
             )  # fmt: skip
-        self.backoff.reset()
+            pick.recovered()
         self.counts.consecutive_failures = 0
         self.counts.backoff_s = 0.0
-        log_event(
-            logger, logging.INFO, "sent", f"sent {len(marked)} event(s)",
-            ids=abridged_ids(marked), last=marked[-1],
+        self._note(
+            logging.INFO, "sent", f"sent {len(marked)} event(s)",
+            **pick.fields, ids=abridged_ids(marked), last=marked[-1],
         )  # fmt: skip
 
-    def _on_transient(self, failure: Failure) -> float:
-        delay = self.backoff.next_delay()
+    def _on_transient(self, pick: Pick, failure: Failure) -> float:
+        delay = pick.backoff.next_delay()
         self.counts.consecutive_failures += 1
         self.counts.backoff_s = delay
-        log_event(
-            logger, logging.WARNING, "send-failed",
+        self._note(
+            logging.WARNING, "send-failed",
             f"{failure.message}; retrying in {delay:.2f}s",
             id=failure.event_id or "-", failure_class=failure.kind,
-            failures_in_a_row=self.counts.consecutive_failures,
+            failures_in_a_row=pick.backoff.failures, **pick.fields,
         )  # fmt: skip
         return delay
 
-    def _on_poison(self, failure: Failure) -> bool:
-        """Alert on a permanent failure; returns False when the policy says stop."""
+    def _on_poison(self, pick: Pick, failure: Failure) -> None:
+        """Alert on a permanent failure, then stop or quarantine it, as the policy says."""
         event_id = failure.event_id or "?"
         policy = self.settings.on_poison
         self.counts.poison[policy] += 1
-        log_event(
-            logger, logging.ERROR, "poison",
+        self._note(
+            logging.ERROR, "poison",
             f"ALERT: the sink refused event {event_id} permanently ({failure.message}); "
             f"everything behind it is blocked; policy --on-poison {policy}",
             id=event_id, status=failure.status if failure.status is not None else "-",
+            **pick.fields,
         )  # fmt: skip
         if policy == "stop" or failure.event_id is None:
             self.poisoned = failure
-            log_event(
-                logger, logging.ERROR, "stopped-on-poison",
-                stopping_on_poison(event_id), id=event_id,
+            self._note(
+                logging.ERROR, "stopped-on-poison",
+                stopping_on_poison(event_id), id=event_id, **pick.fields,
             )  # fmt: skip
-            return False
-        reason = quarantine_reason(failure)
+            self.stop.set()
+        else:
+            self._quarantine(pick, failure.event_id, quarantine_reason(failure))
+        pick.release()
+
+    def _quarantine(self, pick: Pick, event_id: str, reason: str) -> None:
         try:
-            seq = self.source.quarantine(failure.event_id, reason)
+            seq = pick.source.quarantine(event_id, reason)
         except (KeyError, ValueError) as exc:
             # Someone else already moved it (an operator, or another relay): nothing to do.
-            log_event(logger, logging.WARNING, "quarantine-skipped", describe(exc), id=event_id)
-            return True
-        log_event(
-            logger, logging.ERROR, "quarantined",
+            self._note(
+                logging.WARNING, "quarantine-skipped", describe(exc), id=event_id, **pick.fields
+            )
+            return
+        self.quarantined.append(event_id)
+        self._note(
+            logging.ERROR, "quarantined",
             f"event {event_id} quarantined; the events behind it go on (a reorder), "
-            "requeue it once fixed", id=event_id, seq=seq,
+            "requeue it once fixed", id=event_id, seq=seq, **pick.fields,
         )  # fmt: skip
-        return True
+
+    def _note(self, level: int, event: str, message: str, **fields: object) -> None:
+        if self._log is not None:
+            self._log(message)
+        else:
+            log_event(logger, level, event, message, **self.picker.fields, **fields)
 
     def _wait(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while not self._stop:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            self._sleep(min(left, _WAIT_SLICE))
+        if seconds > 0:
+            self.stop.wait(seconds)
+
+
+def _each(after_delivery: Callable[[str], object]) -> Callable[[list[str]], None]:
+    """A batch round's ``after_delivery``: the per-event callback, once per acknowledged id."""
+
+    def after_batch(ids: list[str]) -> None:
+        for event_id in ids:
+            after_delivery(event_id)
+
+    return after_batch

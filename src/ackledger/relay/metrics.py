@@ -22,7 +22,7 @@ Stats = Callable[[], dict[str, Any]]
 
 
 class RelayCollector(Collector):
-    """Serves the single-loop relay and the partition worker alike: both keep RelayCounts."""
+    """Serves the one relay loop, on the whole outbox or on leased partitions (RelayCounts)."""
 
     def __init__(self, stats: Stats, counts: RelayCounts) -> None:
         self._stats = stats

@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import sys
-import threading
 from collections.abc import Callable
 from dataclasses import asdict
 from types import FrameType
@@ -23,7 +22,8 @@ from ..source.outbox import Outbox
 from ..store import without_password
 from ..wire.sender import Sender, sender
 from .loop import Relay, RelayCounts, logger
-from .partition_worker import PartitionWorker
+from .partitions import PartitionWorker
+from .pickers import WholeOutbox
 from .policy import EXIT_POISON, EXIT_STOPPED
 from .settings import RelaySettings
 
@@ -55,7 +55,7 @@ def run(
                 return _leasing(settings, outbox, wire, metrics_at, _pause_after(pause_after_acks))
             marker = Outbox(source, synchronous=synchronous) if settings.pipeline else None
             try:
-                relay = Relay(outbox, settings, marker=marker, wire=wire)
+                relay = Relay(WholeOutbox(outbox, settings, marker), wire=wire)
                 code = _serving(outbox, relay.counts, relay.request_stop, relay.run, metrics_at)
             finally:
                 if marker is not None:
@@ -81,9 +81,8 @@ def _leasing(
     after_delivery: Callable[[str], object] | None,
 ) -> int:
     """One of N relays: the partition worker, its report printed as one JSON line."""
-    stop = threading.Event()
-    worker = PartitionWorker(outbox, settings, wire, stop=stop, after_delivery=after_delivery)
-    report = _serving(outbox, worker.counts, stop.set, worker.run, metrics_at)
+    worker = PartitionWorker(outbox, settings, wire, after_delivery=after_delivery)
+    report = _serving(outbox, worker.counts, worker.relay.request_stop, worker.run, metrics_at)
     print(json.dumps(asdict(report)), flush=True)
     if report.poisoned is not None:
         print(f"ackledger relay: stopped on poison event {report.poisoned}", file=sys.stderr)

@@ -1,0 +1,254 @@
+"""What the relay loop sends from: the whole outbox, or one leased partition at a time.
+
+The loop (``relay.loop``) asks its picker for a *pick*, runs dispatch rounds on the pick's
+``source`` and tells the pick how they ended. A pick owns what differs between the two:
+
+- :class:`WholeOutbox` (SQLite, or ``--single`` on PostgreSQL): one pick, the outbox itself,
+  one round at a time; a failure makes the loop wait out the backoff before the next round.
+- :class:`LeasedPartitions` (one of N relays): each pick is a partition leased for up to
+  ``BATCHES_PER_LEASE`` rounds (renewed between them), released when drained. A failure
+  *parks* the partition (its lease kept, unrenewed, for its own backoff) and the loop turns
+  to other partitions at once, so a failing partition never stops the others. A crashed
+  relay's leases end by expiry (``lease_ttl``).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from .._core.backoff import Backoff
+from ..errors import LeaseLost
+from ..source.dispatch import Source
+from ..source.marking import Marking, MarksBehind, marking_for
+from ..source.outbox import Outbox
+from .leases import Lease, LeasedPartition, PartitionLeases
+from .policy import Failure
+from .settings import RelaySettings
+
+BATCHES_PER_LEASE = 16
+
+
+class RelaySource(Source, Protocol):
+    """What the loop reads, marks and quarantines in: an ``Outbox`` or a ``LeasedPartition``."""
+
+    def amend_error(self, event_id: str, error: str) -> None: ...
+
+    def quarantine(self, event_id: str, reason: str) -> int: ...
+
+
+class Note(Protocol):
+    """The loop's one way to log a line (it adds the picker's ``fields``)."""
+
+    def __call__(self, level: int, event: str, message: str, **fields: object) -> None: ...
+
+
+class Pick(Protocol):
+    """One thing the loop sends from, until it is drained, fails or has had its turn."""
+
+    source: RelaySource
+    #: This pick's failure schedule; ``failures`` is its failed rounds in a row.
+    backoff: Backoff
+    #: Added to every log line about this pick (``partition``).
+    fields: dict[str, object]
+
+    def again(self, marked: list[str]) -> bool:
+        """After a round: True to go on with another round now, False when done."""
+
+    def release(self) -> None:
+        """Done with it (drained, had its turn, stopped, or its poison event handled)."""
+
+    def park(self, delay: float, note: Note) -> float:
+        """A failed round: returns how long the loop waits before its next round."""
+
+    def lost(self, exc: LeaseLost, note: Note) -> None:
+        """A mark was refused: the pick has another owner now."""
+
+    def recovered(self) -> None:
+        """A round marked events after failed ones: forget them."""
+
+    def done(self) -> None:
+        """Called last, however the pick ended."""
+
+
+class Picker(Protocol):
+    settings: RelaySettings
+    #: Added to every log line of the relay (``owner``).
+    fields: dict[str, object]
+
+    def started(self) -> tuple[str, dict[str, object]]:
+        """The ``started`` line's text and its last fields."""
+
+    def marking(self) -> Marking:
+        """How dispatch marks what was acknowledged, for the relay's whole run."""
+
+    def pick(self) -> Pick | None:
+        """The next thing to send from; None when there is nothing to do (the loop polls)."""
+
+    def unreachable(self, exc: Exception, note: Note) -> float:
+        """The store failed outside a round: how long to wait, or raise to end the relay."""
+
+
+class WholeOutbox:
+    """The single loop's picker: every pick is the whole outbox, one round at a time."""
+
+    def __init__(self, outbox: Outbox, settings: RelaySettings, marker: Outbox | None = None):
+        if settings.pipeline and marker is None:
+            raise ValueError("pipeline: needs a marker Outbox")
+        self.settings = settings
+        self.fields: dict[str, object] = {}
+        self.outbox = outbox
+        self.source: RelaySource = outbox
+        self.backoff = settings.backoff(settings.rng())
+        self._marker = marker
+
+    def started(self) -> tuple[str, dict[str, object]]:
+        return f"relaying to {self.settings.url}", {"pending": self.outbox.stats()["pending"]}
+
+    def marking(self) -> Marking:
+        if self._marker is not None and self.settings.pipeline:
+            return MarksBehind(self.outbox, self._marker)
+        return marking_for(self.settings.mark_sync)
+
+    def pick(self) -> WholeOutbox:
+        return self
+
+    def unreachable(self, exc: Exception, note: Note) -> float:
+        raise exc  # the single loop has always let these end the relay
+
+    def again(self, marked: list[str]) -> bool:
+        return False  # the loop picks again: polls when nothing was marked
+
+    def release(self) -> None:
+        pass
+
+    def park(self, delay: float, note: Note) -> float:
+        return delay
+
+    def lost(self, exc: LeaseLost, note: Note) -> None:
+        raise exc  # no lease, so never raised
+
+    def recovered(self) -> None:
+        self.backoff.reset()
+
+    def done(self) -> None:
+        pass
+
+
+@dataclass
+class WorkerReport:
+    """What one leasing relay did, for its final line (``ackledger relay``) and for tests."""
+
+    owner: str
+    sent: int = 0
+    leases: int = 0
+    lost: int = 0
+    failures: int = 0
+    lost_partitions: list[str] = field(default_factory=list)
+    quarantined: list[str] = field(default_factory=list)
+    #: The event that stopped the relay under ``on_poison="stop"``, and why.
+    poisoned: str | None = None
+
+
+class LeasedPartitions:
+    """One of N relays: picks are leased partitions (``settings.owner`` names the leases)."""
+
+    def __init__(self, outbox: Outbox, settings: RelaySettings) -> None:
+        if settings.owner is None:
+            raise ValueError("owner: a partition worker needs a name for its lease rows")
+        self.settings = settings
+        self.outbox = outbox
+        self.leases = PartitionLeases(outbox, settings.owner, settings.lease_ttl)
+        self.fields: dict[str, object] = {"owner": settings.owner}
+        self.report = WorkerReport(settings.owner)
+        self._rng = settings.rng() or random.Random()
+        # One schedule per parked partition (a success forgets it), one for the database.
+        self.parked: dict[str, Backoff] = {}
+        self._database = self.new_backoff()
+
+    def new_backoff(self) -> Backoff:
+        return self.settings.backoff(self._rng)
+
+    def started(self) -> tuple[str, dict[str, object]]:
+        return f"leasing partitions of {self.outbox.backend.location}", {}
+
+    def marking(self) -> Marking:
+        # Inline marks only (each, last): a mark must check the lease, so none can land behind.
+        return marking_for(self.settings.mark_sync)
+
+    def pick(self) -> _Partition | None:
+        lease = self.leases.claim()
+        self._database.reset()
+        if lease is None:
+            return None
+        self.report.leases += 1
+        return _Partition(self, lease)
+
+    def unreachable(self, exc: Exception, note: Note) -> float:
+        self.report.failures += 1
+        wait = self._database.next_delay()
+        note(
+            logging.WARNING, "database-error",
+            f"database error: {type(exc).__name__}: {exc}; retrying in {wait:.2f}s",
+        )  # fmt: skip
+        return wait
+
+
+class _Partition:
+    """One leased partition as a pick."""
+
+    def __init__(self, picker: LeasedPartitions, lease: Lease) -> None:
+        self._picker = picker
+        self.view = LeasedPartition(picker.leases, lease)
+        self.source: RelaySource = self.view
+        key = lease.partition
+        self.backoff = picker.parked.get(key) or picker.new_backoff()
+        self.fields: dict[str, object] = {"partition": key}
+        self._rounds = 0
+
+    def again(self, marked: list[str]) -> bool:
+        self._rounds += 1
+        if len(marked) < self._picker.settings.limit or self._rounds >= BATCHES_PER_LEASE:
+            return False  # drained (for now), or busy partitions take turns
+        self.view.renew()  # raises LeaseLost if it ended while we were sending
+        return True
+
+    def release(self) -> None:
+        self.view.release()
+
+    def park(self, delay: float, note: Note) -> float:
+        """Keep the lease, unrenewed, for ``delay``: nobody retries the partition before
+        then, and the loop turns to other partitions at once."""
+        self._picker.report.failures += 1
+        self._picker.parked[self.view.partition] = self.backoff
+        try:
+            self.view.renew(delay)
+        except Exception as exc:  # the lease is gone or the database is: either way, move on
+            note(logging.WARNING, "park-failed", f"could not park {self.view.partition!r}: {exc}")
+        return 0.0
+
+    def lost(self, exc: LeaseLost, note: Note) -> None:
+        report = self._picker.report
+        report.lost += 1
+        report.lost_partitions.append(self.view.partition)
+        note(logging.WARNING, "lease-lost", f"lease lost: {exc}", **self.fields)
+
+    def recovered(self) -> None:
+        self.backoff.reset()
+        self._picker.parked.pop(self.view.partition, None)
+
+    def done(self) -> None:
+        self._picker.report.sent += self.view.marked
+
+
+def report_of(
+    picker: LeasedPartitions, quarantined: list[str], poisoned: Failure | None
+) -> WorkerReport:
+    """The picker's report, completed with what the loop quarantined or stopped on."""
+    report = picker.report
+    report.quarantined = quarantined
+    if poisoned is not None:
+        report.poisoned = f"{poisoned.event_id or '?'}: {poisoned.message}"
+    return report
