@@ -16,7 +16,7 @@ import pytest
 
 from ackledger import Inbox, Outbox
 from ackledger._dev.procs import run_cli
-from ackledger.cli.common import open_outbox
+from ackledger.cli.arguments import open_outbox
 from tests.test_cli import assert_one_line_error
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ import uuid
 
 from ..ledger.ledger import DEFAULT_RETENTION_SECONDS, MODES, LedgerRequest, check_request
 from ..wire.targets import check_target
-from .common import add_http_client, duration_arg, existing_target, json_arg
+from .arguments import add_http_client, duration_arg, existing_target, json_arg
 
 #: ``--fail-after-save``: EX_TEMPFAIL, the status a Job treats as a failed Pod and retries.
 EXIT_FAIL_AFTER_SAVE = 75

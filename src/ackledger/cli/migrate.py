@@ -7,7 +7,7 @@ import json
 import sys
 
 from ..store.schema import upgrade_schema
-from .common import add_synchronous
+from .arguments import add_synchronous
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

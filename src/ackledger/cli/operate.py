@@ -19,7 +19,7 @@ from ..ops.timestamps import utc_timestamp
 from ..ops.trace import trace, trace_text
 from ..store import is_postgres
 from ..wire.targets import check_target
-from .common import add_source, duration_arg, existing_target, open_outbox
+from .arguments import add_source, duration_arg, existing_target, open_outbox
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

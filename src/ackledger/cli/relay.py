@@ -11,7 +11,7 @@ from ..relay.policy import POISON_POLICIES
 from ..relay.settings import RelaySettings
 from ..source.marking import MARK_SYNCS
 from ..store import is_postgres
-from .common import (
+from .arguments import (
     add_http_client,
     add_source,
     add_synchronous,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from .common import add_synchronous, port_arg
+from .arguments import add_synchronous, port_arg
 
 if TYPE_CHECKING:
     import socket

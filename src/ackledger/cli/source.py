@@ -11,7 +11,7 @@ from ..event import validate_event
 from ..ops.listings import pending_table
 from ..source.dispatch import dispatch, dispatch_batch
 from ..wire.sender import sender
-from .common import (
+from .arguments import (
     add_http_client,
     add_source,
     add_synchronous,
