@@ -197,3 +197,13 @@ assert ackledger.send_http({"id": "e-1", "sku": "s", "qty": 1}, url) is True
 print("ok")
 """
     assert in_fresh_python(code) == "ok"
+
+
+@pytest.mark.parametrize("length", [b"+2", b"2, 2", b"two"])
+def test_a_refusal_with_a_bad_length_keeps_its_status(length: bytes) -> None:
+    # The status decides transient or permanent: a 422 whose framing is malformed must still
+    # be judged a refusal (poison), never a retry of a malformed answer.
+    answer = b"HTTP/1.1 422 Unprocessable Content\r\nContent-Length: " + length + b"\r\n\r\n{}"
+    with RawServer(lambda body: answer) as server, pytest.raises(NotAcknowledged) as caught:
+        send_http(EVENT, server.url)
+    assert caught.value.status == 422

@@ -104,7 +104,8 @@ class _Answer:
                 raise self.problem from None
             if self.complete:  # llhttp refuses what follows a closing answer
                 raise longer_than_declared(self.status) from None
-            raise malformed(str(exc)[:80]) from None
+            # llhttp has read the status line by the time a header is refused.
+            raise malformed(str(exc)[:80], self.parser.get_status_code() or None) from None
 
     def wanted(self) -> int:
         """How many bytes the next read may ask for."""

@@ -36,8 +36,9 @@ class Framing:
         return self.length is None and not self.chunked
 
 
-def malformed(what: str) -> NotAcknowledged:
-    return NotAcknowledged(f"malformed HTTP answer: {what}")
+def malformed(what: str, status: int | None = None) -> NotAcknowledged:
+    # The status, once read, still says whether the receiver refused (4xx: permanent).
+    return NotAcknowledged(f"malformed HTTP answer: {what}", status=status)
 
 
 def closed_early(anything_read: bool = True) -> ConnectionResetError:
