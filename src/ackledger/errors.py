@@ -38,3 +38,11 @@ class UnsafeTarget(AckledgerError, ValueError):
 
 class LeaseLost(AckledgerError):
     """The partition lease expired or was taken over; this relay may no longer mark it."""
+
+
+class NoHandler(AckledgerError):
+    """The inbox has no handler for this event's type."""
+
+
+class Rejected(AckledgerError):
+    """A handler refused the event: it can never be applied (permanent, not retried)."""

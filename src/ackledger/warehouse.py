@@ -8,16 +8,25 @@ bool) from 1 to 1_000_000. ``validate`` keeps v1's strict check of the lab's fla
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from . import event as v1
 from .envelope import new_event
 from .errors import InvalidEvent
+from .store.inbox import INVENTORY_ADD
 
 TYPE = "warehouse.stock.added"
 #: The source of the events ``event`` builds when the caller names none.
 SOURCE = "urn:ackledger:warehouse"
 DATA_KEYS = ("sku", "qty")
+#: The source of every event and receipt a v1 database held (store migration 0007): v1 knew
+#: events by id alone, so they all share one source.
+LEGACY_SOURCE = "urn:ackledger:v1"
+
+
+class _Executes(Protocol):
+    def execute(self, sql: str, params: Any = ()) -> Any: ...
 
 
 def check_data(data: Any) -> dict[str, Any]:
@@ -43,3 +52,22 @@ def event(id: str, sku: str, qty: int, *, source: str = SOURCE) -> dict[str, Any
 def validate(order: object) -> dict[str, Any]:
     """v1's strict check of the flat order ``{"id", "sku", "qty"}``, with v1's messages."""
     return v1.validate_event(order)
+
+
+def apply(tx: _Executes, event: Mapping[str, Any]) -> None:
+    """The reference handler: add the event's ``qty`` to ``inventory[sku]``, inside the
+    inbox's transaction. (The inbox adds up a batch's stock itself and writes it in one
+    statement per sku; this is the same effect, one event at a time.)"""
+    data = event["data"]
+    tx.execute(INVENTORY_ADD, (data["sku"], data["qty"]))
+
+
+def v1_fingerprint(event: Mapping[str, Any]) -> str | None:
+    """The fingerprint v1 stored for this event, if it is a lab event of a v1 database (its
+    outbox and inbox rows keep v1's fingerprints); else None."""
+    if event.get("source") != LEGACY_SOURCE or event.get("type") != TYPE:
+        return None
+    data = event.get("data")
+    if not isinstance(data, dict):
+        return None
+    return v1.fingerprint({"id": event["id"], "sku": data.get("sku"), "qty": data.get("qty")})

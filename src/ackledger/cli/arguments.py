@@ -105,10 +105,16 @@ def existing_target(target: str, what: str = "source") -> str:
         raise UsageError(str(exc)) from None
 
 
-def open_outbox(target: str, synchronous: str = "FULL", *, create: bool = False) -> Outbox:
+def open_outbox(
+    target: str,
+    synchronous: str = "FULL",
+    *,
+    create: bool = False,
+    event_source: str | None = None,
+) -> Outbox:
     if not create:
         existing_target(target)
-    return Outbox(target, synchronous=synchronous)
+    return Outbox(target, synchronous=synchronous, source=event_source)
 
 
 def duration_arg(text: str) -> float:

@@ -11,9 +11,9 @@ def pending_table(items: list[dict[str, Any]]) -> str:
     """``Outbox.pending`` in seq order, one line an event."""
     if not items:
         return "nothing pending"
-    lines = [f"{'seq':>8}  {'id':<32} {'sku':<20} {'qty':>8}"]
+    lines = [f"{'seq':>8}  {'id':<32} {'type':<32} source"]
     for item in items:
-        lines.append(f"{item['seq']:>8}  {item['id']:<32} {item['sku']:<20} {item['qty']:>8}")
+        lines.append(f"{item['seq']:>8}  {item['id']:<32} {item['type']:<32} {item['source']}")
     return "\n".join(lines)
 
 

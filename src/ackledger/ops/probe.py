@@ -8,6 +8,7 @@ proxies, no redirects, capped reads); a service is named by its base URL,
 from __future__ import annotations
 
 import json
+import urllib.parse
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
@@ -51,13 +52,20 @@ def http_get(
 
 
 def sink_receipt(
-    url: str, event_id: str, *, timeout: float = 5.0, allowed_hosts: Iterable[str] | None = None
+    url: str,
+    event_id: str,
+    *,
+    source: str | None = None,
+    timeout: float = 5.0,
+    allowed_hosts: Iterable[str] | None = None,
 ) -> dict[str, Any] | None:
-    """The sink service's inbox receipt of one event (``GET /events/{id}``), or None on 404."""
+    """The sink service's inbox receipt of one event (``GET /events/{id}``, of ``source``
+    when given), or None on 404."""
     check_identifier(event_id, "event_id", 128)  # also makes the id safe as a path segment
-    status, body = http_get(
-        url, f"/events/{event_id}", timeout=timeout, allowed_hosts=allowed_hosts
-    )
+    path = f"/events/{event_id}"
+    if source is not None:
+        path += "?" + urllib.parse.urlencode({"source": source})
+    status, body = http_get(url, path, timeout=timeout, allowed_hosts=allowed_hosts)
     if status == 404:
         return None
     if status != 200:

@@ -32,16 +32,20 @@ class Stage:
     detail: str
 
 
-def read_receipt(event_id: str, sink: str) -> tuple[dict[str, Any] | None, str]:
-    """(receipt or None, where it was looked for); raises OSError/AckledgerError if the sink
-    cannot be asked."""
+def read_receipt(
+    event_id: str, sink: str, source: str | None = None
+) -> tuple[dict[str, Any] | None, str]:
+    """(receipt or None, where it was looked for): the receipt of the event's identity when
+    its ``source`` is known; raises OSError/AckledgerError if the sink cannot be asked."""
     if is_postgres(sink):
         with Inbox(sink) as inbox:
-            return inbox.receipt(event_id), f"table inbox in {inbox.backend.location}"
+            found = inbox.receipt(event_id, source=source)
+            return found, f"table inbox in {inbox.backend.location}"
     if is_url(sink):
-        return sink_receipt(base_url(sink), event_id), f"GET {base_url(sink)}/events/{event_id}"
+        found = sink_receipt(base_url(sink), event_id, source=source)
+        return found, f"GET {base_url(sink)}/events/{event_id}"
     with Inbox(existing_database(sink, "sink")) as inbox:
-        return inbox.receipt(event_id), f"table inbox in {sink}"
+        return inbox.receipt(event_id, source=source), f"table inbox in {sink}"
 
 
 def trace(event_id: str, source: str, sink: str) -> dict[str, Any]:
@@ -53,7 +57,7 @@ def trace(event_id: str, source: str, sink: str) -> dict[str, Any]:
         row = outbox.event(event_id)
         history = outbox.history(event_id)
     try:
-        receipt, sink_where = read_receipt(event_id, sink)
+        receipt, sink_where = read_receipt(event_id, sink, None if row is None else row["source"])
         sink_error = None
     except (OSError, AckledgerError) as exc:
         receipt, sink_where, sink_error = (
@@ -61,11 +65,10 @@ def trace(event_id: str, source: str, sink: str) -> dict[str, Any]:
             without_password(sink),
             f"{type(exc).__name__}: {exc}",
         )
-    ours = row or order
+    # Equal content has an equal fingerprint at both ends (a v1 database's rows kept v1's
+    # on both sides); without the outbox row (purged) there is nothing to compare.
     conflict = (
-        receipt is not None
-        and ours is not None
-        and (receipt.get("sku"), receipt.get("qty")) != (ours["sku"], ours["qty"])
+        receipt is not None and row is not None and receipt.get("fingerprint") != row["fingerprint"]
     )
     stages = [
         _accepted_stage(order, source_shown),
@@ -98,8 +101,8 @@ def _accepted_stage(order: dict[str, Any] | None, source: str) -> Stage:
     if order is None:
         return Stage(
             "accepted", NO, "no order row", where,
-            "never accepted here, or enqueued through Outbox.transaction() (which writes your "
-            "own business rows, not orders)",
+            "not a lab order: published with publish() or Outbox.transaction() (which write "
+            "your own business rows, not orders), or never accepted here",
         )  # fmt: skip
     detail = f"sku={order['sku']} qty={order['qty']} at {utc_timestamp(order['created_at'])}"
     return Stage("accepted", YES, "order row", where, detail)
@@ -151,8 +154,8 @@ def _sink_stage(
     )
     if conflict:
         detail += (
-            f"; CONFLICT: the sink holds this id with other content (sku={receipt.get('sku')} "
-            f"qty={receipt.get('qty')}), so it refuses ours (422)"
+            "; CONFLICT: the sink holds this identity with other content (fingerprint "
+            f"{str(receipt.get('fingerprint'))[:12]}...), so it refuses ours (422)"
         )
         return Stage("sink", YES, "receipt with other content", where, detail)
     return Stage("sink", YES, "inbox receipt", where, detail)

@@ -7,15 +7,16 @@ clients' events durable, and each is answered only after it.
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope
 
-from ..errors import AckledgerError, Conflict, InvalidEvent
+from ..errors import AckledgerError, Conflict, InvalidEvent, NoHandler, Rejected
 from ..event import check_identifier
 from ..store import database_errors
 from ..web.answers import (
@@ -39,51 +40,97 @@ MAX_BATCH = 16
 _REPLAYED = {"Idempotent-Replayed": "true"}
 
 
-def _ack_body(event_id: str, status: str) -> bytes:
-    """``json_answer({"ack": True, "id": event_id, "status": status})``'s body, formatted
-    directly: ``event_id`` passed validation, and identifiers and statuses use only characters
-    that JSON never escapes (as ``event.event_json`` relies on), so the bytes are the same."""
-    return b'{"ack":true,"id":"%s","status":"%s"}' % (event_id.encode(), status.encode())
+def _ack_body(event: dict[str, Any], status: str) -> bytes:
+    """``json_answer({"ack": True, "id", "source", "status"})``'s body, formatted directly:
+    the event passed validation, and ids, sources (URI-references) and statuses use only
+    characters that JSON never escapes, so the bytes are the same."""
+    return b'{"ack":true,"id":"%s","source":"%s","status":"%s"}' % (
+        event["id"].encode(),
+        event["source"].encode(),
+        status.encode(),
+    )
+
+
+def _ack_item(event: Any, status: str) -> bytes:
+    return b'{"id":"%s","source":"%s","ack":true,"status":"%s"}' % (
+        event["id"].encode(),
+        event["source"].encode(),
+        status.encode(),
+    )
 
 
 def _batch_acks_body(items: Sequence[Any], statuses: Sequence[str]) -> bytes:
     """``json_answer({"acks": [...]})``'s body for a batch that had no error (see ``_ack_body``)."""
     acks = b",".join(
-        [
-            b'{"id":"%s","ack":true,"status":"%s"}' % (item["id"].encode(), status.encode())
-            for item, status in zip(items, statuses, strict=True)
-        ]
+        [_ack_item(item, status) for item, status in zip(items, statuses, strict=True)]
     )
     return b'{"acks":[%s]}' % acks
 
 
 SINK_COUNTERS = {
-    "applied": "Events applied to the inventory (first receipt of an id).",
+    "applied": "Events applied by their handler (first receipt of an identity).",
     "duplicate": "Re-sent events acknowledged again without a second effect.",
-    "conflict": "Events refused because their id was applied with other content.",
+    "conflict": "Events refused because their identity was applied with other content.",
 }
 
 
-def _conflict_problem(exc: Conflict) -> dict[str, Any]:
-    return problem_body(422, "conflict", "Conflicting content for this id", str(exc))
+def _refusal(error: Exception) -> dict[str, Any]:
+    """The problem JSON of a refused item (the ``status`` it would have had alone)."""
+    if isinstance(error, InvalidEvent):
+        extra = {"field": error.field} if error.field else {}
+        return problem_body(400, "invalid", "Invalid event", str(error), **extra)
+    if isinstance(error, Conflict):
+        return problem_body(422, "conflict", "Conflicting content for this identity", str(error))
+    if isinstance(error, NoHandler):
+        return problem_body(422, "no-handler", "No handler for this event type", str(error))
+    if isinstance(error, Rejected):
+        return problem_body(422, "rejected", "The handler rejected this event", str(error))
+    # Anything else a handler raised is taken as transient: the relay retries.
+    detail = f"the handler failed ({type(error).__name__}: {error}); nothing was applied"
+    return problem_body(503, "handler-failed", "The handler failed", detail)
 
 
-def _invalid_problem(exc: InvalidEvent) -> dict[str, Any]:
-    extra = {"field": exc.field} if exc.field else {}
-    return problem_body(400, "invalid", "Invalid event", str(exc), **extra)
+def _refusal_answer(error: Exception) -> Answer:
+    problem = _refusal(error)
+    status = problem["status"]
+    # A 503 says when to come back; the relay's own backoff decides, this is for others.
+    headers = {"Retry-After": "1"} if status == 503 else None
+    return Answer(status, json.dumps(problem).encode(), "application/problem+json", headers)
 
 
-async def _json_body(scope: Scope, receive: Receive) -> Any:
+def _check_event_type(value: str | None) -> None:
+    media = (value or "").split(";", 1)[0].strip().lower()
+    if media not in EVENT_TYPES:
+        raise ValueError(
+            "body: Content-Type must be application/cloudevents+json (structured mode) or "
+            f"application/json with ce-* headers (binary mode), got {value or 'none'!r}"
+        )
+
+
+def _check_batch_type(value: str | None) -> None:
+    media = (value or "").split(";", 1)[0].strip().lower()
+    if media not in BATCH_TYPES:
+        raise ValueError(
+            "body: Content-Type must be application/cloudevents-batch+json, "
+            f"got {value or 'none'!r}"
+        )
+
+
+EVENT_TYPES = frozenset({"application/cloudevents+json"})
+BATCH_TYPES = frozenset({"application/cloudevents-batch+json"})
+
+
+async def _json_body(scope: Scope, receive: Receive, check: Callable[[str | None], None]) -> Any:
     """The parsed body, or the Answer that refuses it; None if the client went away."""
     try:
-        return parse_json(await read_body(scope, receive))
+        return parse_json(await read_body(scope, receive, check_type=check))
     except BodyTooLarge:
         return too_large_answer()
     except ValueError as exc:
         return invalid_answer(str(exc), "body")
 
 
-def create_sink_app(inbox: Inbox) -> ASGIApp:
+def create_sink_app(inbox: Inbox, *, prefix: str = "") -> ASGIApp:
     # The inbox is called on the event loop, one group-commit transaction at a time per
     # process, on every backend. Receives take the sink's arrival numbers first, which
     # serialises them anyway
@@ -96,7 +143,7 @@ def create_sink_app(inbox: Inbox) -> ASGIApp:
 
     async def event_answer(scope: Scope, receive: Receive) -> Answer | None:
         try:
-            obj = await _json_body(scope, receive)
+            obj = await _json_body(scope, receive, _check_event_type)
         except ClientGone:
             return None
         if isinstance(obj, Answer):
@@ -105,20 +152,15 @@ def create_sink_app(inbox: Inbox) -> ASGIApp:
             result = await group.submit([obj])
         except database_errors() as exc:
             return unavailable_answer(exc)
-        error = result.error
-        if isinstance(error, InvalidEvent):
-            return invalid_answer(str(error), error.field)
-        if isinstance(error, Conflict):
-            return problem_answer(422, "conflict", "Conflicting content for this id", str(error))
-        if error is not None:  # pragma: no cover - receive_runs only reports the two above
-            raise error
+        if result.error is not None:
+            return _refusal_answer(result.error)
         status = result.statuses[0]
         headers = _REPLAYED if status == "duplicate" else None
-        return Answer(200, _ack_body(obj["id"], status), "application/json", headers)
+        return Answer(200, _ack_body(obj, status), "application/json", headers)
 
     async def batch_answer(scope: Scope, receive: Receive) -> Answer | None:
         try:
-            items = await _json_body(scope, receive)
+            items = await _json_body(scope, receive, _check_batch_type)
         except ClientGone:
             return None
         if isinstance(items, Answer):
@@ -132,21 +174,16 @@ def create_sink_app(inbox: Inbox) -> ASGIApp:
         if result.error is None:
             return Answer(200, _batch_acks_body(items, result.statuses), "application/json")
         acks = [
-            {"id": item["id"], "ack": True, "status": status}
+            {"id": item["id"], "source": item["source"], "ack": True, "status": status}
             for item, status in zip(items, result.statuses, strict=False)
         ]
-        payload: dict[str, Any] = {"acks": acks}
-        if isinstance(result.error, Conflict):
-            payload["error"] = _conflict_problem(result.error)
-        elif isinstance(result.error, InvalidEvent):
-            payload["error"] = _invalid_problem(result.error)
-        else:  # pragma: no cover - receive_runs only reports the two above
-            payload["error"] = problem_body(500, "internal", "Error", str(result.error))
-        payload["error"]["index"] = len(result.statuses)
-        return json_answer(payload)
+        error = _refusal(result.error)
+        error["index"] = len(result.statuses)
+        return json_answer({"acks": acks, "error": error})
 
     post_event = PostRoute("/events", event_answer, service_metrics.requests)
     post_batch = PostRoute("/events/batch", batch_answer, service_metrics.requests)
+    events, batch = prefix + "/events", prefix + "/events/batch"
 
     async def get_event(request: Request) -> Answer:
         event_id = request.path_params["event_id"]
@@ -154,7 +191,8 @@ def create_sink_app(inbox: Inbox) -> ASGIApp:
             check_identifier(event_id, "id", 128)
         except AckledgerError as exc:
             return invalid_answer(str(exc), "id")
-        receipt = inbox.receipt(event_id)
+        source = request.query_params.get("source")
+        receipt = inbox.receipt(event_id, source=source)
         if receipt is None:
             detail = f"event {event_id!r} never arrived"
             return problem_answer(404, "not-found", "No receipt", detail)
@@ -171,25 +209,31 @@ def create_sink_app(inbox: Inbox) -> ASGIApp:
 
     app = build_app(
         [
-            Route("/events", post_event, methods=["POST"]),
-            Route("/events/batch", post_batch, methods=["POST"]),
-            Route("/events/{event_id:str}", get_event, methods=["GET"]),
-            Route("/healthz", healthz, methods=["GET"]),
-            Route("/metrics", metrics, methods=["GET"]),
-            Route("/openapi.json", openapi, methods=["GET"]),
+            Route(events, post_event, methods=["POST"]),
+            Route(batch, post_batch, methods=["POST"]),
+            Route(prefix + "/events/{event_id:str}", get_event, methods=["GET"]),
+            Route(prefix + "/healthz", healthz, methods=["GET"]),
+            Route(prefix + "/metrics", metrics, methods=["GET"]),
+            Route(prefix + "/openapi.json", openapi, methods=["GET"]),
         ]
     )
-    return FastPosts(app, {"/events": post_event, "/events/batch": post_batch})
+    return FastPosts(app, {events: post_event, batch: post_batch})
 
 
 _EVENT_SCHEMA = {
     "type": "object",
-    "required": ["id", "sku", "qty"],
-    "additionalProperties": False,
+    "description": "A CloudEvents 1.0 event in structured mode (CONTRACT v2 section 1)",
+    "required": ["specversion", "id", "source", "type"],
     "properties": {
+        "specversion": {"const": "1.0"},
         "id": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"},
-        "sku": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$"},
-        "qty": {"type": "integer", "minimum": 1, "maximum": 1_000_000},
+        "source": {"type": "string", "minLength": 1, "maxLength": 256},
+        "type": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$"},
+        "subject": {"type": "string", "minLength": 1, "maxLength": 256},
+        "time": {"type": "string", "format": "date-time"},
+        "datacontenttype": {"const": "application/json"},
+        "data": {},
+        "partitionkey": {"type": "string", "minLength": 1, "maxLength": 256},
     },
 }
 _PROBLEM = {"application/problem+json": {"schema": {"type": "object"}}}
@@ -203,13 +247,17 @@ SINK_OPENAPI: dict[str, Any] = {
                 "summary": "Apply an event once",
                 "requestBody": {
                     "required": True,
-                    "content": {"application/json": {"schema": _EVENT_SCHEMA}},
+                    "content": {"application/cloudevents+json": {"schema": _EVENT_SCHEMA}},
                 },
                 "responses": {
                     "200": {"description": "ACK: applied, or a duplicate (Idempotent-Replayed)"},
                     "400": {"description": "invalid event", "content": _PROBLEM},
                     "413": {"description": "body over 64 KiB", "content": _PROBLEM},
-                    "422": {"description": "same id, other content", "content": _PROBLEM},
+                    "422": {
+                        "description": "same identity, other content; no handler; rejected",
+                        "content": _PROBLEM,
+                    },
+                    "503": {"description": "the handler or the database failed; retry"},
                 },
             }
         },
@@ -219,7 +267,7 @@ SINK_OPENAPI: dict[str, Any] = {
                 "requestBody": {
                     "required": True,
                     "content": {
-                        "application/json": {
+                        "application/cloudevents-batch+json": {
                             "schema": {
                                 "type": "array",
                                 "items": _EVENT_SCHEMA,

@@ -1,23 +1,33 @@
-"""The sink side: apply each event id once, in the same transaction as its effect.
+"""The sink side: apply each event once, in the same transaction as its effect.
 
-The effect of the reference domain is warehouse stock: ``inventory[sku] += qty``. A re-sent
-event (same id, same content) is a duplicate: acknowledged again, applied never again. The same
-id with other content is a conflict: refused, and nothing changes but the conflict counter.
+An event is known by its identity ``(source, id)``. The first receipt of an identity runs the
+handler of the event's type inside the inbox's transaction; a re-sent event (same identity,
+same content) is a duplicate: acknowledged again, applied never again. The same identity with
+other content is a conflict: refused, and nothing changes but the conflict counter. An event
+no handler takes, or one its handler refuses, is not recorded at all.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .. import warehouse
 from .._core.database import Database
 from .._core.idempotency import Outcome
-from ..errors import AckledgerError, Conflict
-from ..event import check_identifier, event_fingerprint, validate_event
+from ..envelope import content_fingerprint, validate_cloudevent
+from ..errors import AckledgerError, Conflict, NoHandler
+from ..event import check_identifier
+from ..event_types import EventTypes, check_type_name
 from ..store import Tx
+from .handler_tx import Handler, HandlerTransaction
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp
 
 COUNTER_PREFIX = "sink."
 
@@ -25,89 +35,89 @@ COUNTER_PREFIX = "sink."
 @dataclass
 class BatchResult:
     """What a batch did: the statuses of the applied prefix, and the error that stopped it
-    (its item is ``statuses``' length)."""
+    (its item is ``statuses``' length). The error is an ``AckledgerError`` for a refusal, or
+    what a handler raised."""
 
     statuses: list[str]
-    error: AckledgerError | None = None
+    error: Exception | None = None
 
 
-def _validated_prefix(
-    events: Sequence[object],
-) -> tuple[list[dict[str, Any]], AckledgerError | None]:
-    """The events before the first invalid one, validated, and that one's error."""
-    cleaned: list[dict[str, Any]] = []
-    for item in events:
-        try:
-            cleaned.append(validate_event(item))
-        except AckledgerError as exc:
-            return cleaned, exc
-    return cleaned, None
+@dataclass(frozen=True)
+class _Item:
+    """A validated event with what applying it needs."""
+
+    event: dict[str, Any]
+    fingerprint: str
+    handler: Handler
+
+    @property
+    def identity(self) -> tuple[str, str]:
+        return self.event["source"], self.event["id"]
 
 
 class _OneByOne(Exception):
-    """A group claimed all at once met a conflict: roll it back, apply it event by event."""
+    """A group applied all at once met a conflict or a failing handler: roll it back, apply
+    it event by event."""
 
 
-def _apply_together(
-    tx: Tx, runs: Sequence[Sequence[dict[str, Any]]], now: float
-) -> list[BatchResult]:
-    """Apply runs in which nothing conflicts in a few statements, however many events: one
-    multi-row claim of every id (``Tx.inbox_claim_all``), one upsert per sku and per counter.
+def _add_stock(stock: dict[str, int], event: dict[str, Any]) -> None:
+    data = event["data"]
+    stock[data["sku"]] = stock.get(data["sku"], 0) + data["qty"]
+
+
+def _apply_together(tx: Tx, runs: Sequence[Sequence[_Item]], now: float) -> list[BatchResult]:
+    """Apply runs in which nothing conflicts and no handler fails in a few statements: one
+    multi-row claim of every identity (``Tx.inbox_claim_all``), the handlers, one upsert per
+    sku of the reference handler and one per counter.
 
     A conflict stops its run, and a multi-row claim has already claimed the events after it,
-    so on any conflict this raises ``_OneByOne``: the caller rolls back and applies the runs
-    with ``_apply_one_by_one`` instead. Conflicts are rare; the common case is cheap. Without a
-    conflict, the outcomes, the arrival numbers and the counters are exactly those of
-    ``_apply_one_by_one``, which it must agree with (tests/backends/test_inbox_claim_all.py).
+    so on any conflict (or any handler's exception) this raises ``_OneByOne``: the caller
+    rolls back and applies the runs with ``_apply_one_by_one`` instead. Both are rare; the
+    common case is cheap. Otherwise the outcomes, the arrival numbers and the counters are
+    exactly those of ``_apply_one_by_one`` (tests/backends/test_inbox_claim_all.py).
     """
     wanted = sum(len(run) for run in runs)
     first_arrival = tx.inbox_reserve_arrivals(wanted) + 1
-    # One claim row per id, from its first event in the group; a later event with that id is
-    # a duplicate of it (same content) or a conflict (other content) whatever the claim finds.
-    firsts: dict[str, str] = {}
+    # One claim row per identity, from its first event in the group; a later event with that
+    # identity is a duplicate of it (same content) or a conflict (other content).
+    firsts: dict[tuple[str, str], str] = {}
     rows: list[tuple[Any, ...]] = []
     arrival = first_arrival
     for run in runs:
-        for clean in run:
-            event_id = clean["id"]
-            fp = event_fingerprint(clean)
-            seen = firsts.get(event_id)
+        for item in run:
+            key = item.identity
+            seen = firsts.get(key)
             if seen is None:
-                firsts[event_id] = fp
-                rows.append((event_id, fp, clean["sku"], clean["qty"], now, now, arrival, arrival))
-            elif seen != fp:
+                firsts[key] = item.fingerprint
+                rows.append(
+                    (*key, item.fingerprint, item.event["type"], now, now, arrival, arrival)
+                )
+            elif seen != item.fingerprint:
                 raise _OneByOne
             arrival += 1
-    fresh: set[str] = set()
+    fresh: set[tuple[str, str]] = set()
     for row, outcome in zip(rows, tx.inbox_claim_all(rows), strict=True):
         if outcome is Outcome.CONFLICT:
             raise _OneByOne
         if outcome is Outcome.APPLIED:
-            fresh.add(row[0])
+            fresh.add((row[0], row[1]))
     stock: dict[str, int] = {}
+    handler_tx = HandlerTransaction(tx)
     results: list[BatchResult] = []
-    if len(fresh) == wanted:
-        # The common case: every event is the first of a new id.
-        for run in runs:
-            for clean in run:
-                stock[clean["sku"]] = stock.get(clean["sku"], 0) + clean["qty"]
-            results.append(BatchResult([_APPLIED] * len(run)))
-        tx.inventory_add(stock)
-        tx.counters_bump({_APPLIED_COUNTER: wanted})
-        return results
     tally: Counter[str] = Counter()
     arrival = first_arrival
+    every_one_fresh = len(fresh) == wanted
     for run in runs:
         statuses: list[str] = []
-        for clean in run:
-            event_id = clean["id"]
-            if event_id in fresh:
-                # The first event of a freshly claimed id; any later one is a duplicate.
-                fresh.discard(event_id)
-                stock[clean["sku"]] = stock.get(clean["sku"], 0) + clean["qty"]
+        for item in run:
+            key = item.identity
+            if every_one_fresh or key in fresh:
+                # The first event of a freshly claimed identity; any later one is a duplicate.
+                fresh.discard(key)
+                _run_handler(item, handler_tx, stock, on_failure=_OneByOne)
                 statuses.append(_APPLIED)
             else:
-                tx.inbox_note_receipt(event_id, now, arrival)
+                tx.inbox_note_receipt(*key, now, arrival)
                 statuses.append(_DUPLICATE)
             arrival += 1
         tally.update(statuses)
@@ -117,62 +127,155 @@ def _apply_together(
     return results
 
 
+def _run_handler(
+    item: _Item,
+    tx: HandlerTransaction,
+    stock: dict[str, int],
+    *,
+    on_failure: type[Exception] | None = None,
+) -> None:
+    """Apply one fresh event. The reference handler's stock is added up in ``stock`` (written
+    once per sku at the end); any other handler runs now. With ``on_failure``, a handler's
+    exception becomes that one (the group is redone one by one)."""
+    if item.handler is warehouse.apply:
+        _add_stock(stock, item.event)
+        return
+    if on_failure is None:
+        item.handler(tx, item.event)
+        return
+    try:
+        item.handler(tx, item.event)
+    except Exception as exc:
+        raise on_failure from exc
+
+
 _APPLIED = Outcome.APPLIED.value
 _DUPLICATE = Outcome.DUPLICATE.value
-_APPLIED_COUNTER = COUNTER_PREFIX + _APPLIED
 
 
-def _apply_one_by_one(
-    tx: Tx, runs: Sequence[Sequence[dict[str, Any]]], now: float
-) -> list[BatchResult]:
-    """Claim each run's events in order, each run stopping at its own first conflict.
+def _apply_one_by_one(tx: Tx, runs: Sequence[Sequence[_Item]], now: float) -> list[BatchResult]:
+    """Claim each run's events in order, each run stopping at its own first conflict or
+    failing handler.
 
-    The effects of every claim are summed and written once at the end of the transaction (one
-    upsert per sku touched and per counter), which is the same committed state as writing them
-    event by event, with far fewer statements.
+    A user's handler runs in a savepoint with its event's claim, so its failure undoes both
+    and nothing before it. The reference handler's stock is summed and written once at the
+    end (one upsert per sku), the same committed state as writing it event by event.
     """
     stock: dict[str, int] = {}
     tally: Counter[str] = Counter()
     results: list[BatchResult] = []
+    handler_tx = HandlerTransaction(tx)
     wanted = sum(len(run) for run in runs)
     # Arrival numbers are taken as one block; the counter row stays locked until commit, so
     # they follow commit order on every backend (numbers of unclaimed items are skipped).
     arrival = tx.inbox_reserve_arrivals(wanted) if wanted else 0
     for run in runs:
         result = BatchResult([])
-        for clean in run:
+        for item in run:
             arrival += 1
+            guarded = item.handler is not warehouse.apply
+            if guarded:
+                tx.handler_savepoint()
             claim = tx.inbox_claim(
-                clean["id"],
-                event_fingerprint(clean),
-                sku=clean["sku"],
-                qty=clean["qty"],
-                now=now,
-                arrival=arrival,
+                *item.identity, item.fingerprint, type=item.event["type"], now=now, arrival=arrival
             )
-            tally[COUNTER_PREFIX + claim.outcome.value] += 1
-            if claim.outcome is Outcome.CONFLICT:
-                result.error = _conflict(clean["id"])
+            outcome = claim.outcome
+            if outcome is Outcome.CONFLICT and _v1_same(tx, item):
+                outcome = Outcome.DUPLICATE
+            if outcome is Outcome.APPLIED:
+                try:
+                    _run_handler(item, handler_tx, stock)
+                except Exception as exc:
+                    if not guarded:  # pragma: no cover - the reference handler only adds
+                        raise
+                    tx.handler_undo()
+                    result.error = exc
+                    break
+            if guarded:
+                tx.handler_release()
+            tally[COUNTER_PREFIX + outcome.value] += 1
+            if outcome is Outcome.CONFLICT:
+                result.error = _conflict(item)
                 break
-            if claim.outcome is Outcome.APPLIED:
-                stock[clean["sku"]] = stock.get(clean["sku"], 0) + clean["qty"]
-            else:
-                tx.inbox_note_receipt(clean["id"], now, arrival)
-            result.statuses.append(claim.outcome.value)
+            if outcome is Outcome.DUPLICATE:
+                tx.inbox_note_receipt(*item.identity, now, arrival)
+            result.statuses.append(outcome.value)
         results.append(result)
     tx.inventory_add(stock)
     tx.counters_bump(tally)
     return results
 
 
-def _conflict(event_id: str) -> Conflict:
-    return Conflict(f"event {event_id!r} was already applied with other content")
+def _v1_same(tx: Tx, item: _Item) -> bool:
+    """A receipt a v1 inbox stored has v1's fingerprint: the same lab event is no conflict."""
+    legacy = warehouse.v1_fingerprint(item.event)
+    return legacy is not None and legacy == tx.inbox_fingerprint(*item.identity)
+
+
+def _conflict(item: _Item) -> Conflict:
+    source, event_id = item.identity
+    return Conflict(
+        f"event {event_id!r} of source {source!r} was already applied with other content"
+    )
+
+
+def _check_handlers(handlers: object) -> dict[str, Handler]:
+    """The reference handler, overridden by the user's for the types they name."""
+    found: dict[str, Handler] = {warehouse.TYPE: warehouse.apply}
+    if handlers is None:
+        return found
+    if not isinstance(handlers, Mapping):
+        raise TypeError(
+            f"handlers: must be a mapping of event type to handler, got {type(handlers).__name__}"
+        )
+    for name, handler in handlers.items():
+        check_type_name(name, "handlers")
+        if not callable(handler):
+            raise TypeError(f"handlers[{name!r}]: must be callable, got {type(handler).__name__}")
+        found[name] = handler
+    return found
 
 
 class Inbox(Database):
+    def __init__(
+        self,
+        target: str | os.PathLike[str],
+        *,
+        handlers: Mapping[str, Handler] | None = None,
+        types: EventTypes | None = None,
+        synchronous: str = "FULL",
+    ) -> None:
+        if types is not None and not isinstance(types, EventTypes):
+            raise TypeError(f"types: must be an EventTypes, got {type(types).__name__}")
+        self._handlers = _check_handlers(handlers)
+        self._types = types if types is not None else EventTypes()
+        super().__init__(target, synchronous=synchronous)
+
+    @property
+    def handlers(self) -> dict[str, Handler]:
+        return dict(self._handlers)
+
+    def _prepare(self, obj: object) -> _Item:
+        event = validate_cloudevent(obj, types=self._types)
+        handler = self._handlers.get(event["type"])
+        if handler is None:
+            raise NoHandler(f"type: no handler for event type {event['type']!r} at this inbox")
+        return _Item(event, content_fingerprint(event), handler)
+
+    def _prepared_prefix(self, events: Sequence[object]) -> tuple[list[_Item], Exception | None]:
+        """The events before the first invalid or unhandled one, prepared, and its error."""
+        items: list[_Item] = []
+        for obj in events:
+            try:
+                items.append(self._prepare(obj))
+            except AckledgerError as exc:
+                return items, exc
+        return items, None
+
     def receive(self, event: object) -> str:
-        """Apply ``event`` once; returns ``"applied"`` or ``"duplicate"``, or raises Conflict."""
-        (result,) = self._apply([[validate_event(event)]])
+        """Apply ``event`` once; returns ``"applied"`` or ``"duplicate"``. Raises Conflict,
+        NoHandler, InvalidEvent, or what the handler raised; then nothing was recorded."""
+        (result,) = self._apply([[self._prepare(event)]])
         # The conflict counter is committed with the transaction; the claim wrote nothing.
         if result.error is not None:
             raise result.error
@@ -190,25 +293,28 @@ class Inbox(Database):
         """Apply several independent runs of events in ONE transaction (a group commit).
 
         Each run behaves exactly as ``receive_batch`` would on its own, in the order given:
-        it stops at its own first invalid or conflicting event, and never affects another run
-        beyond what applying them one after the other would. One commit makes them all durable,
-        which is how the sink answers many concurrent clients for the price of one fsync.
+        it stops at its own first invalid, unhandled, conflicting or failing event, and never
+        affects another run beyond what applying them one after the other would. One commit
+        makes them all durable, which is how the sink answers many concurrent clients for the
+        price of one fsync.
         """
-        prepared = [_validated_prefix(run) for run in runs]
-        if not any(cleaned for cleaned, _ in prepared):
+        prepared = [self._prepared_prefix(run) for run in runs]
+        if not any(items for items, _ in prepared):
             return [BatchResult([], error) for _, error in prepared]
-        results = self._apply([cleaned for cleaned, _ in prepared])
-        for result, (_, invalid) in zip(results, prepared, strict=True):
+        results = self._apply([items for items, _ in prepared])
+        for result, (_, refused) in zip(results, prepared, strict=True):
             if result.error is None:
-                result.error = invalid
+                result.error = refused
         return results
 
-    def _apply(self, runs: Sequence[Sequence[dict[str, Any]]]) -> list[BatchResult]:
-        """Apply validated runs in ONE committed write transaction (a rolled-back attempt
+    def _apply(self, runs: Sequence[Sequence[_Item]]) -> list[BatchResult]:
+        """Apply prepared runs in ONE committed write transaction (a rolled-back attempt
         applies nothing, so it does not count)."""
         now = time.time()
-        # One event costs the same statements either way, and less Python one by one.
-        if sum(len(run) for run in runs) > 1:
+        # One event of the reference type costs the same statements either way, and less
+        # Python one by one; a user's handler goes together first (no savepoint) when it can.
+        items = [item for run in runs for item in run]
+        if len(items) > 1 or (items and items[0].handler is not warehouse.apply):
             try:
                 with self._db.write() as tx:
                     return _apply_together(tx, runs, now)
@@ -222,13 +328,27 @@ class Inbox(Database):
         with self._db.read() as tx:
             return tx.inventory_stock(sku)
 
-    def receipt(self, event_id: str) -> dict[str, Any] | None:
-        """The inbox row of one event (when, how often), or None if it never arrived."""
+    def receipt(self, event_id: str, *, source: str | None = None) -> dict[str, Any] | None:
+        """The inbox row of one event (when, how often), or None if it never arrived.
+        Without ``source``, the oldest receipt of any source with this id."""
         with self._db.read() as tx:
-            return tx.inbox_receipt(event_id)
+            found = tx.inbox_receipts(event_id, source)
+        return found[0] if found else None
+
+    def receipts(self, event_id: str) -> list[dict[str, Any]]:
+        """Every receipt with this id (one per source), oldest first."""
+        with self._db.read() as tx:
+            return tx.inbox_receipts(event_id)
 
     def counters(self) -> dict[str, int]:
         """Durable totals: applied, duplicate, conflict."""
         with self._db.read() as tx:
             found = tx.counters_read(COUNTER_PREFIX)
         return {name: found.get(name, 0) for name in ("applied", "duplicate", "conflict")}
+
+    def asgi(self, prefix: str = "") -> ASGIApp:
+        """The ``/events`` routes (and ``/healthz``, ``/metrics``) as an ASGI app to mount in
+        your own Starlette or FastAPI app. Needs the ``server`` extra."""
+        from .app import create_sink_app
+
+        return create_sink_app(self, prefix=prefix)

@@ -8,18 +8,25 @@ only an exact acknowledgement (see ``ackledger.dispatch``) turns an event into `
 from __future__ import annotations
 
 import json
+import os
 import time
 import unicodedata
-from collections.abc import Collection, Iterator, Sequence
+import uuid
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from .. import warehouse
 from .._core.database import Database
 from .._core.duration import MAX_SECONDS
 from .._core.idempotency import Outcome
+from ..envelope import canonical_json, content_fingerprint, validate_cloudevent
 from ..errors import Conflict
-from ..event import check_identifier, fingerprint, validate_event
+from ..event import check_identifier
+from ..event_types import EventTypes
 from ..store import Tx
+from ..store.borrowed import borrow, same_database
+from ..store.outbox import SOURCE_KEY
 
 MAX_BATCH = 16
 
@@ -32,35 +39,39 @@ def check_limit(limit: object) -> int:
     return limit
 
 
-def _check_partition_key(value: object) -> str:
-    if not isinstance(value, str) or not 1 <= len(value) <= 128:
-        raise ValueError("partition_key: must be a string of 1-128 characters")
-    return value
-
-
-def _enqueue(tx: Tx, event: object, partition_key: object, with_order: bool) -> int:
-    clean = validate_event(event)
-    key = clean["sku"] if partition_key is None else _check_partition_key(partition_key)
-    tx.outbox_lock_partition(key)
+def _publish(
+    tx: Tx, given: object, default_source: str, types: EventTypes, order: dict[str, Any] | None
+) -> int:
+    """Validate ``given`` (``specversion`` and ``source`` filled in if missing) and claim its
+    id in the outbox, writing ``order`` too when given; returns the event's seq."""
+    if isinstance(given, Mapping) and not ("source" in given and "specversion" in given):
+        given = {"specversion": "1.0", "source": default_source, **given}
+    event = validate_cloudevent(given, types=types)
+    text = canonical_json(event)
+    fp = content_fingerprint(event)
+    partition_key = event.get("partitionkey", SHARED_PARTITION)
+    tx.outbox_lock_partition(partition_key)
     now = time.time()
-    claim = tx.outbox_claim(
-        clean["id"],
-        fingerprint(clean),
-        sku=clean["sku"],
-        qty=clean["qty"],
-        partition_key=key,
-        now=now,
-    )
-    if claim.outcome is Outcome.CONFLICT:
-        raise Conflict(f"event {clean['id']!r} is already in the outbox with other content")
-    if claim.outcome is Outcome.APPLIED and with_order and not tx.order_insert(clean, now):
+    claim = tx.outbox_claim(event, text, fp, partition_key, now)
+    outcome = claim.outcome
+    if outcome is Outcome.CONFLICT:
+        legacy = warehouse.v1_fingerprint(event)
+        if legacy is None or legacy != tx.outbox_fingerprint(event["id"]):
+            raise Conflict(f"event {event['id']!r} is already in the outbox with other content")
+        outcome = Outcome.DUPLICATE
+    if outcome is Outcome.APPLIED and order is not None and not tx.order_insert(order, now):
         # The order exists but its event does not: the event was sent and purged. Accepting
         # it again would announce the same order twice, so refuse (the exception rolls back).
         raise Conflict(
-            f"order {clean['id']!r} was already accepted and its sent event purged; "
+            f"order {order['id']!r} was already accepted and its sent event purged; "
             "it cannot be accepted again"
         )
     return int(claim.ref)
+
+
+#: The lease key of the events that name no ``partitionkey``: one shared partition (an
+#: attribute is 1-256 characters, so it can never be this).
+SHARED_PARTITION = ""
 
 
 REORDER_IDS_KEPT = 1000  # the reorder record names this many overtaking ids, then a seq range
@@ -117,31 +128,88 @@ def _not_in_state(tx: Tx, event_id: str, wanted: str, verb: str) -> Exception:
 
 
 class OutboxTransaction:
-    """The user's side of ``Outbox.transaction()``: business writes plus ``enqueue``."""
+    """The user's side of ``Outbox.transaction()``: business writes plus ``publish``."""
 
-    def __init__(self, tx: Tx) -> None:
+    def __init__(self, tx: Tx, outbox: Outbox) -> None:
         self._tx = tx
+        self._outbox = outbox
 
     def execute(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run the user's own SQL (``?`` placeholders on every backend); returns its rows."""
         return self._tx.execute(statement, params)
 
-    def enqueue(self, event: object, *, partition_key: str | None = None) -> int:
+    def publish(self, event: object) -> int:
         """Add ``event`` to the outbox in this transaction; returns its seq."""
-        return _enqueue(self._tx, event, partition_key, with_order=False)
+        return _publish(self._tx, event, self._outbox.source, self._outbox.types, None)
+
+    enqueue = publish  #: v1's name
+
+
+def _check_source(value: object) -> str:
+    """``value`` if it is a CloudEvents source (InvalidEvent naming ``source`` if not)."""
+    probe = {"specversion": "1.0", "id": "x", "type": "x", "source": value}
+    return str(validate_cloudevent(probe)["source"])
 
 
 class Outbox(Database):
-    def accept(self, event: object) -> int:
-        """Write the order and its event in one transaction; returns the outbox seq."""
-        clean = validate_event(event)
+    def __init__(
+        self,
+        target: str | os.PathLike[str],
+        *,
+        source: str | None = None,
+        types: EventTypes | None = None,
+        synchronous: str = "FULL",
+    ) -> None:
+        if source is not None:
+            source = _check_source(source)
+        if types is not None and not isinstance(types, EventTypes):
+            raise TypeError(f"types: must be an EventTypes, got {type(types).__name__}")
+        self.types = types if types is not None else EventTypes()
+        super().__init__(target, synchronous=synchronous)
+        try:
+            self.source = self._stored_source(source)
+        except BaseException:
+            self.close()
+            raise
+
+    def _stored_source(self, wanted: str | None) -> str:
+        """The outbox's source: stored once, when it is first opened as an outbox."""
+        with self._db.read() as tx:
+            stored = tx.meta_get(SOURCE_KEY)
+        if stored is None:
+            made = wanted if wanted is not None else f"urn:ackledger:{uuid.uuid4()}"
+            with self._db.write() as tx:
+                stored = tx.meta_set_once(SOURCE_KEY, made)
+        if wanted is not None and wanted != stored:
+            raise ValueError(
+                f"source: this outbox's source is {stored!r}, not {wanted!r} "
+                "(it is stored with the outbox and never changes: its events' identity)"
+            )
+        return stored
+
+    def publish(self, event: object, *, using: object = None) -> int:
+        """Validate ``event`` and add it to the outbox; returns its seq. Without ``using``, in
+        a transaction of its own; with ``using``, on the caller's connection, inside the
+        caller's transaction, which ackledger never commits or rolls back."""
+        if using is None:
+            with self._db.write() as tx:
+                return _publish(tx, event, self.source, self.types, None)
+        tx = borrow(using, self._db.dialect)
+        same_database(tx, self.source)
+        return _publish(tx, event, self.source, self.types, None)
+
+    def accept(self, order: object) -> int:
+        """The reference domain: write the lab order and its ``warehouse.stock.added`` event
+        (same id) in one transaction; returns the outbox seq."""
+        clean = warehouse.validate(order)
+        event = warehouse.event(clean["id"], clean["sku"], clean["qty"], source=self.source)
         with self._db.write() as tx:
-            return _enqueue(tx, clean, None, with_order=True)
+            return _publish(tx, event, self.source, self.types, clean)
 
     @contextmanager
     def transaction(self) -> Iterator[OutboxTransaction]:
         with self._db.write() as tx:
-            yield OutboxTransaction(tx)
+            yield OutboxTransaction(tx, self)
 
     def pending(self, limit: int = MAX_BATCH) -> list[dict[str, Any]]:
         """Unsent, unquarantined events in acceptance (seq) order. Writes nothing."""

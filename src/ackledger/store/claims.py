@@ -27,9 +27,9 @@ def claim_once(tx: Executor, space: KeySpace, key: Params, fingerprint: str, res
 
 
 def claim_all(tx: Executor, space: KeySpace, rows: Sequence[Params]) -> list[Outcome]:
-    """``claim_once`` of many distinct keys of a space with a one-column key, in one statement
-    per 64 keys plus one per 64 keys that were there. Each row is what ``claim_once`` would
-    bind: the key, the fingerprint, then the rest of the row.
+    """``claim_once`` of many distinct keys of a space that can claim many rows, in one
+    statement per 64 keys plus one per 64 keys that were there. Each row is what
+    ``claim_once`` would bind: the key, the fingerprint, then the rest of the row.
 
     The outcome of each key is the one ``claim_once`` would give it. Unlike a loop of
     ``claim_once``, every free key is claimed, those after a conflicting one included: a
@@ -40,10 +40,12 @@ def claim_all(tx: Executor, space: KeySpace, rows: Sequence[Params]) -> list[Out
     claimed = space.claim_rows(tx, rows)
     if len(claimed) == len(rows):
         return [Outcome.APPLIED] * len(rows)
-    stored = space.find_keys(tx, [row[0] for row in rows if row[0] not in claimed])
+    width = space.key_width
+    keys = [tuple(row[:width]) for row in rows]
+    stored = space.find_keys(tx, [key for key in keys if key not in claimed])
     outcomes: list[Outcome] = []
-    for row in rows:
-        key, fp = row[0], row[1]
+    for key, row in zip(keys, rows, strict=True):
+        fp = row[width]
         if key in claimed:
             outcomes.append(Outcome.APPLIED)
             continue

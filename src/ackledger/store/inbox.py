@@ -11,22 +11,39 @@ from .counters import CounterQueries
 from .executor import Params
 from .keys import INBOX
 
-RECEIPT_COLUMNS = ("id", "sku", "qty", "first_received_at", "last_received_at", "receipts")
+RECEIPT_COLUMNS = (
+    "source", "id", "type", "fingerprint", "first_received_at", "last_received_at", "receipts",
+)  # fmt: skip
+
+
+#: The reference handler's one statement (``warehouse.apply``): add to a sku's stock.
+INVENTORY_ADD = (
+    "INSERT INTO inventory (sku, qty) VALUES (?, ?) "
+    "ON CONFLICT (sku) DO UPDATE SET qty = inventory.qty + excluded.qty"
+)
 
 
 class InboxQueries(CounterQueries):
     def inbox_claim(
-        self, event_id: str, fingerprint: str, *, sku: str, qty: int, now: float, arrival: int
+        self, source: str, event_id: str, fingerprint: str, *, type: str, now: float, arrival: int
     ) -> Claim:
-        """Claim one event id (``keys.INBOX``); its first and last arrival are ``arrival``."""
+        """Claim one event's identity (``keys.INBOX``); its first and last arrival are
+        ``arrival``."""
         return claim_once(
-            self, INBOX, (event_id,), fingerprint, (sku, qty, now, now, arrival, arrival)
+            self, INBOX, (source, event_id), fingerprint, (type, now, now, arrival, arrival)
         )
 
     def inbox_claim_all(self, rows: Sequence[Params]) -> list[Outcome]:
-        """``inbox_claim`` of many distinct ids, in one multi-row INSERT per 64; each row is
-        (id, fingerprint, sku, qty, now, now, arrival, arrival). See ``claims.claim_all``."""
+        """``inbox_claim`` of many distinct identities, in one multi-row INSERT per 64; each
+        row is (source, id, fingerprint, type, now, now, arrival, arrival). See
+        ``claims.claim_all``."""
         return claim_all(self, INBOX, rows)
+
+    def inbox_fingerprint(self, source: str, event_id: str) -> str | None:
+        found = self.scalar(
+            "SELECT fingerprint FROM inbox WHERE source = ? AND id = ?", (source, event_id)
+        )
+        return None if found is None else str(found)
 
     def inbox_reserve_arrivals(self, count: int) -> int:
         """Take ``count`` numbers of the sink's arrival sequence; returns the one before the
@@ -40,26 +57,44 @@ class InboxQueries(CounterQueries):
         )
         return int(last) - count
 
-    def inbox_note_receipt(self, event_id: str, now: float, arrival: int) -> None:
+    def inbox_note_receipt(self, source: str, event_id: str, now: float, arrival: int) -> None:
         """Count another arrival of an event that was already there (a duplicate)."""
         self.execute(
             "UPDATE inbox SET receipts = receipts + 1, last_received_at = ?, last_arrival = ? "
-            "WHERE id = ?",
-            (now, arrival, event_id),
+            "WHERE source = ? AND id = ?",
+            (now, arrival, source, event_id),
         )
 
-    def inbox_receipt(self, event_id: str) -> dict[str, Any] | None:
-        row = self.one(f"SELECT {', '.join(RECEIPT_COLUMNS)} FROM inbox WHERE id = ?", (event_id,))
-        return None if row is None else dict(zip(RECEIPT_COLUMNS, row, strict=True))
+    def inbox_receipts(self, event_id: str, source: str | None = None) -> list[dict[str, Any]]:
+        """The receipts of events with this id (of this source, if given), oldest first."""
+        columns = ", ".join(RECEIPT_COLUMNS)
+        if source is None:
+            rows = self.execute(
+                f"SELECT {columns} FROM inbox WHERE id = ? ORDER BY first_received_at, source",
+                (event_id,),
+            )
+        else:
+            rows = self.execute(
+                f"SELECT {columns} FROM inbox WHERE source = ? AND id = ?", (source, event_id)
+            )
+        return [dict(zip(RECEIPT_COLUMNS, row, strict=True)) for row in rows]
 
     def inventory_add(self, added: Mapping[str, int]) -> None:
         """Add ``added[sku]`` to each sku's stock (one statement, run once per sku)."""
         if added:
-            self.executemany(
-                "INSERT INTO inventory (sku, qty) VALUES (?, ?) "
-                "ON CONFLICT (sku) DO UPDATE SET qty = inventory.qty + excluded.qty",
-                list(added.items()),
-            )
+            self.executemany(INVENTORY_ADD, list(added.items()))
+
+    # A user's handler runs inside a savepoint when it may fail on its own: its failure then
+    # undoes its claim and its writes, and nothing else of the transaction.
+    def handler_savepoint(self) -> None:
+        self.execute("SAVEPOINT ackledger_handler")
+
+    def handler_release(self) -> None:
+        self.execute("RELEASE SAVEPOINT ackledger_handler")
+
+    def handler_undo(self) -> None:
+        self.execute("ROLLBACK TO SAVEPOINT ackledger_handler")
+        self.execute("RELEASE SAVEPOINT ackledger_handler")
 
     def inventory_stock(self, sku: str) -> int:
         value = self.scalar("SELECT qty FROM inventory WHERE sku = ?", (sku,))

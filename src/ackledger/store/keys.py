@@ -24,8 +24,10 @@ class KeySpace:
     claim_sql: str
     #: params: the key columns; returns (fingerprint, reference).
     find_sql: str
-    #: For a space whose key is one column that is also the reference: claim many rows at
-    #: once (see ``claim_inbox_rows``), and find many keys' fingerprints.
+    #: How many leading columns of a claim row are the key.
+    key_width: int = 1
+    #: For a space whose key is also what the claim returns: claim many rows at once (see
+    #: ``claim_inbox_rows``), and find many keys' fingerprints. Keys are tuples.
     claim_rows: Callable[[Executor, Sequence[Params]], set[Any]] | None = None
     find_keys: Callable[[Executor, Sequence[Any]], dict[Any, str]] | None = None
 
@@ -40,18 +42,20 @@ class KeySpace:
 OUTBOX = KeySpace(
     name="outbox",
     claim_sql=(
-        "INSERT INTO outbox (id, fingerprint, sku, qty, partition_key, created_at) "
-        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING RETURNING seq"
+        "INSERT INTO outbox (id, fingerprint, source, type, subject, partitionkey, partition_key, "
+        "data, event, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (id) DO NOTHING RETURNING seq"
     ),
     find_sql="SELECT fingerprint, seq FROM outbox WHERE id = ?",
 )
 
+# The inbox's key is an event's identity, (source, id).
 _INBOX_INSERT = (
-    "INSERT INTO inbox (id, fingerprint, sku, qty, first_received_at, last_received_at, "
+    "INSERT INTO inbox (source, id, fingerprint, type, first_received_at, last_received_at, "
     "arrival, last_arrival) VALUES "
 )
 _INBOX_ROW = "(?, ?, ?, ?, ?, ?, ?, ?)"
-_INBOX_ON_CONFLICT = " ON CONFLICT (id) DO NOTHING RETURNING id"
+_INBOX_ON_CONFLICT = " ON CONFLICT (source, id) DO NOTHING RETURNING source, id"
 
 #: Rows per statement of ``claim_inbox_rows`` and keys per ``find_inbox_keys``: at most 8 * 64
 #: parameters (far below SQLite's and PostgreSQL's limits), and at most 64 statement texts of
@@ -66,39 +70,46 @@ def _inbox_claim_rows_sql(count: int) -> str:
 
 @functools.lru_cache(maxsize=MANY)
 def _inbox_find_keys_sql(count: int) -> str:
-    return "SELECT id, fingerprint FROM inbox WHERE id IN (" + ", ".join("?" * count) + ")"
+    pairs = ", ".join(["(?, ?)"] * count)
+    return f"SELECT source, id, fingerprint FROM inbox WHERE (source, id) IN (VALUES {pairs})"
 
 
-def claim_inbox_rows(tx: Executor, rows: Sequence[Params]) -> set[str]:
-    """``INBOX.claim`` of many rows (each: the id, the fingerprint, the rest) in a few
-    statements; returns the ids that were claimed. The ids must be distinct: which of two rows
-    with one id a multi-row insert keeps is not something to depend on.
+Identity = tuple[str, str]
+
+
+def claim_inbox_rows(tx: Executor, rows: Sequence[Params]) -> set[Identity]:
+    """``INBOX.claim`` of many rows (each: source, id, the fingerprint, the rest) in a few
+    statements; returns the identities that were claimed. They must be distinct: which of two
+    rows with one identity a multi-row insert keeps is not something to depend on.
 
     It is the same ``INSERT ... ON CONFLICT DO NOTHING`` as the one-row claim, so it is exactly
     as safe under concurrency; it only saves a statement per event.
     """
-    claimed: set[str] = set()
+    claimed: set[Identity] = set()
     for start in range(0, len(rows), MANY):
         chunk = rows[start : start + MANY]
         params = tuple(itertools.chain.from_iterable(chunk))
-        claimed.update([row[0] for row in tx.execute(_inbox_claim_rows_sql(len(chunk)), params)])
+        found = tx.execute(_inbox_claim_rows_sql(len(chunk)), params)
+        claimed.update([(str(source), str(event_id)) for source, event_id in found])
     return claimed
 
 
-def find_inbox_keys(tx: Executor, ids: Sequence[str]) -> dict[str, str]:
-    """``INBOX.find`` of many ids: the stored fingerprint of each that is there."""
-    found: dict[str, str] = {}
-    for start in range(0, len(ids), MANY):
-        chunk = ids[start : start + MANY]
-        for event_id, stored in tx.execute(_inbox_find_keys_sql(len(chunk)), chunk):
-            found[str(event_id)] = str(stored)
+def find_inbox_keys(tx: Executor, keys: Sequence[Identity]) -> dict[Identity, str]:
+    """``INBOX.find`` of many identities: the stored fingerprint of each that is there."""
+    found: dict[Identity, str] = {}
+    for start in range(0, len(keys), MANY):
+        chunk = keys[start : start + MANY]
+        params = tuple(itertools.chain.from_iterable(chunk))
+        for source, event_id, stored in tx.execute(_inbox_find_keys_sql(len(chunk)), params):
+            found[(str(source), str(event_id))] = str(stored)
     return found
 
 
 INBOX = KeySpace(
     name="inbox",
     claim_sql=_INBOX_INSERT + _INBOX_ROW + _INBOX_ON_CONFLICT,
-    find_sql="SELECT fingerprint, id FROM inbox WHERE id = ?",
+    find_sql="SELECT fingerprint, id FROM inbox WHERE source = ? AND id = ?",
+    key_width=2,
     claim_rows=claim_inbox_rows,
     find_keys=find_inbox_keys,
 )

@@ -23,6 +23,7 @@ import functools
 from typing import Any
 
 from .counters import CounterQueries
+from .outbox import pending_events
 
 # The partition of the oldest pending event that has no live lease. Reading the pending index
 # in seq order, rows of held partitions are skipped one by one: with a few held partitions
@@ -79,7 +80,6 @@ FROM partition_leases ORDER BY partition_key
 """
 
 LEASE_COLUMNS = ("partition", "owner", "token", "acquired_at", "renewed_at", "expires_at", "live")
-PENDING_COLUMNS = ("seq", "id", "sku", "qty")
 
 
 @functools.lru_cache(maxsize=64)
@@ -163,11 +163,11 @@ class LeaseQueries(CounterQueries):
         """A partition's unsent, unquarantined events in seq order."""
         # The WHERE clause matches the partial index outbox_partition_pending exactly.
         rows = self.execute(
-            "SELECT seq, id, sku, qty FROM outbox "
+            "SELECT seq, event FROM outbox "
             "WHERE partition_key = ? AND sent = 0 AND quarantined = 0 ORDER BY seq LIMIT ?",
             (key, limit),
         )
-        return [dict(zip(PENDING_COLUMNS, row, strict=True)) for row in rows]
+        return pending_events(rows)
 
     def lease_rows(self) -> list[dict[str, Any]]:
         """Every lease row, live or not, by partition."""

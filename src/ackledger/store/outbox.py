@@ -3,22 +3,27 @@
 from __future__ import annotations
 
 import abc
+import json
 from collections.abc import Sequence
 from typing import Any
 
 from .._core.idempotency import Claim
+from ..envelope import canonical_json
 from .claims import claim_once
 from .counters import CounterQueries
 from .keys import OUTBOX
 
-PENDING_COLUMNS = ("seq", "id", "sku", "qty")
 EVENT_COLUMNS = (
-    "seq", "id", "sku", "qty", "partition_key", "sent", "quarantined", "quarantine_reason",
-    "quarantined_at", "created_at", "sent_at", "attempts", "last_error", "last_attempt_at",
+    "seq", "id", "source", "type", "subject", "partitionkey", "partition_key", "fingerprint",
+    "event", "sent",
+    "quarantined", "quarantine_reason", "quarantined_at", "created_at", "sent_at", "attempts",
+    "last_error", "last_attempt_at",
 )  # fmt: skip
 QUARANTINED_COLUMNS = (
-    "seq", "id", "sku", "qty", "quarantine_reason", "quarantined_at", "attempts", "last_error",
+    "seq", "id", "source", "type", "quarantine_reason", "quarantined_at", "attempts",
+    "last_error",
 )  # fmt: skip
+SOURCE_KEY = "outbox.source"
 LOG_COLUMNS = ("seq", "event_id", "kind", "detail", "at")
 ORDER_COLUMNS = ("id", "sku", "qty", "created_at")
 PURGED_SENT = "outbox.purged_sent"
@@ -40,6 +45,16 @@ SENT_UNLESS_HELD = (
 SENT_BEFORE = "WHERE sent = 1 AND sent_at < ?"
 
 
+def pending_events(rows: Sequence[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    """Rows of (seq, event text) as the events with their ``seq``."""
+    found: list[dict[str, Any]] = []
+    for seq, text in rows:
+        event = json.loads(text)
+        event["seq"] = seq
+        found.append(event)
+    return found
+
+
 class OutboxQueries(CounterQueries):
     @abc.abstractmethod
     def outbox_lock_partition(self, partition_key: str) -> None:
@@ -47,17 +62,38 @@ class OutboxQueries(CounterQueries):
         ``seq`` at insert, not at commit, takes a lock held until commit here)."""
 
     def outbox_claim(
-        self,
-        event_id: str,
-        fingerprint: str,
-        *,
-        sku: str,
-        qty: int,
-        partition_key: str,
-        now: float,
+        self, event: dict[str, Any], text: str, fingerprint: str, partition_key: str, now: float
     ) -> Claim:
-        """Claim an event id (``keys.OUTBOX``); the reference is the event's seq."""
-        return claim_once(self, OUTBOX, (event_id,), fingerprint, (sku, qty, partition_key, now))
+        """Claim the id of a validated ``event`` whose canonical JSON is ``text``
+        (``keys.OUTBOX``); the reference is the event's seq."""
+        data = event.get("data")
+        rest = (
+            event["source"],
+            event["type"],
+            event.get("subject"),
+            event.get("partitionkey"),
+            partition_key,
+            None if data is None else canonical_json(data),
+            text,
+            now,
+        )
+        return claim_once(self, OUTBOX, (event["id"],), fingerprint, rest)
+
+    def outbox_fingerprint(self, event_id: str) -> str | None:
+        found = self.scalar("SELECT fingerprint FROM outbox WHERE id = ?", (event_id,))
+        return None if found is None else str(found)
+
+    def meta_get(self, name: str) -> str | None:
+        found = self.scalar("SELECT value FROM ackledger_meta WHERE name = ?", (name,))
+        return None if found is None else str(found)
+
+    def meta_set_once(self, name: str, value: str) -> str:
+        """Store ``value`` under ``name`` unless a value is there; returns the stored one."""
+        self.execute(
+            "INSERT INTO ackledger_meta (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
+            (name, value),
+        )
+        return str(self.scalar("SELECT value FROM ackledger_meta WHERE name = ?", (name,)))
 
     def order_insert(self, event: dict[str, Any], now: float) -> bool:
         """Insert the order; False if an order with this id already exists."""
@@ -75,11 +111,10 @@ class OutboxQueries(CounterQueries):
     def outbox_pending(self, limit: int) -> list[dict[str, Any]]:
         # The WHERE clause matches the partial index outbox_pending exactly.
         rows = self.execute(
-            "SELECT seq, id, sku, qty FROM outbox WHERE sent = 0 AND quarantined = 0 "
-            "ORDER BY seq LIMIT ?",
+            "SELECT seq, event FROM outbox WHERE sent = 0 AND quarantined = 0 ORDER BY seq LIMIT ?",
             (limit,),
         )
-        return [dict(zip(PENDING_COLUMNS, row, strict=True)) for row in rows]
+        return pending_events(rows)
 
     def outbox_mark_sent(self, ids: Sequence[str], attempted: bool, now: float) -> list[str]:
         """Mark ids sent (a batch in one statement); returns the ids that are unknown, in order."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
@@ -32,16 +33,23 @@ def check_json_type(value: str | None) -> None:
         raise ValueError(f"body: Content-Type must be application/json, got {value or 'none'!r}")
 
 
-async def read_body(scope: Scope, receive: Receive, cap: int = MAX_BODY_BYTES) -> bytes:
+async def read_body(
+    scope: Scope,
+    receive: Receive,
+    cap: int = MAX_BODY_BYTES,
+    check_type: Callable[[str | None], None] | None = check_json_type,
+) -> bytes:
     """The body of a raw ASGI request, refusing (without reading on) anything over ``cap``
-    bytes: BodyTooLarge, or ClientGone if the client left first."""
+    bytes: BodyTooLarge, or ClientGone if the client left first. ``check_type`` judges the
+    Content-Type first (None: the caller does, from the headers)."""
     declared_type = None
     for name, value in scope["headers"]:
         if name == b"content-length" and value.isdigit() and int(value) > cap:
             raise BodyTooLarge
         if name == b"content-type":
             declared_type = value.decode("latin-1")
-    check_json_type(declared_type)
+    if check_type is not None:
+        check_type(declared_type)
     chunks: list[bytes] = []
     size = 0
     while True:

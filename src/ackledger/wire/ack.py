@@ -1,9 +1,10 @@
 """What counts as an acknowledgement: pure rules over an answer's status and body.
 
 A single event is acknowledged only by a 200 whose JSON object says ``"ack": true`` and names
-that very event's id. A batch answer acknowledges the prefix of items, in order, that each name
-the id sent at their place with ``"ack": true``; an item naming another id, or more items than
-were sent, makes the whole answer unusable. Nothing here touches a socket.
+that very event's identity (``id`` and ``source``). A batch answer acknowledges the prefix of
+items, in order, that each name the identity sent at their place with ``"ack": true``; an item
+naming another, or more items than were sent, makes the whole answer unusable. Nothing here
+touches a socket.
 """
 
 from __future__ import annotations
@@ -46,15 +47,22 @@ def status_message(status: int, data: bytes) -> str:
     return f"HTTP {status} instead of 200{detail}"
 
 
-def exact_ack(status: int, answer: Any, event_id: object) -> bool:
-    """True when ``answer`` acknowledges exactly ``event_id``; raises NotAcknowledged if not."""
+def exact_ack(status: int, answer: Any, event: Mapping[str, Any]) -> bool:
+    """True when ``answer`` acknowledges exactly ``event``; raises NotAcknowledged if not."""
     if not isinstance(answer, dict):
         raise NotAcknowledged("answer is not a JSON object", status=status)
     if answer.get("ack") is not True:
         raise NotAcknowledged(f"answer has ack={answer.get('ack')!r}, not true", status=status)
-    if answer.get("id") != event_id:
-        raise NotAcknowledged(f"ACK names id {answer.get('id')!r}, not {event_id!r}", status=status)
+    _same_identity(status, answer, event, "ACK")
     return True
+
+
+def _same_identity(status: int, ack: dict[str, Any], event: Mapping[str, Any], what: str) -> None:
+    for name in ("id", "source"):
+        if ack.get(name) != event[name]:
+            raise NotAcknowledged(
+                f"{what} names {name} {ack.get(name)!r}, not {event[name]!r}", status=status
+            )
 
 
 def acked_prefix(status: int, answer: Any, sent: Sequence[Mapping[str, Any]]) -> BatchAnswer:
@@ -68,11 +76,7 @@ def acked_prefix(status: int, answer: Any, sent: Sequence[Mapping[str, Any]]) ->
     for item, ack in zip(sent, acks, strict=False):
         if not isinstance(ack, dict):
             raise NotAcknowledged(f"batch answer item {acked} is not an object", status=status)
-        if ack.get("id") != item["id"]:
-            raise NotAcknowledged(
-                f"batch answer item {acked} names id {ack.get('id')!r}, not {item['id']!r}",
-                status=status,
-            )
+        _same_identity(status, ack, item, f"batch answer item {acked}")
         if ack.get("ack") is not True:
             break
         acked += 1

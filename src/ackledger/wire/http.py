@@ -23,8 +23,8 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ..envelope import canonical_json, validate_cloudevent
 from ..errors import NotAcknowledged
-from ..event import event_json, validate_event
 from .ack import BatchAnswer, acked_prefix, answer_json, exact_ack
 from .framing import MAX_ANSWER_BYTES
 from .targets import Target, check_target, check_timeout
@@ -106,8 +106,13 @@ def close_connections() -> None:
     pool.clear()
 
 
+#: CloudEvents structured mode (CONTRACT section 5): one event, and a batch of them.
+STRUCTURED = b"application/cloudevents+json"
+BATCH = b"application/cloudevents-batch+json"
+
+
 @functools.lru_cache(maxsize=256)
-def _request_head(target: Target) -> bytes:
+def _request_head(target: Target, content_type: bytes) -> bytes:
     """Everything of a POST's head up to the value of Content-Length (fixed per target)."""
     host = f"[{target.host}]" if ":" in target.host else target.host
     try:
@@ -119,18 +124,21 @@ def _request_head(target: Target) -> bytes:
         b"Host: " + host_bytes + b":" + str(target.port).encode() + b"\r\n"
         # Without Accept-Encoding a server may pick any coding; only plain JSON is understood.
         b"Accept-Encoding: identity\r\n"
-        b"Content-Type: application/json\r\n"
+        b"Content-Type: " + content_type + b"\r\n"
         b"Accept: application/json\r\n"
         b"Content-Length: "
     )
 
 
-def _post_json(target: Target, body: bytes, timeout: float) -> tuple[int, Any]:
+def _post_json(
+    target: Target, body: bytes, timeout: float, content_type: bytes = STRUCTURED
+) -> tuple[int, Any]:
     """POST and return (status, parsed JSON); raises NotAcknowledged for unusable answers."""
     conn = _connection(target, check_timeout(timeout))
     try:
         # One write: head and body together, so neither waits for the other's ACK.
-        conn.sock.sendall(_request_head(target) + b"%d\r\n\r\n" % len(body) + body)
+        head = _request_head(target, content_type)
+        conn.sock.sendall(head + b"%d\r\n\r\n" % len(body) + body)
         status, data, keep = read_answer(conn.sock)
     except BaseException:
         # Whatever went wrong, the connection's state is unknown: never reuse it. Connection
@@ -188,11 +196,12 @@ def send_http(
     timeout: float = 5.0,
     allowed_hosts: Iterable[str] | None = None,
 ) -> bool:
-    """POST one event to a sink's ``/events``; returns True only for an exact ACK."""
-    clean = validate_event(event)
+    """POST one event to a sink's ``/events`` in structured mode; returns True only for an
+    exact ACK of its identity."""
+    clean = validate_cloudevent(event)
     target = check_target(url, "/events", allowed_hosts)
-    status, answer = _post_json(target, event_json(clean).encode(), timeout)
-    return exact_ack(status, answer, clean["id"])
+    status, answer = _post_json(target, canonical_json(clean).encode(), timeout)
+    return exact_ack(status, answer, clean)
 
 
 def post_batch(
@@ -207,10 +216,10 @@ def post_batch(
         raise ValueError("events: must be a list of 1-16 events")
     if not 1 <= len(events) <= MAX_BATCH:
         raise ValueError(f"events: must hold 1-{MAX_BATCH} events, got {len(events)}")
-    clean = [validate_event(item) for item in events]
+    clean = [validate_cloudevent(item) for item in events]
     target = check_target(url, "/events/batch", allowed_hosts)
-    body = "[" + ",".join(event_json(item) for item in clean) + "]"
-    status, answer = _post_json(target, body.encode(), timeout)
+    body = "[" + ",".join(canonical_json(item) for item in clean) + "]"
+    status, answer = _post_json(target, body.encode(), timeout, BATCH)
     return acked_prefix(status, answer, clean)
 
 
