@@ -58,7 +58,8 @@ async def _client(
     parts = urlsplit(url)
     host = parts.hostname or "127.0.0.1"
     reader, writer = await asyncio.open_connection(host, parts.port)
-    prefix = f"POST {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
+    content_type = "application/cloudevents+json"
+    prefix = f"POST {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: {content_type}\r\n"
     sequence = 0
     try:
         while time.perf_counter() < deadline:

@@ -65,7 +65,7 @@ def database() -> Iterator[str]:
 
 
 def _event(tag: str, number: int) -> dict[str, Any]:
-    return {"id": f"{tag}-{number:07d}", "sku": f"p{number % PARTITIONS}", "qty": 1}
+    return fill.lab_event(f"{tag}-{number:07d}", f"p{number % PARTITIONS}", 1)
 
 
 def _serve(kind: str, url: str, folder: Path) -> Service:
@@ -146,7 +146,7 @@ def measure(plan: Plan, results: Results) -> None:
                     for clients in CLIENT_COUNTS:
 
                         def make(client: int, number: int, tag: str = f"{rep}-{clients}") -> Any:
-                            return {"id": f"{tag}-{client}-{number}", "sku": "s", "qty": 1}
+                            return fill.lab_event(f"{tag}-{client}-{number}", "s", 1)
 
                         load = run_load(sink.base_url, "/events", clients, plan.load_seconds, make)
                         _add_load(results, f"pg.sink.c{clients}", f"PostgreSQL sink /events, "

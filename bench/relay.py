@@ -25,9 +25,9 @@ from .common import Plan, Results, marks_rate, rate, scratch
 
 def accept_rate(folder: Path, synchronous: str, count: int, prefix: str) -> float:
     path = folder / f"accept-{prefix}.db"
-    events = [fill.event(prefix, n) for n in range(count)]
+    events = [fill.order(prefix, n) for n in range(count)]
     with Outbox(path, synchronous=synchronous) as outbox:
-        outbox.accept(fill.event(prefix + "-warm", 0))
+        outbox.accept(fill.order(prefix + "-warm", 0))
         start = time.perf_counter()
         for item in events:
             outbox.accept(item)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .common import Plan, Results, scratch
+from .fill import lab_event
 from .load import run_load
 from .relay import start_sink
 
@@ -20,11 +21,7 @@ def measure(plan: Plan, results: Results) -> None:
                 for clients in CLIENT_COUNTS:
 
                     def make(client: int, number: int, tag: str = f"r{rep}c{clients}") -> Any:
-                        return {
-                            "id": f"{tag}-{client}-{number}",
-                            "sku": f"s{number % 64}",
-                            "qty": 1,
-                        }
+                        return lab_event(f"{tag}-{client}-{number}", f"s{number % 64}", 1)
 
                     load = run_load(sink.base_url, "/events", clients, plan.load_seconds, make)
                     if set(load.statuses) != {200}:

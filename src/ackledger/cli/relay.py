@@ -85,7 +85,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add_http_client(relay)
     lease = relay.add_argument_group(
         "PostgreSQL: one of N relays",
-        "With a postgresql:// source the relay leases partitions (the event's sku by default) "
+        "With a postgresql:// source the relay leases partitions (the event's partitionkey) "
         "so that several relays can run at once: order is kept within each partition, not "
         "across them, and a failure stops only its partition.",
     )

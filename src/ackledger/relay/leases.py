@@ -1,7 +1,8 @@
 """Leasing partitions of an outbox: claim, renew, release, and marks that check the lease.
 
-A partition is the set of outbox events that share a ``partition_key`` (the event's sku by
-default). Events of one partition are sent in seq order by at most one relay at a time: the
+A partition is the set of outbox events that share a ``partition_key``: the event's
+``partitionkey`` (the lab's events name their sku), or one shared partition for events that
+name none. Events of one partition are sent in seq order by at most one relay at a time: the
 one that holds the partition's lease. Each lease carries a fencing token larger than any
 before it; a mark carries the token, and the database refuses it in the same statement if the
 lease expired or another relay holds the partition now (:class:`~ackledger.LeaseLost`).

@@ -1,7 +1,7 @@
 """Many relays on one outbox: partitions, leases with fencing tokens, and the worker.
 
-Order is kept within a partition (events with the same ``partition_key``, by default the
-event's sku): one relay at a time sends them, in seq order, with dispatch's
+Order is kept within a partition (events with the same ``partitionkey``; events without one
+share one partition): one relay at a time sends them, in seq order, with dispatch's
 stop-at-the-first-failure rule. Across partitions nothing is ordered. See docs/postgres.md.
 
 Run one: ``ackledger relay --source postgresql://... --to URL --owner NAME``.
