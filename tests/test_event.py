@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ackledger import InvalidEvent, validate_event
+from ackledger import InvalidEvent
 from ackledger.event import canonical_json, fingerprint
+from ackledger.warehouse import validate as validate_event
 
 GOOD = {"id": "order-1", "sku": "snack", "qty": 7}
 

@@ -150,7 +150,11 @@ def test_validate_keeps_v1s_flat_check() -> None:
         assert (str(error.value), error.value.field) == (str(v1_error.value), v1_error.value.field)
 
 
-def test_validate_event_is_still_v1() -> None:
-    assert ackledger.validate_event is v1_validate
-    with pytest.raises(InvalidEvent):
-        ackledger.validate_event(warehouse.event("order-1", "snack-7", 7))
+def test_validate_event_is_v2() -> None:
+    event = warehouse.event("order-1", "snack-7", 7)
+    assert ackledger.validate_event(event) == event
+    # The lab's flat order is not an event any more; warehouse.validate keeps v1's check.
+    with pytest.raises(InvalidEvent) as error:
+        ackledger.validate_event({"id": "order-1", "sku": "snack-7", "qty": 7})
+    assert error.value.field == "specversion"
+    assert warehouse.validate({"id": "order-1", "sku": "snack-7", "qty": 7})["qty"] == 7

@@ -7,15 +7,17 @@ ledger for jobs that are re-run in new processes.
 
 from . import warehouse
 from .envelope import MAX_EVENT_BYTES, new_event
+from .envelope import validate_cloudevent as validate_event
 from .errors import (
     AckledgerError,
     Conflict,
     InvalidEvent,
     LeaseLost,
+    NoHandler,
     NotAcknowledged,
+    Rejected,
     UnsafeTarget,
 )
-from .event import validate_event
 from .event_types import EventTypes
 from .ledger.ledger import Ledger
 from .sink.inbox import Inbox
@@ -33,8 +35,10 @@ __all__ = [
     "InvalidEvent",
     "LeaseLost",
     "Ledger",
+    "NoHandler",
     "NotAcknowledged",
     "Outbox",
+    "Rejected",
     "UnsafeTarget",
     "dispatch",
     "dispatch_batch",
