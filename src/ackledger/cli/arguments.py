@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..ops.databases import existing_database
 from ..source.outbox import MAX_BATCH, Outbox
 from ..store.base import SYNCHRONOUS_MODES
+
+if TYPE_CHECKING:
+    from ..sink.handlers import Handler
 
 
 def add_synchronous(parser: argparse.ArgumentParser) -> None:
@@ -124,4 +130,23 @@ def duration_arg(text: str) -> float:
     try:
         return parse_duration(text)
     except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def handlers_arg(text: str) -> dict[str, Handler]:
+    """An argparse type for ``--handlers MODULE:ATTR``: the loaded handlers, or the loader's
+    one-line reason as the parser's error (exit 2).
+
+    The current directory is searched first, as uvicorn does for its ``MODULE:APP``: the
+    ``ackledger`` script does not put it on the import path the way ``python -m`` does, and a
+    handlers module usually sits in the project the command is run from.
+    """
+    from ..sink.handlers import HandlerSpecError, load_handlers
+
+    here = os.getcwd()
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    try:
+        return load_handlers(text)
+    except HandlerSpecError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None

@@ -13,7 +13,14 @@ from typing import TypeGuard
 
 from .base import Backend, Tx, check_synchronous, migrate
 
-__all__ = ["Backend", "Tx", "database_errors", "open_backend", "without_password"]
+__all__ = [
+    "Backend",
+    "Tx",
+    "database_errors",
+    "open_backend",
+    "target_dialect",
+    "without_password",
+]
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
@@ -44,32 +51,46 @@ def database_errors() -> tuple[type[Exception], ...]:
     return tuple(found)
 
 
+def target_dialect(target: object) -> str:
+    """The dialect a target names, ``"sqlite"`` or ``"postgres"``, told from the target alone
+    (nothing is opened, created or connected); ValueError or TypeError for what names neither."""
+    return _classify(target)[0]
+
+
+def _classify(target: object) -> tuple[str, str]:
+    """``(dialect, target as a str)``, or the error ``target_dialect`` raises."""
+    if is_postgres(target):
+        return "postgres", target
+    if not isinstance(target, (str, os.PathLike)):
+        raise TypeError(
+            f"target: must be a path or a postgresql:// URL, got {type(target).__name__}"
+        )
+    path = os.fspath(target)
+    if not isinstance(path, str) or not path.strip():
+        raise ValueError("target: must be a SQLite file path or a postgresql:// URL")
+    if "://" in path:
+        raise ValueError(f"target: unsupported URL scheme in {path!r}")
+    if path.strip() == ":memory:" or path.startswith("file:"):
+        # An in-memory database dies with its connection and cannot be in WAL mode; the
+        # outbox, the inbox and the ledger are files that other processes open too.
+        raise ValueError(f"target: must be a file path, got {path!r}")
+    return "sqlite", path
+
+
 def open_backend(
     target: object, *, synchronous: str = "FULL", migrate_schema: bool = True
 ) -> Backend:
     mode = check_synchronous(synchronous)
     backend: Backend
-    if is_postgres(target):
+    dialect, where = _classify(target)
+    if dialect == "postgres":
         from .postgres import open_postgres
 
-        backend = open_postgres(target, synchronous=mode)
-    elif isinstance(target, (str, os.PathLike)):
-        path = os.fspath(target)
-        if not isinstance(path, str) or not path.strip():
-            raise ValueError("target: must be a SQLite file path or a postgresql:// URL")
-        if "://" in path:
-            raise ValueError(f"target: unsupported URL scheme in {path!r}")
-        if path.strip() == ":memory:" or path.startswith("file:"):
-            # An in-memory database dies with its connection and cannot be in WAL mode; the
-            # outbox, the inbox and the ledger are files that other processes open too.
-            raise ValueError(f"target: must be a file path, got {path!r}")
+        backend = open_postgres(where, synchronous=mode)
+    else:
         from .sqlite import SqliteBackend
 
-        backend = SqliteBackend(path, synchronous=mode)
-    else:
-        raise TypeError(
-            f"target: must be a path or a postgresql:// URL, got {type(target).__name__}"
-        )
+        backend = SqliteBackend(where, synchronous=mode)
     if not migrate_schema:
         return backend
     try:

@@ -80,6 +80,14 @@ class Backend(abc.ABC):
         """
 
 
+#: Where a database records the migrations it has (``migrate``; ``schema.schema_script`` prints
+#: it for a database that another tool migrates). The same text on both dialects.
+MIGRATIONS_TABLE = (
+    "CREATE TABLE IF NOT EXISTS schema_migrations ("
+    "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
+)
+
+
 def migrations(dialect: str) -> list[tuple[int, str, str]]:
     """The migration scripts of a dialect, as ``(version, name, sql)`` in version order."""
     folder = resources.files("ackledger.store").joinpath("migrations", dialect)
@@ -120,10 +128,7 @@ def migrate(backend: Backend, *, upto: int | None = None) -> int:
     applied = 0
     with backend.write() as tx:
         backend.lock_schema(tx)
-        tx.execute(
-            "CREATE TABLE IF NOT EXISTS schema_migrations ("
-            "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
-        )
+        tx.execute(MIGRATIONS_TABLE)
     for version, name, script in migrations(backend.dialect):
         if upto is not None and version > upto:
             break

@@ -1,7 +1,8 @@
-"""Bring a database's schema up to date, and say where it stands.
+"""Bring a database's schema up to date, say where it stands, or print the SQL that would.
 
 Opening a database through the library migrates it too; this is for a deployment that does
-it once, up front (an init container, a release step), before any service starts.
+it once, up front (an init container, a release step), before any service starts, or whose
+own migration tool (Alembic, Django) owns every schema change (``schema_script``).
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import open_backend
-from .base import migrate, migrations, schema_versions
+from .base import MIGRATIONS_TABLE, migrate, migrations, schema_versions, split_statements
+
+DIALECTS = ("sqlite", "postgres")
 
 
 @dataclass(frozen=True)
@@ -57,3 +60,50 @@ def upgrade_schema(target: str, synchronous: str = "FULL") -> SchemaState:
         migrations=[name for _, name in versions],
         unknown=[name for version, name in versions if version not in known],
     )
+
+
+def schema_script(dialect: str) -> str:
+    """The SQL that brings a new, empty database of ``dialect`` to this version's schema, as
+    ``migrate`` would, for a migration tool to run; nothing is opened or connected.
+
+    It records every migration in ``schema_migrations`` as ``migrate`` does, so ackledger
+    opening the database afterwards finds nothing to apply. The statements end in ``;`` and
+    hold no transaction control: the tool that runs them wraps them in its own transaction.
+    Each row's ``applied_at`` is the database's clock when the row is inserted, not when this
+    was printed, so printing it twice gives the same text.
+    """
+    if dialect not in DIALECTS:
+        raise ValueError(f"dialect: must be one of {', '.join(DIALECTS)}, got {dialect!r}")
+    clock = _clock(dialect)
+    found = migrations(dialect)
+    names = [name for _, name, _ in found]
+    lines = [
+        f"-- The ackledger schema for a new {dialect} database, version {found[-1][0]}",
+        f"-- (migrations {names[0]} to {names[-1]}), as `ackledger migrate` makes it.",
+        "-- Run it once, in one transaction, on a database without ackledger tables.",
+        "",
+        f"{MIGRATIONS_TABLE};",
+    ]
+    for version, name, script in found:
+        lines += ["", f"-- {name}"]
+        for statement in split_statements(script):
+            lines.append(statement if statement.rstrip().endswith(";") else f"{statement};")
+        lines.append(
+            "INSERT INTO schema_migrations (version, name, applied_at) "
+            f"VALUES ({version}, {_literal(name)}, {clock});"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _clock(dialect: str) -> str:
+    if dialect == "postgres":
+        from .postgres.queries import CLOCK as POSTGRES_CLOCK
+
+        return POSTGRES_CLOCK
+    from .sqlite.queries import CLOCK as SQLITE_CLOCK
+
+    return SQLITE_CLOCK
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"

@@ -1,0 +1,112 @@
+"""The user's handlers, named as ``MODULE:ATTR`` (``serve sink --handlers``, ``consume``,
+``verify``), the way uvicorn names an app.
+
+``ATTR`` names a mapping of event type to handler; every way that naming can go wrong is
+found here, when the service starts, with a message that says what to fix, and not when the
+first event of a type arrives.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..errors import InvalidEvent
+from ..event_types import check_type_name
+
+__all__ = ["Handler", "HandlerSpecError", "load_handlers"]
+
+#: ``handler(tx, event)``: applies ``event`` (a validated CloudEvent) with ``tx.execute``
+#: inside the inbox's transaction; raising rolls it back (``Rejected``: never retry).
+Handler = Callable[[Any, dict[str, Any]], None]
+
+_FORM = "must be MODULE:ATTR (a module and its dict of handlers, e.g. myapp.events:HANDLERS)"
+
+
+class HandlerSpecError(ValueError):
+    """A ``MODULE:ATTR`` that does not name a usable dict of handlers; the message says why."""
+
+
+def load_handlers(spec: str) -> dict[str, Handler]:
+    """Import ``MODULE`` and return a new dict of the handlers that ``ATTR`` names.
+
+    ``MODULE`` may be dotted (a package's module), ``ATTR`` too (an attribute of an attribute).
+    Raises :class:`HandlerSpecError` for a malformed spec, a module that is not found or whose
+    import raised, a missing attribute, a value that is not a mapping, a key that is not an
+    event type name, or a handler that is not callable with ``(tx, event)``.
+    """
+    if not isinstance(spec, str):
+        raise HandlerSpecError(f"handlers: {_FORM}, got {type(spec).__name__}")
+    where = f"handlers {spec!r}"
+    module_name, colon, attr_path = spec.partition(":")
+    if not colon:
+        raise HandlerSpecError(f"{where}: no ':' in it; {_FORM}")
+    if not _dotted(module_name) or not _dotted(attr_path):
+        raise HandlerSpecError(f"{where}: {_FORM}")
+    found: object = _import(module_name, where)
+    walked: list[str] = []
+    for part in attr_path.split("."):
+        walked.append(part)
+        try:
+            found = getattr(found, part)
+        except AttributeError:
+            raise HandlerSpecError(
+                f"{where}: module {module_name!r} has no attribute {'.'.join(walked)!r}"
+            ) from None
+    if not isinstance(found, Mapping):
+        raise HandlerSpecError(
+            f"{where}: must be a dict of event type to handler, got {type(found).__name__}"
+        )
+    handlers: dict[str, Handler] = {}
+    for key, handler in found.items():
+        try:
+            name = check_type_name(key, f"{where}: key {key!r}")
+        except InvalidEvent as refused:
+            raise HandlerSpecError(str(refused)) from None
+        _check_callable(handler, f"{where}: the handler of {name!r}")
+        handlers[name] = handler
+    return handlers
+
+
+def _dotted(text: str) -> bool:
+    return bool(text) and all(part.isidentifier() for part in text.split("."))
+
+
+def _import(module_name: str, where: str) -> object:
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        # Not found is the module itself or a package on its path; a module that is found
+        # but imports a missing one is a failing import, and says which one it lacked.
+        missing = exc.name or ""
+        if missing == module_name or module_name.startswith(missing + "."):
+            looked = "" if missing == module_name else f" (looking for {module_name!r})"
+            raise HandlerSpecError(
+                f"{where}: no module named {missing!r}{looked} on the import path"
+            ) from None
+        raise HandlerSpecError(_raised(where, module_name, exc)) from None
+    except Exception as exc:
+        raise HandlerSpecError(_raised(where, module_name, exc)) from None
+
+
+def _raised(where: str, module_name: str, exc: BaseException) -> str:
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else ""
+    return f"{where}: importing {module_name!r} raised {type(exc).__name__}" + (
+        f": {first}" if first else ""
+    )
+
+
+def _check_callable(handler: object, what: str) -> None:
+    if not callable(handler):
+        raise HandlerSpecError(f"{what} is not callable (got {type(handler).__name__})")
+    try:
+        signature = inspect.signature(handler)
+    except (TypeError, ValueError):
+        return  # some builtins have no signature to read; they are taken as they are
+    try:
+        signature.bind(None, None)
+    except TypeError as exc:
+        raise HandlerSpecError(f"{what} must take (tx, event): {exc}") from None
