@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from .arguments import add_synchronous, port_arg
+from .arguments import add_synchronous, handlers_arg, port_arg
 
 if TYPE_CHECKING:
     import socket
@@ -22,6 +22,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "Prints 'listening on URL' once bound (use --port 0 for a free port).",
     )
     _add_service_options(sink)
+    sink.add_argument(
+        "--handlers",
+        type=handlers_arg,
+        metavar="MODULE:ATTR",
+        help="a dict of event type -> handler(tx, event) to apply events with, named as "
+        "uvicorn names an app (e.g. shipping.events:HANDLERS); the reference handler of "
+        "warehouse.stock.added is always there unless the dict names that type too",
+    )
     sink.set_defaults(handler=cmd_serve_sink)
     ledger = services.add_parser(
         "ledger",
@@ -70,7 +78,7 @@ def cmd_serve_sink(args: argparse.Namespace) -> int:
     from ..web.server import serve
 
     sock = _listen(args)
-    with Inbox(args.db, synchronous=args.synchronous) as inbox:
+    with Inbox(args.db, handlers=args.handlers, synchronous=args.synchronous) as inbox:
         serve(create_sink_app(inbox), sock, "sink")
     return 0
 

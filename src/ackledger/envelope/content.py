@@ -34,6 +34,14 @@ def identity(event: Mapping[str, Any]) -> tuple[str, str]:
 
 def content_fingerprint(event: Mapping[str, Any]) -> str:
     """A SHA-256 (hex) of the canonical JSON of everything but time, traceparent and
-    tracestate: equal for every re-send of one event, different for other content."""
-    content = {name: value for name, value in event.items() if name not in NOT_CONTENT}
+    tracestate: equal for every re-send of one event, different for other content.
+
+    ``datacontenttype: application/json`` (the only one accepted) says what its absence
+    says, and binary mode always sends it (the Content-Type), so it is not content either:
+    one event sent structured and then binary is the same event."""
+    content = {
+        name: value
+        for name, value in event.items()
+        if name not in NOT_CONTENT and name != "datacontenttype"
+    }
     return hashlib.sha256(canonical_json(content).encode("utf-8")).hexdigest()

@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
 
 from ..errors import InvalidEvent
 from ..event_types import check_type_name
 
 __all__ = ["Handler", "HandlerSpecError", "load_handlers"]
 
-#: ``handler(tx, event)``: applies ``event`` (a validated CloudEvent) with ``tx.execute``
-#: inside the inbox's transaction; raising rolls it back (``Rejected``: never retry).
-Handler = Callable[[Any, dict[str, Any]], None]
+from .handler_tx import Handler
 
 _FORM = "must be MODULE:ATTR (a module and its dict of handlers, e.g. myapp.events:HANDLERS)"
 
