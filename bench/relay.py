@@ -125,7 +125,7 @@ def measure_relay(plan: Plan, results: Results) -> None:
     if not daemon:
         results.skip("relay.daemon", "`ackledger relay --batch` is not available on this branch")
     with scratch("relay") as folder:
-        sink = start_sink(folder, "sink")
+        sink = start_sink(folder, "sink", "--handlers", "bench.handlers:HANDLERS")
         try:
             for rep in range(plan.reps):
                 if daemon:
@@ -159,6 +159,15 @@ def measure_relay(plan: Plan, results: Results) -> None:
                     "/s",
                     value,
                 )
+                source = folder / f"generic-{rep}.db"
+                fill.pending_events(source, f"g{rep}", plan.relay_events, fill.generic)
+                _, value = relay_rate(source, sink.base_url, batch=False)
+                results.add(
+                    "relay.item_generic",
+                    "per-item relay of a generic event (1 KiB nested data, a user handler)",
+                    "/s",
+                    value,
+                )
                 source = folder / f"batch-{rep}.db"
                 fill.pending_events(source, f"b{rep}", plan.batch_events)
                 _, value = relay_rate(source, sink.base_url, batch=True)
@@ -176,3 +185,5 @@ def measure_relay(plan: Plan, results: Results) -> None:
     last = results.get("relay.item_last")
     print(f"  per-item relay, mark_sync='last': {last or 0:,.0f}/s", flush=True)
     print(f"  batch relay: {batch or 0:,.0f} events/s", flush=True)
+    generic = results.get("relay.item_generic")
+    print(f"  per-item relay, generic 1 KiB events: {generic or 0:,.0f}/s", flush=True)
