@@ -6,7 +6,6 @@ import http.client
 
 from ackledger._dev.procs import Service
 
-
 #: The Content-Type each of the sink's routes takes (CONTRACT v2 section 6).
 ROUTE_TYPES = {
     "/events": "application/cloudevents+json",

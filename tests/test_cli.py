@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ackledger._dev.procs import Service, run_cli
 from ackledger import Outbox
+from ackledger._dev.procs import Service, run_cli
 from tests.conftest import raw_rows
 from tests.events import lab
 

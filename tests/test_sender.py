@@ -34,7 +34,9 @@ def acks(*ids: str) -> list[dict[str, object]]:
 
 
 def refusing_b1(error: dict[str, object] | None) -> bytes:
-    payload: dict[str, object] = {"acks": [*acks("b-0"), {"id": "b-1", "source": SOURCE, "ack": False}]}
+    payload: dict[str, object] = {
+        "acks": [*acks("b-0"), {"id": "b-1", "source": SOURCE, "ack": False}]
+    }
     if error is not None:
         payload["error"] = error
     return answer(payload)

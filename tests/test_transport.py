@@ -255,7 +255,12 @@ def acks(*ids: str) -> list[dict[str, object]]:
         (batch_answer(acks("b-0", "b-1", "b-2")), 3),
         (batch_answer(acks("b-0"), {"status": 422}), 1),
         (batch_answer([], {"status": 400}), 0),
-        (batch_answer([*acks("b-0"), {"id": "b-1", "source": SOURCE, "ack": False}, *acks("b-2")]), 1),
+        (
+            batch_answer(
+                [*acks("b-0"), {"id": "b-1", "source": SOURCE, "ack": False}, *acks("b-2")]
+            ),
+            1,
+        ),
     ],
 )
 def test_batch_counts_the_acknowledged_prefix(answer: bytes, expected: int) -> None:
