@@ -42,6 +42,8 @@ class RawServer(Closing):
         self.close_after_answer = close_after_answer
         self.connections = 0
         self.requests: list[bytes] = []
+        #: Each request's head (request line and header lines), in arrival order.
+        self.heads: list[bytes] = []
         self.bytes_sent = 0
         self._sock = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._sock.getsockname()[1]
@@ -61,7 +63,9 @@ class RawServer(Closing):
             self.connections += 1
             threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
 
-    def _read_request(self, conn: socket.socket, buffer: bytes) -> tuple[bytes, bytes] | None:
+    def _read_request(
+        self, conn: socket.socket, buffer: bytes
+    ) -> tuple[bytes, bytes, bytes] | None:
         while b"\r\n\r\n" not in buffer:
             chunk = conn.recv(65536)
             if not chunk:
@@ -78,7 +82,7 @@ class RawServer(Closing):
             if not chunk:
                 return None
             rest += chunk
-        return rest[:length], rest[length:]
+        return head, rest[:length], rest[length:]
 
     def _handle(self, conn: socket.socket) -> None:
         buffer = b""
@@ -91,7 +95,8 @@ class RawServer(Closing):
                     return
                 if got is None:
                     return
-                body, buffer = got
+                head, body, buffer = got
+                self.heads.append(head)
                 self.requests.append(body)
                 answer = self.script(body)
                 if answer is None:
@@ -114,6 +119,15 @@ class RawServer(Closing):
         self._stop.set()
         with contextlib.suppress(OSError):
             self._sock.close()
+
+
+def header(head: bytes, name: str) -> bytes | None:
+    """The value of the header ``name`` in a request ``head`` (None if it has none)."""
+    for line in head.split(b"\r\n")[1:]:
+        found, _, value = line.partition(b":")
+        if found.strip().lower() == name.lower().encode():
+            return value.strip()
+    return None
 
 
 class CutServer(RawServer):

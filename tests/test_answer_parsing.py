@@ -20,10 +20,11 @@ from ackledger.wire import _llhttp, _stdlib
 from ackledger.wire import http as wire_http
 from ackledger.wire.framing import MAX_ANSWER_BYTES, MAX_HEADERS
 from ackledger.wire.http import close_connections
+from tests.events import SOURCE, lab
 from tests.rawserver import CutServer, RawServer, http_answer
 
-EVENT = {"id": "snack-7", "sku": "snack", "qty": 7}
-ACK_BODY = json.dumps({"ack": True, "id": "snack-7"}).encode()
+EVENT = lab("snack-7", "snack", 7)
+ACK_BODY = json.dumps({"ack": True, "id": "snack-7", "source": SOURCE}).encode()
 #: An ACK padded with JSON whitespace to exactly the cap.
 ACK_AT_CAP = ACK_BODY + b" " * (MAX_ANSWER_BYTES - len(ACK_BODY))
 PARSERS = {"llhttp": _llhttp.read_answer, "stdlib": _stdlib.read_answer}
@@ -184,7 +185,7 @@ sys.modules["httptools"] = None
 import ackledger
 from ackledger.wire import _stdlib, http
 assert http.read_answer is _stdlib.read_answer, http.read_answer
-body = json.dumps({"ack": True, "id": "e-1"}).encode()
+body = json.dumps({"ack": True, "id": "e-1", "source": "/s"}).encode()
 listener = socket.create_server(("127.0.0.1", 0))
 def serve():
     conn, _ = listener.accept()
@@ -193,7 +194,8 @@ def serve():
         conn.sendall(b"HTTP/1.1 200 OK\\r\\nContent-Length: %d\\r\\n\\r\\n" % len(body) + body)
 threading.Thread(target=serve, daemon=True).start()
 url = "http://127.0.0.1:%d/events" % listener.getsockname()[1]
-assert ackledger.send_http({"id": "e-1", "sku": "s", "qty": 1}, url) is True
+event = ackledger.warehouse.event("e-1", "s", 1, source="/s")
+assert ackledger.send_http(event, url) is True
 print("ok")
 """
     assert in_fresh_python(code) == "ok"

@@ -15,8 +15,9 @@ import pytest
 from ackledger._dev.procs import Service
 from ackledger.wire.http import close_connections, post_batch
 
-from .batchhelp import batch_url, event, pairs, sender, stock
+from .batchhelp import batch_url, pairs, sender, stock
 from .conftest import raw_rows
+from .events import lab
 
 pytestmark = pytest.mark.slow
 
@@ -29,8 +30,8 @@ def _fresh_connections() -> Any:
 
 def test_the_batch_answer_names_the_failing_item(sink_service: Service) -> None:
     url = batch_url(sink_service)
-    assert post_batch([event("p1", qty=5)], url).acked == 1
-    answer = post_batch([event("p2"), event("p1", qty=6), event("p3")], url)
+    assert post_batch([lab("p1", "sku-1", 5)], url).acked == 1
+    answer = post_batch([lab("p2", "sku-1", 1), lab("p1", "sku-1", 6), lab("p3", "sku-1", 1)], url)
     assert answer.acked == 1
     assert answer.error is not None
     assert answer.error["status"] == 422
@@ -42,9 +43,9 @@ def test_duplicates_inside_and_across_batches_are_absorbed(
 ) -> None:
     send = sender(sink_service)
     # Inside one batch: the second "d1" is a duplicate of the first, acknowledged, not applied.
-    assert send([event("d1", "sku-d", 3), event("d2", "sku-d", 4), event("d1", "sku-d", 3)]) == 3
+    assert send([lab("d1", "sku-d", 3), lab("d2", "sku-d", 4), lab("d1", "sku-d", 3)]) == 3
     # Across batches: the whole batch again.
-    assert send([event("d1", "sku-d", 3), event("d2", "sku-d", 4)]) == 2
+    assert send([lab("d1", "sku-d", 3), lab("d2", "sku-d", 4)]) == 2
     assert stock(sink_db, "sku-d") == 7
     receipts = pairs(raw_rows(sink_db, "SELECT id, receipts FROM inbox"))
     assert receipts == {"d1": 3, "d2": 2}

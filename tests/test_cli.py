@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from ackledger import Outbox
 from ackledger._dev.procs import Service, run_cli
 from tests.conftest import raw_rows
+from tests.events import lab
 
 pytestmark = pytest.mark.slow
 
@@ -52,16 +54,19 @@ def test_accept_conflict_is_refused_and_writes_nothing(source_db: Path) -> None:
     run_cli("accept", "--source", str(source_db), stdin=json.dumps(SNACK))
     result = run_cli("accept", "--source", str(source_db), stdin=json.dumps({**SNACK, "qty": 1}))
     assert_one_line_error(result, "snack-7")
-    assert raw_rows(source_db, "SELECT qty FROM outbox") == [(7,)]
+    assert raw_rows(source_db, "SELECT qty FROM orders") == [(7,)]
+    assert raw_rows(source_db, "SELECT data FROM outbox") == [('{"qty":7,"sku":"snack"}',)]
 
 
 def test_pending_json_and_table(source_db: Path) -> None:
     for event_id in ("z", "a"):
         run_cli("accept", "--source", str(source_db), stdin=json.dumps({**SNACK, "id": event_id}))
     listed = json.loads(run_cli("pending", "--source", str(source_db), "--json").stdout)
+    with Outbox(source_db) as outbox:
+        source = outbox.source
     assert listed == [
-        {"seq": 1, "id": "z", "sku": "snack", "qty": 7},
-        {"seq": 2, "id": "a", "sku": "snack", "qty": 7},
+        {**lab("z", "snack", 7, source=source), "seq": 1},
+        {**lab("a", "snack", 7, source=source), "seq": 2},
     ]
     one = json.loads(
         run_cli("pending", "--source", str(source_db), "--json", "--limit", "1").stdout
@@ -69,6 +74,23 @@ def test_pending_json_and_table(source_db: Path) -> None:
     assert [item["id"] for item in one] == ["z"]
     table = run_cli("pending", "--source", str(source_db)).stdout
     assert table.index(" z ") < table.index(" a ")
+
+
+def test_publish_prints_the_seq_of_any_event(source_db: Path) -> None:
+    event = {
+        "id": "o-1",
+        "source": "/orders-service",
+        "type": "com.example.order.placed",
+        "data": {"lines": [{"sku": "pen", "qty": 2}], "note": None},
+    }
+    first = run_cli("publish", "--source", str(source_db), stdin=json.dumps(event))
+    again = run_cli("publish", "--source", str(source_db), stdin=json.dumps(event))
+    assert (first.stdout.strip(), again.stdout.strip()) == ("1", "1"), first.stderr
+    other = {**event, "data": {"lines": []}}
+    refused = run_cli("publish", "--source", str(source_db), stdin=json.dumps(other))
+    assert_one_line_error(refused, "o-1")
+    listed = json.loads(run_cli("pending", "--source", str(source_db), "--json").stdout)
+    assert listed == [{**event, "specversion": "1.0", "seq": 1}]
 
 
 @pytest.mark.parametrize(

@@ -17,11 +17,12 @@ import pytest
 from ackledger import Inbox, Outbox
 from ackledger._dev.procs import run_cli
 from ackledger.cli.arguments import open_outbox
+from tests.events import of
 from tests.test_cli import assert_one_line_error
 
 pytestmark = pytest.mark.slow
 
-EVENT = {"id": "t-1", "sku": "pen", "qty": 2}
+ORDER = {"id": "t-1", "sku": "pen", "qty": 2}
 
 
 def _with_password(url: str, password: str) -> str:
@@ -35,9 +36,10 @@ def test_status_and_trace_never_print_the_database_password(pg_url: str) -> None
     secret = "s3cret-pw"
     url = _with_password(pg_url, secret)
     with Outbox(url) as outbox:
-        outbox.accept(EVENT)
+        outbox.accept(ORDER)
+        source = outbox.source
     with Inbox(url) as inbox:
-        inbox.receive(EVENT)
+        inbox.receive(of(ORDER, source=source))
     status = run_cli("status", "--source", url)
     trace = run_cli("trace", "t-1", "--source", url, "--sink", url)
     assert status.returncode == 0, status.stderr
@@ -100,7 +102,7 @@ def test_operating_commands_leave_a_file_that_is_not_ours_alone(
 
 def test_trace_refuses_a_sink_file_that_is_not_ours(source_db: Path, foreign_db: Path) -> None:
     with Outbox(source_db) as outbox:
-        outbox.accept(EVENT)
+        outbox.accept(ORDER)
     before = _fingerprint(foreign_db)
     result = run_cli("trace", "t-1", "--source", str(source_db), "--sink", str(foreign_db))
     assert_one_line_error(result, "--sink", "without ackledger's schema")
@@ -159,7 +161,7 @@ def test_checking_a_target_keeps_the_locks_of_the_connections_already_open(
     lock is gone, another process's close deletes the WAL under the relay, and committed
     events are lost (found by review: accept's events vanished, integrity_check failed)."""
     with Outbox(source_db) as reader:
-        reader.accept(EVENT)
+        reader.accept(ORDER)
         marker = open_outbox(str(source_db))
         try:
             second = {"id": "t-2", "sku": "pen", "qty": 1}

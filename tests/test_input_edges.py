@@ -15,12 +15,18 @@ from ackledger import InvalidEvent, Ledger, NotAcknowledged, Outbox, UnsafeTarge
 from ackledger._dev.procs import Service, run_cli
 from ackledger.source.outbox import MAX_REASON, reason_from
 from tests.conftest import raw_rows
+from tests.events import lab
 from tests.inprocess import InProcess
 from tests.test_cli import assert_one_line_error
 
 pytestmark = pytest.mark.slow
 
-EVENT = {"id": "e-1", "sku": "pen", "qty": 1}
+EVENT = {"id": "e-1", "sku": "pen", "qty": 1}  # the flat order `accept` takes
+#: The event of that order, as it is sent and received.
+CLOUD = lab("e-1", "pen", 1)
+#: The structured-mode types of the sink's two routes (CONTRACT section 6).
+STRUCTURED = "application/cloudevents+json"
+BATCH_TYPE = "application/cloudevents-batch+json"
 DEEP = "[" * 100_000
 
 
@@ -61,7 +67,7 @@ def test_a_timeout_beyond_a_day_is_refused_before_anything_is_sent(
 @pytest.mark.parametrize("timeout", [math.inf, math.nan, 1e300, 0, -1, True])
 def test_send_http_names_a_bad_timeout_before_connecting(timeout: object) -> None:
     with pytest.raises(ValueError, match="timeout"):
-        send_http(EVENT, "http://127.0.0.1:9/events", timeout=timeout)  # type: ignore[arg-type]
+        send_http(CLOUD, "http://127.0.0.1:9/events", timeout=timeout)  # type: ignore[arg-type]
 
 
 def test_memory_is_not_a_database_target(tmp_path: Path) -> None:
@@ -102,7 +108,7 @@ def test_port_zero_in_a_target_is_refused_before_anything_is_sent(source_db: Pat
     assert_one_line_error(result, "port 0")
     assert raw_rows(source_db, "SELECT attempts FROM outbox") == [(0,)]
     with pytest.raises(UnsafeTarget, match="port 0"):
-        send_http(EVENT, "http://127.0.0.1:0/events")
+        send_http(CLOUD, "http://127.0.0.1:0/events")
 
 
 def test_status_refuses_a_service_url_with_a_query(source_db: Path) -> None:
@@ -158,7 +164,7 @@ def test_quarantine_reasons_are_one_printable_line(source_db: Path) -> None:
 
 def test_api_arguments_of_the_wrong_kind(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="allowed_hosts"):
-        send_http(EVENT, "http://127.0.0.1:9/events", allowed_hosts=[None])  # type: ignore[list-item]
+        send_http(CLOUD, "http://127.0.0.1:9/events", allowed_hosts=[None])  # type: ignore[list-item]
     with Ledger(tmp_path / "l.db") as ledger:
         with pytest.raises(InvalidEvent, match="payload") as caught:
             ledger.request("c", "w", "pod", payload={"a": 10**5000})
@@ -195,20 +201,21 @@ def test_unknown_routes_and_methods_are_problem_json(
         assert ("ledger" in missing) == ("ledger" in refused) == (service is ledger_app)
         assert set(wrong[1]["allow"].replace(" ", "").split(",")) >= set(known.split(", "))
         # A trailing slash is another path: refused, not redirected to the real one.
-        _problem(service.request("POST", path + "/", json.dumps(EVENT).encode()), 404)
+        _problem(service.request("POST", path + "/", json.dumps(CLOUD).encode()), 404)
 
 
 def test_json_bodies_must_be_utf8(
     sink_app: InProcess, sink_db: Path, ledger_app: InProcess, ledger_db: Path
 ) -> None:
     ask = {"case_id": "c", "work_id": "w", "pod_uid": "p", "mode": "idempotent"}
-    for service, path, body in (
-        (sink_app, "/events", EVENT),
-        (ledger_app, "/deliveries", ask),
+    for service, path, body, declared in (
+        (sink_app, "/events", CLOUD, STRUCTURED),
+        (sink_app, "/events/batch", [CLOUD], BATCH_TYPE),
+        (ledger_app, "/deliveries", ask, "application/json"),
     ):
         text = json.dumps(body)
         for raw in (text.encode("utf-16"), b"\xef\xbb\xbf" + text.encode()):
-            answer = service.request("POST", path, raw, {"Content-Type": "application/json"})
+            answer = service.request("POST", path, raw, {"Content-Type": declared})
             assert "JSON" in str(_problem(answer, 400)["detail"])
     assert raw_rows(sink_db, "SELECT COUNT(*) FROM inbox") == [(0,)]
     assert raw_rows(ledger_db, "SELECT COUNT(*) FROM attempts") == [(0,)]
@@ -219,22 +226,25 @@ def test_a_key_given_twice_in_one_object_is_refused(
 ) -> None:
     """{"id": "a", ..., "id": "b"} is one event to json.loads (the last id) and another to a
     parser that keeps the first: it is refused, not guessed."""
-    twice_sink = b'{"id": "b1", "sku": "s", "qty": 1, "id": "b2"}'
+    twice_order = b'{"id": "b1", "sku": "s", "qty": 1, "id": "b2"}'
+    twice_sink = json.dumps(lab("b1", "s", 1))[:-1].encode() + b', "id": "b2"}'
     twice_ledger = (
         b'{"case_id": "c", "work_id": "w", "pod_uid": "p", "mode": "control", "mode": "idempotent"}'
     )
-    for service, path, raw in (
-        (sink_app, "/events", twice_sink),
-        (sink_app, "/events/batch", b"[" + twice_sink + b"]"),
-        (ledger_app, "/deliveries", twice_ledger),
+    for service, path, raw, declared in (
+        (sink_app, "/events", twice_sink, STRUCTURED),
+        (sink_app, "/events/batch", b"[" + twice_sink + b"]", BATCH_TYPE),
+        (ledger_app, "/deliveries", twice_ledger, "application/json"),
     ):
-        assert "appears twice" in str(_problem(service.request("POST", path, raw), 400)["detail"])
+        answer = service.request("POST", path, raw, {"Content-Type": declared})
+        assert "appears twice" in str(_problem(answer, 400)["detail"])
     assert raw_rows(sink_db, "SELECT COUNT(*) FROM inbox") == [(0,)]
     assert raw_rows(ledger_db, "SELECT COUNT(*) FROM attempts") == [(0,)]
     db = tmp_path / "new.db"
-    result = run_cli("accept", "--source", str(db), stdin=twice_sink.decode())
-    assert_one_line_error(result, "stdin", "'id' appears twice")
-    assert not db.exists()
+    for command, raw in (("accept", twice_order), ("publish", twice_sink)):
+        result = run_cli(command, "--source", str(db), stdin=raw.decode())
+        assert_one_line_error(result, "stdin", "'id' appears twice")
+        assert not db.exists()
 
 
 def test_a_query_parameter_given_twice_is_refused(ledger_app: InProcess) -> None:
@@ -247,21 +257,25 @@ def test_a_body_not_declared_as_json_is_refused(
     sink_app: InProcess, sink_db: Path, ledger_app: InProcess, ledger_db: Path
 ) -> None:
     """A page in a browser on this machine may post text/plain or a form to loopback without
-    asking first; the services apply only bodies declared as JSON."""
+    asking first; the services apply only bodies declared as JSON (the sink: as structured
+    CloudEvents, each route its own type)."""
     ask = {"case_id": "c", "work_id": "w", "pod_uid": "p", "mode": "idempotent"}
-    for service, path, body in (
-        (sink_app, "/events", EVENT),
-        (sink_app, "/events/batch", [EVENT]),
-        (ledger_app, "/deliveries", ask),
+    plain = ["text/plain", "application/x-www-form-urlencoded", ""]
+    for service, path, body, wrong, right in (
+        (sink_app, "/events", CLOUD, [*plain, BATCH_TYPE], STRUCTURED),
+        (sink_app, "/events/batch", [CLOUD], [*plain, "application/json", STRUCTURED], BATCH_TYPE),
+        (ledger_app, "/deliveries", ask, plain, "application/json"),
     ):
         raw = json.dumps(body).encode()
-        for declared in ("text/plain", "application/x-www-form-urlencoded", ""):
+        for declared in wrong:
             answer = service.request("POST", path, raw, {"Content-Type": declared})
-            assert "Content-Type" in str(_problem(answer, 400)["detail"])
-        fine = service.request(
-            "POST", path, raw, {"Content-Type": "application/json; charset=utf-8"}
-        )
+            assert "Content-Type" in str(_problem(answer, 400)["detail"]), declared
+        fine = service.request("POST", path, raw, {"Content-Type": right + "; charset=utf-8"})
         assert fine[0] in (200, 201), fine
+    # Plain JSON at /events is binary mode, which needs the ce-* headers: without them the
+    # structured body is not an event.
+    other = json.dumps(lab("e-2", "pen", 1)).encode()
+    _problem(sink_app.request("POST", "/events", other, {"Content-Type": "application/json"}), 400)
     assert raw_rows(sink_db, "SELECT COUNT(*) FROM inbox") == [(1,)]  # from the last, typed post
     assert raw_rows(ledger_db, "SELECT COUNT(*) FROM attempts") == [(1,)]
 
@@ -279,9 +293,9 @@ def test_a_partition_relay_judges_each_failure_by_itself(
     from ackledger.wire.sender import sender
 
     with Inbox(sink_db) as inbox:
-        inbox.receive({"id": "bad", "sku": "tea", "qty": 99})
+        inbox.receive(lab("bad", "tea", 99))
     sends = sender(sink_service.base_url + "/events")
-    assert sends.send_batch([{"id": "bad", "sku": "tea", "qty": 1}]) == 0
+    assert sends.send_batch([lab("bad", "tea", 1)]) == 0
     refused = NotAcknowledged("only 0 of 1 events acknowledged")
     assert failure_of(refused, sends.refusal).kind == PERMANENT
     assert "422" in failure_of(refused, sends.refusal).message

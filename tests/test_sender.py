@@ -12,9 +12,10 @@ from ackledger import NotAcknowledged, UnsafeTarget
 from ackledger.wire import sender as sender_module
 from ackledger.wire.http import close_connections
 from ackledger.wire.sender import HttpSender, Refusal
+from tests.events import SOURCE, lab
 from tests.rawserver import RawServer, forbid_network, http_answer
 
-BATCH = [{"id": f"b-{i}", "sku": "s", "qty": 1} for i in range(3)]
+BATCH = [lab(f"b-{i}", "s", 1) for i in range(3)]
 
 
 @pytest.fixture(autouse=True)
@@ -29,11 +30,13 @@ def answer(payload: object, status: int = 200) -> bytes:
 
 
 def acks(*ids: str) -> list[dict[str, object]]:
-    return [{"id": i, "ack": True, "status": "applied"} for i in ids]
+    return [{"id": i, "source": SOURCE, "ack": True, "status": "applied"} for i in ids]
 
 
 def refusing_b1(error: dict[str, object] | None) -> bytes:
-    payload: dict[str, object] = {"acks": [*acks("b-0"), {"id": "b-1", "ack": False}]}
+    payload: dict[str, object] = {
+        "acks": [*acks("b-0"), {"id": "b-1", "source": SOURCE, "ack": False}]
+    }
     if error is not None:
         payload["error"] = error
     return answer(payload)
@@ -46,7 +49,8 @@ def test_sender_is_a_top_level_name() -> None:
 
 def test_send_returns_true_for_the_exact_ack() -> None:
     def ack(body: bytes) -> bytes:
-        return answer({"ack": True, "id": json.loads(body)["id"]})
+        event = json.loads(body)
+        return answer({"ack": True, "id": event["id"], "source": event["source"]})
 
     with RawServer(ack) as server:
         sender = ackledger.sender(server.url)
@@ -105,7 +109,8 @@ def test_the_refusal_takes_what_the_problem_gives(
 
 def test_close_releases_the_kept_connection() -> None:
     def ack(body: bytes) -> bytes:
-        return answer({"ack": True, "id": json.loads(body)["id"]})
+        event = json.loads(body)
+        return answer({"ack": True, "id": event["id"], "source": event["source"]})
 
     with RawServer(ack) as server:
         sender = ackledger.sender(server.url)

@@ -9,12 +9,14 @@ from collections.abc import Iterator
 import pytest
 
 from ackledger import NotAcknowledged, UnsafeTarget, send_http, send_http_batch
+from ackledger.envelope import canonical_json
 from ackledger.wire import _llhttp, _stdlib
 from ackledger.wire import http as wire_http
 from ackledger.wire.http import close_connections
+from tests.events import SOURCE, lab
 from tests.rawserver import CutServer, RawServer, forbid_network, http_answer
 
-EVENT = {"id": "snack-7", "sku": "snack", "qty": 7}
+EVENT = lab("snack-7", "snack", 7)
 PARSERS = {"llhttp": _llhttp.read_answer, "stdlib": _stdlib.read_answer}
 
 
@@ -34,7 +36,8 @@ def parser(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
 
 def ack_for(body: bytes) -> bytes:
     event = json.loads(body)
-    return http_answer(200, json.dumps({"ack": True, "id": event["id"]}).encode())
+    ack = {"ack": True, "id": event["id"], "source": event["source"]}
+    return http_answer(200, json.dumps(ack).encode())
 
 
 def test_exact_ack_returns_true_and_posts_the_event() -> None:
@@ -68,15 +71,17 @@ def answer_with(status: int, payload: object, headers: dict[str, str] | None = N
 @pytest.mark.parametrize(
     ("answer", "message"),
     [
-        (answer_with(200, {"ack": True, "id": "other-id"}), "other-id"),
-        (answer_with(200, {"ack": "true", "id": "snack-7"}), "ack="),
-        (answer_with(200, {"ack": 1, "id": "snack-7"}), "ack="),
-        (answer_with(200, {"id": "snack-7"}), "ack="),
+        (answer_with(200, {"ack": True, "id": "other-id", "source": SOURCE}), "other-id"),
+        (answer_with(200, {"ack": True, "id": "snack-7", "source": "/elsewhere"}), "/elsewhere"),
+        (answer_with(200, {"ack": True, "id": "snack-7"}), "source None"),
+        (answer_with(200, {"ack": "true", "id": "snack-7", "source": SOURCE}), "ack="),
+        (answer_with(200, {"ack": 1, "id": "snack-7", "source": SOURCE}), "ack="),
+        (answer_with(200, {"id": "snack-7", "source": SOURCE}), "ack="),
         (answer_with(200, [True]), "object"),
         (answer_with(200, b"{not json"), "JSON"),
         (answer_with(200, b""), "JSON"),
-        (answer_with(500, {"ack": True, "id": "snack-7"}), "500"),
-        (answer_with(201, {"ack": True, "id": "snack-7"}), "201"),
+        (answer_with(500, {"ack": True, "id": "snack-7", "source": SOURCE}), "500"),
+        (answer_with(201, {"ack": True, "id": "snack-7", "source": SOURCE}), "201"),
         (answer_with(400, {"detail": "qty: missing"}), "qty: missing"),
     ],
 )
@@ -226,7 +231,7 @@ def test_localhost_and_ipv6_loopback_are_allowed() -> None:
 def test_an_invalid_event_is_refused_before_sending() -> None:
     with RawServer(ack_for) as server:
         with pytest.raises(ValueError, match="qty"):
-            send_http({"id": "x", "sku": "s", "qty": 0}, server.url)
+            send_http({**lab("x", "s", 1), "data": {"sku": "s", "qty": 0}}, server.url)
         assert server.connections == 0
 
 
@@ -237,11 +242,11 @@ def batch_answer(acks: list[dict[str, object]], error: dict[str, object] | None 
     return answer_with(200, payload)
 
 
-BATCH = [{"id": f"b-{i}", "sku": "s", "qty": 1} for i in range(3)]
+BATCH = [lab(f"b-{i}", "s", 1) for i in range(3)]
 
 
 def acks(*ids: str) -> list[dict[str, object]]:
-    return [{"id": i, "ack": True, "status": "applied"} for i in ids]
+    return [{"id": i, "source": SOURCE, "ack": True, "status": "applied"} for i in ids]
 
 
 @pytest.mark.parametrize(
@@ -250,7 +255,12 @@ def acks(*ids: str) -> list[dict[str, object]]:
         (batch_answer(acks("b-0", "b-1", "b-2")), 3),
         (batch_answer(acks("b-0"), {"status": 422}), 1),
         (batch_answer([], {"status": 400}), 0),
-        (batch_answer([*acks("b-0"), {"id": "b-1", "ack": False}, *acks("b-2")]), 1),
+        (
+            batch_answer(
+                [*acks("b-0"), {"id": "b-1", "source": SOURCE, "ack": False}, *acks("b-2")]
+            ),
+            1,
+        ),
     ],
 )
 def test_batch_counts_the_acknowledged_prefix(answer: bytes, expected: int) -> None:
@@ -299,7 +309,7 @@ def test_kept_connections_turn_nagle_off() -> None:
 
 # The answer parser of the keep-alive client, against scripted raw answers.
 
-ACK_BODY = json.dumps({"ack": True, "id": "snack-7"}).encode()
+ACK_BODY = json.dumps({"ack": True, "id": "snack-7", "source": SOURCE}).encode()
 
 
 def chunked(body: bytes, sizes: list[int], extra_head: str = "", trailer: bytes = b"") -> bytes:
@@ -372,7 +382,7 @@ def test_an_interim_answer_is_refused() -> None:
 def test_bytes_after_the_answer_are_never_taken_for_the_next_answer() -> None:
     # The first answer carries a second, well-formed ACK behind it; the next event's real
     # answer is a 500. Reading the stray ACK as the next answer would lose that event.
-    stray = http_answer(200, json.dumps({"ack": True, "id": "second"}).encode())
+    stray = http_answer(200, json.dumps({"ack": True, "id": "second", "source": SOURCE}).encode())
 
     def script(body: bytes) -> bytes:
         if json.loads(body)["id"] == "second":
@@ -458,5 +468,5 @@ def test_the_request_is_a_well_formed_http_1_1_post() -> None:
     fields = dict(line.split(b": ", 1) for line in lines[1:])
     assert fields[b"Host"] == b"127.0.0.1:%d" % port
     assert fields[b"Content-Length"] == b"%d" % len(body)
-    assert fields[b"Content-Type"] == b"application/json"
-    assert json.loads(body) == EVENT
+    assert fields[b"Content-Type"] == b"application/cloudevents+json"
+    assert body == canonical_json(EVENT).encode()
