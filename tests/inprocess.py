@@ -20,6 +20,19 @@ import anyio.from_thread
 import httpx
 from starlette.types import ASGIApp
 
+#: The media type each POST route of the sink expects (CONTRACT v2 section 6); every other
+#: route of the services takes ``application/json``.
+SINK_TYPES = {
+    "/events": "application/cloudevents+json",
+    "/events/batch": "application/cloudevents-batch+json",
+}
+
+
+def content_type(path: str) -> str:
+    """The Content-Type a well-behaved client declares for a body sent to ``path``."""
+    return SINK_TYPES.get(path.split("?", 1)[0], "application/json")
+
+
 #: (status, headers with lower-case names, body): what ``http.client`` tests read.
 Reply = tuple[int, dict[str, str], bytes]
 #: (status, headers, parsed JSON body or the raw bytes), like ``tests.race.Client.call``.
@@ -58,25 +71,25 @@ class InProcess:
         body: bytes | None = None,
         headers: dict[str, str] | None = None,
     ) -> Reply:
-        """One request; a body is JSON unless ``headers`` say otherwise (the services refuse
-        any other type)."""
-        sent = {"Content-Type": "application/json"} if body is not None else {}
+        """One request; a body is of the type its route expects (``content_type``) unless
+        ``headers`` say otherwise (the services refuse any other type)."""
+        sent = {"Content-Type": content_type(path)} if body is not None else {}
         sent.update(headers or {})
         response = self.send(method, path, body, sent)
         return response.status_code, dict(response.headers.items()), response.content
 
     def post_chunked(self, path: str, chunks: list[bytes]) -> int:
-        """POST a JSON body without a Content-Length, in ``chunks``; the answer's status."""
+        """POST a body without a Content-Length, in ``chunks``; the answer's status."""
 
         async def stream() -> AsyncIterator[bytes]:
             for chunk in chunks:
                 yield chunk
 
-        headers = {"Content-Type": "application/json"}
+        headers = {"Content-Type": content_type(path)}
         return self.send("POST", path, stream(), headers).status_code
 
     def call(self, method: str, path: str, body: bytes | None = None) -> Answer:
-        headers = {"Content-Type": "application/json"} if body is not None else {}
+        headers = {"Content-Type": content_type(path)} if body is not None else {}
         response = self.send(method, path, body, headers)
         data = response.content
         parsed = json.loads(data) if data[:1] in (b"{", b"[") else data

@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 
 from ackledger._dev.procs import Service
 
+from .inprocess import content_type
+
 T = TypeVar("T")
 P = TypeVar("P")
 Answer = tuple[int, http.client.HTTPResponse, Any]
@@ -23,7 +25,7 @@ class Client:
         self.conn = http.client.HTTPConnection("127.0.0.1", service.port, timeout=60)
 
     def call(self, method: str, path: str, body: bytes | None = None) -> Answer:
-        headers = {"Content-Type": "application/json"} if body is not None else {}
+        headers = {"Content-Type": content_type(path)} if body is not None else {}
         self.conn.request(method, path, body=body, headers=headers)
         response = self.conn.getresponse()
         data = response.read()

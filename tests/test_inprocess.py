@@ -11,6 +11,7 @@ from pathlib import Path
 from starlette.types import Receive, Scope, Send
 
 from tests.conftest import raw_rows
+from tests.events import SOURCE, lab
 from tests.inprocess import InProcess
 from tests.race import at_once
 
@@ -32,9 +33,10 @@ def test_requests_from_many_threads_share_one_event_loop_of_their_own() -> None:
 def test_the_same_event_from_16_threads_at_once_is_applied_once(
     sink_app: InProcess, sink_db: Path
 ) -> None:
-    event = {"id": "e1", "sku": "tea", "qty": 2}
+    event = lab("e1", "tea", 2)
     answers = at_once(range(16), lambda i, _: sink_app.post("/events", event))
     assert [status for status, _, _ in answers] == [200] * 16
     assert sorted(body["status"] for _, _, body in answers) == ["applied"] + ["duplicate"] * 15
-    assert raw_rows(sink_db, "SELECT id, receipts FROM inbox") == [("e1", 16)]
+    assert all((body["id"], body["source"]) == ("e1", SOURCE) for _, _, body in answers)
+    assert raw_rows(sink_db, "SELECT source, id, receipts FROM inbox") == [(SOURCE, "e1", 16)]
     assert raw_rows(sink_db, "SELECT sku, qty FROM inventory") == [("tea", 2)]

@@ -13,7 +13,9 @@ import pytest
 
 from ackledger import Inbox, Outbox
 from ackledger._dev.procs import Service, run_cli
+from ackledger.envelope.content import content_fingerprint
 from tests.conftest import raw_rows
+from tests.events import SOURCE, of
 from tests.opshelp import free_port, ids
 from tests.test_cli import assert_one_line_error
 
@@ -80,15 +82,15 @@ def test_status_numbers_match_a_database_whose_contents_are_known(source_db: Pat
 def test_status_reads_the_sink_counters_from_its_metrics(
     source_db: Path, sink_service: Service, sink_db: Path
 ) -> None:
-    with Outbox(source_db) as ob:
+    with Outbox(source_db, source=SOURCE) as ob:
         ob.accept(_ev("a"))
         ob.accept(_ev("b"))
     url = sink_service.base_url
     assert run_cli("dispatch", "--source", str(source_db), "--to", url + "/events").returncode == 0
     with Inbox(sink_db) as inbox:  # one duplicate, one conflict, straight into the inbox
-        inbox.receive(_ev("a"))
+        inbox.receive(of(_ev("a")))
         with pytest.raises(Exception, match="other content"):
-            inbox.receive(_ev("b", qty=5))
+            inbox.receive(of(_ev("b", qty=5)))
     report = _cli_json("status", "--source", str(source_db), "--sink", url, "--json")
     assert report["sink"]["applied"] == 2
     assert report["sink"]["duplicate"] == 1
@@ -190,8 +192,8 @@ def test_trace_of_a_quarantined_conflicting_event(
     source_db: Path, sink_db: Path, tmp_path: Path
 ) -> None:
     with Inbox(sink_db) as inbox:
-        inbox.receive(_ev("p-2", "tea", 99))
-    with Outbox(source_db) as ob:
+        inbox.receive(of(_ev("p-2", "tea", 99)))
+    with Outbox(source_db, source=SOURCE) as ob:
         ob.accept(_ev("p-2", "tea", 1))
         ob.record_failure("p-2", "NotAcknowledged: HTTP 422 instead of 200")
         ob.quarantine("p-2", "sink refused it permanently")
@@ -200,7 +202,9 @@ def test_trace_of_a_quarantined_conflicting_event(
     assert stages["outbox"]["state"] == "quarantined"
     assert "sink refused it permanently" in stages["outbox"]["detail"]
     assert "422" in stages["outbox"]["detail"]
-    assert "CONFLICT" in stages["sink"]["detail"] and "qty=99" in stages["sink"]["detail"]
+    # v2 receipts keep no sku or qty: the sink's other content is named by its fingerprint.
+    theirs = content_fingerprint(of(_ev("p-2", "tea", 99)))
+    assert "CONFLICT" in stages["sink"]["detail"] and theirs[:12] in stages["sink"]["detail"]
     # No send of ours can be acknowledged, so the trace must not promise that one will be.
     assert stages["ack"]["seen"] == "no" and stages["ack"]["state"] == "refused"
     assert "next send completes" not in stages["ack"]["detail"]
@@ -211,8 +215,8 @@ def test_trace_of_a_quarantined_event_the_sink_has_applied(source_db: Path, sink
     """The quarantine landed while the send was in flight (or the ACK was lost): the trace
     must not call it undelivered, nor say that the relay will send it (found by review)."""
     with Inbox(sink_db) as inbox:
-        inbox.receive(_ev("q-1"))
-    with Outbox(source_db) as ob:
+        inbox.receive(of(_ev("q-1")))
+    with Outbox(source_db, source=SOURCE) as ob:
         ob.accept(_ev("q-1"))
         ob.quarantine("q-1", "hold")
     report = _trace("q-1", source_db, str(sink_db))
@@ -226,9 +230,9 @@ def test_trace_of_a_quarantined_event_the_sink_has_applied(source_db: Path, sink
 
 
 def test_trace_of_an_id_this_outbox_never_had(source_db: Path, sink_db: Path) -> None:
-    Outbox(source_db).close()
+    Outbox(source_db, source=SOURCE).close()
     with Inbox(sink_db) as inbox:
-        inbox.receive(_ev("elsewhere"))
+        inbox.receive(of(_ev("elsewhere")))
     report = _trace("elsewhere", source_db, str(sink_db))
     stages = _stages(report)
     assert "next send" not in stages["ack"]["detail"]  # there is no row to send again
@@ -279,7 +283,10 @@ def test_quarantine_then_requeue_records_the_reorder(
     assert "bad sku upstream" in run_cli("quarantined", "--source", str(source_db)).stdout
 
     assert run_cli("dispatch", "--source", str(source_db), "--to", url).returncode == 0
-    assert ids(sink_db, "SELECT id FROM inbox ORDER BY id") == ["b", "c"]
+    assert raw_rows(sink_db, "SELECT source, id FROM inbox ORDER BY id") == [
+        (ob.source, "b"),
+        (ob.source, "c"),
+    ]
     status = _cli_json("status", "--source", str(source_db), "--json")
     assert (status["sent"], status["quarantined"], status["pending"]) == (2, 1, 0)
 
@@ -290,7 +297,7 @@ def test_quarantine_then_requeue_records_the_reorder(
         "reorder: 2 later event(s) were marked sent while it was out: b, c",
     ]
     pending = _cli_json("pending", "--source", str(source_db), "--json")
-    assert pending == [{"seq": 1, "id": "a", "sku": "pen", "qty": 1}]
+    assert pending == [{"seq": 1, **of(_ev("a"), source=ob.source)}]
     [(kind_1, _), (kind_2, detail)] = raw_rows(
         source_db, "SELECT kind, detail FROM outbox_log WHERE event_id = 'a' ORDER BY seq"
     )

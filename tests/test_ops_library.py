@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ackledger import Inbox, Outbox, UnsafeTarget
+from ackledger import Inbox, Outbox, UnsafeTarget, new_event
 from ackledger.ops import status as status_module
 from ackledger.ops.databases import existing_database
 from ackledger.ops.listings import pending_table, quarantined_table
@@ -29,14 +29,16 @@ def test_utc_timestamp_is_iso_utc_and_a_question_mark_for_no_time() -> None:
 def test_the_tables_of_pending_and_quarantined_events(source_db: Path) -> None:
     assert pending_table([]) == "nothing pending"
     assert quarantined_table([]) == "nothing quarantined"
-    with Outbox(source_db) as ob:
+    with Outbox(source_db, source="/shop") as ob:
         ob.accept({"id": "a", "sku": "pen", "qty": 2})
         ob.accept({"id": "b", "sku": "ink", "qty": 3})
+        ob.publish(new_event("com.example.note", {"n": 1}, source="/notes", id="c"))
         ob.quarantine("a", "bad sku")
         pending, held = ob.pending(16), ob.quarantined()
     assert pending_table(pending).splitlines() == [
-        f"{'seq':>8}  {'id':<32} {'sku':<20} {'qty':>8}",
-        f"{2:>8}  {'b':<32} {'ink':<20} {3:>8}",
+        f"{'seq':>8}  {'id':<32} {'type':<32} source",
+        f"{2:>8}  {'b':<32} {'warehouse.stock.added':<32} /shop",
+        f"{3:>8}  {'c':<32} {'com.example.note':<32} /notes",
     ]
     header, row = quarantined_table(held).splitlines()
     assert header == f"{'seq':>8}  {'id':<32} {'quarantined at':<20}  reason"

@@ -12,8 +12,10 @@ import pytest
 from ackledger import Inbox, Outbox
 from ackledger._dev.faultproxy import FaultProxy
 from ackledger._dev.procs import Service, run_cli, start_service
+from ackledger.envelope.content import content_fingerprint
 from ackledger.relay.policy import PERMANENT, TRANSIENT, failure_class
 from tests.conftest import raw_rows
+from tests.events import SOURCE, of
 from tests.opshelp import count, free_port, ids, metrics, one, start_relay, wait_until
 
 pytestmark = pytest.mark.slow
@@ -22,7 +24,8 @@ PENDING = "sent = 0 AND quarantined = 0"
 
 
 def _accept(source: Path, *events: dict[str, Any]) -> None:
-    with Outbox(source) as outbox:
+    # The lab's source: the sink's own receipts (the poisoned one) are of the same identity.
+    with Outbox(source, source=SOURCE) as outbox:
         for event in events:
             outbox.accept(event)
 
@@ -143,7 +146,7 @@ POISON = {"id": "p-2", "sku": "tea", "qty": 1}
 def poisoned_sink(sink_db: Path, tmp_path: Path) -> Any:
     """A sink that already holds p-2 with other content: it answers 422 for ours."""
     with Inbox(sink_db) as inbox:
-        inbox.receive({**POISON, "qty": 99})
+        inbox.receive(of({**POISON, "qty": 99}))
     service = start_service(
         ["serve", "sink", "--db", str(sink_db), "--port", "0"], stderr_path=tmp_path / "sink.log"
     )
@@ -183,7 +186,10 @@ def test_a_poison_event_is_quarantined_and_the_relay_moves_on(
     assert rows["p-2"][:2] == (0, 1)
     assert "422" in str(rows["p-2"][2])
     assert ids(sink_db, "SELECT id FROM inbox ORDER BY id") == ["a-1", "c-3", "p-2"]
-    assert raw_rows(sink_db, "SELECT qty FROM inbox WHERE id = 'p-2'") == [(99,)]  # untouched
+    # Untouched: the receipt keeps the other content's fingerprint, the stock its effect.
+    theirs = content_fingerprint(of({**POISON, "qty": 99}))
+    assert raw_rows(sink_db, "SELECT fingerprint FROM inbox WHERE id = 'p-2'") == [(theirs,)]
+    assert raw_rows(sink_db, "SELECT qty FROM inventory WHERE sku = 'tea'") == [(99,)]
     assert one(samples, "ackledger_relay_poison_alerts_total", action="quarantine") == 1
     assert one(samples, "ackledger_relay_sends_failed_total", **{"class": "permanent"}) == 1
     assert one(samples, "ackledger_relay_quarantined") == 1

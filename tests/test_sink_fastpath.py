@@ -20,6 +20,8 @@ from ackledger._dev.procs import Service
 from ackledger.web.fastpath import GroupCommit
 
 from .conftest import raw_rows
+from .events import SOURCE, lab
+from .inprocess import content_type
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +36,7 @@ def conn(sink_service: Service) -> Iterator[http.client.HTTPConnection]:
 def _call(
     conn: http.client.HTTPConnection, method: str, path: str, body: bytes | None = None
 ) -> tuple[int, dict[str, str], bytes]:
-    conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
+    conn.request(method, path, body=body, headers={"Content-Type": content_type(path)})
     response = conn.getresponse()
     data = response.read()
     return response.status, {k.lower(): v for k, v in response.getheaders()}, data
@@ -46,21 +48,22 @@ def _post(conn: http.client.HTTPConnection, path: str, obj: Any) -> tuple[int, d
 
 
 def test_applied_then_duplicate_with_replay_header(conn: http.client.HTTPConnection) -> None:
-    event = {"id": "e1", "sku": "s1", "qty": 2}
+    event = lab("e1", "s1", 2)
+    ack = {"ack": True, "id": "e1", "source": SOURCE}
     status, headers, body = _post(conn, "/events", event)
-    assert (status, body) == (200, {"ack": True, "id": "e1", "status": "applied"})
+    assert (status, body) == (200, {**ack, "status": "applied"})
     assert headers["content-type"] == "application/json"
     assert "idempotent-replayed" not in headers
     status, headers, body = _post(conn, "/events", event)
-    assert (status, body) == (200, {"ack": True, "id": "e1", "status": "duplicate"})
+    assert (status, body) == (200, {**ack, "status": "duplicate"})
     assert headers["idempotent-replayed"] == "true"
 
 
 def test_conflict_is_422_problem_and_changes_nothing(
     conn: http.client.HTTPConnection, sink_db: Path
 ) -> None:
-    assert _post(conn, "/events", {"id": "c1", "sku": "s1", "qty": 2})[0] == 200
-    status, headers, body = _post(conn, "/events", {"id": "c1", "sku": "s1", "qty": 3})
+    assert _post(conn, "/events", lab("c1", "s1", 2))[0] == 200
+    status, headers, body = _post(conn, "/events", lab("c1", "s1", 3))
     assert status == 422
     assert headers["content-type"] == "application/problem+json"
     assert body["status"] == 422
@@ -73,9 +76,10 @@ def test_conflict_is_422_problem_and_changes_nothing(
     [
         (b"not json", "body"),
         (b"[1]", "event"),
-        (b'{"id": "x", "sku": "s"}', "qty"),
-        (b'{"id": "x", "sku": "s", "qty": true}', "qty"),
-        (b'{"id": "-x", "sku": "s", "qty": 1}', "id"),
+        (json.dumps({**lab("x", "s", 1), "data": {"sku": "s"}}).encode(), "data.qty"),
+        (json.dumps({**lab("x", "s", 1), "data": {"sku": "s", "qty": True}}).encode(), "data.qty"),
+        (json.dumps({**lab("x", "s", 1), "id": "-x"}).encode(), "id"),
+        (b'{"id": "x", "sku": "s", "qty": 1}', "specversion"),
     ],
 )
 def test_invalid_is_400_naming_the_field(
@@ -105,9 +109,7 @@ def test_other_methods_on_the_hot_paths_are_405(
     assert headers["allow"] == "POST"
 
 
-@pytest.mark.parametrize(
-    "body", [[], {"id": "x"}, [{"id": f"m{n}", "sku": "s", "qty": 1} for n in range(17)]]
-)
+@pytest.mark.parametrize("body", [[], lab("x", "s", 1), [lab(f"m{n}", "s", 1) for n in range(17)]])
 def test_batch_of_wrong_shape_is_400(conn: http.client.HTTPConnection, body: Any) -> None:
     status, _, answer = _post(conn, "/events/batch", body)
     assert status == 400
@@ -117,24 +119,20 @@ def test_batch_of_wrong_shape_is_400(conn: http.client.HTTPConnection, body: Any
 def test_batch_with_invalid_item_applies_the_prefix(
     conn: http.client.HTTPConnection, sink_db: Path
 ) -> None:
-    items = [
-        {"id": "v1", "sku": "s", "qty": 1},
-        {"id": "v2", "sku": "s"},
-        {"id": "v3", "sku": "s", "qty": 1},
-    ]
+    items = [lab("v1", "s", 1), {**lab("v2", "s", 1), "data": {"sku": "s"}}, lab("v3", "s", 1)]
     status, _, answer = _post(conn, "/events/batch", items)
     assert status == 200
-    assert answer["acks"] == [{"id": "v1", "ack": True, "status": "applied"}]
+    assert answer["acks"] == [{"id": "v1", "source": SOURCE, "ack": True, "status": "applied"}]
     assert answer["error"]["status"] == 400
-    assert answer["error"]["field"] == "qty"
+    assert answer["error"]["field"] == "data.qty"
     assert answer["error"]["index"] == 1
     assert raw_rows(sink_db, "SELECT id FROM inbox") == [("v1",)]
 
 
 def test_metrics_count_the_hot_routes(conn: http.client.HTTPConnection) -> None:
-    _post(conn, "/events", {"id": "m1", "sku": "s", "qty": 1})
-    _post(conn, "/events", {"id": "m1", "sku": "s", "qty": 2})
-    _post(conn, "/events/batch", [{"id": "m2", "sku": "s", "qty": 1}])
+    _post(conn, "/events", lab("m1", "s", 1))
+    _post(conn, "/events", lab("m1", "s", 2))
+    _post(conn, "/events/batch", [lab("m2", "s", 1)])
     _, _, data = _call(conn, "GET", "/metrics")
     text = data.decode()
     assert 'ackledger_sink_requests_total{route="/events",status="200"} 1.0' in text
@@ -158,10 +156,8 @@ def test_concurrent_clients_each_get_their_own_answer(sink_service: Service, sin
                 # Every client also re-sends the shared event "common": one applies it.
                 event_id = "common" if number == 0 else f"k{client}-{number}"
                 sku = "shared" if number == 0 else f"s{client % 3}"
-                status, _, body = _post(
-                    connection, "/events", {"id": event_id, "sku": sku, "qty": 1}
-                )
-                assert body["id"] == event_id
+                status, _, body = _post(connection, "/events", lab(event_id, sku, 1))
+                assert (body["id"], body["source"]) == (event_id, SOURCE)
                 answers[f"{client}:{event_id}"] = (status, body["status"])
         except BaseException as exc:  # reported below, on the main thread
             errors.append(exc)

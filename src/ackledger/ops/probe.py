@@ -46,9 +46,14 @@ def _target(url: str, path: str, allowed_hosts: Iterable[str] | None) -> Target:
 def http_get(
     url: str, path: str, *, timeout: float = 5.0, allowed_hosts: Iterable[str] | None = None
 ) -> tuple[int, bytes]:
-    """GET ``path`` from the service at ``url``: (status, body); connection errors raise."""
-    target = _target(url, path, allowed_hosts)
-    return request_once(target, "GET", target.path, timeout=timeout, cap=MAX_READ_BYTES)
+    """GET ``path`` from the service at ``url``: (status, body); connection errors raise.
+    A query in ``path`` (built by the caller, e.g. a receipt's ``source``) is sent as given;
+    the target rules judge the path without it."""
+    route, mark, query = path.partition("?")
+    target = _target(url, route, allowed_hosts)
+    return request_once(
+        target, "GET", target.path + mark + query, timeout=timeout, cap=MAX_READ_BYTES
+    )
 
 
 def sink_receipt(
