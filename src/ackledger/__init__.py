@@ -12,7 +12,9 @@ from .errors import (
     Conflict,
     InvalidEvent,
     LeaseLost,
+    NoHandler,
     NotAcknowledged,
+    Rejected,
     UnsafeTarget,
 )
 from .event import validate_event
@@ -33,8 +35,10 @@ __all__ = [
     "InvalidEvent",
     "LeaseLost",
     "Ledger",
+    "NoHandler",
     "NotAcknowledged",
     "Outbox",
+    "Rejected",
     "UnsafeTarget",
     "dispatch",
     "dispatch_batch",
