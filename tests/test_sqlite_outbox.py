@@ -16,6 +16,7 @@ from ackledger import Outbox
 from ackledger.store.base import Params, Row
 from ackledger.store.sqlite import PAGE_SIZE, SqliteTx
 from tests.conftest import raw_connect, raw_rows
+from tests.events import lab
 
 
 def ev(event_id: str, sku: str = "snack", qty: int = 1) -> dict[str, object]:
@@ -74,7 +75,7 @@ def test_pending_reads_only_the_partial_index(source_db: Path) -> None:
         pass
     plan = raw_rows(
         source_db,
-        "EXPLAIN QUERY PLAN SELECT seq, id, sku, qty FROM outbox "
+        "EXPLAIN QUERY PLAN SELECT seq, event FROM outbox "
         "WHERE sent = 0 AND quarantined = 0 ORDER BY seq LIMIT 16",
     )
     details = " ".join(str(row[-1]) for row in plan)
@@ -114,7 +115,7 @@ def test_pending_and_its_summary_read_through_the_partial_index_as_the_table_gro
     with Outbox(source_db) as ob:
         with ob.transaction() as tx:
             for n in range(5000):
-                tx.enqueue(ev(f"old-{n}", "pen"))
+                tx.enqueue(lab(f"old-{n}", "pen", 1))
         ob.mark_sent_many([f"old-{n}" for n in range(5000)])
         ob.accept(ev("new-1", "pen"))
         ob.accept(ev("new-2", "pen"))

@@ -16,7 +16,7 @@ from .. import pg
 #: Tables whose full content a "writes nothing" check compares (everything but migrations).
 TABLES = (
     "orders", "outbox", "inbox", "inventory", "counters", "partition_leases", "deliveries",
-    "attempts",
+    "attempts", "ackledger_meta",
 )  # fmt: skip
 
 

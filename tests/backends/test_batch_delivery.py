@@ -19,9 +19,15 @@ from ackledger._dev.procs import Service, run_cli
 from ackledger.source.dispatch import dispatch_batch
 from ackledger.wire.http import close_connections, post_batch
 
-from ..batchhelp import batch_url, event, pairs, sender, stock
+from ..batchhelp import batch_url, pairs, sender, stock
 from ..conftest import raw_rows
+from ..events import SOURCE, lab
 from .conftest import Target
+
+
+def event(event_id: str, sku: str = "sku-1", qty: int = 1) -> dict[str, Any]:
+    """A lab order, as ``Outbox.accept`` takes it."""
+    return {"id": event_id, "sku": sku, "qty": qty}
 
 
 def _sent(target: Target) -> dict[str, int]:
@@ -54,12 +60,13 @@ def test_order_is_kept_across_batches(target: Target, sink_db: Path, sink_servic
 
 
 def test_stops_at_first_failing_item(target: Target, sink_db: Path, sink_service: Service) -> None:
-    # The sink already holds "clash" with other content, so that item is refused (422 inside
-    # the batch answer); the two before it are applied and marked, it and the rest stay pending.
-    post = post_batch([event("clash", "sku-x", 99)], batch_url(sink_service))
+    # The sink already holds "clash" of this outbox's source with other content, so that item
+    # is refused (422 inside the batch answer); the two before it are applied and marked, it
+    # and the rest stay pending.
+    post = post_batch([lab("clash", "sku-x", 99)], batch_url(sink_service))
     assert post.acked == 1
     ids = ["first", "second", "clash", "fourth", "fifth"]
-    with Outbox(target.ref) as outbox:
+    with Outbox(target.ref, source=SOURCE) as outbox:
         for name in ids:
             outbox.accept(event(name, "sku-b", 2))
         with pytest.raises(NotAcknowledged, match="clash"):

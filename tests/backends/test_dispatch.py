@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -9,6 +10,7 @@ import pytest
 
 from ackledger import NotAcknowledged, Outbox, dispatch, dispatch_batch
 
+from ..events import lab
 from .conftest import Target
 
 
@@ -36,8 +38,9 @@ def test_sends_copies_in_seq_order_and_marks_what_was_acknowledged(target: Targe
         assert ob.pending() == []
         assert dispatch(ob, send) == []
     assert [e["id"] for e in seen] == ids
-    assert seen[0] == {"id": ids[0], "sku": "s0", "qty": 1}  # the event itself, no seq
-    assert all(set(e) == {"id", "sku", "qty"} for e in seen)
+    # The event itself, no seq.
+    assert seen[0] == lab(ids[0], "s0", 1, source=ob.source)
+    assert seen == [lab(ids[k], f"s{k % 3}", k + 1, source=ob.source) for k in range(4)]
     assert sent_ids(target) == ids
 
 
@@ -97,7 +100,7 @@ def test_a_callback_editing_its_copy_cannot_mark_another_event(target: Target) -
 
         def send(event: dict[str, Any]) -> bool:
             event["id"] = ids[2]  # points at another pending event
-            event["qty"] = 999
+            event["data"]["qty"] = 999
             return True
 
         with pytest.raises(ValueError, match="limit"):
@@ -115,8 +118,12 @@ def test_a_callback_editing_its_copy_cannot_mark_another_event(target: Target) -
         with pytest.raises(RuntimeError, match="must stay pending"):
             dispatch(ob, send_pointing_ahead)
     assert sent_ids(target) == ids[:2]
-    assert target.rows("SELECT qty FROM outbox WHERE id = ?", (ids[0],)) == [(1,)]
-    assert target.rows("SELECT qty FROM outbox WHERE id = ?", (ids[1],)) == [(2,)]
+    assert target.rows("SELECT data FROM outbox WHERE id = ?", (ids[0],)) == [
+        ('{"qty":1,"sku":"s0"}',)
+    ]
+    assert target.rows("SELECT data FROM outbox WHERE id = ?", (ids[1],)) == [
+        ('{"qty":2,"sku":"s1"}',)
+    ]
 
 
 def test_no_lock_is_held_while_send_runs(target: Target) -> None:
@@ -197,3 +204,37 @@ def test_dispatch_batch_reraises_the_senders_exception_and_marks_nothing(target:
                 dispatch_batch(ob, answering(bad))
         assert [item["id"] for item in ob.pending()] == ids
     assert sent_ids(target) == []
+
+
+def test_a_callback_mutating_nested_data_changes_nothing_stored_or_selected(
+    target: Target,
+) -> None:
+    nested = {"lines": [{"sku": "a", "qty": 1}, {"sku": "b", "qty": 2}], "meta": {"n": 1}}
+    with Outbox(target.ref) as ob:
+        for name in ("n-1", "n-2"):
+            ob.publish({"type": "com.example.order.placed", "id": name, "data": nested})
+        stored = target.rows("SELECT id, data, event FROM outbox ORDER BY seq")
+        before = ob.pending()
+        arrived: list[Any] = []
+
+        def send(event: dict[str, Any]) -> bool:
+            arrived.append(json.loads(json.dumps(event)))  # as it came, before the edits
+            event["data"]["lines"][0]["qty"] = 999
+            event["data"]["lines"].append({"sku": "ghost"})
+            event["data"]["meta"]["n"] = 2
+            event["type"] = "com.example.changed"
+            if event["id"] == "n-2":
+                raise RuntimeError("the second stays pending")
+            return True
+
+        with pytest.raises(RuntimeError, match="stays pending"):
+            dispatch(ob, send)
+        # Each copy arrived as stored: the first one's edits did not reach the second.
+        assert [item["data"] for item in arrived] == [nested, nested]
+        assert [item["type"] for item in arrived] == ["com.example.order.placed"] * 2
+        after = ob.pending()
+        assert after == [before[1]]
+        assert after[0]["data"] == nested
+        assert after[0]["type"] == "com.example.order.placed"
+    assert target.rows("SELECT id, data, event FROM outbox ORDER BY seq") == stored
+    assert nested == {"lines": [{"sku": "a", "qty": 1}, {"sku": "b", "qty": 2}], "meta": {"n": 1}}

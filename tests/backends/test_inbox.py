@@ -8,12 +8,18 @@ import pytest
 
 from ackledger import Conflict, Inbox, InvalidEvent
 
+from ..events import SOURCE, lab
 from ..race import at_once
 from .conftest import Target
 
 
 def ev(event_id: str, sku: str = "apple", qty: int = 2) -> dict[str, Any]:
-    return {"id": event_id, "sku": sku, "qty": qty}
+    return lab(event_id, sku, qty)
+
+
+def with_data(event_id: str, data: object) -> dict[str, Any]:
+    """A lab event whose ``data`` is ``data`` (for the ones ``lab`` refuses to build)."""
+    return {**lab(event_id, "apple", 2), "data": data}
 
 
 def test_applied_then_duplicate_then_conflict(target: Target) -> None:
@@ -21,24 +27,25 @@ def test_applied_then_duplicate_then_conflict(target: Target) -> None:
         assert inbox.receive(ev("e1", qty=2)) == "applied"
         assert inbox.receive(ev("e1", qty=2)) == "duplicate"
         assert inbox.stock("apple") == 2
-        before = target.rows("SELECT id, sku, qty, receipts FROM inbox")
+        before = target.rows("SELECT source, id, type, fingerprint, receipts FROM inbox")
         with pytest.raises(Conflict, match="e1"):
             inbox.receive(ev("e1", qty=5))
         assert inbox.stock("apple") == 2
         assert inbox.counters() == {"applied": 1, "duplicate": 1, "conflict": 1}
-        assert (
-            target.rows("SELECT id, sku, qty, receipts FROM inbox")
-            == before
-            == [("e1", "apple", 2, 2)]
-        )
+        assert target.rows("SELECT source, id, type, fingerprint, receipts FROM inbox") == before
+        assert [row[:3] + row[4:] for row in before] == [(SOURCE, "e1", "warehouse.stock.added", 2)]
         assert target.rows("SELECT sku, qty FROM inventory") == [("apple", 2)]
-        # Key order is no content; another sku is.
-        assert inbox.receive({"qty": 2, "id": "e1", "sku": "apple"}) == "duplicate"
+        # Key order is no content (nor is time); another sku is.
+        reordered = dict(reversed(list(ev("e1", qty=2).items())))
+        reordered["data"] = {"qty": 2, "sku": "apple"}
+        assert inbox.receive(reordered) == "duplicate"
+        assert inbox.receive({**ev("e1", qty=2), "time": "2026-01-01T00:00:00Z"}) == "duplicate"
         with pytest.raises(Conflict, match="e1"):
             inbox.receive(ev("e1", sku="other"))
         assert inbox.stock("other") == 0
-        assert inbox.counters() == {"applied": 1, "duplicate": 2, "conflict": 2}
-    assert target.rows("SELECT id, sku, qty, receipts FROM inbox") == [("e1", "apple", 2, 3)]
+        assert inbox.counters() == {"applied": 1, "duplicate": 3, "conflict": 2}
+    assert target.rows("SELECT id, receipts FROM inbox") == [("e1", 4)]
+    assert target.rows("SELECT fingerprint FROM inbox") == [(before[0][3],)]
     assert target.rows("SELECT sku, qty FROM inventory") == [("apple", 2)]
 
 
@@ -59,11 +66,12 @@ def test_invalid_events_change_nothing(target: Target) -> None:
         inbox.receive(ev("seed"))
         before = target.dump()
         for bad in (
-            {"id": "e2", "sku": "apple"},
-            ev("e2", qty=0),
+            with_data("e2", {"sku": "apple"}),
+            with_data("e2", {"sku": "apple", "qty": 0}),
             "text",
-            ev("bad id"),
-            {**ev("e2"), "qty": "7"},
+            {**ev("e2"), "id": "bad id"},
+            with_data("e2", {"sku": "apple", "qty": "7"}),
+            {**ev("e2"), "specversion": "0.3"},
             [ev("e2")],
             None,
         ):
@@ -98,9 +106,11 @@ def test_receive_batch_stops_before_an_invalid_item(target: Target) -> None:
         assert result.statuses == ["applied"]
         assert isinstance(result.error, InvalidEvent)
         assert [inbox.receipt(i) is not None for i in ("b1", "b2", "b3")] == [True, False, False]
-        result = inbox.receive_batch([ev("c1", "tea"), {"id": "c2", "sku": "tea"}, ev("c3", "pen")])
+        result = inbox.receive_batch(
+            [ev("c1", "tea"), {**ev("c2", "tea"), "data": {"sku": "tea"}}, ev("c3", "pen")]
+        )
         assert result.statuses == ["applied"]
-        assert isinstance(result.error, InvalidEvent) and result.error.field == "qty"
+        assert isinstance(result.error, InvalidEvent) and result.error.field == "data.qty"
         assert inbox.stock("pen") == 0
 
 

@@ -16,15 +16,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ackledger import Conflict, Inbox, InvalidEvent
-from ackledger.event import validate_event
+from ackledger.envelope import validate_cloudevent
 from ackledger.sink.inbox import BatchResult
 from ackledger.store.keys import MANY
 
+from ..events import SOURCE, lab
 from .conftest import Target
 
 
 def ev(event_id: str, qty: int = 2, sku: str = "apple") -> dict[str, Any]:
-    return {"id": event_id, "sku": sku, "qty": qty}
+    return lab(event_id, sku, qty)
+
+
+def validate_event(item: object) -> dict[str, Any]:
+    """The flat order of a valid lab event (InvalidEvent for an invalid one)."""
+    clean = validate_cloudevent(item)
+    return {"id": clean["id"], **clean["data"]}
 
 
 @dataclass
@@ -95,8 +102,11 @@ def _answers(results: list[BatchResult]) -> list[tuple[list[str], str | None]]:
 
 
 def _check(target_rows: Any, inbox: Inbox, model: Model) -> None:
-    rows = target_rows("SELECT id, sku, qty, receipts, arrival, last_arrival FROM inbox")
-    assert {r[0]: [r[1], int(r[2]), int(r[3]), int(r[4]), int(r[5])] for r in rows} == model.inbox
+    rows = target_rows("SELECT id, receipts, arrival, last_arrival, source, type FROM inbox")
+    assert {r[0]: [int(r[1]), int(r[2]), int(r[3])] for r in rows} == {
+        event_id: row[2:] for event_id, row in model.inbox.items()
+    }
+    assert {(r[4], r[5]) for r in rows} <= {(SOURCE, "warehouse.stock.added")}
     stock = {str(sku): int(qty) for sku, qty in target_rows("SELECT sku, qty FROM inventory")}
     assert stock == {sku: qty for sku, qty in model.stock.items() if qty}
     assert inbox.counters() == model.counts
@@ -179,7 +189,7 @@ def test_receive_runs_keeps_each_run_to_itself(target: Target) -> None:
             [
                 [ev("a", 2, "s"), ev("b", 3, "s")],
                 [ev("a", 2, "s"), ev("a", 9, "s"), ev("c", 100, "s")],
-                [ev("d", 4, "s"), {"id": "e", "sku": "s"}, ev("f", 100, "s")],
+                [ev("d", 4, "s"), {**ev("e", 1, "s"), "data": {"sku": "s"}}, ev("f", 100, "s")],
                 [ev("g", 5, "other")],
             ]
         )

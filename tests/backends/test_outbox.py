@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from ackledger import Conflict, InvalidEvent, Outbox
+from ackledger import Conflict, InvalidEvent, Outbox, warehouse
 from ackledger.store.outbox import MARK_CHUNK
 
+from ..events import SOURCE, lab, of
 from .conftest import Target
 
 
@@ -41,9 +42,15 @@ def test_accept_writes_order_and_event_in_acceptance_order(target: Target) -> No
         ("a-1", "pear", 5),
         ("b-1", "apple", 3),
     ]
-    assert target.rows("SELECT seq, id, sku, qty, sent FROM outbox ORDER BY seq") == [
-        (first, "b-1", "apple", 3, 0),
-        (second, "a-1", "pear", 5, 0),
+    # The order's event: a warehouse.stock.added event keyed by the sku, from the outbox's source.
+    assert target.rows("SELECT DISTINCT source, type FROM outbox") == [(ob.source, warehouse.TYPE)]
+    assert target.rows("SELECT id, subject, partitionkey FROM outbox ORDER BY seq") == [
+        ("b-1", "apple", "apple"),
+        ("a-1", "pear", "pear"),
+    ]
+    assert target.rows("SELECT seq, id, subject, data, sent FROM outbox ORDER BY seq") == [
+        (first, "b-1", "apple", '{"qty":3,"sku":"apple"}', 0),
+        (second, "a-1", "pear", '{"qty":5,"sku":"pear"}', 0),
     ]
 
 
@@ -65,10 +72,10 @@ def test_same_id_other_content_is_a_conflict_and_writes_nothing(target: Target) 
         with pytest.raises(Conflict, match="e1"):
             ob.accept(ev("e1", qty=2))
         with pytest.raises(Conflict), ob.transaction() as tx:
-            tx.enqueue(ev("e1", sku="other"))
+            tx.enqueue(lab("e1", "other", 1, source=ob.source))
         assert target.dump() == before
     assert counts(target) == (1, 1)
-    assert target.rows("SELECT qty FROM outbox") == [(1,)]
+    assert target.rows("SELECT data FROM outbox") == [('{"qty":1,"sku":"sku-1"}',)]
 
 
 #: Events the contract refuses, with the field each refusal names.
@@ -84,6 +91,16 @@ INVALID: list[tuple[object, str]] = [
 ]
 
 
+def as_event(bad: object) -> object:
+    """The lab event a bad flat order would make (a non-object stays as it is)."""
+    if not isinstance(bad, dict):
+        return bad
+    event: dict[str, object] = {"specversion": "1.0", "source": SOURCE, "type": warehouse.TYPE}
+    event["id"] = bad["id"]
+    event["data"] = {name: value for name, value in bad.items() if name != "id"}
+    return event
+
+
 def test_invalid_events_are_refused_naming_the_field_and_write_nothing(target: Target) -> None:
     # One database for all of them: refusals are checked before any write, on every backend.
     with Outbox(target.ref) as ob:
@@ -95,7 +112,7 @@ def test_invalid_events_are_refused_naming_the_field_and_write_nothing(target: T
             assert refused.value.field == field, bad
             with pytest.raises(InvalidEvent), ob.transaction() as tx:
                 tx.execute("UPDATE orders SET qty = 99")
-                tx.enqueue(bad)
+                tx.enqueue(as_event(bad))
             assert target.dump() == before, bad
 
 
@@ -107,10 +124,13 @@ def test_transaction_commits_business_write_and_event_together(target: Target) -
             tx.execute("INSERT INTO notes (id, body) VALUES (?, ?)", ("n1", "100% real?"))
             assert tx.execute("SELECT body FROM notes WHERE id = ?", ("n1",)) == [("100% real?",)]
             assert tx.execute("SELECT COUNT(*) FROM notes WHERE body LIKE '100%'") == [(1,)]
-            seq = tx.enqueue(ev("e1", "box"), partition_key="customer-7")
-        assert ob.pending() == [{"seq": seq, "id": "e1", "sku": "box", "qty": 1}]
+            event = {**lab("e1", "box", 1), "partitionkey": "customer-7"}
+            seq = tx.enqueue(event)
+        assert ob.pending() == [{**event, "seq": seq}]
     assert target.rows("SELECT id, body FROM notes") == [("n1", "100% real?")]
-    assert target.rows("SELECT seq, partition_key FROM outbox") == [(seq, "customer-7")]
+    assert target.rows("SELECT seq, partition_key, partitionkey FROM outbox") == [
+        (seq, "customer-7", "customer-7")
+    ]
     # tx.enqueue writes the event only; accept also writes the order.
     assert target.rows("SELECT COUNT(*) FROM orders") == [(0,)]
 
@@ -121,29 +141,36 @@ def test_transaction_that_fails_keeps_neither_write(target: Target) -> None:
             tx.execute("CREATE TABLE notes (id TEXT PRIMARY KEY)")
         with pytest.raises(RuntimeError, match="business rule"), ob.transaction() as tx:
             tx.execute("INSERT INTO notes (id) VALUES (?)", ("n1",))
-            tx.enqueue(ev("e1"))
+            tx.enqueue(lab("e1", "sku-1", 1))
             raise RuntimeError("business rule broken")
         with pytest.raises(InvalidEvent), ob.transaction() as tx:
             tx.execute("INSERT INTO notes (id) VALUES (?)", ("n2",))
-            tx.enqueue({"id": "bad id", "sku": "s", "qty": 1})
+            tx.enqueue({**lab("e2", "s", 1), "id": "bad id"})
         assert ob.pending() == []
     assert target.rows("SELECT COUNT(*) FROM notes") == [(0,)]
     assert target.rows("SELECT COUNT(*) FROM outbox") == [(0,)]
 
 
-def test_partition_key_defaults_to_the_sku_and_is_checked(target: Target) -> None:
+def test_partition_is_the_partitionkey_and_is_checked(target: Target) -> None:
     with Outbox(target.ref) as ob:
-        ob.accept(ev("e1", "apple"))
+        ob.accept(ev("e1", "apple"))  # an order's event is keyed by its sku
         with ob.transaction() as tx:
-            tx.enqueue(ev("e2", "apple"))
+            tx.enqueue(lab("e2", "apple", 1))
+            unkeyed = {key: v for key, v in lab("e3", "apple", 1).items() if key != "partitionkey"}
+            tx.enqueue(unkeyed)  # no partitionkey: the one shared partition
         before = target.dump()
-        for bad in ("", "x" * 129, 7):
-            with pytest.raises(ValueError, match="partition_key"), ob.transaction() as tx:
-                tx.enqueue(ev("e3"), partition_key=bad)  # type: ignore[arg-type]
+        for bad in ("", "x" * 257, 7):
+            with (
+                pytest.raises(InvalidEvent, match="partitionkey") as refused,
+                ob.transaction() as tx,
+            ):
+                tx.enqueue({**lab("e4", "pear", 1), "partitionkey": bad})
+            assert refused.value.field == "partitionkey"
         assert target.dump() == before
-    assert target.rows("SELECT id, partition_key FROM outbox ORDER BY seq") == [
-        ("e1", "apple"),
-        ("e2", "apple"),
+    assert target.rows("SELECT id, partition_key, partitionkey FROM outbox ORDER BY seq") == [
+        ("e1", "apple", "apple"),
+        ("e2", "apple", "apple"),
+        ("e3", "", None),
     ]
 
 
@@ -154,8 +181,11 @@ def test_pending_is_in_seq_order_even_when_ids_sort_otherwise(target: Target) ->
         items = ob.pending()
     assert [item["id"] for item in items] == ids
     assert [item["seq"] for item in items] == seqs == sorted(seqs)
-    assert items[0] == {"seq": seqs[0], "id": "zulu", "sku": "sku-0", "qty": 1}
-    assert all(set(item) == {"seq", "id", "sku", "qty"} for item in items)
+    assert items[0] == {**of(ev("zulu", "sku-0"), source=ob.source), "seq": seqs[0]}
+    assert all(
+        item == {**of(ev(item["id"], f"sku-{n % 2}"), source=ob.source), "seq": item["seq"]}
+        for n, item in enumerate(items)
+    )
 
 
 def test_pending_limit_bounds_and_types(target: Target) -> None:
@@ -208,7 +238,7 @@ def test_several_outbox_objects_share_one_database(target: Target) -> None:
 def test_a_transaction_inside_another_is_refused_not_left_hanging(target: Target) -> None:
     with Outbox(target.ref) as ob:
         with pytest.raises((RuntimeError, sqlite3.OperationalError)), ob.transaction() as tx:
-            tx.enqueue(ev("outer", "same-partition"))
+            tx.enqueue(lab("outer", "same-partition", 1, source=ob.source))
             ob.accept(ev("inner", "same-partition"))  # would wait for the outer's lock
         assert ob.pending() == []
         ob.accept(ev("after"))
@@ -232,7 +262,7 @@ def test_mark_sent_many_marks_more_than_one_statement_holds(target: Target) -> N
     with Outbox(target.ref) as ob:
         with ob.transaction() as tx:
             for event_id in ids:
-                tx.enqueue(ev(event_id))
+                tx.enqueue(lab(event_id, "sku-1", 1))
         ob.mark_sent_many([*ids, ids[0]], attempted=True)
     assert target.rows("SELECT sent, attempts FROM outbox") == [(1, 1)] * count
 

@@ -13,6 +13,7 @@ from ackledger import LeaseLost, NotAcknowledged, Outbox, dispatch
 from ackledger.relay.loop import logger as relay_logger
 from ackledger.relay.partitions import LeasedPartition, PartitionLeases, PartitionWorker
 
+from ..events import lab
 from ..sends import partition_worker
 from .conftest import Target
 
@@ -24,7 +25,7 @@ def fill(ob: Outbox, partitions: list[str], per_partition: int) -> dict[str, lis
         for _ in range(per_partition):
             for key in partitions:
                 event_id = f"{999_999 - len(ids[key]) - 1000 * partitions.index(key)}-{key}"
-                tx.enqueue({"id": event_id, "sku": key, "qty": 1})
+                tx.enqueue(lab(event_id, key, 1))  # its partitionkey is the sku
                 ids[key].append(event_id)
     return ids
 
@@ -221,7 +222,7 @@ def test_a_failing_partition_is_parked_while_the_others_go_on(target: Target) ->
     log: list[str] = []
 
     def send(event: dict[str, Any]) -> bool:
-        if event["sku"] == "bad":
+        if event["partitionkey"] == "bad":
             raise NotAcknowledged("HTTP 422 instead of 200")
         return True
 
@@ -232,7 +233,7 @@ def test_a_failing_partition_is_parked_while_the_others_go_on(target: Target) ->
             ).run
         )
         worker.start()
-        while {item["sku"] for item in ob.pending(16)} != {"bad"} and not stop.wait(0.05):
+        while {item["partitionkey"] for item in ob.pending(16)} != {"bad"} and not stop.wait(0.05):
             pass
         stop.set()
         worker.join(timeout=120)

@@ -10,15 +10,21 @@ from pathlib import Path
 from ackledger import send_http
 from ackledger._dev.procs import run_cli, start_service
 
+from ..events import SOURCE, lab
 from ..race import Answer, Client, at_once, connected
 from .conftest import Target
 
+#: CloudEvents structured mode (CONTRACT section 6).
+STRUCTURED = "application/cloudevents+json"
 
-def post(base_url: str, body: bytes) -> tuple[int, dict[str, str], object]:
+
+def post(
+    base_url: str, body: bytes, content_type: str = STRUCTURED
+) -> tuple[int, dict[str, str], object]:
     host, port = base_url.removeprefix("http://").rsplit(":", 1)
     conn = http.client.HTTPConnection(host, int(port), timeout=10)
     try:
-        conn.request("POST", "/events", body=body, headers={"Content-Type": "application/json"})
+        conn.request("POST", "/events", body=body, headers={"Content-Type": content_type})
         response = conn.getresponse()
         headers = {k.lower(): v for k, v in response.getheaders()}
         return response.status, headers, json.loads(response.read())
@@ -29,18 +35,28 @@ def post(base_url: str, body: bytes) -> tuple[int, dict[str, str], object]:
 def test_sink_service_answers_per_contract(target: Target, tmp_path: Path) -> None:
     args = ["serve", "sink", "--db", target.ref, "--port", "0"]
     with start_service(args, stderr_path=tmp_path / "sink.log") as sink:
-        event = {"id": "e1", "sku": "apple", "qty": 4}
+        event = lab("e1", "apple", 4)
         assert send_http(event, sink.base_url + "/events") is True
         status, headers, body = post(sink.base_url, json.dumps(event).encode())
-        assert (status, body) == (200, {"ack": True, "id": "e1", "status": "duplicate"})
+        assert (status, body) == (
+            200,
+            {"ack": True, "id": "e1", "source": SOURCE, "status": "duplicate"},
+        )
         assert headers.get("idempotent-replayed") == "true"
-        status, _, problem = post(sink.base_url, json.dumps({**event, "qty": 5}).encode())
+        other = lab("e1", "apple", 5)
+        status, _, problem = post(sink.base_url, json.dumps(other).encode())
         assert status == 422
-        status, _, problem = post(sink.base_url, b'{"id": "e2", "sku": "apple"}')
+        missing = {**lab("e2", "apple", 1), "data": {"sku": "apple"}}
+        status, _, problem = post(sink.base_url, json.dumps(missing).encode())
         assert status == 400
-        assert isinstance(problem, dict) and problem.get("field") == "qty"
+        assert isinstance(problem, dict) and problem.get("field") == "data.qty"
+        # A structured event under another content type is refused, and changes nothing.
+        status, _, problem = post(
+            sink.base_url, json.dumps(lab("e3", "apple", 1)).encode(), "text/plain"
+        )
+        assert status == 400
     assert target.rows("SELECT sku, qty FROM inventory") == [("apple", 4)]
-    assert target.rows("SELECT id, receipts FROM inbox") == [("e1", 2)]
+    assert target.rows("SELECT source, id, receipts FROM inbox") == [(SOURCE, "e1", 2)]
 
 
 def test_accept_pending_dispatch_commands(target: Target, tmp_path: Path) -> None:
@@ -67,7 +83,11 @@ def test_an_unreachable_postgres_is_one_line_and_exit_2() -> None:
 
 
 def post_event(event: dict[str, object], _: int, client: Client) -> Answer:
-    return client.post("/events", event)
+    """``POST /events`` in structured mode on the client's own connection."""
+    body = json.dumps(event).encode()
+    client.conn.request("POST", "/events", body=body, headers={"Content-Type": STRUCTURED})
+    response = client.conn.getresponse()
+    return response.status, response, json.loads(response.read())
 
 
 def test_two_sink_processes_apply_one_event_once(target: Target, tmp_path: Path) -> None:
@@ -83,13 +103,15 @@ def test_two_sink_processes_apply_one_event_once(target: Target, tmp_path: Path)
     rounds = 4  # the first also fills each sink's connection pool
     try:
         for round_no in range(rounds):
-            event = {"id": f"e{round_no}", "sku": "apple", "qty": 3}
+            event = lab(f"e{round_no}", "apple", 3)
             answers = at_once(clients, partial(post_event, event), ready=connected)
             assert [status for status, _, _ in answers] == [200] * 32
             assert (
                 sorted(body["status"] for _, _, body in answers) == ["applied"] + ["duplicate"] * 31
             )
-            assert {body["id"] for _, _, body in answers} == {event["id"]}
+            assert {(body["source"], body["id"]) for _, _, body in answers} == {
+                (SOURCE, event["id"])
+            }
     finally:
         for client in clients:
             client.close()

@@ -12,6 +12,7 @@ from ackledger import Outbox
 from ackledger.relay.partitions import PartitionLeases
 
 from .. import pg
+from ..events import lab
 
 pytestmark = pytest.mark.postgres
 
@@ -34,13 +35,13 @@ def test_a_later_enqueue_into_the_same_partition_waits_for_the_earlier_commit(
 
     def first() -> None:
         with Outbox(pg_url) as ob, ob.transaction() as tx:
-            seqs["first"] = tx.enqueue({"id": "first", "sku": "p", "qty": 1})
+            seqs["first"] = tx.enqueue(lab("first", "p", 1))
             first_open.set()
             let_first_commit.wait(timeout=60)
 
     def second() -> None:
         with Outbox(pg_url) as ob, ob.transaction() as tx:
-            seqs["second"] = tx.enqueue({"id": "second", "sku": "p", "qty": 1})
+            seqs["second"] = tx.enqueue(lab("second", "p", 1))
 
     with Outbox(pg_url) as ob:
         one = threading.Thread(target=first)

@@ -22,6 +22,12 @@ UPDATE outbox SET
         || ',"source":"urn:ackledger:v1","specversion":"1.0","subject":' || to_json(sku)::text
         || ',"type":"warehouse.stock.added"}';
 
+-- A v1 outbox's own source is urn:ackledger:v1 as well (not a fresh one): an order it
+-- accepted before the upgrade, accepted again after it, is the same event, not a conflict.
+INSERT INTO ackledger_meta (name, value)
+SELECT 'outbox.source', 'urn:ackledger:v1'
+WHERE EXISTS (SELECT 1 FROM outbox) OR EXISTS (SELECT 1 FROM orders);
+
 ALTER TABLE outbox DROP COLUMN sku;
 ALTER TABLE outbox DROP COLUMN qty;
 
