@@ -311,10 +311,11 @@ class Inbox(Database):
         """Apply prepared runs in ONE committed write transaction (a rolled-back attempt
         applies nothing, so it does not count)."""
         now = time.time()
-        # One event of the reference type costs the same statements either way, and less
-        # Python one by one; a user's handler goes together first (no savepoint) when it can.
+        # One event costs the same statements either way, and less Python one by one. A
+        # user's handler always goes one by one, in its savepoint: applying the group together
+        # first would run a failing handler twice (once in the rolled-back attempt).
         items = [item for run in runs for item in run]
-        if len(items) > 1 or (items and items[0].handler is not warehouse.apply):
+        if len(items) > 1 and all(item.handler is warehouse.apply for item in items):
             try:
                 with self._db.write() as tx:
                     return _apply_together(tx, runs, now)
