@@ -706,3 +706,24 @@ def test_a_closed_connection_is_refused(sqlite_db: Database) -> None:
     conn.close()
     with pytest.raises(ValueError, match=r"sqlite3 connection cannot be used"):
         borrow(conn, "sqlite")
+
+
+def test_borrowing_a_sqlite3_connection_imports_no_optional_library(tmp_path: Path) -> None:
+    """The core stays standard-library only: the optional libraries are imported only for an
+    object that comes from them (a fresh interpreter, since this one has them loaded)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sqlite3, sys\n"
+        "from ackledger.store import open_backend\n"
+        f"backend = open_backend({str(tmp_path / 'lone.db')!r})\n"
+        f"conn = sqlite3.connect({str(tmp_path / 'lone.db')!r})\n"
+        "backend.borrow(conn).execute(\"INSERT INTO counters (name, value) VALUES ('x', 1)\")\n"
+        "print(sorted(m for m in ('sqlalchemy', 'django', 'psycopg', 'asyncpg') "
+        "if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "[]"
