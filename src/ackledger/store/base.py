@@ -73,6 +73,18 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None: ...
 
+    def borrow(self, using: object) -> Tx:
+        """A transaction on the caller's connection ``using`` (``publish(event, using=...)``,
+        CONTRACT section 3), inside the caller's transaction: nothing done through it is
+        committed or rolled back by ackledger. ``store.borrowed.same_database`` then checks
+        that it reaches this backend's database. Raises ``TypeError`` for an object that is not
+        a connection ackledger can write with, ``ValueError`` for a connection to the other
+        kind of database or one that is not in a transaction.
+        """
+        from . import borrowed
+
+        return borrowed.borrow(using, self.dialect)
+
     def lock_schema(self, tx: Tx) -> None:  # noqa: B027 - deliberately a no-op by default
         """Serialise schema changes between processes for the rest of ``tx``.
 

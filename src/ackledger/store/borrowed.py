@@ -1,13 +1,370 @@
-"""Stand-in until the borrowed-connection work lands (branch borrow)."""
+"""The caller's transaction: ackledger's statements on a connection that the caller owns.
+
+``Outbox.publish(event, using=conn)`` (CONTRACT section 3) writes with the caller's connection,
+inside the caller's transaction, so that the caller's commit makes the business rows and the
+event durable together and the caller's rollback removes both. ``borrow`` turns what the caller
+hands over into a :class:`Tx` on that connection; ``same_database`` checks that it reaches the
+outbox's own database.
+
+Nothing here commits, rolls back, or changes autocommit or isolation: the transaction is the
+caller's. A connection on which a write would commit at once (autocommit, no transaction
+open) is refused, since the event would then be durable without the business writes.
+
+Optional libraries are recognised by the modules of the object's classes and imported only
+when the object comes from them, so the core still needs nothing but the standard library.
+"""
 
 from __future__ import annotations
 
-from .base import Tx
+import functools
+import sqlite3
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .base import Params, Row, Tx
+from .postgres.tx import PostgresTx, to_pyformat
+from .sqlite.tx import SqliteTx
+
+if TYPE_CHECKING:
+    import psycopg
+    from sqlalchemy.engine import Connection as SqlAlchemyConnection
+
+__all__ = ["META_TABLE", "SOURCE_KEY", "borrow", "same_database"]
+
+SQLITE = "sqlite"
+POSTGRES = "postgres"
+_DATABASE_NAMES = {SQLITE: "SQLite", POSTGRES: "PostgreSQL"}
+#: Django's ``vendor`` and SQLAlchemy's dialect ``name`` of the databases ackledger lives in.
+_DIALECT_OF = {"sqlite": SQLITE, "postgresql": POSTGRES}
+
+ACCEPTED = (
+    "a sqlite3.Connection, a psycopg 3 Connection, a SQLAlchemy Connection or Session (also "
+    "the one AsyncSession.run_sync passes), or Django's connection"
+)
+NOT_IN_TRANSACTION = (
+    "using: the connection is not in a transaction; begin one (BEGIN, conn.transaction(), "
+    "transaction.atomic(), ...) so that the event commits or rolls back with your own writes "
+    "(written now it would commit alone)"
+)
+
+#: The table of the outbox's facts that never change, and the row naming its source.
+META_TABLE = "ackledger_meta"
+SOURCE_KEY = "outbox.source"
+_META_EXISTS_SQLITE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ackledger_meta'"
+# to_regclass answers NULL for a missing table where a SELECT from it would fail, and a failed
+# statement would abort the caller's PostgreSQL transaction.
+_META_EXISTS_POSTGRES = "SELECT 1 WHERE to_regclass('ackledger_meta') IS NOT NULL"
+_READ_SOURCE = "SELECT value FROM ackledger_meta WHERE name = ?"
 
 
 def borrow(using: object, dialect: str) -> Tx:
-    raise TypeError("using: not supported yet")
+    """A :class:`Tx` that runs on the caller's connection ``using``, inside the caller's
+    transaction, for an outbox in ``dialect`` (``"sqlite"`` or ``"postgres"``).
+
+    Raises ``TypeError`` for an object that is not a connection ackledger can write with,
+    ``ValueError`` for one of the other database kind, or one not in a transaction.
+    """
+    if dialect not in _DATABASE_NAMES:
+        raise ValueError(f"dialect: must be sqlite or postgres, got {dialect!r}")
+    if isinstance(using, sqlite3.Connection):
+        _same_dialect(SQLITE, dialect, "a sqlite3 connection")
+        return _on_sqlite3(using)
+    roots = _module_roots(using)
+    if "psycopg" in roots:
+        return _on_psycopg(using, dialect)
+    if "sqlalchemy" in roots:
+        return _on_sqlalchemy(using, dialect)
+    if "django" in roots:
+        return _on_django(using, dialect)
+    raise _not_accepted(using)
 
 
 def same_database(tx: Tx, expected_source: str) -> None:
-    raise TypeError("using: not supported yet")
+    """Check that ``tx`` (a borrowed one) reaches the outbox's database: the one whose
+    ``ackledger_meta`` names ``expected_source`` as the outbox's CloudEvents source.
+
+    Only reads, and never a statement that could fail: on PostgreSQL a failed statement would
+    abort the caller's transaction.
+    """
+    exists = _META_EXISTS_SQLITE if isinstance(tx, SqliteTx) else _META_EXISTS_POSTGRES
+    if tx.one(exists) is None:
+        raise ValueError(
+            "using: the database has no ackledger schema: run ackledger migrate or apply "
+            "ackledger migrate --sql"
+        )
+    row = tx.one(_READ_SOURCE, (SOURCE_KEY,))
+    found = None if row is None else row[0]
+    if found != expected_source:
+        raise ValueError(
+            "using: the connection reaches another database than the outbox's (its "
+            f"{SOURCE_KEY} is {found!r}, the outbox's is {expected_source!r})"
+        )
+
+
+# --- what the caller may hand over ---------------------------------------------------------
+
+
+def _module_roots(obj: object) -> set[str]:
+    """The top-level packages of the object's class and its bases (a subclass of a driver's
+    connection, defined in the caller's module, is still the driver's)."""
+    return {(cls.__module__ or "").partition(".")[0] for cls in type(obj).__mro__}
+
+
+def _describe(obj: object) -> str:
+    cls = type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _not_accepted(obj: object) -> TypeError:
+    return TypeError(f"using: expected {ACCEPTED}; got {_describe(obj)}")
+
+
+def _same_dialect(found: str, expected: str, what: str) -> None:
+    if found != expected:
+        raise ValueError(
+            f"using: {what} reaches {_DATABASE_NAMES[found]}, but this outbox is in "
+            f"{_DATABASE_NAMES[expected]}"
+        )
+
+
+def _on_sqlite3(conn: sqlite3.Connection) -> Tx:
+    try:
+        in_transaction = conn.in_transaction
+    except sqlite3.ProgrammingError as exc:  # a closed connection
+        raise ValueError(f"using: the sqlite3 connection cannot be used ({exc})") from exc
+    if not in_transaction:
+        # Python 3.12 added ``autocommit``: True (autocommit), False (always in a
+        # transaction), or the legacy mode, where isolation_level None is autocommit.
+        mode = getattr(conn, "autocommit", None)
+        if mode is True or (mode is not False and conn.isolation_level is None):
+            raise ValueError(NOT_IN_TRANSACTION)
+    return _CallerSqliteTx(conn)
+
+
+def _on_psycopg(conn: object, dialect: str) -> Tx:
+    import psycopg
+
+    if isinstance(conn, psycopg.AsyncConnection):
+        raise TypeError(
+            "using: a psycopg AsyncConnection cannot be written with from synchronous code; "
+            "pass a psycopg Connection, or go through SQLAlchemy's "
+            "AsyncSession.run_sync(lambda session: ...)"
+        )
+    if not isinstance(conn, psycopg.Connection):
+        raise _not_accepted(conn)
+    _same_dialect(POSTGRES, dialect, "a psycopg connection")
+    _check_psycopg(conn.info.transaction_status, autocommit=conn.autocommit)
+    return _CallerPostgresTx(conn)
+
+
+def _check_psycopg(status: object, *, autocommit: bool) -> None:
+    from psycopg.pq import TransactionStatus
+
+    if status == TransactionStatus.INERROR:
+        raise ValueError(
+            "using: the connection's transaction has already failed (an earlier statement "
+            "raised); roll it back first"
+        )
+    if status in (TransactionStatus.UNKNOWN, TransactionStatus.ACTIVE):
+        raise ValueError(f"using: the connection cannot be used now (it is {status})")
+    # Idle without autocommit is fine: psycopg opens the caller's transaction with our first
+    # statement, as it would with the caller's own.
+    if status == TransactionStatus.IDLE and autocommit:
+        raise ValueError(NOT_IN_TRANSACTION)
+
+
+def _on_sqlalchemy(using: object, dialect: str) -> Tx:
+    from sqlalchemy.engine import Connection
+    from sqlalchemy.orm import Session
+
+    if isinstance(using, Session):
+        # Begins the session's transaction if it has none yet; its commit() covers ours.
+        conn = using.connection()
+    elif isinstance(using, Connection):
+        conn = using
+    elif "AsyncSession" in _class_names(using) or "AsyncConnection" in _class_names(using):
+        raise TypeError(
+            f"using: a SQLAlchemy {type(using).__name__} cannot be written with from "
+            "synchronous code; pass the sync session it hands over: "
+            "await session.run_sync(lambda s: outbox.publish(event, using=s))"
+        )
+    else:
+        raise _not_accepted(using)
+    return _on_sqlalchemy_connection(conn, dialect)
+
+
+def _class_names(obj: object) -> set[str]:
+    return {cls.__name__ for cls in type(obj).__mro__}
+
+
+def _on_sqlalchemy_connection(conn: SqlAlchemyConnection, dialect: str) -> Tx:
+    name, driver_name = conn.dialect.name, conn.dialect.driver
+    ours = _DIALECT_OF.get(name)
+    if ours is None:
+        raise TypeError(
+            f"using: a SQLAlchemy connection to {name}: ackledger's outbox is in SQLite or "
+            "PostgreSQL"
+        )
+    _same_dialect(ours, dialect, f"a SQLAlchemy {name} connection")
+    if conn.closed or conn.invalidated:
+        raise ValueError("using: the SQLAlchemy connection is closed")
+    proxied = conn.connection
+    # Duck-typed from here: the driver's connection, and SQLAlchemy's DB-API facade of it.
+    driver: Any = proxied.driver_connection
+    adapted: Any = proxied.dbapi_connection
+    roots = _module_roots(driver)
+    tx: Tx
+    if isinstance(driver, sqlite3.Connection):
+        tx = _on_sqlite3(driver)
+    elif "psycopg" in roots:
+        import psycopg
+
+        if isinstance(driver, psycopg.Connection):
+            tx = _on_psycopg(driver, dialect)
+        elif isinstance(driver, psycopg.AsyncConnection):
+            # The session of AsyncSession.run_sync: SQLAlchemy's DB-API facade over the async
+            # driver runs each statement to its end from this (greenlet) side.
+            _check_psycopg(driver.info.transaction_status, autocommit=bool(adapted.autocommit))
+            tx = _AdaptedPostgresTx(adapted, to_pyformat)
+        else:
+            raise _unsupported_driver(driver_name, driver)
+    elif "asyncpg" in roots:
+        if driver.is_closed():
+            raise ValueError("using: the SQLAlchemy connection is closed")
+        # SQLAlchemy's asyncpg facade opens the transaction with the first statement, unless
+        # the connection is in AUTOCOMMIT.
+        if bool(adapted.autocommit) and not driver.is_in_transaction():
+            raise ValueError(NOT_IN_TRANSACTION)
+        tx = _AdaptedPostgresTx(adapted, to_numeric_dollar)
+    else:
+        raise _unsupported_driver(driver_name, driver)
+    if not conn.in_transaction():
+        # What SQLAlchemy's own first statement would do (autobegin). Without it, writes that
+        # went around SQLAlchemy would be lost: its commit() has nothing to commit, and the
+        # pool rolls the DB-API connection back when it is returned.
+        conn.begin()
+    return tx
+
+
+def _unsupported_driver(name: str, driver: object) -> TypeError:
+    return TypeError(
+        f"using: SQLAlchemy's {name} driver ({_describe(driver)}) is not supported; ackledger "
+        "writes through sqlite3 (pysqlite), psycopg 3 (sync or async) or asyncpg"
+    )
+
+
+def _on_django(using: object, dialect: str) -> Tx:
+    vendor = getattr(using, "vendor", None)
+    ensure_connection = getattr(using, "ensure_connection", None)
+    if not isinstance(vendor, str) or not callable(ensure_connection):
+        raise _not_accepted(using)
+    ours = _DIALECT_OF.get(vendor)
+    if ours is None:
+        raise TypeError(
+            f"using: Django's {vendor} connection: ackledger's outbox is in SQLite or PostgreSQL"
+        )
+    _same_dialect(ours, dialect, f"Django's {vendor} connection")
+    ensure_connection()
+    raw = getattr(using, "connection", None)
+    if isinstance(raw, sqlite3.Connection):
+        return _on_sqlite3(raw)
+    if "psycopg" in _module_roots(raw):
+        return _on_psycopg(raw, dialect)
+    raise TypeError(
+        f"using: Django's {vendor} connection runs on {_describe(raw)}; ackledger writes "
+        "through sqlite3 or psycopg 3 (Django uses psycopg 3 when it is installed)"
+    )
+
+
+# --- transactions on the caller's connection -----------------------------------------------
+
+
+class _CallerSqliteTx(SqliteTx):
+    """SQLite's operations on the caller's sqlite3 connection.
+
+    Rows are read through a cursor of our own, as plain tuples whatever ``row_factory`` the
+    caller set. In the sqlite3 module's legacy transaction mode the module opens a transaction
+    only before a statement that starts with INSERT, UPDATE, DELETE or REPLACE; any other
+    statement that writes (``WITH ... INSERT``) would commit alone. So before a statement that
+    is not a SELECT, outside a transaction, we issue the BEGIN the module would have: it is
+    the caller's transaction from then on, ended by the caller's commit() or rollback().
+    """
+
+    def _cursor(self, sql: str) -> sqlite3.Cursor:
+        conn = self._conn
+        if not conn.in_transaction and sql.lstrip()[:6].upper() != "SELECT":
+            conn.execute(f"BEGIN {conn.isolation_level or ''}")
+        cursor = conn.cursor()
+        cursor.row_factory = None
+        return cursor
+
+    def execute(self, sql: str, params: Params = ()) -> list[Row]:
+        cursor = self._cursor(sql)
+        try:
+            return cursor.execute(sql, tuple(params)).fetchall()
+        finally:
+            cursor.close()
+
+    def executemany(self, sql: str, params: Sequence[Params]) -> None:
+        cursor = self._cursor(sql)
+        try:
+            cursor.executemany(sql, [tuple(p) for p in params])
+        finally:
+            cursor.close()
+
+
+class _CallerPostgresTx(PostgresTx):
+    """PostgreSQL's operations on the caller's psycopg connection, read as plain tuples
+    whatever row factory or cursor class the caller (or Django) set on it."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        from psycopg.rows import tuple_row
+
+        super().__init__(conn)
+        self._caller_conn = conn
+        self._tuple_row = tuple_row
+
+    def execute(self, sql: str, params: Params = ()) -> list[Row]:
+        with self._caller_conn.cursor(row_factory=self._tuple_row) as cursor:
+            cursor.execute(to_pyformat(sql), tuple(params))
+            return cursor.fetchall() if cursor.description is not None else []
+
+    def executemany(self, sql: str, params: Sequence[Params]) -> None:
+        with self._caller_conn.cursor(row_factory=self._tuple_row) as cursor:
+            cursor.executemany(to_pyformat(sql), [tuple(p) for p in params])
+
+
+@functools.lru_cache(maxsize=1024)
+def to_numeric_dollar(sql: str) -> str:
+    """``?`` placeholders to asyncpg's ``$1, $2, ...`` (the project's SQL has no other ``?``)."""
+    parts = sql.split("?")
+    return parts[0] + "".join(f"${n}{part}" for n, part in enumerate(parts[1:], start=1))
+
+
+class _AdaptedPostgresTx(PostgresTx):
+    """PostgreSQL's operations through SQLAlchemy's DB-API facade of an asyncio driver
+    (psycopg's AsyncConnection or asyncpg), the connection of the sync session that
+    ``AsyncSession.run_sync`` passes. SQLAlchemy keeps the driver's rows as tuples (psycopg)
+    or records (asyncpg); both become plain tuples here."""
+
+    def __init__(self, adapted: Any, placeholders: Callable[[str], str]) -> None:
+        super().__init__(adapted)
+        self._adapted = adapted
+        self._placeholders = placeholders
+
+    def execute(self, sql: str, params: Params = ()) -> list[Row]:
+        cursor = self._adapted.cursor()
+        try:
+            cursor.execute(self._placeholders(sql), tuple(params))
+            if cursor.description is None:
+                return []
+            return [tuple(row) for row in cursor.fetchall()]
+        finally:
+            cursor.close()
+
+    def executemany(self, sql: str, params: Sequence[Params]) -> None:
+        cursor = self._adapted.cursor()
+        try:
+            cursor.executemany(self._placeholders(sql), [tuple(p) for p in params])
+        finally:
+            cursor.close()
