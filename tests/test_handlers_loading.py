@@ -17,7 +17,9 @@ import pytest
 
 from ackledger.cli import Parser
 from ackledger.cli.arguments import handlers_arg
+from ackledger.sink.handler_tx import HandlerTransaction
 from ackledger.sink.handlers import HandlerSpecError, load_handlers
+from ackledger.store.sqlite.tx import SqliteTx
 
 Write = Callable[[str, str], None]
 
@@ -80,8 +82,9 @@ def test_a_good_spec_gives_a_new_dict_of_the_modules_handlers(write_module: Writ
     handlers = load_handlers("shop.events.handlers:ns.HANDLERS")
     conn = sqlite3.connect(":memory:")
     conn.execute("CREATE TABLE seen (type TEXT, id TEXT)")
+    tx = HandlerTransaction(SqliteTx(conn))  # what the inbox hands a handler
     for name, handler in handlers.items():
-        handler(conn, {"type": name, "id": f"e-{len(name)}"})
+        handler(tx, {"type": name, "id": f"e-{len(name)}"})
     assert sorted(conn.execute("SELECT type, id FROM seen")) == [
         ("com.example.stock.added", "e-23"),
         ("shipped", "e-25"),
