@@ -7,7 +7,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from . import ledger, pipeline
+from . import any_event, ledger, pipeline
 from .story import Story
 
 Chapter = Callable[[Story, Path], None]
@@ -15,6 +15,7 @@ Chapter = Callable[[Story, Path], None]
 CHAPTERS: tuple[Chapter, ...] = (
     pipeline.crash_after_ack,
     pipeline.response_lost,
+    any_event.any_event,
     ledger.job_reruns,
 )
 
