@@ -116,13 +116,13 @@ def test_a_connection_to_another_database_is_refused(target: Target, outbox: Out
     else:
         other_path = target.ref + ".other"
         Outbox(other_path, source="/elsewhere").close()
-        conn = sqlite3.connect(other_path)
+        lite = sqlite3.connect(other_path)
         try:
             with pytest.raises(ValueError, match="another database"):
-                outbox.publish(placed("o-4"), using=conn)
-            conn.rollback()
+                outbox.publish(placed("o-4"), using=lite)
+            lite.rollback()
         finally:
-            conn.close()
+            lite.close()
         check = sqlite3.connect(other_path)
         try:
             assert check.execute("SELECT id FROM outbox").fetchall() == []
