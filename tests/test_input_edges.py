@@ -216,7 +216,8 @@ def test_json_bodies_must_be_utf8(
         text = json.dumps(body)
         for raw in (text.encode("utf-16"), b"\xef\xbb\xbf" + text.encode()):
             answer = service.request("POST", path, raw, {"Content-Type": declared})
-            assert "JSON" in str(_problem(answer, 400)["detail"])
+            detail = str(_problem(answer, 400)["detail"])
+            assert "UTF-8" in detail or "not valid JSON" in detail, detail
     assert raw_rows(sink_db, "SELECT COUNT(*) FROM inbox") == [(0,)]
     assert raw_rows(ledger_db, "SELECT COUNT(*) FROM attempts") == [(0,)]
 
@@ -269,7 +270,7 @@ def test_a_body_not_declared_as_json_is_refused(
         raw = json.dumps(body).encode()
         for declared in wrong:
             answer = service.request("POST", path, raw, {"Content-Type": declared})
-            assert "Content-Type" in str(_problem(answer, 400)["detail"]), declared
+            assert "content-type" in str(_problem(answer, 400)["detail"]).lower(), declared
         fine = service.request("POST", path, raw, {"Content-Type": right + "; charset=utf-8"})
         assert fine[0] in (200, 201), fine
     # Plain JSON at /events is binary mode, which needs the ce-* headers: without them the

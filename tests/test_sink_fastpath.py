@@ -75,7 +75,7 @@ def test_conflict_is_422_problem_and_changes_nothing(
     ("raw", "field"),
     [
         (b"not json", "body"),
-        (b"[1]", "event"),
+        (b"[1]", "body"),
         (json.dumps({**lab("x", "s", 1), "data": {"sku": "s"}}).encode(), "data.qty"),
         (json.dumps({**lab("x", "s", 1), "data": {"sku": "s", "qty": True}}).encode(), "data.qty"),
         (json.dumps({**lab("x", "s", 1), "id": "-x"}).encode(), "id"),

@@ -64,8 +64,8 @@ def test_conflict_is_422_problem_json_and_changes_nothing(
     [
         (b"{not json", "body"),
         (b"", "body"),
-        (b"[1, 2]", "event"),
-        (b'"snack"', "event"),
+        (b"[1, 2]", "body"),
+        (b'"snack"', "body"),
         (json.dumps({**lab("a", "s", 3), "data": {"sku": "s"}}).encode(), "data.qty"),
         (json.dumps({**lab("a", "s", 3), "data": {"sku": "s", "qty": True}}).encode(), "data.qty"),
         (json.dumps({**lab("a", "s", 3), "data": {"sku": "s", "qty": "3"}}).encode(), "data.qty"),
@@ -257,7 +257,7 @@ def test_a_v1_body_or_a_wrong_content_type_is_400_naming_it(
     problem = json.loads(body)
     assert status == 400
     assert answer_headers["content-type"].startswith("application/problem+json")
-    assert named in problem["detail"]
+    assert named.lower() in problem["detail"].lower()
     assert sink_state(sink_db) == ([], [])
 
 
@@ -265,7 +265,7 @@ def test_a_batch_of_the_wrong_content_type_is_400(sink_app: InProcess, sink_db: 
     raw = json.dumps([lab("a", "s", 3)]).encode()
     for declared in ("application/json", "application/cloudevents+json"):
         status, _, body = sink_app.request("POST", "/events/batch", raw, {"Content-Type": declared})
-        assert status == 400 and "Content-Type" in json.loads(body)["detail"]
+        assert status == 400 and "content-type" in json.loads(body)["detail"].lower()
     assert sink_state(sink_db) == ([], [])
 
 

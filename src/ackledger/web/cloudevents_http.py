@@ -96,6 +96,14 @@ def decode_event(headers: Headers, body: bytes) -> object:
             )
         return event
     if mode == BINARY:
+        if not _has_ce_headers(headers):
+            # Most often a structured event sent as plain JSON: say that, not "specversion".
+            raise InvalidEvent(
+                "content-type: application/json is binary mode, whose attributes travel as "
+                "ce-* headers, and this request has none; send a structured event as "
+                "application/cloudevents+json",
+                field="content-type",
+            )
         return _binary(headers, body, content_type is not None)
     raise InvalidEvent(
         "content-type: application/cloudevents-batch+json is a batch; "
