@@ -28,7 +28,7 @@ from psycopg.rows import dict_row
 from ackledger.store import open_backend
 from ackledger.store.borrowed import borrow, same_database
 
-from . import pg
+from .backends.conftest import Target
 
 T = TypeVar("T")
 
@@ -37,30 +37,8 @@ BUSINESS = "CREATE TABLE business (id TEXT PRIMARY KEY, note TEXT NOT NULL)"
 
 
 @dataclass(frozen=True)
-class Database:
-    dialect: str
-    #: A SQLite file path or a postgresql:// URL.
-    ref: str
-
-    def rows(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
-        """Read through an independent connection (``?`` placeholders)."""
-        if self.dialect == "postgres":
-            return pg.rows(self.ref, sql, params)
-        conn = sqlite3.connect(f"file:{self.ref}?mode=ro", uri=True, isolation_level=None)
-        try:
-            return conn.execute(sql, params).fetchall()
-        finally:
-            conn.close()
-
-    def execute(self, sql: str, params: tuple[object, ...] = ()) -> None:
-        if self.dialect == "postgres":
-            pg.rows(self.ref, sql, params)
-            return
-        conn = sqlite3.connect(self.ref, isolation_level=None, timeout=30)
-        try:
-            conn.execute(sql, params)
-        finally:
-            conn.close()
+class Database(Target):
+    """A database of either kind, read and written through independent connections."""
 
     def durable(self) -> tuple[list[str], list[tuple[str, int]]]:
         """The business rows and ackledger's counters that a second connection sees."""

@@ -13,7 +13,6 @@ import re
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,16 +26,6 @@ PAGES = ("sqlite3", "psycopg", "sqlalchemy", "django")
 def python_blocks(page: str) -> list[str]:
     text = (DOCS / f"{page}.md").read_text(encoding="utf-8")
     return re.findall(r"```python\n(.*?)```", text, flags=re.S)
-
-
-@pytest.fixture
-def database() -> Iterator[str]:
-    pg.require_postgres()
-    name = pg.create_database()
-    try:
-        yield pg.url_for(name)
-    finally:
-        pg.drop_database(name)
 
 
 def run_page(page: str, cwd: Path, url: str) -> None:
@@ -75,8 +64,8 @@ def test_sqlite3_page(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("page", ["psycopg", "sqlalchemy", "django"])
-def test_postgres_pages(page: str, tmp_path: Path, database: str) -> None:
-    run_page(page, tmp_path, database)
-    orders = {row[0] for row in pg.rows(database, "SELECT id FROM shop_orders")}
-    events = {row[0] for row in pg.rows(database, "SELECT id FROM outbox WHERE sent = 0")}
+def test_postgres_pages(page: str, tmp_path: Path, pg_empty_url: str) -> None:
+    run_page(page, tmp_path, pg_empty_url)
+    orders = {row[0] for row in pg.rows(pg_empty_url, "SELECT id FROM shop_orders")}
+    events = {row[0] for row in pg.rows(pg_empty_url, "SELECT id FROM outbox WHERE sent = 0")}
     assert orders and orders == events
