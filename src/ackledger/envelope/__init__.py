@@ -5,14 +5,22 @@ of the lab's flat order (``warehouse.validate``) and the small checks they share
 """
 
 from .build import new_event
-from .content import MAX_EVENT_BYTES, canonical_json, content_fingerprint, identity
-from .validate import validate_cloudevent
+from .content import (
+    MAX_EVENT_BYTES,
+    canonical_json,
+    content_fingerprint,
+    fingerprint_of,
+    identity,
+)
+from .validate import validate_cloudevent, validate_encoded
 
 __all__ = [
     "MAX_EVENT_BYTES",
     "canonical_json",
     "content_fingerprint",
+    "fingerprint_of",
     "identity",
     "new_event",
     "validate_cloudevent",
+    "validate_encoded",
 ]

@@ -17,6 +17,7 @@ from .. import event as v1
 from ..errors import InvalidEvent
 from ..event_types import EventTypes, check_type_name
 from .content import MAX_EVENT_BYTES, canonical_json
+from .fast import fast_event
 from .json_value import check_text, copy_json, shown_name
 from .timestamp import is_rfc3339
 from .trace_context import is_traceparent, is_tracestate
@@ -53,6 +54,23 @@ def validate_cloudevent(obj: object, *, types: EventTypes | None = None) -> dict
     ``types`` gives the schemas to run on ``data``; without it only the reference type's.
     A member whose value is null is treated as absent, as the CloudEvents JSON format says.
     """
+    return validate_encoded(obj, types=types)[0]
+
+
+def validate_encoded(obj: object, *, types: EventTypes | None = None) -> tuple[dict[str, Any], str]:
+    """``validate_cloudevent`` and the event's canonical JSON, which the size rule needs
+    anyway: the callers that store, send or fingerprint the event reuse it."""
+    kinds = types if types is not None else _reference_types()
+    if type(obj) is dict:
+        event = fast_event(obj, kinds)
+        if event is not None:
+            text = canonical_json(event)
+            if len(text) <= MAX_EVENT_BYTES // 4 or len(text.encode("utf-8")) <= MAX_EVENT_BYTES:
+                return event, text
+    return _validate_fully(obj, kinds)
+
+
+def _validate_fully(obj: object, types: EventTypes) -> tuple[dict[str, Any], str]:
     given = _attributes(obj)
     event: dict[str, Any] = {}
     for name in ("specversion", "id", "source", "type"):
@@ -70,7 +88,7 @@ def validate_cloudevent(obj: object, *, types: EventTypes | None = None) -> dict
                 'datacontenttype: only "application/json" is accepted', field="datacontenttype"
             )
         event["datacontenttype"] = "application/json"
-    _data(given, event, types if types is not None else _reference_types())
+    _data(given, event, types)
     for name in ("subject", "partitionkey"):
         if name in given:
             event[name] = _printable(given[name], name)
@@ -86,13 +104,14 @@ def validate_cloudevent(obj: object, *, types: EventTypes | None = None) -> dict
             event[name] = value
     for name in sorted(set(given) - _KNOWN):
         event[name] = _extension(name, given[name])
-    size = len(canonical_json(event).encode("utf-8"))
+    text = canonical_json(event)
+    size = len(text.encode("utf-8"))
     if size > MAX_EVENT_BYTES:
         raise InvalidEvent(
             f"event: its canonical JSON is {size} bytes, over the {MAX_EVENT_BYTES} limit",
             field="event",
         )
-    return event
+    return event, text
 
 
 def _attributes(obj: object) -> dict[str, Any]:

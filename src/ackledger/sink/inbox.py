@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from .. import warehouse
 from .._core.database import Database
 from .._core.idempotency import Outcome
-from ..envelope import content_fingerprint, validate_cloudevent
+from ..envelope import fingerprint_of, validate_encoded
 from ..errors import AckledgerError, Conflict, NoHandler
 from ..event import check_identifier
 from ..event_types import EventTypes, check_type_name
@@ -256,11 +256,11 @@ class Inbox(Database):
         return dict(self._handlers)
 
     def _prepare(self, obj: object) -> _Item:
-        event = validate_cloudevent(obj, types=self._types)
+        event, text = validate_encoded(obj, types=self._types)
         handler = self._handlers.get(event["type"])
         if handler is None:
             raise NoHandler(f"type: no handler for event type {event['type']!r} at this inbox")
-        return _Item(event, content_fingerprint(event), handler)
+        return _Item(event, fingerprint_of(event, text), handler)
 
     def _prepared_prefix(self, events: Sequence[object]) -> tuple[list[_Item], Exception | None]:
         """The events before the first invalid or unhandled one, prepared, and its error."""

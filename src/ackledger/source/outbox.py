@@ -20,7 +20,7 @@ from .. import warehouse
 from .._core.database import Database
 from .._core.duration import MAX_SECONDS
 from .._core.idempotency import Outcome
-from ..envelope import canonical_json, content_fingerprint, validate_cloudevent
+from ..envelope import fingerprint_of, validate_cloudevent, validate_encoded
 from ..errors import Conflict
 from ..event import check_identifier
 from ..event_types import EventTypes
@@ -46,9 +46,8 @@ def _publish(
     id in the outbox, writing ``order`` too when given; returns the event's seq."""
     if isinstance(given, Mapping) and not ("source" in given and "specversion" in given):
         given = {"specversion": "1.0", "source": default_source, **given}
-    event = validate_cloudevent(given, types=types)
-    text = canonical_json(event)
-    fp = content_fingerprint(event)
+    event, text = validate_encoded(given, types=types)
+    fp = fingerprint_of(event, text)
     partition_key = event.get("partitionkey", SHARED_PARTITION)
     tx.outbox_lock_partition(partition_key)
     now = time.time()

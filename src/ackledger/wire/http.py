@@ -23,7 +23,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..envelope import canonical_json, validate_cloudevent
+from ..envelope import validate_encoded
 from ..errors import NotAcknowledged
 from .ack import BatchAnswer, acked_prefix, answer_json, exact_ack
 from .framing import MAX_ANSWER_BYTES
@@ -198,9 +198,9 @@ def send_http(
 ) -> bool:
     """POST one event to a sink's ``/events`` in structured mode; returns True only for an
     exact ACK of its identity."""
-    clean = validate_cloudevent(event)
+    clean, text = validate_encoded(event)
     target = check_target(url, "/events", allowed_hosts)
-    status, answer = _post_json(target, canonical_json(clean).encode(), timeout)
+    status, answer = _post_json(target, text.encode(), timeout)
     return exact_ack(status, answer, clean)
 
 
@@ -216,9 +216,10 @@ def post_batch(
         raise ValueError("events: must be a list of 1-16 events")
     if not 1 <= len(events) <= MAX_BATCH:
         raise ValueError(f"events: must hold 1-{MAX_BATCH} events, got {len(events)}")
-    clean = [validate_cloudevent(item) for item in events]
+    encoded = [validate_encoded(item) for item in events]
+    clean = [event for event, _ in encoded]
     target = check_target(url, "/events/batch", allowed_hosts)
-    body = "[" + ",".join(canonical_json(item) for item in clean) + "]"
+    body = "[" + ",".join(text for _, text in encoded) + "]"
     status, answer = _post_json(target, body.encode(), timeout, BATCH)
     return acked_prefix(status, answer, clean)
 

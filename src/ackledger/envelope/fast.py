@@ -1,0 +1,123 @@
+"""The common event, checked in few steps: what the sink, the senders and the outbox see per
+event on their hot paths.
+
+A plain dict of the attributes most events carry, with plain ``str`` values and plain JSON
+``data``, is checked here with exact type tests and the same patterns as the full rules
+(``validate``). Anything else - a null member, a subclass, an extension, ``time`` or a trace
+attribute, a refusal - returns None and goes the full way, which also says what is wrong. So
+this path accepts nothing the full one refuses and returns the same event
+(``tests/test_envelope_fast.py`` holds the two to each other).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from ..errors import InvalidEvent
+from ..event import _ID_RE
+from ..event_types import _TYPE_NAME, EventTypes
+from .json_value import _SURROGATE, MAX_DEPTH
+from .uri_reference import is_uri_reference
+
+#: Attributes the fast path knows; any other name sends the event the full way.
+_FAST = frozenset({"specversion", "id", "source", "type", "datacontenttype", "data", "subject"})
+_FAST_WITH_KEY = _FAST | {"partitionkey"}
+#: Sources repeat (one per producer): each is matched against RFC 3986 once.
+_SOURCES: set[str] = set()
+_MAX_SOURCES = 1024
+
+
+class _Slow(Exception):
+    """Not the common case: take the full way."""
+
+
+def fast_event(obj: dict[str, Any], types: EventTypes) -> dict[str, Any] | None:
+    """The validated event, or None when ``obj`` is not the common case (or is refused)."""
+    if not obj.keys() <= _FAST_WITH_KEY:
+        return None
+    try:
+        return _checked(obj, types)
+    except (_Slow, InvalidEvent):
+        # A schema's refusal too: the full way raises it, with the attribute's place.
+        return None
+
+
+def _checked(obj: dict[str, Any], types: EventTypes) -> dict[str, Any]:
+    specversion, event_id = obj.get("specversion"), obj.get("id")
+    source, kind = obj.get("source"), obj.get("type")
+    if specversion != "1.0" or type(specversion) is not str:
+        raise _Slow
+    if type(event_id) is not str or len(event_id) > 128 or not _ID_RE.fullmatch(event_id):
+        raise _Slow
+    if type(kind) is not str or not _TYPE_NAME.fullmatch(kind):
+        raise _Slow
+    if type(source) is not str or source not in _SOURCES:
+        if type(source) is not str or not 1 <= len(source) <= 256:
+            raise _Slow
+        if not is_uri_reference(source):
+            raise _Slow
+        if len(_SOURCES) < _MAX_SOURCES:
+            _SOURCES.add(source)
+    event: dict[str, Any] = {
+        "specversion": "1.0",
+        "id": event_id,
+        "source": source,
+        "type": kind,
+    }
+    if "datacontenttype" in obj:
+        declared = obj["datacontenttype"]
+        if declared != "application/json" or type(declared) is not str:
+            raise _Slow
+        event["datacontenttype"] = "application/json"
+    if "data" in obj:
+        data = _copy(obj["data"], 0)
+        if data is None:
+            raise _Slow  # a null member is absent: the full way says what that means
+        if kind in types:
+            data = _copy(types.check(kind, data), 0)
+        event["data"] = data
+    elif kind in types:
+        raise _Slow
+    for name in ("subject", "partitionkey"):
+        if name in obj:
+            text = obj[name]
+            if type(text) is not str or not 1 <= len(text) <= 256 or _UNPRINTABLE.search(text):
+                raise _Slow
+            event[name] = text
+    return event
+
+
+# The full rules' "printable" (validate._UNPRINTABLE), repeated here to keep this module free
+# of an import cycle; tests/test_envelope_fast.py checks the two are the same pattern.
+_UNPRINTABLE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+
+
+def _copy(value: Any, depth: int) -> Any:
+    """A copy of a plain JSON value (exact types only), or _Slow for anything else."""
+    kind = type(value)
+    if kind is str:
+        if not value.isascii() and _SURROGATE.search(value):
+            raise _Slow
+        return value
+    if kind is int or kind is bool or value is None:
+        return value
+    if kind is float:
+        if not math.isfinite(value):
+            raise _Slow
+        return value
+    if depth >= MAX_DEPTH:
+        raise _Slow
+    if kind is dict:
+        out = {}
+        for key, item in value.items():
+            if type(key) is not str or (not key.isascii() and _SURROGATE.search(key)):
+                raise _Slow
+            out[key] = _copy(item, depth + 1)
+        return out
+    if kind is list:
+        return [_copy(item, depth + 1) for item in value]
+    raise _Slow

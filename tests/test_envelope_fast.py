@@ -1,0 +1,99 @@
+"""The fast path of event validation (``envelope.fast``) agrees with the full rules: whatever
+it accepts, the full check accepts and returns equal; whatever the full check refuses, the
+fast path does not accept."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ackledger import EventTypes, InvalidEvent, warehouse
+from ackledger.envelope import fast, validate
+from ackledger.envelope.fast import fast_event
+from ackledger.envelope.validate import _validate_fully
+
+TYPES = EventTypes()
+
+texts = st.text(max_size=12)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | texts,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(texts, inner, max_size=4),
+    max_leaves=12,
+)
+attribute_values = st.one_of(
+    st.sampled_from(["1.0", "0.3", "e-1", "/orders", "urn:x:y", "a b", "", "order.placed"]),
+    texts,
+    st.integers(),
+    st.none(),
+)
+names = st.sampled_from(
+    ["specversion", "id", "source", "type", "subject", "partitionkey", "datacontenttype"]
+)
+
+
+def full(obj: object) -> dict[str, Any] | None:
+    try:
+        return _validate_fully(obj, TYPES)[0]
+    except InvalidEvent:
+        return None
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(names, attribute_values), st.none() | json_values, st.booleans())
+def test_fast_never_accepts_what_the_full_rules_refuse(
+    attributes: dict[str, Any], data: Any, with_data: bool
+) -> None:
+    obj: dict[str, Any] = {"specversion": "1.0", "id": "e-1", "source": "/s", "type": "t"}
+    obj.update(attributes)
+    if with_data:
+        obj["data"] = data
+    quick = fast_event(obj, TYPES)
+    if quick is not None:
+        assert quick == full(obj)
+
+
+@settings(max_examples=200, deadline=None)
+@given(json_values)
+def test_fast_copies_plain_data_as_the_full_rules_do(data: Any) -> None:
+    obj = {"specversion": "1.0", "id": "e-1", "source": "/s", "type": "t", "data": data}
+    quick = fast_event(obj, TYPES)
+    if quick is not None:
+        assert quick == full(obj)
+        if isinstance(data, dict | list):
+            assert quick["data"] is not data  # a copy, never the caller's object
+
+
+@pytest.mark.parametrize(
+    ("data", "accepted"),
+    [
+        ({"sku": "tea", "qty": 2}, True),
+        ({"sku": "tea", "qty": True}, False),
+        ({"sku": "tea", "qty": 0}, False),
+        ({"sku": "t" * 65, "qty": 1}, False),
+        ({"sku": "tea", "qty": 1, "x": 1}, False),
+    ],
+)
+def test_the_warehouse_schema_on_the_fast_path(data: dict[str, Any], accepted: bool) -> None:
+    obj = {
+        "specversion": "1.0", "id": "e-1", "source": "/s", "type": warehouse.TYPE, "data": data,
+    }  # fmt: skip
+    quick = fast_event(obj, TYPES)
+    assert (quick is not None) == accepted
+    assert (full(obj) is not None) == accepted
+
+
+def test_the_printable_rule_is_the_same_pattern() -> None:
+    assert fast._UNPRINTABLE.pattern == validate._UNPRINTABLE.pattern
+
+
+def test_a_subclass_or_a_null_member_goes_the_full_way() -> None:
+    class Text(str):
+        pass
+
+    base = {"specversion": "1.0", "id": "e-1", "source": "/s", "type": "t"}
+    assert fast_event({**base, "id": Text("e-1")}, TYPES) is None
+    assert fast_event({**base, "subject": None}, TYPES) is None
+    assert fast_event({**base, "time": "2026-12-01T00:00:00Z"}, TYPES) is None
