@@ -8,7 +8,7 @@ next ``send_batch``, because the count alone cannot say whether the refusal is p
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -26,6 +26,8 @@ class Refusal:
     #: The status the item would have had alone (HTTP), or None when none was given.
     status: int | None
     detail: str
+    #: The receiver refused it for good without a status (a broker's return: unroutable).
+    permanent: bool = False
 
 
 class Sender(Protocol):
@@ -81,4 +83,20 @@ def sender(url: object, **options: Any) -> Sender:
     scheme = urlsplit(url).scheme.lower()
     if scheme in ("http", "https"):
         return HttpSender(url, **options)
-    raise UnsafeTarget(f"url: scheme {scheme!r} is not supported (use http or https)")
+    if scheme == "amqp":
+        return _amqp_sender()(url, **options)
+    raise UnsafeTarget(f"url: scheme {scheme!r} is not supported (use http, https or amqp)")
+
+
+def _amqp_sender() -> Callable[..., Sender]:
+    # pika is the amqp extra: imported only when an amqp:// URL is used.
+    try:
+        from .amqp import AmqpSender
+    except ImportError as exc:
+        if exc.name != "pika" and not (exc.name or "").startswith("pika."):
+            raise
+        raise ModuleNotFoundError(
+            "amqp:// needs pika, which is not installed: pip install 'ackledger[amqp]'",
+            name="pika",
+        ) from None
+    return AmqpSender
