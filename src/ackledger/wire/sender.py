@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from ..errors import UnsafeTarget
+from .amqp_target import check_amqp_target
 from .http import close_connections, post_batch, send_http
 from .targets import check_target, check_timeout
 
@@ -74,6 +75,20 @@ class HttpSender:
 
     def close(self) -> None:
         close_connections()
+
+
+def check_url(url: object, allowed_hosts: Iterable[str] | None = None) -> str:
+    """Refuse ``url`` as ``sender(url)`` would (UnsafeTarget), with no connection and no
+    driver imported; returns the URL as it may be printed (no password)."""
+    if not isinstance(url, str):
+        raise UnsafeTarget(f"url: must be a string, got {type(url).__name__}")
+    scheme = urlsplit(url).scheme.lower()
+    if scheme in ("http", "https"):
+        check_target(url, "/events", allowed_hosts)
+        return url
+    if scheme == "amqp":
+        return check_amqp_target(url, allowed_hosts).shown
+    raise UnsafeTarget(f"url: scheme {scheme!r} is not supported (use http, https or amqp)")
 
 
 def sender(url: object, **options: Any) -> Sender:
