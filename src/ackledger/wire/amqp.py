@@ -36,6 +36,8 @@ MAX_BATCH = 16
 CONTENT_TYPE = "application/cloudevents+json"
 #: How long ``close`` waits for the broker's Connection.CloseOk.
 _CLOSE_WAIT_S = 2.0
+#: ... and after a failure or a time-out, when an answer is not to be expected.
+_BROKEN_CLOSE_WAIT_S = 0.2
 # An AMQP long-long header holds a signed 64-bit integer; a larger one is sent as its text.
 _MAX_LONG = 2**63 - 1
 
@@ -134,6 +136,8 @@ class _Link:
         self._wake()
 
     def _on_return(self, _channel: Any, method: Any, properties: Any, _body: bytes) -> None:
+        if self.failure is not None:
+            return  # past the deadline or the loss: nothing changes what the send decided
         # Confirms may come in any order, so a return is matched by message id; every message
         # in flight with that id is taken as returned, which can only withhold an ACK.
         detail = self._scrub(f"{method.reply_code} {method.reply_text}")
@@ -143,6 +147,8 @@ class _Link:
         self._wake()
 
     def _on_confirm(self, frame: Any) -> None:
+        if self.failure is not None:
+            return
         method = frame.method
         tag: int = method.delivery_tag
         nack = isinstance(method, spec.Basic.Nack)
@@ -169,11 +175,18 @@ class _Link:
         return not self._unconfirmed or self.failure is not None
 
     def close(self) -> None:
+        """Close politely (Connection.Close); a broken link is not waited for long. If the
+        broker does not answer, the socket is dropped: it must not outlive the link."""
         conn = self.conn
+        closed = lambda: bool(conn.is_closed)  # noqa: E731
         try:
             if not (conn.is_closing or conn.is_closed):
                 conn.close()
-            self.run(lambda: bool(conn.is_closed), _CLOSE_WAIT_S)
+            wait = _CLOSE_WAIT_S if self.failure is None else _BROKEN_CLOSE_WAIT_S
+            if not self.run(closed, wait):
+                # pika has no public way to abandon a connection whose peer went quiet.
+                getattr(conn, "_adapter_disconnect_stream", lambda: None)()
+                self.run(closed, _BROKEN_CLOSE_WAIT_S)
         except Exception:  # noqa: S110 - closing what may already be broken: nothing to report
             pass
         finally:
@@ -238,20 +251,21 @@ class AmqpSender:
             self._discard()
             raise
         if link.failure is None and not link.settled():
-            # Late confirms must not be waited for by a later send: it gets a new channel.
+            # The deadline passed: what the broker says from now on is not counted, and a later
+            # send gets a new channel rather than waiting behind these confirms.
+            link.failure = TimeoutError(
+                f"amqp {self.target.shown}: no publisher confirm within {self.timeout:g} s"
+            )
+        failure = link.failure
+        if failure is not None:
             self._discard()
             if publishes[0].outcome is None:
-                raise TimeoutError(
-                    f"amqp {self.target.shown}: no publisher confirm within {self.timeout:g} s"
-                )
-        elif link.failure is not None:
-            failure = link.failure
-            self._discard()
-            if publishes[0].outcome is None:
+                if isinstance(failure, TimeoutError):
+                    raise failure
                 raise ConnectionError(self._lost(failure)) from None
             for publish in publishes:
                 if publish.outcome is None:
-                    publish.detail = self._lost(failure)
+                    publish.detail = self._describe_failure(failure)
         return publishes
 
     def _connected(self) -> _Link:
@@ -307,8 +321,11 @@ class AmqpSender:
             return Refusal(event_id, None, "the broker nacked the publish (basic.nack)")
         return Refusal(event_id, None, publish.detail or "no publisher confirm")
 
+    def _describe_failure(self, failure: BaseException) -> str:
+        return str(failure) if isinstance(failure, TimeoutError) else self._lost(failure)
+
     def _lost(self, failure: BaseException) -> str:
-        return f"amqp {self.target.shown}: connection lost: {self._describe(failure)}"
+        return f"amqp {self.target.shown}: channel or connection lost: {self._describe(failure)}"
 
     def _describe(self, exc: BaseException) -> str:
         text = str(exc) or repr(exc)
