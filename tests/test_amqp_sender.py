@@ -6,6 +6,8 @@ after. What counts as sent is the broker's publisher confirm with no return befo
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -233,6 +235,7 @@ def test_the_dispatch_command_stops_on_a_return_with_exit_1(broker: Broker, tmp_
     assert "still pending: r-1" in done.stderr
 
 
+@pytest.mark.slow
 def test_the_relay_drains_the_outbox_to_the_broker_and_stops_on_sigterm(
     broker: Broker, tmp_path: Path
 ) -> None:
@@ -250,6 +253,7 @@ def test_the_relay_drains_the_outbox_to_the_broker_and_stops_on_sigterm(
     assert "relaying to amqp://guest:***@127.0.0.1:5672/" in log
 
 
+@pytest.mark.slow
 def test_the_relay_quarantines_an_unroutable_event_and_goes_on(
     broker: Broker, tmp_path: Path
 ) -> None:
@@ -334,6 +338,7 @@ def test_a_wrong_password_raises_and_is_not_repeated(broker: Broker, closing: li
     assert broker.messages() == []
 
 
+@pytest.mark.slow
 def test_the_relay_never_prints_the_password(broker: Broker, tmp_path: Path) -> None:
     source = tmp_path / "source.db"
     _publish(source, lab("x-1", "s", 1))
@@ -416,3 +421,52 @@ def test_without_pika_the_command_says_so_in_one_line(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "pip install 'ackledger[amqp]'" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def _my_connections() -> list[str]:
+    """The broker's pids of this process's sender connections (rabbitmqctl)."""
+    if shutil.which("rabbitmqctl") is None:
+        pytest.skip("rabbitmqctl is not installed: the broker cannot be told to close")
+    listed = subprocess.run(
+        ["rabbitmqctl", "-q", "list_connections", "pid", "client_properties"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    if listed.returncode != 0:
+        pytest.skip(f"rabbitmqctl cannot reach the broker: {listed.stderr.strip()[:200]}")
+    # The sender names its connection (client property connection_name) after its process.
+    mine = f"ackledger sender (pid {os.getpid()})"
+    return [line.split("\t")[0] for line in listed.stdout.splitlines() if mine in line]
+
+
+@pytest.mark.slow
+def test_a_connection_the_broker_closed_between_sends_is_replaced_before_publishing(
+    broker: Broker, closing: list[Sender]
+) -> None:
+    sender = amqp(broker.url(), closing)
+    assert sender.send(lab("s-1", "s", 1)) is True
+    [pid] = _my_connections()
+    subprocess.run(
+        ["rabbitmqctl", "-q", "close_connection", pid, "test: closed by the broker"],
+        capture_output=True, timeout=60, check=True,
+    )  # fmt: skip
+    wait_until(lambda: _my_connections() == [], "the broker to drop the connection")
+    # Noticed before anything is published on it: this send goes on a new connection, once.
+    assert sender.send(lab("s-2", "s", 1)) is True
+    assert len(_my_connections()) == 1
+    assert broker.ids() == ["s-1", "s-2"]
+
+
+def test_a_channel_error_raises_and_a_later_send_succeeds(
+    broker: Broker, closing: list[Sender]
+) -> None:
+    sender = amqp(broker.url(), closing)
+    assert sender.send(lab("h-1", "s", 1)) is True
+    broker.channel.exchange_delete(broker.exchange)
+    # RabbitMQ closes the channel (404 NOT_FOUND): no confirm, so no ACK; transient.
+    with pytest.raises(ConnectionError, match="NOT_FOUND") as caught:
+        sender.send(lab("h-2", "s", 1))
+    assert failure_of(caught.value, None, "h-2").kind == TRANSIENT
+    broker.channel.exchange_declare(broker.exchange, "direct", durable=True)
+    broker.channel.queue_bind(broker.queue, broker.exchange, TYPE)
+    assert sender.send(lab("h-3", "s", 1)) is True
+    assert broker.ids() == ["h-1", "h-3"]

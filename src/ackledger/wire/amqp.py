@@ -19,6 +19,8 @@ kept-alive connection), never after.
 from __future__ import annotations
 
 import json
+import os
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -80,6 +82,8 @@ class _Link:
             # A broker under a resource alarm blocks publishers; past the time-out, give up.
             blocked_connection_timeout=timeout,
             heartbeat=0,
+            # Named for operators (rabbitmqctl list_connections user_provided_name).
+            client_properties={"connection_name": f"ackledger sender (pid {os.getpid()})"},
         )
         self.conn: Any = SelectConnection(
             params,
@@ -203,13 +207,16 @@ class AmqpSender:
         self.timeout = check_timeout(timeout)
         self.refusal: Refusal | None = None
         self._link: _Link | None = None
+        # pika's connections are not thread-safe: threads sharing a sender take turns.
+        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"AmqpSender({self.target.shown!r})"
 
     def send(self, event: dict[str, Any]) -> bool:
-        self.refusal = None
-        publish = self._publish([event])[0]
+        with self._lock:
+            self.refusal = None
+            publish = self._publish([event])[0]
         if publish.outcome == ACKED:
             return True
         refusal = self._refusal_of(event, publish)
@@ -220,19 +227,19 @@ class AmqpSender:
     def send_batch(self, events: list[dict[str, Any]]) -> int:
         if not isinstance(events, list) or not 1 <= len(events) <= MAX_BATCH:
             raise ValueError(f"events: must be a list of 1-{MAX_BATCH} events")
-        self.refusal = None
-        publishes = self._publish(events)
-        acked = 0
-        while acked < len(publishes) and publishes[acked].outcome == ACKED:
-            acked += 1
-        if acked < len(events):
-            self.refusal = self._refusal_of(events[acked], publishes[acked])
-        return acked
+        with self._lock:
+            self.refusal = None
+            publishes = self._publish(events)
+            acked = 0
+            while acked < len(publishes) and publishes[acked].outcome == ACKED:
+                acked += 1
+            if acked < len(events):
+                self.refusal = self._refusal_of(events[acked], publishes[acked])
+            return acked
 
     def close(self) -> None:
-        link, self._link = self._link, None
-        if link is not None:
-            link.close()
+        with self._lock:
+            self._discard()
 
     # -- inside ------------------------------------------------------------------------------
 
