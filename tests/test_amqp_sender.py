@@ -24,7 +24,7 @@ import pytest
 import ackledger
 from ackledger import NotAcknowledged, Outbox, UnsafeTarget, dispatch, dispatch_batch
 from ackledger._dev.faultproxy import FaultProxy
-from ackledger._dev.procs import run_cli
+from ackledger._dev.procs import run_cli, start_service
 from ackledger.envelope import canonical_json, validate_cloudevent
 from ackledger.relay.policy import PERMANENT, TRANSIENT, failure_of
 from ackledger.relay.settings import RelaySettings
@@ -470,3 +470,33 @@ def test_a_channel_error_raises_and_a_later_send_succeeds(
     broker.channel.queue_bind(broker.queue, broker.exchange, TYPE)
     assert sender.send(lab("h-3", "s", 1)) is True
     assert broker.ids() == ["h-1", "h-3"]
+
+
+@pytest.mark.slow
+def test_partition_relays_on_postgresql_publish_each_partition_in_order(
+    pg_url: str, broker: Broker, tmp_path: Path
+) -> None:
+    skus = [f"sku-{i}" for i in range(6)]
+    with Outbox(pg_url, source=SOURCE) as outbox:
+        for n in range(120):
+            outbox.publish(lab(f"g-{n:03d}", skus[n % 6], 1))
+    common = ["relay", "--source", pg_url, "--to", broker.url(), "--metrics-port", "0"]
+    common += ["--poll-interval", "0.05", "--max-backoff", "0.3"]
+    relays = [
+        start_service([*common, "--owner", owner, *extra], stderr_path=tmp_path / f"{owner}.log")
+        for owner, extra in (("relay-a", ("--batch", "--limit", "4")), ("relay-b", ()))
+    ]
+    try:
+        with Outbox(pg_url) as outbox:
+            wait_until(lambda: outbox.stats()["pending"] == 0, "the outbox to drain", 120)
+    finally:
+        codes = [relay.stop(signal.SIGTERM, 30) for relay in relays]
+    assert codes == [0, 0]
+    arrived = [
+        (props.headers["cloudEvents:partitionkey"], props.message_id)
+        for props, _ in broker.messages()
+    ]
+    assert sorted(event_id for _, event_id in arrived) == [f"g-{n:03d}" for n in range(120)]
+    for sku in skus:
+        in_queue = [event_id for key, event_id in arrived if key == sku]
+        assert in_queue == sorted(in_queue)
