@@ -130,7 +130,7 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> list[object]:
 @pytest.mark.parametrize(
     "url",
     [
-        "amqp://127.0.0.1/events",
+        # amqp:// is a scheme of its own now: tests/test_amqp_sender.py refuses its bad URLs.
         "nats://127.0.0.1:4222/events",
         "ftp://127.0.0.1/events",
         "file:///events",

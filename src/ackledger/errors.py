@@ -26,10 +26,15 @@ class Conflict(AckledgerError):
 class NotAcknowledged(AckledgerError):
     """The receiver did not answer with an exact acknowledgement."""
 
-    def __init__(self, message: str | None = None, *, status: int | None = None) -> None:
+    def __init__(
+        self, message: str | None = None, *, status: int | None = None, permanent: bool = False
+    ) -> None:
         super().__init__(message)
         #: The HTTP status of the answer, when there was one (a 4xx says: do not retry).
         self.status = status
+        #: The receiver said "never as it is" without an HTTP status (a broker's return of an
+        #: unroutable message): a poison event, like a 4xx.
+        self.permanent = permanent
 
 
 class UnsafeTarget(AckledgerError, ValueError):

@@ -29,6 +29,7 @@ EXTRA_OF_MODULE = {
     "anyio": "server",
     "psycopg": "postgres",
     "psycopg_pool": "postgres",
+    "pika": "amqp",
 }
 
 

@@ -43,11 +43,16 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         description="Send pending events in order, marking each only on its exact ACK; poll "
         "when idle; wait out transient failures (no connection, time-out, 5xx) with capped, "
         "jittered exponential backoff; alert on a permanent one (a 4xx from the sink, but "
-        "408, 425 and 429) and stop (exit 3) or quarantine it. SIGTERM/SIGINT: finish the send "
+        "408, 425 and 429; a broker's return of an unroutable message) and stop (exit 3) or "
+        "quarantine it. SIGTERM/SIGINT: finish the send "
         "in flight, exit 0.",
     )
     add_source(relay)
-    relay.add_argument("--to", required=True, metavar="URL", help="http://HOST:PORT/events")
+    relay.add_argument(
+        "--to", required=True, metavar="URL",
+        help="a sink, http://HOST:PORT/events, or a broker, amqp://USER:PASS@HOST:PORT/VHOST"
+        "?exchange=E[&routing_key=K]",
+    )  # fmt: skip
     relay.add_argument("--batch", action="store_true", help="send each selection in one request")
     relay.add_argument(
         "--pipeline", action="store_true",

@@ -68,7 +68,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     add_source(send)
     send.add_argument(
-        "--to", required=True, metavar="URL", help="the sink, http://HOST:PORT/events"
+        "--to",
+        required=True,
+        metavar="URL",
+        help="the sink, http://HOST:PORT/events, or a broker, amqp://USER:PASS@HOST:PORT/VHOST"
+        "?exchange=E[&routing_key=K]",
     )
     send.add_argument("--limit", type=limit_arg, default=16, help="1-16 (default 16)")
     send.add_argument("--batch", action="store_true", help="send the batch in one request")

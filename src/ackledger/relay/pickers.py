@@ -105,7 +105,7 @@ class WholeOutbox:
         self._marker = marker
 
     def started(self) -> tuple[str, dict[str, object]]:
-        return f"relaying to {self.settings.url}", {"pending": self.outbox.stats()["pending"]}
+        return f"relaying to {self.settings.shown_url}", {"pending": self.outbox.stats()["pending"]}
 
     def marking(self) -> Marking:
         if self._marker is not None and self.settings.pipeline:

@@ -61,10 +61,13 @@ def failure_of(exc: Exception, refusal: Refusal | None, event_id: str | None = N
     if refusal is not None and isinstance(exc, NotAcknowledged):
         status, detail = refusal.status, refusal.detail
         text = f"HTTP {status} in batch: {detail}" if status else detail
-        return Failure(refusal.event_id, failure_class(status), text, status)
+        kind = PERMANENT if refusal.permanent else failure_class(status)
+        return Failure(refusal.event_id, kind, text, status)
     status = exc.status if isinstance(exc, NotAcknowledged) else None
-    # An event the outbox holds but the sender refuses to send can never go as it is.
-    kind = PERMANENT if isinstance(exc, InvalidEvent) else failure_class(status)
+    # An event the outbox holds but the sender refuses to send can never go as it is; a
+    # broker that returns it as unroutable says the same.
+    never = isinstance(exc, InvalidEvent) or (isinstance(exc, NotAcknowledged) and exc.permanent)
+    kind = PERMANENT if never else failure_class(status)
     return Failure(event_id, kind, describe(exc), status)
 
 

@@ -7,12 +7,13 @@ The same settings drive the single loop (the whole outbox) and a relay that is o
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .._core.backoff import Backoff
 from ..source.marking import check_mark_sync
 from ..source.outbox import MAX_BATCH, check_limit
-from ..wire.targets import check_target, check_timeout
+from ..wire.sender import check_url
+from ..wire.targets import check_timeout
 from .leases import DEFAULT_TTL, check_owner, check_ttl
 from .policy import check_on_poison
 
@@ -22,7 +23,8 @@ BASE_BACKOFF_S = 0.1
 
 @dataclass
 class RelaySettings:
-    url: str  #: the sink's ``/events`` URL; batches go to ``/events/batch``
+    #: Where to send: a sink's ``/events`` URL (batches go to ``/events/batch``) or a broker's.
+    url: str
     batch: bool = False
     limit: int = MAX_BATCH
     #: Seconds to wait when nothing is pending (or no partition can be leased).
@@ -47,9 +49,11 @@ class RelaySettings:
     #: Seconds a lease lasts unrenewed (marks renew it); a crashed relay's partitions wait
     #: this long before another relay takes them.
     lease_ttl: float = DEFAULT_TTL
+    #: The URL as logs and messages may show it (no password); set from ``url``.
+    shown_url: str = field(init=False, default="")
 
     def __post_init__(self) -> None:
-        check_target(self.url, "/events", self.allowed_hosts)
+        self.shown_url = check_url(self.url, self.allowed_hosts)
         check_limit(self.limit)
         check_mark_sync(self.mark_sync)
         if self.pipeline and not self.batch:

@@ -8,12 +8,13 @@ next ``send_batch``, because the count alone cannot say whether the refusal is p
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from ..errors import UnsafeTarget
+from .amqp_target import check_amqp_target
 from .http import close_connections, post_batch, send_http
 from .targets import check_target, check_timeout
 
@@ -26,6 +27,8 @@ class Refusal:
     #: The status the item would have had alone (HTTP), or None when none was given.
     status: int | None
     detail: str
+    #: The receiver refused it for good without a status (a broker's return: unroutable).
+    permanent: bool = False
 
 
 class Sender(Protocol):
@@ -74,6 +77,20 @@ class HttpSender:
         close_connections()
 
 
+def check_url(url: object, allowed_hosts: Iterable[str] | None = None) -> str:
+    """Refuse ``url`` as ``sender(url)`` would (UnsafeTarget), with no connection and no
+    driver imported; returns the URL as it may be printed (no password)."""
+    if not isinstance(url, str):
+        raise UnsafeTarget(f"url: must be a string, got {type(url).__name__}")
+    scheme = urlsplit(url).scheme.lower()
+    if scheme in ("http", "https"):
+        check_target(url, "/events", allowed_hosts)
+        return url
+    if scheme == "amqp":
+        return check_amqp_target(url, allowed_hosts).shown
+    raise UnsafeTarget(f"url: scheme {scheme!r} is not supported (use http, https or amqp)")
+
+
 def sender(url: object, **options: Any) -> Sender:
     """The sender for ``url``'s scheme; refuses an unknown scheme before any connection."""
     if not isinstance(url, str):
@@ -81,4 +98,20 @@ def sender(url: object, **options: Any) -> Sender:
     scheme = urlsplit(url).scheme.lower()
     if scheme in ("http", "https"):
         return HttpSender(url, **options)
-    raise UnsafeTarget(f"url: scheme {scheme!r} is not supported (use http or https)")
+    if scheme == "amqp":
+        return _amqp_sender()(url, **options)
+    raise UnsafeTarget(f"url: scheme {scheme!r} is not supported (use http, https or amqp)")
+
+
+def _amqp_sender() -> Callable[..., Sender]:
+    # pika is the amqp extra: imported only when an amqp:// URL is used.
+    try:
+        from .amqp import AmqpSender
+    except ImportError as exc:
+        if exc.name != "pika" and not (exc.name or "").startswith("pika."):
+            raise
+        raise ModuleNotFoundError(
+            "amqp:// needs pika, which is not installed: pip install 'ackledger[amqp]'",
+            name="pika",
+        ) from None
+    return AmqpSender

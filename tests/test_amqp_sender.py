@@ -1,0 +1,502 @@
+"""The RabbitMQ sender against the real broker on loopback (127.0.0.1:5672, guest/guest).
+
+Each test declares its own durable exchange and queue with pika directly, and deletes them
+after. What counts as sent is the broker's publisher confirm with no return before it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pika
+import pytest
+
+import ackledger
+from ackledger import NotAcknowledged, Outbox, UnsafeTarget, dispatch, dispatch_batch
+from ackledger._dev.faultproxy import FaultProxy
+from ackledger._dev.procs import run_cli, start_service
+from ackledger.envelope import canonical_json, validate_cloudevent
+from ackledger.relay.policy import PERMANENT, TRANSIENT, failure_of
+from ackledger.relay.settings import RelaySettings
+from ackledger.wire.amqp import AmqpSender
+from ackledger.wire.sender import Sender
+from tests.events import SOURCE, lab
+from tests.opshelp import start_relay, wait_until
+
+BROKER_PORT = 5672
+TYPE = "warehouse.stock.added"
+SECRET = "s3cr3t-Pw"
+
+
+@dataclass
+class Broker:
+    """One test's exchange and queue (the queue bound for the lab's type only)."""
+
+    channel: Any
+    exchange: str
+    queue: str
+
+    def url(self, port: int = BROKER_PORT, *, password: str = "guest", extra: str = "") -> str:  # noqa: S107
+        return f"amqp://guest:{password}@127.0.0.1:{port}/%2F?exchange={self.exchange}{extra}"
+
+    def messages(self) -> list[tuple[Any, bytes]]:
+        """Everything in the queue, in order (taken off it)."""
+        found: list[tuple[Any, bytes]] = []
+        while True:
+            method, props, body = self.channel.basic_get(self.queue, auto_ack=True)
+            if method is None:
+                return found
+            found.append((props, body))
+
+    def ids(self) -> list[str]:
+        return [props.message_id for props, _ in self.messages()]
+
+
+@pytest.fixture
+def broker() -> Iterator[Broker]:
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", BROKER_PORT))
+    channel = conn.channel()
+    name = f"ackledger-test-{uuid.uuid4().hex[:12]}"
+    channel.exchange_declare(name, "direct", durable=True)
+    channel.queue_declare(name, durable=True)
+    channel.queue_bind(name, name, TYPE)
+    try:
+        yield Broker(channel, name, name)
+    finally:
+        channel.queue_delete(name)
+        channel.exchange_delete(name)
+        conn.close()
+
+
+@pytest.fixture
+def closing() -> Iterator[list[Sender]]:
+    """Senders to close after the test, whatever it did."""
+    made: list[Sender] = []
+    yield made
+    for each in made:
+        each.close()
+
+
+def amqp(url: str, closing: list[Sender], **options: Any) -> Sender:
+    made = ackledger.sender(url, **options)
+    closing.append(made)
+    return made
+
+
+def other(event_id: str) -> dict[str, Any]:
+    """An event of a type no queue is bound for: unroutable."""
+    return ackledger.new_event("test.unbound", {"n": 1}, source=SOURCE, id=event_id)
+
+
+def test_an_acked_event_is_a_persistent_message_with_its_cloudevents_headers(
+    broker: Broker, closing: list[Sender]
+) -> None:
+    sender = amqp(broker.url(), closing)
+    assert isinstance(sender, AmqpSender)
+    event = {**lab("a-1", "snack-7", 7), "traceparent": f"00-{'1' * 32}-{'2' * 16}-01", "n": 2.5}
+    assert sender.send(event) is True
+    [(props, body)] = broker.messages()
+    assert props.delivery_mode == 2
+    assert props.content_type == "application/cloudevents+json"
+    assert props.message_id == "a-1"
+    assert props.type == TYPE
+    assert body == canonical_json(validate_cloudevent(event)).encode()
+    attributes = {name: value for name, value in event.items() if name != "data"}
+    # Every attribute but data, under the binding's prefix; a float goes as its JSON text.
+    assert props.headers == {f"cloudEvents:{k}": v for k, v in {**attributes, "n": "2.5"}.items()}
+    assert sender.refusal is None
+
+
+def test_a_batch_is_published_in_order_and_fully_confirmed(
+    broker: Broker, closing: list[Sender]
+) -> None:
+    sender = amqp(broker.url(), closing)
+    events = [lab(f"b-{i:02d}", "s", i + 1) for i in range(16)]
+    assert sender.send_batch(events) == 16
+    assert broker.ids() == [e["id"] for e in events]
+    with pytest.raises(ValueError, match="1-16"):
+        sender.send_batch([lab(f"c-{i}", "s", 1) for i in range(17)])
+    with pytest.raises(ValueError, match="1-16"):
+        sender.send_batch([])
+
+
+def test_an_unroutable_event_is_not_acknowledged_and_is_permanent(
+    broker: Broker, closing: list[Sender]
+) -> None:
+    sender = amqp(broker.url(extra="&routing_key=nowhere"), closing)
+    with pytest.raises(NotAcknowledged, match="unroutable") as caught:
+        sender.send(lab("u-1", "s", 1))
+    assert caught.value.permanent is True
+    assert failure_of(caught.value, None, "u-1").kind == PERMANENT
+    assert broker.messages() == []
+
+
+def test_a_batch_counts_only_the_confirmed_prefix_before_a_return(
+    broker: Broker, closing: list[Sender]
+) -> None:
+    # No routing_key: each event's type routes it, and only the lab's type is bound.
+    sender = amqp(broker.url(), closing)
+    batch = [lab("p-1", "s", 1), other("p-2"), lab("p-3", "s", 1)]
+    assert sender.send_batch(batch) == 1
+    refusal = sender.refusal
+    assert refusal is not None
+    assert (refusal.event_id, refusal.permanent) == ("p-2", True)
+    judged = failure_of(NotAcknowledged("only 1 of 3"), refusal)
+    assert (judged.event_id, judged.kind) == ("p-2", PERMANENT)
+    # The next batch forgets the last refusal.
+    assert sender.send_batch([lab("p-4", "s", 1)]) == 1
+    assert sender.refusal is None
+
+
+def test_a_nack_is_not_an_ack_and_is_transient(broker: Broker, closing: list[Sender]) -> None:
+    # A queue that holds one message and rejects publishes beyond it: the broker nacks them.
+    name = f"{broker.queue}-full"
+    args = {"x-max-length": 1, "x-overflow": "reject-publish"}
+    broker.channel.queue_declare(name, durable=True, arguments=args)
+    broker.channel.queue_bind(name, broker.exchange, "full")
+    try:
+        sender = amqp(broker.url(extra="&routing_key=full"), closing)
+        assert sender.send(lab("n-1", "s", 1)) is True
+        with pytest.raises(NotAcknowledged, match="nack") as caught:
+            sender.send(lab("n-2", "s", 1))
+        assert caught.value.permanent is False
+        assert failure_of(caught.value, None, "n-2").kind == TRANSIENT
+        assert sender.send_batch([lab("n-3", "s", 1)]) == 0
+        assert sender.refusal is not None
+        assert sender.refusal.permanent is False
+    finally:
+        broker.channel.queue_delete(name)
+
+
+def test_dispatch_marks_only_confirmed_events_and_nothing_on_a_return(
+    broker: Broker, closing: list[Sender], tmp_path: Path
+) -> None:
+    sender = amqp(broker.url(), closing)
+    with Outbox(tmp_path / "source.db", source=SOURCE) as outbox:
+        for event in (lab("d-1", "s", 1), lab("d-2", "s", 2), other("d-3"), lab("d-4", "s", 4)):
+            outbox.publish(event)
+        with pytest.raises(NotAcknowledged, match="unroutable"):
+            dispatch(outbox, sender.send)
+        assert [e["id"] for e in outbox.pending()] == ["d-3", "d-4"]
+        assert broker.ids() == ["d-1", "d-2"]
+        # The same through one batch: the return marks nothing, and nothing after it.
+        with pytest.raises(NotAcknowledged):
+            dispatch_batch(outbox, sender.send_batch)
+        assert [e["id"] for e in outbox.pending()] == ["d-3", "d-4"]
+
+
+def test_dispatch_batch_marks_a_fully_confirmed_batch(
+    broker: Broker, closing: list[Sender], tmp_path: Path
+) -> None:
+    sender = amqp(broker.url(), closing)
+    with Outbox(tmp_path / "source.db", source=SOURCE) as outbox:
+        ids = [f"e-{i:02d}" for i in range(20)]
+        for event_id in ids:
+            outbox.publish(lab(event_id, "s", 1))
+        assert dispatch_batch(outbox, sender.send_batch) == ids[:16]
+        assert dispatch_batch(outbox, sender.send_batch) == ids[16:]
+        assert outbox.pending() == []
+    assert broker.ids() == ids
+
+
+def _publish(source: Path, *events: dict[str, Any]) -> None:
+    with Outbox(source, source=SOURCE) as outbox:
+        for event in events:
+            outbox.publish(event)
+
+
+def test_the_dispatch_command_publishes_and_exits_0(broker: Broker, tmp_path: Path) -> None:
+    source = tmp_path / "source.db"
+    _publish(source, lab("c-1", "s", 1), lab("c-2", "s", 2))
+    done = run_cli("dispatch", "--source", str(source), "--to", broker.url())
+    assert done.returncode == 0, done.stderr
+    assert "dispatched 2 event(s)" in done.stdout
+    assert broker.ids() == ["c-1", "c-2"]
+    with Outbox(source) as outbox:
+        assert outbox.pending() == []
+
+
+def test_the_dispatch_command_stops_on_a_return_with_exit_1(broker: Broker, tmp_path: Path) -> None:
+    source = tmp_path / "source.db"
+    _publish(source, other("r-1"))
+    done = run_cli("dispatch", "--source", str(source), "--to", broker.url())
+    assert done.returncode == 1
+    assert "unroutable" in done.stderr
+    assert "still pending: r-1" in done.stderr
+
+
+@pytest.mark.slow
+def test_the_relay_drains_the_outbox_to_the_broker_and_stops_on_sigterm(
+    broker: Broker, tmp_path: Path
+) -> None:
+    source = tmp_path / "source.db"
+    ids = [f"r-{i:02d}" for i in range(40)]
+    _publish(source, *(lab(event_id, "s", 1) for event_id in ids))
+    relay = start_relay(source, broker.url(), tmp_path / "relay.log", "--batch")
+    try:
+        wait_until(lambda: _pending(source) == 0, "the relay to drain the outbox")
+    finally:
+        code = relay.stop(signal.SIGTERM)
+    assert code == 0
+    assert broker.ids() == ids
+    log = (tmp_path / "relay.log").read_text()
+    assert "relaying to amqp://guest:***@127.0.0.1:5672/" in log
+
+
+@pytest.mark.slow
+def test_the_relay_quarantines_an_unroutable_event_and_goes_on(
+    broker: Broker, tmp_path: Path
+) -> None:
+    source = tmp_path / "source.db"
+    _publish(source, lab("q-1", "s", 1), other("q-2"), lab("q-3", "s", 1))
+    relay = start_relay(source, broker.url(), tmp_path / "relay.log", "--on-poison", "quarantine")
+    try:
+        wait_until(lambda: _pending(source) == 0, "the relay to drain the outbox")
+    finally:
+        assert relay.stop(signal.SIGTERM) == 0
+    assert broker.ids() == ["q-1", "q-3"]
+    with Outbox(source) as outbox:
+        assert outbox.stats()["quarantined"] == 1
+
+
+def _pending(source: Path) -> int:
+    with Outbox(source) as outbox:
+        return int(outbox.stats()["pending"])
+
+
+@pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Any connection or name look-up fails the test (pika connects with socket.connect)."""
+    touched: list[object] = []
+
+    def forbidden(*args: object, **kwargs: object) -> None:
+        touched.append(args)
+        raise AssertionError("no connection or lookup may happen")
+
+    monkeypatch.setattr(socket, "create_connection", forbidden)
+    monkeypatch.setattr(socket, "getaddrinfo", forbidden)
+    monkeypatch.setattr(socket.socket, "connect", forbidden)
+    monkeypatch.setattr(socket.socket, "connect_ex", forbidden)
+    return touched
+
+
+@pytest.mark.parametrize(
+    ("url", "word"),
+    [
+        (f"amqp://guest:{SECRET}@rabbit.invalid:5672/%2F?exchange=x", "not allowed"),
+        (f"amqp://guest:{SECRET}@10.1.2.3/%2F?exchange=x", "not allowed"),
+        (f"amqp://guest:{SECRET}@127.0.0.1@rabbit.invalid/?exchange=x", "not allowed"),
+        (f"amqp://guest:{SECRET}@127.0.0.1/%2F", "exchange parameter is missing"),
+        (f"amqp://guest:{SECRET}@127.0.0.1/%2F?exchange=", "exchange must not be empty"),
+        (f"amqp://guest:{SECRET}@127.0.0.1/?exchange=x&queue=q", "unknown query parameter"),
+        (f"amqp://guest:{SECRET}@127.0.0.1/?exchange=x&exchange=y", "2 times"),
+        (f"amqp://guest:{SECRET}@127.0.0.1:0/?exchange=x", "port 0"),
+        (f"amqps://guest:{SECRET}@127.0.0.1/?exchange=x", "scheme"),
+    ],
+)
+def test_a_refused_target_raises_before_any_connection_without_the_password(
+    url: str, word: str, no_network: list[object]
+) -> None:
+    with pytest.raises(UnsafeTarget, match=word) as caught:
+        ackledger.sender(url)
+    assert SECRET not in str(caught.value)
+    # The relay refuses it up front the same way.
+    with pytest.raises(UnsafeTarget, match=word):
+        RelaySettings(url=url)
+    assert no_network == []
+
+
+def test_an_explicit_allow_list_admits_another_host(no_network: list[object]) -> None:
+    url = f"amqp://guest:{SECRET}@rabbit.invalid:5673/orders?exchange=x&routing_key=k"
+    built = ackledger.sender(url, allowed_hosts=["rabbit.invalid"])
+    assert isinstance(built, AmqpSender)
+    target = built.target
+    assert (target.host, target.port, target.vhost, target.exchange, target.routing_key) == (
+        "rabbit.invalid", 5673, "orders", "x", "k",
+    )  # fmt: skip
+    assert SECRET not in repr(built)
+    assert SECRET not in repr(target)
+    assert no_network == []
+
+
+def test_a_wrong_password_raises_and_is_not_repeated(broker: Broker, closing: list[Sender]) -> None:
+    sender = amqp(broker.url(password=SECRET), closing)
+    with pytest.raises(ConnectionError) as caught:
+        sender.send(lab("w-1", "s", 1))
+    assert "cannot connect" in str(caught.value)
+    assert SECRET not in str(caught.value)
+    assert broker.messages() == []
+
+
+@pytest.mark.slow
+def test_the_relay_never_prints_the_password(broker: Broker, tmp_path: Path) -> None:
+    source = tmp_path / "source.db"
+    _publish(source, lab("x-1", "s", 1))
+    relay = start_relay(source, broker.url(password=SECRET), tmp_path / "relay.log")
+    try:
+        wait_until(
+            lambda: "cannot connect" in (tmp_path / "relay.log").read_text(),
+            "the relay to report the refused login",
+        )
+    finally:
+        assert relay.stop(signal.SIGTERM) == 0
+    log = (tmp_path / "relay.log").read_text()
+    assert SECRET not in log
+    assert _pending(source) == 1
+
+
+def test_a_cut_connection_raises_and_the_next_send_reconnects(
+    broker: Broker, closing: list[Sender]
+) -> None:
+    with FaultProxy(BROKER_PORT) as proxy:
+        sender = amqp(broker.url(proxy.port), closing)
+        assert sender.send(lab("k-1", "s", 1)) is True
+        # The broker takes the next publish, but the connection is cut before its confirm.
+        proxy.drop_responses = 1
+        with pytest.raises(OSError, match="connection lost"):
+            sender.send(lab("k-2", "s", 1))
+        assert sender.send(lab("k-3", "s", 1)) is True
+        assert proxy.connections == 2
+    # k-2 was published exactly once: the failed send did not publish it again.
+    assert broker.ids() == ["k-1", "k-2", "k-3"]
+
+
+def test_a_cut_mid_batch_keeps_no_unconfirmed_event(
+    broker: Broker, closing: list[Sender], tmp_path: Path
+) -> None:
+    with FaultProxy(BROKER_PORT) as proxy, Outbox(tmp_path / "s.db", source=SOURCE) as outbox:
+        for i in range(5):
+            outbox.publish(lab(f"m-{i}", "s", 1))
+        sender = amqp(broker.url(proxy.port), closing)
+        assert sender.send(lab("m-first", "s", 1)) is True  # the connection is made
+        proxy.drop_responses = 1
+        with pytest.raises(OSError):
+            dispatch_batch(outbox, sender.send_batch)
+        assert len(outbox.pending()) == 5
+        assert dispatch_batch(outbox, sender.send_batch) == [f"m-{i}" for i in range(5)]
+
+
+def test_no_confirm_within_the_time_out_is_not_an_ack(
+    broker: Broker, closing: list[Sender]
+) -> None:
+    with FaultProxy(BROKER_PORT) as proxy:
+        sender = amqp(broker.url(proxy.port), closing, timeout=0.5)
+        assert sender.send(lab("t-1", "s", 1)) is True
+        proxy.delay_responses = 2.0  # the confirm comes, but too late
+        with pytest.raises(TimeoutError, match=r"no publisher confirm within 0\.5 s"):
+            sender.send(lab("t-2", "s", 1))
+        proxy.delay_responses = 0.0
+        assert sender.send(lab("t-3", "s", 1)) is True
+        assert proxy.connections == 2
+
+
+def test_without_pika_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pika", None)
+    monkeypatch.delitem(sys.modules, "ackledger.wire.amqp")
+    with pytest.raises(ModuleNotFoundError, match=r"pip install 'ackledger\[amqp\]'"):
+        ackledger.sender("amqp://guest:guest@127.0.0.1/%2F?exchange=x")
+
+
+def test_without_pika_the_command_says_so_in_one_line(tmp_path: Path) -> None:
+    source = tmp_path / "source.db"
+    _publish(source, lab("z-1", "s", 1))
+    script = (
+        "import sys; sys.modules['pika'] = None; from ackledger.cli import main; sys.exit(main())"
+    )
+    url = "amqp://guest:guest@127.0.0.1/%2F?exchange=x"
+    done = subprocess.run(
+        [sys.executable, "-c", script, "dispatch", "--source", str(source), "--to", url],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "pip install 'ackledger[amqp]'" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def _my_connections() -> list[str]:
+    """The broker's pids of this process's sender connections (rabbitmqctl)."""
+    if shutil.which("rabbitmqctl") is None:
+        pytest.skip("rabbitmqctl is not installed: the broker cannot be told to close")
+    listed = subprocess.run(
+        ["rabbitmqctl", "-q", "list_connections", "pid", "client_properties"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    if listed.returncode != 0:
+        pytest.skip(f"rabbitmqctl cannot reach the broker: {listed.stderr.strip()[:200]}")
+    # The sender names its connection (client property connection_name) after its process.
+    mine = f"ackledger sender (pid {os.getpid()})"
+    return [line.split("\t")[0] for line in listed.stdout.splitlines() if mine in line]
+
+
+@pytest.mark.slow
+def test_a_connection_the_broker_closed_between_sends_is_replaced_before_publishing(
+    broker: Broker, closing: list[Sender]
+) -> None:
+    sender = amqp(broker.url(), closing)
+    assert sender.send(lab("s-1", "s", 1)) is True
+    [pid] = _my_connections()
+    subprocess.run(
+        ["rabbitmqctl", "-q", "close_connection", pid, "test: closed by the broker"],
+        capture_output=True, timeout=60, check=True,
+    )  # fmt: skip
+    wait_until(lambda: _my_connections() == [], "the broker to drop the connection")
+    # Noticed before anything is published on it: this send goes on a new connection, once.
+    assert sender.send(lab("s-2", "s", 1)) is True
+    assert len(_my_connections()) == 1
+    assert broker.ids() == ["s-1", "s-2"]
+
+
+def test_a_channel_error_raises_and_a_later_send_succeeds(
+    broker: Broker, closing: list[Sender]
+) -> None:
+    sender = amqp(broker.url(), closing)
+    assert sender.send(lab("h-1", "s", 1)) is True
+    broker.channel.exchange_delete(broker.exchange)
+    # RabbitMQ closes the channel (404 NOT_FOUND): no confirm, so no ACK; transient.
+    with pytest.raises(ConnectionError, match="NOT_FOUND") as caught:
+        sender.send(lab("h-2", "s", 1))
+    assert failure_of(caught.value, None, "h-2").kind == TRANSIENT
+    broker.channel.exchange_declare(broker.exchange, "direct", durable=True)
+    broker.channel.queue_bind(broker.queue, broker.exchange, TYPE)
+    assert sender.send(lab("h-3", "s", 1)) is True
+    assert broker.ids() == ["h-1", "h-3"]
+
+
+@pytest.mark.slow
+def test_partition_relays_on_postgresql_publish_each_partition_in_order(
+    pg_url: str, broker: Broker, tmp_path: Path
+) -> None:
+    skus = [f"sku-{i}" for i in range(6)]
+    with Outbox(pg_url, source=SOURCE) as outbox:
+        for n in range(120):
+            outbox.publish(lab(f"g-{n:03d}", skus[n % 6], 1))
+    common = ["relay", "--source", pg_url, "--to", broker.url(), "--metrics-port", "0"]
+    common += ["--poll-interval", "0.05", "--max-backoff", "0.3"]
+    relays = [
+        start_service([*common, "--owner", owner, *extra], stderr_path=tmp_path / f"{owner}.log")
+        for owner, extra in (("relay-a", ("--batch", "--limit", "4")), ("relay-b", ()))
+    ]
+    try:
+        with Outbox(pg_url) as outbox:
+            wait_until(lambda: outbox.stats()["pending"] == 0, "the outbox to drain", 120)
+    finally:
+        codes = [relay.stop(signal.SIGTERM, 30) for relay in relays]
+    assert codes == [0, 0]
+    arrived = [
+        (props.headers["cloudEvents:partitionkey"], props.message_id)
+        for props, _ in broker.messages()
+    ]
+    assert sorted(event_id for _, event_id in arrived) == [f"g-{n:03d}" for n in range(120)]
+    for sku in skus:
+        in_queue = [event_id for key, event_id in arrived if key == sku]
+        assert in_queue == sorted(in_queue)
