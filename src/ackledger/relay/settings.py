@@ -18,6 +18,7 @@ from .policy import check_on_poison
 
 #: The first backoff ceiling when none is given (smaller if the cap is smaller).
 BASE_BACKOFF_S = 0.1
+_BROKER_SCHEMES = ("nats://",)
 
 
 @dataclass
@@ -49,7 +50,10 @@ class RelaySettings:
     lease_ttl: float = DEFAULT_TTL
 
     def __post_init__(self) -> None:
-        check_target(self.url, "/events", self.allowed_hosts)
+        # A broker URL is checked by its sender, which the relay builds before it opens
+        # anything; an HTTP sink's here.
+        if not (isinstance(self.url, str) and self.url.lower().startswith(_BROKER_SCHEMES)):
+            check_target(self.url, "/events", self.allowed_hosts)
         check_limit(self.limit)
         check_mark_sync(self.mark_sync)
         if self.pipeline and not self.batch:

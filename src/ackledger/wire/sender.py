@@ -26,6 +26,8 @@ class Refusal:
     #: The status the item would have had alone (HTTP), or None when none was given.
     status: int | None
     detail: str
+    #: Whose status it is, for the messages: a broker's refusal carries an HTTP-style code too.
+    protocol: str = "HTTP"
 
 
 class Sender(Protocol):
@@ -81,4 +83,9 @@ def sender(url: object, **options: Any) -> Sender:
     scheme = urlsplit(url).scheme.lower()
     if scheme in ("http", "https"):
         return HttpSender(url, **options)
+    if scheme == "nats":
+        # Lazy: the core never imports nats-py; without it this raises, naming the extra.
+        from .nats import NatsSender
+
+        return NatsSender(url, **options)
     raise UnsafeTarget(f"url: scheme {scheme!r} is not supported (use http or https)")
