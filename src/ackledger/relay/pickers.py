@@ -24,6 +24,7 @@ from ..errors import LeaseLost
 from ..source.dispatch import Source
 from ..source.marking import Marking, MarksBehind, marking_for
 from ..source.outbox import Outbox
+from ..wire.sender import shown
 from .leases import Lease, LeasedPartition, PartitionLeases
 from .policy import Failure
 from .settings import RelaySettings
@@ -105,7 +106,9 @@ class WholeOutbox:
         self._marker = marker
 
     def started(self) -> tuple[str, dict[str, object]]:
-        return f"relaying to {self.settings.url}", {"pending": self.outbox.stats()["pending"]}
+        return f"relaying to {shown(self.settings.url)}", {
+            "pending": self.outbox.stats()["pending"]
+        }
 
     def marking(self) -> Marking:
         if self._marker is not None and self.settings.pipeline:

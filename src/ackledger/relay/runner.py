@@ -64,10 +64,11 @@ def run(
         wire.close()
     if relay.poisoned is not None:
         event_id = relay.poisoned.event_id
+        # A broker is no sink that trace can ask: name only the source there.
+        sink = f" --sink {base_url(settings.url)}" if settings.url.startswith("http") else ""
         print(
             f"ackledger relay: stopped on poison event {event_id}: {relay.poisoned.message}; "
-            f"see `ackledger trace {event_id} --source {without_password(source)} --sink "
-            f"{base_url(settings.url)}`",
+            f"see `ackledger trace {event_id} --source {without_password(source)}{sink}`",
             file=sys.stderr,
         )
     return code

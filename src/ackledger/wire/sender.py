@@ -76,6 +76,20 @@ class HttpSender:
         close_connections()
 
 
+def shown(url: str) -> str:
+    """A sender URL as it may be printed: a password in it (``nats://user:pass@``) becomes
+    ``***``; anything else is kept."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return "(an unparsable URL)"
+    if password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return parts._replace(netloc=f"{parts.username}:***@{host}").geturl()
+
+
 def sender(url: object, **options: Any) -> Sender:
     """The sender for ``url``'s scheme; refuses an unknown scheme before any connection."""
     if not isinstance(url, str):
