@@ -438,3 +438,29 @@ def test_relay_stops_on_a_poison_event_with_exit_3_and_one_last_line(tmp_path: P
     text = log.read_text()
     assert "stopped on poison event p0" in text and "Traceback" not in text
     assert _pending(source) == ["p0"]
+
+
+def test_a_puback_too_late_is_a_transient_time_out_and_the_resend_is_stored_once(
+    stream: Stream, tmp_path: Path
+) -> None:
+    source = tmp_path / "source.db"
+    _outbox(source, _event("s1"), _event("s2"))
+    with FaultProxy(4222) as proxy:
+        wire = sender(f"nats://127.0.0.1:{proxy.port}?subject={stream.prefix}", timeout=0.5)
+        try:
+            with Outbox(source) as outbox:
+                assert dispatch(outbox, wire.send, 1) == ["s1"]
+                # From now on every answer of the server is held longer than the time-out.
+                proxy.delay_responses = 1.5
+                with pytest.raises(TimeoutError) as raised:
+                    dispatch(outbox, wire.send)
+                assert failure_of(raised.value, None, "s2").kind == TRANSIENT
+                assert [item["id"] for item in outbox.pending()] == ["s2"]
+                proxy.delay_responses = 0
+                # The server stored s2 before its PubAck was held: the re-send, on a new
+                # connection, is a duplicate, acknowledged, and stored once.
+                assert dispatch(outbox, wire.send) == ["s2"]
+        finally:
+            wire.close()
+        assert proxy.connections == 2
+    assert stream.ids() == ["s1", "s2"]
