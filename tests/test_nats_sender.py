@@ -30,6 +30,7 @@ from ackledger.relay.policy import PERMANENT, TRANSIENT, failure_of
 from ackledger.source.dispatch import dispatch_batch
 from ackledger.wire.nats import MissingExtra, NatsSender
 from tests.opshelp import free_port, start_relay, wait_until
+from tests.rawserver import forbid_network
 
 SERVER = "nats://127.0.0.1:4222"
 SOURCE = "urn:test:nats"
@@ -287,7 +288,10 @@ def test_relay_to_nats_drains_the_outbox_and_stops_on_sigterm(
     assert "hunter2" not in text
 
 
-def test_a_target_outside_the_allow_list_is_refused_before_any_connection() -> None:
+def test_a_target_outside_the_allow_list_is_refused_before_any_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    touched = forbid_network(monkeypatch)
     with pytest.raises(UnsafeTarget, match=r"broker\.invalid"):
         sender("nats://broker.invalid:4222?subject=x")
     # Allowed explicitly, it is built; nothing connects until the first send.
@@ -295,6 +299,7 @@ def test_a_target_outside_the_allow_list_is_refused_before_any_connection() -> N
     assert isinstance(built, NatsSender)
     assert not [t for t in threading.enumerate() if t.name == "ackledger-nats"]
     built.close()
+    assert touched == []
 
 
 @pytest.mark.parametrize(

@@ -131,7 +131,6 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     "url",
     [
         "amqp://127.0.0.1/events",
-        "nats://127.0.0.1:4222/events",
         "ftp://127.0.0.1/events",
         "file:///events",
         "127.0.0.1/events",
