@@ -2,8 +2,10 @@
 
 A failed send is *transient* (no connection, a time-out, a 5xx, an answer that is not an ACK,
 a "not now" 4xx: wait and try the same event again) or *permanent* (the sink answered 4xx:
-this event will never be accepted as it is). A permanent failure is a poison event: by policy
-the relay stops (exit 3) or quarantines it and goes on with the events behind it.
+this event will never be accepted as it is). A broker's sender speaks in the same codes
+(``wire.nats``: no stream for the subject is 404, an error PubAck keeps its own 400 or 503,
+a time-out raises). A permanent failure is a poison event: by policy the relay stops (exit 3)
+or quarantines it and goes on with the events behind it.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ def failure_of(exc: Exception, refusal: Refusal | None, event_id: str | None = N
     refused: dispatch_batch then raises NotAcknowledged, which only the refusal can explain."""
     if refusal is not None and isinstance(exc, NotAcknowledged):
         status, detail = refusal.status, refusal.detail
-        text = f"HTTP {status} in batch: {detail}" if status else detail
+        text = f"{refusal.protocol} {status} in batch: {detail}" if status else detail
         kind = PERMANENT if refusal.permanent else failure_class(status)
         return Failure(refusal.event_id, kind, text, status)
     status = exc.status if isinstance(exc, NotAcknowledged) else None

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from ..errors import UnsafeTarget
 from .amqp_target import check_amqp_target
 from .http import close_connections, post_batch, send_http
+from .nats_target import check_nats_target
 from .targets import check_target, check_timeout
 
 
@@ -29,6 +30,8 @@ class Refusal:
     detail: str
     #: The receiver refused it for good without a status (a broker's return: unroutable).
     permanent: bool = False
+    #: Whose status it is, for the messages: a broker's refusal carries an HTTP-style code too.
+    protocol: str = "HTTP"
 
 
 class Sender(Protocol):
@@ -88,7 +91,24 @@ def check_url(url: object, allowed_hosts: Iterable[str] | None = None) -> str:
         return url
     if scheme == "amqp":
         return check_amqp_target(url, allowed_hosts).shown
-    raise UnsafeTarget(f"url: scheme {scheme!r} is not supported (use http, https or amqp)")
+    if scheme == "nats":
+        check_nats_target(url, allowed_hosts)
+        return shown(url)
+    raise UnsafeTarget(f"url: scheme {scheme!r} is not supported (use http, https, amqp or nats)")
+
+
+def shown(url: str) -> str:
+    """A sender URL as it may be printed: a password in it (``nats://user:pass@``) becomes
+    ``***``; anything else is kept."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return "(an unparsable URL)"
+    if password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return parts._replace(netloc=f"{parts.username}:***@{host}").geturl()
 
 
 def sender(url: object, **options: Any) -> Sender:
@@ -100,7 +120,12 @@ def sender(url: object, **options: Any) -> Sender:
         return HttpSender(url, **options)
     if scheme == "amqp":
         return _amqp_sender()(url, **options)
-    raise UnsafeTarget(f"url: scheme {scheme!r} is not supported (use http, https or amqp)")
+    if scheme == "nats":
+        # Lazy: the core never imports nats-py; without it this raises, naming the extra.
+        from .nats import NatsSender
+
+        return NatsSender(url, **options)
+    raise UnsafeTarget(f"url: scheme {scheme!r} is not supported (use http, https, amqp or nats)")
 
 
 def _amqp_sender() -> Callable[..., Sender]:
