@@ -17,7 +17,7 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from .._core.backoff import Backoff
 from .._core.logline import log_event
@@ -59,7 +59,8 @@ class AmqpSource:
     def shown(self) -> str:
         """The URL as it may be printed: never the password."""
         auth = f"{self.user}:***@" if self.user is not None else ""
-        return f"amqp://{auth}{_netloc(self.host, self.port)}/{self.vhost}?queue={self.queue}"
+        vhost = quote(self.vhost, safe="")  # the default vhost "/" is written %2F
+        return f"amqp://{auth}{_netloc(self.host, self.port)}/{vhost}?queue={self.queue}"
 
 
 @dataclass(frozen=True)

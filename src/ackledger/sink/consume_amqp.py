@@ -62,7 +62,7 @@ def consume_amqp(source: AmqpSource, consumer: Consumer) -> int:
                 )
                 return 1
             _reconnect_later(consumer, exc, shown)
-        except AMQPError as exc:
+        except (AMQPError, OSError) as exc:  # OSError: a name that does not resolve, a reset
             _reconnect_later(consumer, exc, shown)
         finally:
             if connection is not None and connection.is_open:
