@@ -36,6 +36,7 @@ pytestmark = pytest.mark.slow
 
 HANDLERS = """
 import os
+import time
 
 from ackledger import Rejected
 
@@ -50,11 +51,18 @@ def flaky(tx, event):
     tx.execute("INSERT INTO applied (id) VALUES (?)", (event["id"],))
 
 
+def slow(tx, event):
+    # Says it has begun (the test's cue to send a stop signal), then takes its time.
+    open(os.environ["FLAKY_FILE"] + "." + event["id"], "w").close()
+    time.sleep(1.5)
+    tx.execute("INSERT INTO applied (id) VALUES (?)", (event["id"],))
+
+
 def refuse(tx, event):
     raise Rejected("this event can never be applied")
 
 
-HANDLERS = {"com.example.flaky": flaky, "com.example.refused": refuse}
+HANDLERS = {"com.example.flaky": flaky, "com.example.slow": slow, "com.example.refused": refuse}
 """
 
 AMQP = "amqp://guest:guest@127.0.0.1:5672/%2F"
@@ -266,9 +274,13 @@ def test_amqp_rejects_what_can_never_apply_to_the_dead_letter_queue(
         rabbit.publish(payload)
     rabbit.publish(body(good), content_type="text/plain")  # not a structured-mode event
     consumer = start_consumer(
-        "--from", rabbit.url, "--db", str(db), "--handlers", "shop_events:HANDLERS"
-    )
+        "--from", rabbit.url, "--db", str(db), "--handlers", "shop_events:HANDLERS",
+        "--metrics-port", "0",
+    )  # fmt: skip
     eventually(lambda: rabbit.ready(rabbit.dead) == len(bad) + 1, "the dead letters")
+    url = metrics_url(consumer)
+    assert metric(url, "ackledger_consume_rejected_total") == len(bad) + 1
+    assert metric(url, "ackledger_consume_applied_total") == 1
     assert consumer.stop() == 0
     assert sorted(rabbit.dead_letters()) == sorted([*bad, body(good)])
     assert inventory(db, "tea") == 5
@@ -283,9 +295,13 @@ def test_amqp_redelivers_a_transient_failure_until_it_applies(
     db = handler_table(tmp_path)
     rabbit.publish(body(new_event("com.example.flaky", {"n": 1}, source="/shop", id="f-1")))
     consumer = start_consumer(
-        "--from", rabbit.url, "--db", str(db), "--handlers", "shop_events:HANDLERS"
-    )
+        "--from", rabbit.url, "--db", str(db), "--handlers", "shop_events:HANDLERS",
+        "--metrics-port", "0",
+    )  # fmt: skip
     eventually(lambda: inbox_ids(db) == ["f-1"], "the third attempt to apply it")
+    url = metrics_url(consumer)
+    eventually(lambda: metric(url, "ackledger_consume_applied_total") == 1, "the ack counted")
+    assert metric(url, "ackledger_consume_failed_total") == 2
     assert consumer.stop() == 0
     assert (tmp_path / "flaky.tally").read_text(encoding="utf-8") == "xxx"
     assert raw_rows(db, "SELECT id FROM applied") == [("f-1",)]
@@ -309,6 +325,32 @@ def test_amqp_crash_after_commit_before_ack_is_a_duplicate_on_redelivery(
     eventually(lambda: counters(db)["duplicate"] == 1, "the redelivered one as a duplicate")
     assert consumer.stop(signal.SIGINT) == 0
     assert inventory(db, "tea") == 7  # exact: e-1 applied once
+    assert rabbit.ready(rabbit.queue) == 0
+
+
+def slow_pair(tmp_path: Path) -> tuple[Path, list[bytes], Path]:
+    """Two events of the slow handler, and the file its first one creates when it begins."""
+    events = [new_event("com.example.slow", {"n": n}, source="/shop", id=f"s-{n}") for n in (1, 2)]
+    return handler_table(tmp_path), [body(event) for event in events], tmp_path / "flaky.tally.s-1"
+
+
+def test_amqp_sigterm_finishes_the_message_in_hand_then_exits_0(
+    tmp_path: Path, rabbit: Rabbit, start_consumer: Callable[..., ConsumerProcess]
+) -> None:
+    db, payloads, begun = slow_pair(tmp_path)
+    for payload in payloads:
+        rabbit.publish(payload)
+    handlers = ("--handlers", "shop_events:HANDLERS")
+    consumer = start_consumer("--from", rabbit.url, "--db", str(db), *handlers)
+    eventually(begun.exists, "the first event in hand")
+    assert consumer.stop(signal.SIGTERM) == 0
+    # The one in hand was applied and acked; the prefetched second went back, unapplied.
+    assert raw_rows(db, "SELECT id FROM applied") == [("s-1",)]
+    assert rabbit.ready(rabbit.queue) == 1
+    again = start_consumer("--from", rabbit.url, "--db", str(db), *handlers)
+    eventually(lambda: counters(db)["applied"] == 2, "the second applied")
+    assert again.stop() == 0
+    assert counters(db)["duplicate"] == 0  # the first was acked before the exit
     assert rabbit.ready(rabbit.queue) == 0
 
 
@@ -459,6 +501,25 @@ def test_nats_crash_after_commit_before_ack_is_a_duplicate_on_redelivery(
     eventually(lambda: settled(jet.info("inbox")), "all acked")
     assert consumer.stop() == 0
     assert inventory(db, "tea") == 7
+
+
+def test_nats_sigterm_finishes_the_message_in_hand_then_exits_0(
+    tmp_path: Path, jet: Jet, start_consumer: Callable[..., ConsumerProcess]
+) -> None:
+    db, payloads, begun = slow_pair(tmp_path)
+    jet.precreate("inbox", ack_wait=3.0)  # longer than the slow handler takes
+    jet.publish(*payloads)
+    handlers = ("--handlers", "shop_events:HANDLERS")
+    consumer = start_consumer("--from", jet.url("inbox"), "--db", str(db), *handlers)
+    eventually(begun.exists, "the first event in hand")
+    assert consumer.stop(signal.SIGTERM) == 0
+    assert raw_rows(db, "SELECT id FROM applied") == [("s-1",)]
+    time.sleep(3.5)  # past the ack wait: an unacked first event would come back as a duplicate
+    again = start_consumer("--from", jet.url("inbox"), "--db", str(db), *handlers)
+    eventually(lambda: counters(db)["applied"] == 2, "the second applied")
+    eventually(lambda: settled(jet.info("inbox")), "all acked")
+    assert again.stop() == 0
+    assert counters(db)["duplicate"] == 0
 
 
 def test_nats_missing_stream_is_named(tmp_path: Path) -> None:

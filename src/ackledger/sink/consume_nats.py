@@ -16,7 +16,6 @@ import sys
 import nats
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
-from nats.errors import TimeoutError as NatsTimeout
 from nats.js.api import AckPolicy, ConsumerConfig
 from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
@@ -104,7 +103,7 @@ async def _loop(
     while not consumer.stop.requested:
         try:
             messages = await subscription.fetch(batch=source.max_ack_pending, timeout=_FETCH_S)
-        except NatsTimeout:
+        except TimeoutError:  # nats-py's own or asyncio's, as it happens: nothing came
             continue
         except NatsError as exc:  # disconnected: the client reconnects by itself
             delay = consumer.backoff.next_delay()
