@@ -13,9 +13,9 @@ from typing import NoReturn
 
 from ..errors import AckledgerError
 from ..store import database_errors
-from . import demo, ledger, migrate, operate, relay, serve, source
+from . import consume, demo, ledger, migrate, operate, relay, serve, source
 
-COMMAND_MODULES = (source, serve, ledger, demo, migrate, relay, operate)
+COMMAND_MODULES = (source, serve, ledger, demo, migrate, relay, operate, consume)
 
 EXIT_BAD_INPUT = 2
 
@@ -30,6 +30,7 @@ EXTRA_OF_MODULE = {
     "psycopg": "postgres",
     "psycopg_pool": "postgres",
     "pika": "amqp",
+    "nats": "nats",
 }
 
 

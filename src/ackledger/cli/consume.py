@@ -1,0 +1,110 @@
+"""``ackledger consume``: apply a broker's messages through an inbox, acking what committed."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+from typing import TYPE_CHECKING, Any
+
+from .._core.logline import FORMATS, install
+from .arguments import add_synchronous, handlers_arg, port_arg, positive_float
+
+#: The driver each scheme needs, by module (``cli.EXTRA_OF_MODULE`` names its extra).
+if TYPE_CHECKING:
+    from ..sink.consume import Consumer
+
+_DRIVERS = {"amqp": "pika", "nats": "nats"}
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    consume = commands.add_parser(
+        "consume",
+        help="apply a broker's messages through an inbox (RabbitMQ or NATS JetStream)",
+        description="Consume structured-mode CloudEvents from amqp://USER:PASS@HOST:PORT/VHOST"
+        "?queue=Q[&prefetch=N] or nats://HOST:PORT?stream=S&durable=D[&max_ack_pending=N] and "
+        "apply each through the inbox; acknowledge only after the inbox committed; refuse for "
+        "good (reject without requeue / term) what can never be applied; redeliver transient "
+        "failures after a capped, jittered backoff. SIGTERM/SIGINT: finish the message in "
+        "hand, exit 0.",
+    )
+    consume.add_argument("--from", dest="source", required=True, metavar="URL")
+    consume.add_argument(
+        "--db", required=True, metavar="PATH_OR_URL",
+        help="the inbox: a SQLite file (created if missing) or a postgresql:// URL",
+    )  # fmt: skip
+    consume.add_argument(
+        "--handlers", type=handlers_arg, metavar="MODULE:ATTR",
+        help="a dict of event type -> handler(tx, event), as for `serve sink`",
+    )  # fmt: skip
+    consume.add_argument(
+        "--allow-host", action="append", default=[], metavar="HOST",
+        help="also allow this broker host (an explicit widening of the loopback allow-list)",
+    )  # fmt: skip
+    consume.add_argument(
+        "--base-backoff", type=positive_float, default=0.1, metavar="SECONDS",
+        help="first backoff ceiling after a transient failure (default 0.1)",
+    )  # fmt: skip
+    consume.add_argument(
+        "--max-backoff", type=positive_float, default=30.0, metavar="SECONDS",
+        help="backoff cap (default 30)",
+    )  # fmt: skip
+    consume.add_argument("--metrics-port", type=port_arg, metavar="N", help="serve /metrics here")
+    consume.add_argument(
+        "--metrics-host", default="127.0.0.1", help="address for /metrics (default 127.0.0.1)"
+    )
+    consume.add_argument("--log-format", choices=FORMATS, default="text", help="text or json")
+    add_synchronous(consume)
+    # A crash drill only, so not in the help: after the first commit, before its ack, exit
+    # at once (os._exit) with STATUS.
+    consume.add_argument("--exit-after-commit", type=int, metavar="STATUS", help=argparse.SUPPRESS)
+    consume.set_defaults(handler=cmd_consume)
+
+
+def cmd_consume(args: argparse.Namespace) -> int:
+    from .._core.backoff import Backoff
+    from ..sink.consume import AmqpSource, Consumer, Verdict, logger, parse_source, run
+    from ..sink.inbox import Inbox
+    from . import UsageError
+
+    # Everything that can be refused is refused before the inbox is opened.
+    try:
+        source = parse_source(args.source, tuple(args.allow_host))
+    except ValueError as exc:
+        raise UsageError(f"--from: {exc}") from None
+    try:
+        backoff = Backoff(args.base_backoff, args.max_backoff)
+    except ValueError as exc:
+        raise UsageError(f"--max-backoff: {exc}") from None
+    scheme = "amqp" if isinstance(source, AmqpSource) else "nats"
+    importlib.import_module(_DRIVERS[scheme])  # a missing extra is named before any write
+    install(logger, args.log_format)
+    crash = args.exit_after_commit
+
+    def die_if_drilled(verdict: Verdict) -> None:
+        print(f"drill: {verdict.event_id} committed, exiting with {crash} before the ack",
+              flush=True)  # fmt: skip
+        os._exit(crash)
+
+    with Inbox(args.db, handlers=args.handlers, synchronous=args.synchronous) as inbox:
+        consumer = Consumer(inbox, backoff, after_commit=None if crash is None else die_if_drilled)
+        metrics = _metrics(consumer, args)
+        print(f"ackledger consume: consuming {source.shown()}", flush=True)
+        try:
+            return run(source, consumer)
+        finally:
+            if metrics is not None:
+                metrics.close()
+
+
+def _metrics(consumer: Consumer, args: argparse.Namespace) -> Any:
+    if args.metrics_port is None:
+        return None
+    from ..sink.consume_metrics import ConsumeMetrics
+
+    try:
+        metrics = ConsumeMetrics(consumer.counts, args.metrics_host, args.metrics_port)
+    except OSError as exc:
+        raise ValueError(f"--metrics-port: cannot listen: {exc}") from None
+    print(f"ackledger consume metrics listening on {metrics.url}", flush=True)
+    return metrics

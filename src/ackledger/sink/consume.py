@@ -1,0 +1,316 @@
+"""Consumers: apply broker messages through the inbox, acknowledging only what committed.
+
+A message is acknowledged only after ``Inbox.receive`` committed it (applied, or a duplicate of
+what was applied before), so a crash between the commit and the acknowledgement brings the
+message back as a duplicate, never as a second application. A message that can never be
+applied as it is (not JSON, not a valid CloudEvent, a conflict, no handler, a handler's
+``Rejected``) is refused for good; anything else is taken as transient and redelivered after a
+capped, jittered backoff. The broker drivers are extras, imported only for their scheme
+(``consume_amqp``, ``consume_nats``).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import FrameType
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
+
+from .._core.backoff import Backoff
+from .._core.logline import log_event
+from ..envelope import MAX_EVENT_BYTES
+from ..errors import Conflict, InvalidEvent, NoHandler, Rejected, UnsafeTarget
+from ..event import parse_strict_json
+from ..wire.targets import LOOPBACK_HOSTS
+from .inbox import Inbox
+
+logger = logging.getLogger("ackledger.consume")
+
+APPLIED = "applied"
+DUPLICATE = "duplicate"
+REJECTED = "rejected"
+FAILED = "failed"
+OUTCOMES = (APPLIED, DUPLICATE, REJECTED, FAILED)
+
+#: A bound on what one consumer holds unacknowledged (AMQP prefetch, JetStream max ack pending).
+MAX_IN_FLIGHT = 1000
+DEFAULT_IN_FLIGHT = 16
+#: A body is refused unread past this: valid events are at most MAX_EVENT_BYTES canonical, and
+#: a sender's JSON may be looser, but not by this much.
+MAX_BODY_BYTES = 4 * MAX_EVENT_BYTES
+_STRUCTURED_TYPES = frozenset({"application/cloudevents+json", "application/json"})
+#: JetStream stream and consumer names: no whitespace, dots, wildcards or path separators.
+_NATS_NAME = re.compile(r"[A-Za-z0-9_-]{1,255}")
+
+
+@dataclass(frozen=True)
+class AmqpSource:
+    host: str
+    port: int
+    vhost: str
+    queue: str
+    prefetch: int
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+
+    def shown(self) -> str:
+        """The URL as it may be printed: never the password."""
+        auth = f"{self.user}:***@" if self.user is not None else ""
+        vhost = quote(self.vhost, safe="")  # the default vhost "/" is written %2F
+        return f"amqp://{auth}{_netloc(self.host, self.port)}/{vhost}?queue={self.queue}"
+
+
+@dataclass(frozen=True)
+class NatsSource:
+    host: str
+    port: int
+    stream: str
+    durable: str
+    max_ack_pending: int
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+
+    def shown(self) -> str:
+        auth = f"{self.user}:***@" if self.user is not None else ""
+        return (
+            f"nats://{auth}{_netloc(self.host, self.port)}"
+            f"?stream={self.stream}&durable={self.durable}"
+        )
+
+
+BrokerSource = AmqpSource | NatsSource
+
+
+def _netloc(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def parse_source(url: object, allowed_hosts: tuple[str, ...] = ()) -> BrokerSource:
+    """Parse ``--from`` or raise :class:`UnsafeTarget` naming what is wrong; no connection and
+    no name look-up is made, and no message carries the password."""
+    if not isinstance(url, str):
+        raise UnsafeTarget(f"url: must be a string, got {type(url).__name__}")
+    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
+        raise UnsafeTarget("url: must not contain whitespace or control characters")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise UnsafeTarget(f"url: cannot be parsed: {exc}") from None
+    scheme = parts.scheme.lower()
+    if scheme not in ("amqp", "nats"):
+        raise UnsafeTarget(f"url: scheme {scheme or 'none'!r} is not supported (use amqp or nats)")
+    if parts.fragment:
+        raise UnsafeTarget("url: a fragment is not allowed")
+    host = (parts.hostname or "").lower()
+    allowed = LOOPBACK_HOSTS | {h.lower() for h in allowed_hosts}
+    if host not in allowed:
+        raise UnsafeTarget(
+            f"url: host {host or '(none)'!r} is not allowed (allowed: 127.0.0.1, localhost, [::1]"
+            " and any host given with --allow-host)"
+        )
+    if port == 0:
+        raise UnsafeTarget("url: port 0 is not a port a broker can listen on")
+    user = unquote(parts.username) if parts.username is not None else None
+    password = unquote(parts.password) if parts.password is not None else None
+    query = _query(parts.query)
+    if scheme == "amqp":
+        names = {"queue", "prefetch"}
+        _only(query, names)
+        return AmqpSource(
+            host, port or 5672, _vhost(parts.path), _queue(query.get("queue")),
+            _in_flight(query.get("prefetch"), "prefetch"), user, password,
+        )  # fmt: skip
+    _only(query, {"stream", "durable", "max_ack_pending"})
+    if parts.path not in ("", "/"):
+        raise UnsafeTarget(f"url: a nats:// URL has no path, got {parts.path!r}")
+    return NatsSource(
+        host, port or 4222, _nats_name(query.get("stream"), "stream"),
+        _nats_name(query.get("durable"), "durable"),
+        _in_flight(query.get("max_ack_pending"), "max_ack_pending"), user, password,
+    )  # fmt: skip
+
+
+def _query(text: str) -> dict[str, str]:
+    found: dict[str, str] = {}
+    try:
+        pairs = parse_qsl(text, keep_blank_values=True, strict_parsing=bool(text))
+    except ValueError as exc:
+        raise UnsafeTarget(f"url: the query cannot be parsed: {exc}") from None
+    for key, value in pairs:
+        if key in found:
+            raise UnsafeTarget(f"url: {key}= is given twice")
+        found[key] = value
+    return found
+
+
+def _only(query: dict[str, str], names: set[str]) -> None:
+    unknown = sorted(set(query) - names)
+    if unknown:
+        raise UnsafeTarget(
+            f"url: unknown parameter {unknown[0]}= (known: {', '.join(sorted(names))})"
+        )
+
+
+def _vhost(path: str) -> str:
+    # "/" and "/%2F" both name the default vhost, as in pika's own URLs.
+    return unquote(path[1:]) if path not in ("", "/") else "/"
+
+
+def _queue(value: str | None) -> str:
+    if not value:
+        raise UnsafeTarget("url: queue= is required (the queue to consume)")
+    if len(value.encode("utf-8")) > 255:
+        raise UnsafeTarget("url: queue= is at most 255 bytes (an AMQP short string)")
+    return value
+
+
+def _nats_name(value: str | None, name: str) -> str:
+    if not value:
+        raise UnsafeTarget(f"url: {name}= is required")
+    if not _NATS_NAME.fullmatch(value):
+        raise UnsafeTarget(f"url: {name}= must be 1-255 of A-Z a-z 0-9 _ -, got {value!r}")
+    return value
+
+
+def _in_flight(value: str | None, name: str) -> int:
+    if value is None:
+        return DEFAULT_IN_FLIGHT
+    if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= MAX_IN_FLIGHT:
+        raise UnsafeTarget(f"url: {name}= must be a whole number from 1 to {MAX_IN_FLIGHT}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the inbox made of one message, and so what to tell the broker."""
+
+    outcome: str
+    reason: str = ""
+    event_id: str | None = None
+    source: str | None = None
+
+    @property
+    def committed(self) -> bool:
+        """Acknowledge it: the inbox transaction committed (applied or duplicate)."""
+        return self.outcome in (APPLIED, DUPLICATE)
+
+
+_PERMANENT = (InvalidEvent, Conflict, NoHandler, Rejected)
+
+
+def judge(inbox: Inbox, body: bytes, content_type: str | None = None) -> Verdict:
+    """Apply one structured-mode message through ``inbox``; never raises for the message."""
+    if content_type:
+        media = content_type.split(";", 1)[0].strip().lower()
+        if media not in _STRUCTURED_TYPES:
+            return Verdict(REJECTED, f"content type {media!r} is not a structured-mode event")
+    if len(body) > MAX_BODY_BYTES:
+        return Verdict(REJECTED, f"body: {len(body)} bytes, more than {MAX_BODY_BYTES}")
+    try:
+        obj = parse_strict_json(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        return Verdict(REJECTED, f"body: not JSON ({type(exc).__name__})")
+    event_id, source = _identity(obj)
+    try:
+        status = inbox.receive(obj)
+    except _PERMANENT as exc:
+        return Verdict(REJECTED, f"{type(exc).__name__}: {exc}", event_id, source)
+    except Exception as exc:  # a handler's error or the database's: transient by contract
+        return Verdict(FAILED, f"{type(exc).__name__}: {exc}", event_id, source)
+    return Verdict(status, "", event_id, source)
+
+
+def _identity(obj: object) -> tuple[str | None, str | None]:
+    """The claimed identity, for log lines only (cut short: the message may be anything)."""
+    if not isinstance(obj, dict):
+        return None, None
+    found = [obj.get(key) for key in ("id", "source")]
+    shown = [value[:256] if isinstance(value, str) else None for value in found]
+    return shown[0], shown[1]
+
+
+@dataclass
+class ConsumeCounts:
+    """This process's messages by outcome (what /metrics serves)."""
+
+    applied: int = 0
+    duplicate: int = 0
+    rejected: int = 0
+    failed: int = 0
+
+    def add(self, outcome: str) -> None:
+        setattr(self, outcome, getattr(self, outcome) + 1)
+
+
+class StopFlag:
+    """SIGTERM and SIGINT only request a stop: the consumer looks between messages."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def request(self) -> None:
+        self.requested = True
+
+    def install(self) -> Callable[[], None]:
+        def handler(signum: int, frame: FrameType | None) -> None:
+            self.request()
+
+        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+        def restore() -> None:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+
+        return restore
+
+
+@dataclass
+class Consumer:
+    """What both brokers' loops share: the inbox, the counts, the backoff and the stop flag.
+
+    ``after_commit`` is called with each committed verdict before its acknowledgement (the
+    crash drill uses it to die in between)."""
+
+    inbox: Inbox
+    backoff: Backoff
+    stop: StopFlag = field(default_factory=StopFlag)
+    counts: ConsumeCounts = field(default_factory=ConsumeCounts)
+    after_commit: Callable[[Verdict], object] | None = None
+
+    def handle(self, body: bytes, content_type: str | None = None) -> Verdict:
+        verdict = judge(self.inbox, body, content_type)
+        self.counts.add(verdict.outcome)
+        fields = {"id": verdict.event_id, "source": verdict.source}
+        if verdict.outcome == REJECTED:
+            log_event(logger, logging.WARNING, "rejected", verdict.reason, **fields)
+        elif verdict.outcome == FAILED:
+            log_event(logger, logging.WARNING, "failed", verdict.reason, **fields)
+        if verdict.outcome != FAILED:
+            self.backoff.reset()
+        if verdict.committed and self.after_commit is not None:
+            self.after_commit(verdict)
+        return verdict
+
+
+def describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def run(source: BrokerSource, consumer: Consumer) -> int:
+    """Consume until SIGTERM/SIGINT (exit 0); 1 when the broker says the source is not there."""
+    restore = consumer.stop.install()
+    try:
+        if isinstance(source, AmqpSource):
+            from .consume_amqp import consume_amqp
+
+            return consume_amqp(source, consumer)
+        from .consume_nats import consume_nats
+
+        return consume_nats(source, consumer)
+    finally:
+        restore()

@@ -1,0 +1,122 @@
+"""The RabbitMQ consumer (AMQP 0-9-1, pika): manual acks, a bounded prefetch.
+
+A committed message is acked; a permanent refusal is ``basic_reject(requeue=False)``, which
+RabbitMQ routes to the queue's dead-letter exchange if it has one; a transient failure waits
+out the backoff (serving the connection meanwhile, so heartbeats go on) and is then nacked
+with requeue. A lost connection is reopened after the same backoff: whatever was unacked on
+it comes back from the broker, and the inbox makes the committed ones duplicates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import time
+from typing import Any
+
+import pika
+from pika.exceptions import (
+    AMQPError,
+    ChannelClosedByBroker,
+    ProbableAccessDeniedError,
+    ProbableAuthenticationError,
+)
+
+from .._core.logline import log_event
+from .consume import FAILED, REJECTED, AmqpSource, Consumer, describe, logger
+
+#: How often an idle consumer looks at the stop flag, in seconds.
+_IDLE_S = 0.25
+#: The broker's answers that say the queue or the access to it is not there: no retry helps.
+_NOT_THERE = {403: "access refused", 404: "not found"}
+
+
+def _parameters(source: AmqpSource) -> Any:
+    options: dict[str, Any] = {}
+    if source.user is not None:
+        options["credentials"] = pika.PlainCredentials(source.user, source.password or "")
+    return pika.ConnectionParameters(
+        host=source.host, port=source.port, virtual_host=source.vhost,
+        connection_attempts=1, socket_timeout=5, blocked_connection_timeout=30, **options,
+    )  # fmt: skip
+
+
+def consume_amqp(source: AmqpSource, consumer: Consumer) -> int:
+    shown = source.shown()
+    while not consumer.stop.requested:
+        connection = None
+        try:
+            connection = pika.BlockingConnection(_parameters(source))
+            _consume(connection, source, consumer)
+        except (ProbableAuthenticationError, ProbableAccessDeniedError) as exc:
+            print(f"ackledger consume: {shown}: access refused ({type(exc).__name__})",
+                  file=sys.stderr)  # fmt: skip
+            return 1
+        except ChannelClosedByBroker as exc:
+            if exc.reply_code in _NOT_THERE:
+                print(
+                    f"ackledger consume: {shown}: queue {source.queue!r} "
+                    f"{_NOT_THERE[exc.reply_code]} ({exc.reply_text})",
+                    file=sys.stderr,
+                )
+                return 1
+            _reconnect_later(consumer, exc, shown)
+        except (AMQPError, OSError) as exc:  # OSError: a name that does not resolve, a reset
+            _reconnect_later(consumer, exc, shown)
+        finally:
+            if connection is not None and connection.is_open:
+                # Closing a connection the broker is dropping: nothing is lost.
+                with contextlib.suppress(AMQPError):
+                    connection.close()
+    return 0
+
+
+def _reconnect_later(consumer: Consumer, exc: Exception, shown: str) -> None:
+    delay = consumer.backoff.next_delay()
+    log_event(
+        logger, logging.WARNING, "broker-error", describe(exc), broker=shown,
+        retry_in_s=round(delay, 3),
+    )  # fmt: skip
+    _wait(None, delay, consumer)
+
+
+def _wait(connection: Any, seconds: float, consumer: Consumer) -> None:
+    """Sleep in short slices (a stop request ends it); an open connection is served meanwhile."""
+    end = time.monotonic() + seconds
+    while not consumer.stop.requested:
+        left = end - time.monotonic()
+        if left <= 0:
+            return
+        if connection is not None and connection.is_open:
+            connection.sleep(min(left, _IDLE_S))
+        else:
+            time.sleep(min(left, _IDLE_S))
+
+
+def _consume(connection: Any, source: AmqpSource, consumer: Consumer) -> None:
+    channel = connection.channel()
+    channel.basic_qos(prefetch_count=source.prefetch)
+    messages = channel.consume(source.queue, auto_ack=False, inactivity_timeout=_IDLE_S)
+    log_event(logger, logging.INFO, "consuming", "consuming", broker=source.shown())
+    for method, properties, body in messages:
+        if method is None:  # idle: only a chance to look at the stop flag
+            if consumer.stop.requested:
+                break
+            continue
+        verdict = consumer.handle(body, properties.content_type)
+        tag = method.delivery_tag
+        if verdict.committed:
+            channel.basic_ack(tag)
+        elif verdict.outcome == REJECTED:
+            channel.basic_reject(tag, requeue=False)
+        elif verdict.outcome == FAILED:
+            _wait(connection, consumer.backoff.next_delay(), consumer)
+            if consumer.stop.requested:
+                break  # left unacked: the broker requeues it when the channel closes
+            channel.basic_nack(tag, requeue=True)
+        if consumer.stop.requested:
+            break
+    # Prefetched messages not yet handled go back to the queue, in their order.
+    channel.cancel()
+    channel.close()
