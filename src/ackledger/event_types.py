@@ -53,6 +53,13 @@ class EventTypes:
             raise ValueError(f"event type {name!r} is already registered")
         self._checks[name] = check
 
+    def builds_fresh(self, name: str) -> bool:
+        """True when the schema of ``name`` is the reference type's, whose answer is always
+        a new dict of plain values (the fast path need not copy it again)."""
+        from . import warehouse
+
+        return self._checks.get(name) is warehouse.check_data
+
     def __contains__(self, name: object) -> bool:
         return name in self._checks
 

@@ -36,8 +36,6 @@ ALTER TABLE inbox ALTER COLUMN source DROP DEFAULT;
 ALTER TABLE inbox ADD COLUMN type TEXT NOT NULL DEFAULT 'warehouse.stock.added';
 ALTER TABLE inbox ALTER COLUMN type DROP DEFAULT;
 ALTER TABLE inbox DROP CONSTRAINT inbox_pkey;
-ALTER TABLE inbox ADD PRIMARY KEY (source, id);
+ALTER TABLE inbox ADD PRIMARY KEY (id, source);
 ALTER TABLE inbox DROP COLUMN sku;
 ALTER TABLE inbox DROP COLUMN qty;
-
-CREATE INDEX inbox_id ON inbox (id);
