@@ -51,3 +51,35 @@ def test_shell_example_runs(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "dispatched 2 event(s)" in result.stdout
     assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_broker_example_runs(tmp_path: Path) -> None:
+    """The "Relay to a broker" commands, as written, against the RabbitMQ on loopback."""
+    script = next(b for b in blocks("sh") if "ackledger consume" in b)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(
+        ["bash", "-e", "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "7"
+    # The queue is drained: the consumer acknowledged what it applied.
+    import pika
+
+    connection = pika.BlockingConnection(
+        pika.URLParameters("amqp://guest:guest@127.0.0.1:5672/%2F")
+    )
+    try:
+        channel = connection.channel()
+        assert (
+            channel.queue_declare("shipping", durable=True, passive=True).method.message_count == 0
+        )
+        channel.queue_delete("shipping")
+        channel.exchange_delete("shop")
+    finally:
+        connection.close()
