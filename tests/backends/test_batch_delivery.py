@@ -54,7 +54,7 @@ def test_order_is_kept_across_batches(target: Target, sink_db: Path, sink_servic
         while batch := dispatch_batch(outbox, sender(sink_service), 16):
             marked.extend(batch)
     assert marked == names
-    applied = [str(r[0]) for r in raw_rows(sink_db, "SELECT id FROM inbox ORDER BY rowid")]
+    applied = [str(r[0]) for r in raw_rows(sink_db, "SELECT id FROM inbox ORDER BY arrival")]
     assert applied == names
     assert set(_sent(target).values()) == {1}
 
