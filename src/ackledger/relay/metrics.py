@@ -7,14 +7,13 @@ process's own counters.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from .._core.metrics_endpoint import MetricsEndpoint
 from .loop import RelayCounts
 
 #: Reads the outbox's figures (``Outbox.stats``).
@@ -86,23 +85,8 @@ def _counter(name: str, help_text: str, value: float) -> CounterMetricFamily:
     return CounterMetricFamily(f"ackledger_relay_{name}", help_text, value=value)
 
 
-class MetricsServer:
+class MetricsServer(MetricsEndpoint):
     """The relay's /metrics endpoint on its own thread."""
 
     def __init__(self, stats: Stats, counts: RelayCounts, host: str, port: int) -> None:
-        registry = CollectorRegistry()
-        registry.register(RelayCollector(stats, counts))
-        self._server, self._thread = start_http_server(port, addr=host, registry=registry)
-        self.host = host
-        self.port: int = self._server.server_address[1]
-
-    @property
-    def url(self) -> str:
-        shown = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{shown}:{self.port}"
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        if isinstance(self._thread, threading.Thread):
-            self._thread.join(timeout=5)
+        super().__init__(RelayCollector(stats, counts), host, port)

@@ -17,14 +17,14 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
-from urllib.parse import parse_qsl, quote, unquote, urlsplit
+from urllib.parse import parse_qsl, quote, unquote
 
 from .._core.backoff import Backoff
 from .._core.logline import log_event
 from ..envelope import MAX_EVENT_BYTES
 from ..errors import Conflict, InvalidEvent, NoHandler, Rejected, UnsafeTarget
 from ..event import parse_strict_json
-from ..wire.targets import LOOPBACK_HOSTS
+from ..wire.targets import check_host, split_url
 from .inbox import Inbox
 
 logger = logging.getLogger("ackledger.consume")
@@ -91,27 +91,13 @@ def _netloc(host: str, port: int) -> str:
 def parse_source(url: object, allowed_hosts: tuple[str, ...] = ()) -> BrokerSource:
     """Parse ``--from`` or raise :class:`UnsafeTarget` naming what is wrong; no connection and
     no name look-up is made, and no message carries the password."""
-    if not isinstance(url, str):
-        raise UnsafeTarget(f"url: must be a string, got {type(url).__name__}")
-    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
-        raise UnsafeTarget("url: must not contain whitespace or control characters")
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError as exc:
-        raise UnsafeTarget(f"url: cannot be parsed: {exc}") from None
+    parts, port = split_url(url)
     scheme = parts.scheme.lower()
     if scheme not in ("amqp", "nats"):
         raise UnsafeTarget(f"url: scheme {scheme or 'none'!r} is not supported (use amqp or nats)")
     if parts.fragment:
         raise UnsafeTarget("url: a fragment is not allowed")
-    host = (parts.hostname or "").lower()
-    allowed = LOOPBACK_HOSTS | {h.lower() for h in allowed_hosts}
-    if host not in allowed:
-        raise UnsafeTarget(
-            f"url: host {host or '(none)'!r} is not allowed (allowed: 127.0.0.1, localhost, [::1]"
-            " and any host given with --allow-host)"
-        )
+    host = check_host((parts.hostname or "").lower(), allowed_hosts, "with --allow-host")
     if port == 0:
         raise UnsafeTarget("url: port 0 is not a port a broker can listen on")
     user = unquote(parts.username) if parts.username is not None else None

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
+from .._core.metrics_endpoint import MetricsEndpoint
 from .consume import OUTCOMES, ConsumeCounts
 
 _HELP = {
@@ -30,23 +29,8 @@ class ConsumeCollector(Collector):
             )
 
 
-class ConsumeMetrics:
+class ConsumeMetrics(MetricsEndpoint):
     """The consumer's /metrics endpoint on its own thread."""
 
     def __init__(self, counts: ConsumeCounts, host: str, port: int) -> None:
-        registry = CollectorRegistry()
-        registry.register(ConsumeCollector(counts))
-        self._server, self._thread = start_http_server(port, addr=host, registry=registry)
-        self.host = host
-        self.port: int = self._server.server_address[1]
-
-    @property
-    def url(self) -> str:
-        shown = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{shown}:{self.port}"
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        if isinstance(self._thread, threading.Thread):
-            self._thread.join(timeout=5)
+        super().__init__(ConsumeCollector(counts), host, port)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, unquote
 
 from ..errors import UnsafeTarget
-from .targets import LOOPBACK_HOSTS
+from .targets import check_host, split_url
 
 DEFAULT_PORT = 5672
 _QUERY_KEYS = ("exchange", "routing_key")
@@ -45,28 +45,14 @@ class AmqpTarget:
 def check_amqp_target(url: object, allowed_hosts: Iterable[str] | None = None) -> AmqpTarget:
     """Parse ``url`` or raise :class:`UnsafeTarget` naming what is wrong (never the password);
     makes no connection and no DNS query."""
-    if not isinstance(url, str):
-        raise UnsafeTarget(f"url: must be a string, got {type(url).__name__}")
     extra = tuple(allowed_hosts or ())
     for name in extra:
         if not isinstance(name, str) or not name:
             raise TypeError(f"allowed_hosts: every host must be a non-empty string, got {name!r}")
-    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
-        raise UnsafeTarget("url: must not contain whitespace or control characters")
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError as exc:
-        # urlsplit's message quotes no part of the URL, so the password stays out of it.
-        raise UnsafeTarget(f"url: cannot be parsed: {exc}") from None
+    parts, port = split_url(url)
     if parts.scheme != "amqp":
         raise UnsafeTarget(f"url: only amqp:// is allowed here, got {parts.scheme or 'none'!r}")
-    host = (parts.hostname or "").lower()
-    if host not in LOOPBACK_HOSTS | {h.lower() for h in extra}:
-        raise UnsafeTarget(
-            f"url: host {host or '(none)'!r} is not allowed (allowed: 127.0.0.1, localhost, [::1]"
-            " and any host given explicitly)"
-        )
+    host = check_host((parts.hostname or "").lower(), extra)
     if port == 0:
         raise UnsafeTarget("url: port 0 is not a port a broker can listen on")
     if parts.fragment:

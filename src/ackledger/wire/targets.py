@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from ..errors import UnsafeTarget
 
@@ -25,6 +25,33 @@ class Target:
     host: str
     port: int
     path: str
+
+
+def split_url(url: object, usage: str | None = None) -> tuple[SplitResult, int | None]:
+    """The first checks every target URL gets, whatever its scheme: a string without
+    whitespace or control characters that parses; returns its parts and port. A parse error
+    is named without quoting the URL (``usage`` says the expected form instead), so a password
+    in it never reaches a message."""
+    if not isinstance(url, str):
+        raise UnsafeTarget(f"url: must be a string, got {type(url).__name__}")
+    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
+        raise UnsafeTarget("url: must not contain whitespace or control characters")
+    try:
+        parts = urlsplit(url)
+        return parts, parts.port
+    except ValueError as exc:
+        reason = f" as {usage}" if usage else f": {exc}"
+        raise UnsafeTarget(f"url: cannot be parsed{reason}") from None
+
+
+def check_host(host: str, allowed_hosts: Iterable[str] | None, how: str = "explicitly") -> str:
+    """``host`` if it is loopback or one of ``allowed_hosts`` (UnsafeTarget if not)."""
+    if host not in LOOPBACK_HOSTS | {h.lower() for h in (allowed_hosts or ())}:
+        raise UnsafeTarget(
+            f"url: host {host or '(none)'!r} is not allowed (allowed: 127.0.0.1, localhost, [::1]"
+            f" and any host given {how})"
+        )
+    return host
 
 
 def check_target(
@@ -43,26 +70,14 @@ def check_target(
 
 @functools.lru_cache(maxsize=256)
 def _check_target(url: str, path: str, allowed_hosts: tuple[str, ...] | None) -> Target:
-    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
-        raise UnsafeTarget("url: must not contain whitespace or control characters")
+    parts, port = split_url(url)
     if "?" in url or "#" in url:
         raise UnsafeTarget("url: a query or fragment is not allowed")
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError as exc:
-        raise UnsafeTarget(f"url: cannot be parsed: {exc}") from None
     if parts.scheme != "http":
         raise UnsafeTarget(f"url: only http:// is allowed, got {parts.scheme or 'none'!r}")
     if "@" in parts.netloc:
         raise UnsafeTarget("url: user information is not allowed")
-    host = (parts.hostname or "").lower()
-    allowed = LOOPBACK_HOSTS | {h.lower() for h in (allowed_hosts or ())}
-    if host not in allowed:
-        raise UnsafeTarget(
-            f"url: host {host or '(none)'!r} is not allowed (allowed: 127.0.0.1, localhost, [::1]"
-            " and any host given explicitly)"
-        )
+    host = check_host((parts.hostname or "").lower(), allowed_hosts)
     if parts.path != path:
         raise UnsafeTarget(f"url: the path must be exactly {path}, got {parts.path or '/'!r}")
     if port == 0:
