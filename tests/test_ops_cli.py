@@ -255,7 +255,6 @@ def test_trace_with_the_sink_down_says_it_cannot_tell(source_db: Path) -> None:
         (["bad id!", "--sink", "SINK"], "EVENT_ID"),
         (["a", "--sink", "http://sink.invalid:1"], "sink.invalid"),
         (["a", "--sink", "missing.db"], "missing.db"),
-        (["a"], "--sink"),
     ],
 )
 def test_trace_bad_input(source_db: Path, sink_db: Path, args: list[str], word: str) -> None:
@@ -264,6 +263,20 @@ def test_trace_bad_input(source_db: Path, sink_db: Path, args: list[str], word: 
     Inbox(sink_db).close()
     args = [str(sink_db) if arg == "SINK" else arg for arg in args]
     assert_one_line_error(run_cli("trace", *args, "--source", str(source_db)), word)
+
+
+def test_trace_without_a_sink_says_the_sink_was_not_asked(source_db: Path) -> None:
+    with Outbox(source_db) as ob:
+        ob.accept(_ev("a"))
+    shown = run_cli("trace", "a", "--source", str(source_db), "--json")
+    assert shown.returncode == 0, shown.stderr
+    report = json.loads(shown.stdout)
+    sink = next(stage for stage in report["stages"] if stage["stage"] == "sink")
+    assert (sink["seen"], sink["state"]) == ("unknown", "not asked")
+    ack = next(stage for stage in report["stages"] if stage["stage"] == "ack")
+    assert ack["seen"] == "unknown"  # never "none possible" without asking the sink
+    assert report["via"] is None  # no relay ever recorded a target here
+    assert report["verdict"] == "pending (the sink was not asked whether it has it)"
 
 
 # --- quarantine, requeue, quarantined --------------------------------------------------------

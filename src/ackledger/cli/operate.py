@@ -38,15 +38,17 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "trace",
         help="the evidence for one event at every stage",
         description="One row per stage (accepted, outbox, sink, ack, sent): what was seen, "
-        "where, and what cannot be known. Reads only.",
+        "where, and what cannot be known; for a relay to a broker, which confirm the mark "
+        "stands for. Reads only.",
     )
     tracer.add_argument("event_id", metavar="EVENT_ID")
     add_source(tracer)
     tracer.add_argument(
         "--sink",
-        required=True,
         metavar="PATH_OR_URL",
-        help="the sink's database (SQLite file or postgresql:// URL) or service URL",
+        help="where the event is applied: the sink service's URL, or the inbox database "
+        "(SQLite file or postgresql:// URL) of a sink or of a broker consumer; without it "
+        "the sink's stage is not asked",
     )
     tracer.add_argument("--json", action="store_true", help="print JSON")
     tracer.set_defaults(handler=cmd_trace)
@@ -101,7 +103,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_trace(args: argparse.Namespace) -> int:
     check_identifier(args.event_id, "EVENT_ID", 128)
-    if is_url(args.sink) and not is_postgres(args.sink):
+    if args.sink is not None and is_url(args.sink) and not is_postgres(args.sink):
         check_target(base_url(args.sink) + "/events", "/events")
     report = trace(args.event_id, existing_target(args.source), args.sink)
     print(json.dumps(report) if args.json else trace_text(report))

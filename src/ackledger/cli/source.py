@@ -129,6 +129,7 @@ def cmd_dispatch(args: argparse.Namespace) -> int:
             os._exit(crash)
 
     with open_outbox(args.source, args.synchronous) as outbox:
+        outbox.record_target(args.to)
         try:
             if args.batch:
                 marked = dispatch_batch(

@@ -16,11 +16,24 @@ from ..event import check_identifier
 from ..sink.inbox import Inbox
 from ..source.outbox import Outbox
 from ..store import is_postgres, without_password
+from .ack_kinds import BROKERS, target_for
 from .databases import existing_database, is_url
 from .probe import base_url, sink_receipt
 from .timestamps import utc_timestamp
 
 YES, NO, UNKNOWN, INFERRED = "yes", "no", "unknown", "inferred"
+
+
+@dataclass(frozen=True)
+class SinkSeen:
+    """What asking the sink (or the consumer's inbox) found."""
+
+    asked: bool
+    receipt: dict[str, Any] | None
+    where: str
+    error: str | None
+    #: The sink holds this identity with other content.
+    conflict: bool
 
 
 @dataclass(frozen=True)
@@ -48,39 +61,52 @@ def read_receipt(
         return inbox.receipt(event_id, source=source), f"table inbox in {sink}"
 
 
-def trace(event_id: str, source: str, sink: str) -> dict[str, Any]:
-    """Every stage of one event; ``{"id", "stages": [...], "verdict"}``."""
+def trace(event_id: str, source: str, sink: str | None = None) -> dict[str, Any]:
+    """Every stage of one event; ``{"id", "stages": [...], "via", "verdict"}``.
+
+    ``sink`` is where the event is applied: a sink service's URL, or the inbox database of a
+    sink or of a broker's consumer; without it the sink's stage is not asked. ``via`` is the
+    relay target behind the outbox's state (see ``ops.ack_kinds``), or None."""
     check_identifier(event_id, "event_id", 128)
     with Outbox(source) as outbox:
         source_shown = outbox.backend.location
         order = outbox.order(event_id)
         row = outbox.event(event_id)
         history = outbox.history(event_id)
-    try:
-        receipt, sink_where = read_receipt(event_id, sink, None if row is None else row["source"])
-        sink_error = None
-    except (OSError, AckledgerError) as exc:
-        receipt, sink_where, sink_error = (
-            None,
-            without_password(sink),
-            f"{type(exc).__name__}: {exc}",
-        )
+        via = target_for(outbox.targets(), row)
+    receipt, sink_where, sink_error = None, "no --sink given", None
+    if sink is not None:
+        try:
+            receipt, sink_where = read_receipt(
+                event_id, sink, None if row is None else row["source"]
+            )
+        except (OSError, AckledgerError) as exc:
+            sink_where, sink_error = without_password(sink), f"{type(exc).__name__}: {exc}"
+    broker = via is not None and via["kind"] in BROKERS
     # Equal content has an equal fingerprint at both ends (a v1 database's rows kept v1's
     # on both sides); without the outbox row (purged) there is nothing to compare.
     conflict = (
         receipt is not None and row is not None and receipt.get("fingerprint") != row["fingerprint"]
     )
+    asked = sink is not None
+    seen = SinkSeen(asked, receipt, sink_where, sink_error, conflict)
     stages = [
         _accepted_stage(order, source_shown),
         _outbox_stage(row, history, source_shown),
-        _sink_stage(receipt, sink_where, sink_error, conflict),
-        _ack_stage(row, receipt, sink_error, conflict),
+        _sink_stage(seen, broker=broker),
+        _ack_stage(row, seen, via),
         _sent_stage(row, source_shown),
     ]
+    verdict = _verdict(order, row, receipt, sink_error, conflict)
+    if broker:
+        verdict = _broker_verdict(row, receipt, sink_error, conflict, asked) or verdict
+    elif not asked and row is not None and not row["quarantined"]:
+        verdict = _unasked_verdict(row)
     return {
         "id": event_id,
         "stages": [asdict(stage) for stage in stages],
-        "verdict": _verdict(order, row, receipt, sink_error, conflict),
+        "via": via,
+        "verdict": verdict,
     }
 
 
@@ -137,14 +163,24 @@ def _outbox_stage(row: dict[str, Any] | None, history: list[dict[str, Any]], sou
     return Stage("outbox", YES, state, where, "; ".join(parts))
 
 
-def _sink_stage(
-    receipt: dict[str, Any] | None,
-    where: str,
-    error: str | None,
-    conflict: bool,
-) -> Stage:
+def _sink_stage(seen: SinkSeen, *, broker: bool) -> Stage:
+    receipt, where, error, conflict = seen.receipt, seen.where, seen.error, seen.conflict
+    asked = seen.asked
+    if not asked:
+        return Stage(
+            "sink", UNKNOWN, "not asked", where,
+            "give --sink: the sink service's URL, or the inbox database (SQLite file or "
+            "postgresql:// URL) its sink or broker consumer writes",
+        )  # fmt: skip
     if error is not None:
         return Stage("sink", UNKNOWN, "sink not readable", where, f"cannot tell: {error}")
+    if receipt is None and broker:
+        return Stage(
+            "sink", NO, "no inbox receipt", where,
+            "the consumer has not applied this id: still in the queue or stream, the consumer "
+            "behind or stopped, or rejected as poison (dead-lettered or terminated: see the "
+            "consumer's log and its ackledger_consume metrics)",
+        )  # fmt: skip
     if receipt is None:
         return Stage("sink", NO, "no inbox receipt", where, "the sink has not applied this id")
     receipts = int(receipt.get("receipts") or 1)
@@ -161,14 +197,27 @@ def _sink_stage(
     return Stage("sink", YES, "inbox receipt", where, detail)
 
 
-def _ack_stage(
-    row: dict[str, Any] | None, receipt: dict[str, Any] | None, error: str | None, conflict: bool
-) -> Stage:
+def _ack_stage(row: dict[str, Any] | None, seen: SinkSeen, via: dict[str, Any] | None) -> Stage:
+    receipt, error, conflict, asked = seen.receipt, seen.error, seen.conflict, seen.asked
     where = "not stored anywhere (an ACK lives only in the relay's memory)"
     if row is not None and row["sent"]:
         return Stage(
             "ack", INFERRED, "an exact ACK arrived", where,
-            "inferred from the sent mark, which is written only after an exact ACK",
+            "inferred from the sent mark, which is written only after an exact ACK"
+            + _via_text(via),
+        )  # fmt: skip
+    if via is not None and via["kind"] in BROKERS and receipt is None and error is None:
+        return Stage(
+            "ack", UNKNOWN, "none marked", where,
+            "not marked; a broker confirms when it stores the message, before any consumer "
+            "sees it, so a confirm lost on the way back leaves a copy in the queue that the "
+            f"outbox cannot see (target {via['target']}); the next send is absorbed by the "
+            "consumer's inbox as a duplicate",
+        )  # fmt: skip
+    if not asked:
+        return Stage(
+            "ack", UNKNOWN, "cannot be known", where,
+            "not marked, and the sink was not asked (--sink) whether it applied the event",
         )  # fmt: skip
     if error is not None:
         return Stage("ack", UNKNOWN, "cannot be known", where, "the sink could not be read")
@@ -202,6 +251,57 @@ def _ack_stage(
         "ack", NO, "none possible", where,
         "the sink has no receipt, and it acknowledges only what it has committed",
     )  # fmt: skip
+
+
+def _via_text(via: dict[str, Any] | None) -> str:
+    if via is None:
+        return (
+            "; which target's ACK is not recorded (marked by dispatch() in your own code, or "
+            "before this version recorded relay targets)"
+        )
+    text = (
+        f"; the relay's target then: {via['target']} (started {utc_timestamp(via['started_at'])}), "
+        f"so the ACK was {via['ack']}"
+    )
+    if via["others"]:
+        text += (
+            f" ({via['others']} other target(s) on record: with relays to several targets at "
+            "once, this is the one started last before the mark)"
+        )
+    return text
+
+
+def _broker_verdict(
+    row: dict[str, Any] | None,
+    receipt: dict[str, Any] | None,
+    sink_error: str | None,
+    conflict: bool,
+    asked: bool,
+) -> str | None:
+    """The verdict where a broker stands between the outbox and the inbox; None where the
+    sink's verdict says it as well."""
+    if row is None or conflict or row["quarantined"]:
+        return None
+    if row["sent"]:
+        if not asked:
+            return "confirmed by the broker and marked sent; the consumer's inbox was not asked"
+        if sink_error is not None:
+            return "confirmed by the broker and marked sent; the consumer's inbox could not be read"
+        if receipt is None:
+            return "confirmed by the broker and marked sent; not yet applied by the consumer"
+        return "confirmed by the broker, marked sent, and applied by the consumer"
+    if receipt is not None:
+        return (
+            "applied by the consumer but not marked: the confirm was lost or the relay stopped "
+            "between the confirm and the mark; it will be re-sent and absorbed as a duplicate"
+        )
+    return "pending: not yet confirmed by the broker"
+
+
+def _unasked_verdict(row: dict[str, Any]) -> str:
+    if row["sent"]:
+        return "delivered and marked sent (the sink was not asked)"
+    return "pending (the sink was not asked whether it has it)"
 
 
 def _sent_stage(row: dict[str, Any] | None, source: str) -> Stage:

@@ -51,6 +51,7 @@ def run(
     wire = sender(settings.url, timeout=settings.timeout, allowed_hosts=settings.allowed_hosts)
     try:
         with Outbox(source, synchronous=synchronous) as outbox:
+            outbox.record_target(settings.url)
             if settings.owner is not None:
                 return _leasing(settings, outbox, wire, metrics_at, _pause_after(pause_after_acks))
             marker = Outbox(source, synchronous=synchronous) if settings.pipeline else None
@@ -64,9 +65,9 @@ def run(
         wire.close()
     if relay.poisoned is not None:
         event_id = relay.poisoned.event_id
-        # A broker is no sink to trace: its consumer's inbox is named by whoever runs it.
+        # A broker is no sink to ask: its consumer's inbox is named by whoever runs it.
         http = settings.url.startswith(("http://", "https://"))
-        sink = f" --sink {base_url(settings.url)}" if http else ""
+        sink = f" --sink {base_url(settings.url)}" if http else " [--sink CONSUMER_INBOX]"
         print(
             f"ackledger relay: stopped on poison event {event_id}: {relay.poisoned.message}; "
             f"see `ackledger trace {event_id} --source {without_password(source)}{sink}`",

@@ -26,7 +26,8 @@ from ..event import check_identifier
 from ..event_types import EventTypes
 from ..store import Tx
 from ..store.borrowed import borrow, same_database
-from ..store.outbox import SOURCE_KEY
+from ..store.outbox import SOURCE_KEY, TARGET_KEY
+from ..wire.sender import shown
 
 MAX_BATCH = 16
 
@@ -327,6 +328,24 @@ class Outbox(Database):
         for row in rows:
             row["detail"] = json.loads(row["detail"])
         return rows
+
+    def record_target(self, url: str) -> None:
+        """Note that a relay (or ``ackledger dispatch``) starts sending this outbox to ``url``
+        now, so ``trace`` can say which kind of ACK a later mark stands for. One small write
+        per start, none per event; ``url`` is stored as it may be printed (no password)."""
+        name = TARGET_KEY + shown(url)
+        with self._db.write() as tx:
+            tx.meta_set(name, repr(time.time()))
+
+    def targets(self) -> list[dict[str, Any]]:
+        """The targets relays have sent this outbox to, each with the time of its latest
+        start (``started_at``), oldest start first."""
+        with self._db.read() as tx:
+            rows = tx.meta_under(TARGET_KEY)
+        found = [
+            {"target": name[len(TARGET_KEY) :], "started_at": float(value)} for name, value in rows
+        ]
+        return sorted(found, key=lambda target: target["started_at"])
 
     def stats(self) -> dict[str, Any]:
         """What an operator watches.

@@ -24,6 +24,8 @@ QUARANTINED_COLUMNS = (
     "last_error",
 )  # fmt: skip
 SOURCE_KEY = "outbox.source"
+#: ackledger_meta names under which relays note their targets: "relay.target:<url>".
+TARGET_KEY = "relay.target:"
 LOG_COLUMNS = ("seq", "event_id", "kind", "detail", "at")
 ORDER_COLUMNS = ("id", "sku", "qty", "created_at")
 PURGED_SENT = "outbox.purged_sent"
@@ -94,6 +96,22 @@ class OutboxQueries(CounterQueries):
             (name, value),
         )
         return str(self.scalar("SELECT value FROM ackledger_meta WHERE name = ?", (name,)))
+
+    def meta_set(self, name: str, value: str) -> None:
+        """Store ``value`` under ``name``, replacing what was there."""
+        self.execute(
+            "INSERT INTO ackledger_meta (name, value) VALUES (?, ?) "
+            "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+            (name, value),
+        )
+
+    def meta_under(self, prefix: str) -> list[tuple[str, str]]:
+        """Every (name, value) whose name starts with ``prefix``, by name."""
+        rows = self.execute(
+            "SELECT name, value FROM ackledger_meta WHERE substr(name, 1, ?) = ? ORDER BY name",
+            (len(prefix), prefix),
+        )
+        return [(str(name), str(value)) for name, value in rows]
 
     def order_insert(self, event: dict[str, Any], now: float) -> bool:
         """Insert the order; False if an order with this id already exists."""
