@@ -112,8 +112,10 @@ def test_an_acked_event_is_a_persistent_message_with_its_cloudevents_headers(
     assert props.type == TYPE
     assert body == canonical_json(validate_cloudevent(event)).encode()
     attributes = {name: value for name, value in event.items() if name != "data"}
-    # Every attribute but data, under the binding's prefix; a float goes as its JSON text.
-    assert props.headers == {f"cloudEvents:{k}": v for k, v in {**attributes, "n": "2.5"}.items()}
+    # Every attribute but data, under the binding's prefix; a float goes as its JSON text. The
+    # trace context also goes under its W3C name, where a consumer's tracing looks for it.
+    expected = {f"cloudEvents:{k}": v for k, v in {**attributes, "n": "2.5"}.items()}
+    assert props.headers == {**expected, "traceparent": event["traceparent"]}
     assert sender.refusal is None
 
 

@@ -90,6 +90,20 @@ def test_one_event_is_posted_as_structured_cloudevents_json(event: dict[str, Any
     assert json.loads(server.requests[0]) == event  # every attribute, nested data included
 
 
+def test_the_trace_context_travels_as_http_headers_too() -> None:
+    parent = "00-" + "4b" * 16 + "-" + "00f0" * 4 + "-01"
+    traced = {**ORDER, "traceparent": parent, "tracestate": "shop=1"}
+    with RawServer(echo_ack) as server:
+        assert send_http(traced, server.url) is True
+        assert send_http(ORDER, server.url) is True
+    first, second = server.heads
+    assert header(first, "traceparent") == parent.encode()
+    assert header(first, "tracestate") == b"shop=1"
+    assert header(first, "Content-Length") == str(len(server.requests[0])).encode()
+    assert json.loads(server.requests[0])["traceparent"] == parent  # and in the event
+    assert header(second, "traceparent") is None  # none invented for an event without one
+
+
 def test_a_batch_is_posted_as_a_cloudevents_batch() -> None:
     events = [lab("b-0", "s", 1), ORDER, lab("b-2", "t", 3, source="/other")]
     with RawServer(echo_ack) as server:

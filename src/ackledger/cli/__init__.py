@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from .._core import telemetry
 from ..errors import AckledgerError
 from ..store import database_errors
 from . import consume, demo, ledger, migrate, operate, relay, serve, source
@@ -31,7 +32,12 @@ EXTRA_OF_MODULE = {
     "psycopg_pool": "postgres",
     "pika": "amqp",
     "nats": "nats",
+    "opentelemetry": "otel",
 }
+
+#: The commands that run a service, a relay or a consumer: they set up OpenTelemetry when
+#: ``OTEL_TRACES_EXPORTER`` asks for it (CONTRACT §10), and flush it when they end.
+TRACED_COMMANDS = frozenset({"serve", "relay", "consume", "dispatch"})
 
 
 class UsageError(Exception):
@@ -63,7 +69,10 @@ def build_parser() -> Parser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    traced = args.command in TRACED_COMMANDS
     try:
+        if traced:
+            telemetry.configure(f"ackledger-{args.command}")
         code: int = args.handler(args)
     except (UsageError, AckledgerError, ValueError, TypeError, KeyError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
@@ -82,6 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except KeyboardInterrupt:
         return 130
+    finally:
+        if traced:
+            telemetry.shutdown()
     return code
 
 

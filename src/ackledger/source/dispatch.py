@@ -12,6 +12,7 @@ import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from .._core.telemetry import span
 from ..errors import NotAcknowledged
 from .marking import EACH, Marking, MarksBehind, marking_for
 
@@ -103,7 +104,9 @@ def dispatch_marking(
         for index, item in enumerate(selection):
             event_id: str = item["id"]
             try:
-                answer = send(_copy(item))
+                # A child of the producer's span (its context is stored with the event).
+                with span(f"send {item['type']}", item, kind="producer"):
+                    answer = send(_copy(item))
             except Exception as exc:
                 if _note_failure(outbox, event_id, exc):
                     unsynced = None
@@ -161,7 +164,10 @@ def dispatch_batch_marking(
         return []
     ids = [item["id"] for item in selection]
     try:
-        answer = send_batch([_copy(item) for item in selection])
+        with span(
+            "send batch", kind="producer", attributes={"messaging.batch.message_count": len(ids)}
+        ):
+            answer = send_batch([_copy(item) for item in selection])
     except Exception as exc:
         # The earlier batch's marks come first; if they failed, its events stay pending and
         # go again. The send's failure is what the caller must see.

@@ -20,6 +20,7 @@ from .. import warehouse
 from .._core.database import Database
 from .._core.duration import MAX_SECONDS
 from .._core.idempotency import Outcome
+from .._core.telemetry import with_trace_context
 from ..envelope import fingerprint_of, validate_cloudevent, validate_encoded
 from ..errors import Conflict
 from ..event import check_identifier
@@ -45,6 +46,9 @@ def _publish(
 ) -> int:
     """Validate ``given`` (``specversion`` and ``source`` filled in if missing) and claim its
     id in the outbox, writing ``order`` too when given; returns the event's seq."""
+    if type(given) is dict:
+        # The active span's context, unless the event names its own (CONTRACT §10).
+        given = with_trace_context(given)
     if isinstance(given, Mapping) and not ("source" in given and "specversion" in given):
         given = {"specversion": "1.0", "source": default_source, **given}
     event, text = validate_encoded(given, types=types)

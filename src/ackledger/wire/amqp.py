@@ -308,6 +308,10 @@ class AmqpSender:
             for name, value in event.items()
             if name != "data"
         }
+        # The W3C names too, so a consumer's tracing finds the context where it looks.
+        for name in ("traceparent", "tracestate"):
+            if name in event:
+                headers[name] = event[name]
         props = pika.BasicProperties(
             content_type=CONTENT_TYPE,
             delivery_mode=2,

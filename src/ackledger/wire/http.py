@@ -111,6 +111,9 @@ STRUCTURED = b"application/cloudevents+json"
 BATCH = b"application/cloudevents-batch+json"
 
 
+_LENGTH = b"Content-Length: "
+
+
 @functools.lru_cache(maxsize=256)
 def _request_head(target: Target, content_type: bytes) -> bytes:
     """Everything of a POST's head up to the value of Content-Length (fixed per target)."""
@@ -125,19 +128,36 @@ def _request_head(target: Target, content_type: bytes) -> bytes:
         # Without Accept-Encoding a server may pick any coding; only plain JSON is understood.
         b"Accept-Encoding: identity\r\n"
         b"Content-Type: " + content_type + b"\r\n"
-        b"Accept: application/json\r\n"
-        b"Content-Length: "
+        b"Accept: application/json\r\n" + _LENGTH
     )
 
 
+def _trace_headers(event: dict[str, Any]) -> bytes:
+    """The event's W3C trace context as HTTP headers (CONTRACT §10), so a tracing proxy or
+    server finds it where it looks; the values were checked as W3C values (printable ASCII)."""
+    lines = b""
+    for name in ("traceparent", "tracestate"):
+        value = event.get(name)
+        if isinstance(value, str):
+            lines += name.encode() + b": " + value.encode("ascii") + b"\r\n"
+    return lines
+
+
 def _post_json(
-    target: Target, body: bytes, timeout: float, content_type: bytes = STRUCTURED
+    target: Target,
+    body: bytes,
+    timeout: float,
+    content_type: bytes = STRUCTURED,
+    extra: bytes = b"",
 ) -> tuple[int, Any]:
-    """POST and return (status, parsed JSON); raises NotAcknowledged for unusable answers."""
+    """POST and return (status, parsed JSON); raises NotAcknowledged for unusable answers.
+    ``extra`` is header lines to send as well."""
     conn = _connection(target, check_timeout(timeout))
     try:
         # One write: head and body together, so neither waits for the other's ACK.
         head = _request_head(target, content_type)
+        if extra:  # the cached head ends in "Content-Length: ": the lines go before it
+            head = head[: -len(_LENGTH)] + extra + _LENGTH
         conn.sock.sendall(head + b"%d\r\n\r\n" % len(body) + body)
         status, data, keep = read_answer(conn.sock)
     except BaseException:
@@ -200,7 +220,7 @@ def send_http(
     exact ACK of its identity."""
     clean, text = validate_encoded(event)
     target = check_target(url, "/events", allowed_hosts)
-    status, answer = _post_json(target, text.encode(), timeout)
+    status, answer = _post_json(target, text.encode(), timeout, extra=_trace_headers(clean))
     return exact_ack(status, answer, clean)
 
 
