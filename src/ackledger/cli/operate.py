@@ -14,6 +14,7 @@ from ..event import check_identifier
 from ..ops.databases import is_url
 from ..ops.listings import quarantined_table
 from ..ops.probe import base_url
+from ..ops.reconcile import reconcile, reconcile_text
 from ..ops.status import read_status, service_url
 from ..ops.timestamps import utc_timestamp
 from ..ops.trace import trace, trace_text
@@ -52,6 +53,29 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     tracer.add_argument("--json", action="store_true", help="print JSON")
     tracer.set_defaults(handler=cmd_trace)
+
+    reconciler = commands.add_parser(
+        "reconcile",
+        help="where the outbox and the sink disagree, and which of it is an alarm",
+        description="Compare the outbox with the sink's inbox: applied but not marked "
+        "(harmless), marked sent with no receipt (an alarm), other content (an alarm), "
+        "receipts the outbox has no row for (purged or never here). Reads only. Exit 0 if no "
+        "alarm, 1 if any.",
+    )
+    add_source(reconciler)
+    reconciler.add_argument(
+        "--sink",
+        required=True,
+        metavar="PATH_OR_URL",
+        help="the inbox database (SQLite file or postgresql:// URL) of the sink or broker "
+        "consumer; or the sink service's URL (then only the outbox's rows are checked, one "
+        "request each)",
+    )
+    reconciler.add_argument(
+        "--show", type=int, default=20, metavar="N", help="ids listed per class (default 20)"
+    )
+    reconciler.add_argument("--json", action="store_true", help="print JSON")
+    reconciler.set_defaults(handler=cmd_reconcile)
 
     quarantine = commands.add_parser(
         "quarantine",
@@ -108,6 +132,14 @@ def cmd_trace(args: argparse.Namespace) -> int:
     report = trace(args.event_id, existing_target(args.source), args.sink)
     print(json.dumps(report) if args.json else trace_text(report))
     return 0
+
+
+def cmd_reconcile(args: argparse.Namespace) -> int:
+    if is_url(args.sink) and not is_postgres(args.sink):
+        check_target(base_url(args.sink) + "/events", "/events")
+    report = reconcile(existing_target(args.source), args.sink, shown=args.show)
+    print(json.dumps(report) if args.json else reconcile_text(report))
+    return 1 if report["alarms"] else 0
 
 
 def cmd_quarantine(args: argparse.Namespace) -> int:

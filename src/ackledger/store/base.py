@@ -19,6 +19,7 @@ from .inbox import InboxQueries
 from .leases import LeaseQueries
 from .ledger import LedgerQueries
 from .outbox import OutboxQueries
+from .reconcile import ReconcileQueries
 
 __all__ = ["Backend", "Params", "Row", "Tx", "check_synchronous", "migrate", "migrations"]
 
@@ -31,7 +32,7 @@ def check_synchronous(value: object) -> str:
     return value.upper()
 
 
-class Tx(OutboxQueries, InboxQueries, LedgerQueries, LeaseQueries):
+class Tx(OutboxQueries, InboxQueries, LedgerQueries, LeaseQueries, ReconcileQueries):
     """One open transaction: one typed method per operation of the outbox (``outbox_*``,
     ``order_*``), the inbox (``inbox_*``, ``inventory_*``), the ledger (``ledger_*``), the
     partition leases (``lease_*``) and the counters (``counter*``), as River's driver

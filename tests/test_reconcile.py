@@ -1,0 +1,156 @@
+"""``ackledger reconcile``: the outbox and the sink compared, on SQLite, on PostgreSQL (also
+mixed), and against a sink service; each class of disagreement made for real and found."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ackledger import Inbox, Outbox, new_event
+from ackledger._dev.procs import Service, run_cli
+from ackledger.ops import reconcile as reconciling
+
+SOURCE = "/shop/orders"
+
+
+def ev(event_id: str, qty: int = 1, *, source: str = SOURCE) -> dict[str, Any]:
+    return new_event(
+        "warehouse.stock.added", {"sku": "tea", "qty": qty}, source=source, id=event_id
+    )
+
+
+def disagree(source: str, sink: str) -> None:
+    """One event of each class, and two that agree:
+    ok: sent + receipt; new: pending, no receipt (not yet sent: nothing to say);
+    lost-ack: pending + receipt; held: quarantined + receipt; gone: sent, no receipt (alarm);
+    other: receipt with other content (alarm); purged: a receipt of ours with no outbox row;
+    foreign: a receipt of another producer (not this outbox's business)."""
+    with Outbox(source, source=SOURCE) as outbox:
+        for name in ("ok", "new", "lost-ack", "held", "gone", "other"):
+            outbox.publish(ev(name))
+        outbox.mark_sent("ok")
+        outbox.mark_sent("gone")
+        outbox.quarantine("held", "operator")
+    with Inbox(sink) as inbox:
+        for name in ("ok", "lost-ack", "held"):
+            inbox.receive(ev(name))
+        inbox.receive(ev("other", qty=5))
+        inbox.receive(ev("purged"))
+        inbox.receive(ev("foreign", source="/someone/else"))
+
+
+def classes(report: dict[str, Any]) -> dict[str, tuple[int | None, list[str]]]:
+    return {name: (found["count"], found["ids"]) for name, found in report["classes"].items()}
+
+
+EXPECTED = {
+    "applied_not_marked": (1, ["lost-ack"]),
+    "applied_quarantined": (1, ["held"]),
+    "sent_without_receipt": (1, ["gone"]),
+    "other_content": (1, ["other"]),
+    "receipt_not_in_outbox": (1, ["purged"]),
+}
+
+
+def test_every_class_is_found_on_sqlite_and_the_command_exits_1(tmp_path: Path) -> None:
+    source, sink = tmp_path / "source.db", tmp_path / "sink.db"
+    disagree(str(source), str(sink))
+    done = run_cli("reconcile", "--source", str(source), "--sink", str(sink), "--json")
+    assert done.returncode == 1, done.stderr  # two alarms
+    report = json.loads(done.stdout)
+    assert classes(report) == EXPECTED
+    assert report["alarms"] == 2
+    assert report["checked"] == {"outbox_rows": 6, "receipts": 5}  # the foreign one skipped
+    text = run_cli("reconcile", "--source", str(source), "--sink", str(sink))
+    assert text.returncode == 1
+    assert "ALARM sent_without_receipt: 1" in text.stdout and "verdict: 2 alarm(s)" in text.stdout
+    assert "ALARM applied_not_marked" not in text.stdout  # harmless
+
+
+def test_a_consistent_pair_exits_0_and_reads_in_chunks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source, sink = tmp_path / "source.db", tmp_path / "sink.db"
+    with Outbox(source, source=SOURCE) as outbox, Inbox(sink) as inbox:
+        for number in range(11):
+            outbox.publish(ev(f"e-{number:02d}"))
+            inbox.receive(ev(f"e-{number:02d}"))
+            outbox.mark_sent(f"e-{number:02d}")
+    monkeypatch.setattr(reconciling, "CHUNK", 3)  # 11 rows: four chunks on each side
+    report = reconciling.reconcile(str(source), str(sink), shown=2)
+    assert report["alarms"] == 0 and report["checked"] == {"outbox_rows": 11, "receipts": 11}
+    assert all(count == 0 for count, _ in classes(report).values())
+    done = run_cli("reconcile", "--source", str(source), "--sink", str(sink))
+    assert done.returncode == 0 and "verdict: consistent" in done.stdout
+
+
+def test_ids_shown_are_capped_and_the_rest_counted(tmp_path: Path) -> None:
+    source, sink = tmp_path / "source.db", tmp_path / "sink.db"
+    with Outbox(source, source=SOURCE) as outbox:
+        for number in range(5):
+            outbox.publish(ev(f"g-{number}"))
+            outbox.mark_sent(f"g-{number}")
+    Inbox(sink).close()
+    done = run_cli("reconcile", "--source", str(source), "--sink", str(sink), "--show", "2")
+    assert done.returncode == 1
+    assert "ids: g-0, g-1 (and 3 more)" in done.stdout
+
+
+@pytest.mark.postgres
+def test_postgres_and_a_mixed_pair(tmp_path: Path, pg_url: str) -> None:
+    # The outbox and the inbox in one PostgreSQL database.
+    disagree(pg_url, pg_url)
+    assert classes(reconciling.reconcile(pg_url, pg_url)) == EXPECTED
+    # A PostgreSQL outbox against a SQLite inbox: each side in its own order, no merge.
+    sink = tmp_path / "sink.db"
+    with Inbox(sink) as inbox:
+        for name in ("ok", "lost-ack", "held", "gone", "purged"):
+            inbox.receive(ev(name))
+    mixed = classes(reconciling.reconcile(pg_url, str(sink)))
+    assert mixed["sent_without_receipt"] == (0, [])
+    assert mixed["applied_not_marked"] == (1, ["lost-ack"])
+    assert mixed["receipt_not_in_outbox"] == (1, ["purged"])
+
+
+def test_against_a_sink_service_only_the_outbox_rows_are_checked(
+    source_db: Path, sink_db: Path, sink_service: Service
+) -> None:
+    with Outbox(source_db, source=SOURCE) as outbox:
+        for name in ("a", "b"):
+            outbox.publish(ev(name))
+        outbox.mark_sent("b")
+    with Inbox(sink_db) as inbox:
+        inbox.receive(ev("a"))
+    done = run_cli(
+        "reconcile", "--source", str(source_db), "--sink", sink_service.base_url, "--json"
+    )
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    assert report["receipts_checked"] is False
+    found = classes(report)
+    assert found["applied_not_marked"] == (1, ["a"])
+    assert found["sent_without_receipt"] == (1, ["b"])
+    assert found["receipt_not_in_outbox"][0] is None
+
+
+@pytest.mark.parametrize(
+    ("args", "word"),
+    [
+        (["--sink", "missing.db"], "missing.db"),
+        (["--sink", "http://sink.invalid:1"], "sink.invalid"),
+        (["--sink", "SINK", "--show", "-1"], "shown"),
+        ([], "--sink"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(tmp_path: Path, args: list[str], word: str) -> None:
+    source, sink = tmp_path / "source.db", tmp_path / "sink.db"
+    Outbox(source).close()
+    Inbox(sink).close()
+    args = [str(sink) if arg == "SINK" else arg for arg in args]
+    done = run_cli("reconcile", "--source", str(source), *args)
+    assert done.returncode == 2, done.stdout
+    assert done.stderr.count("\n") == 1 and word in done.stderr
+    assert "Traceback" not in done.stderr
