@@ -41,8 +41,14 @@ def targets(results: Results, plan: Plan) -> list[Target]:
     return [
         Target("per-item relay / floor 1/(2 commits + 1 round trip)",
                _ratio(results, "relay.item", "floor.relay"), 0.8, "ratio", "x"),
-        Target("per-item relay / measured hand-over floor (same steps, raw sockets and SQLite)",
-               _ratio(results, "relay.item", "floor.handover"), 0.8, "ratio", "x"),
+        Target("per-item relay / zero-code hand-over floor (same steps, raw sockets and SQLite)",
+               _ratio(results, "relay.item", "floor.handover"), 0.7, "ratio", "x"),
+        Target("a new event through serve sink / (raw round trip + FULL commit)",
+               _ratio(results, "step.sink_new", "floor.step_new"), 1.5, "ceiling", "x"),
+        Target("a duplicate through serve sink / (raw round trip + read by key)",
+               _ratio(results, "step.sink_dup", "floor.step_dup"), 1.5, "ceiling", "x"),
+        Target("the relay's own step / one FULL commit",
+               _ratio(results, "step.relay_own", "floor.step_commit"), 1.5, "ceiling", "x"),
         Target("per-item relay, one mark fsync per call (mark_sync='last') / floor "
                "1/(2 commits + 1 round trip)",
                _ratio(results, "relay.item_last", "floor.relay"), 0.8, "ratio", "x"),
