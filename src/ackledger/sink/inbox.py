@@ -271,9 +271,7 @@ class Inbox(Database):
         handler = self._handlers.get(event["type"])
         if handler is None:
             raise NoHandler(f"type: no handler for event type {event['type']!r} at this inbox")
-        return _Item(
-            event, fingerprint_of(event, text), handler, (event["source"], event["id"])
-        )
+        return _Item(event, fingerprint_of(event, text), handler, (event["source"], event["id"]))
 
     def _prepared_prefix(self, events: Sequence[object]) -> tuple[list[_Item], Exception | None]:
         """The events before the first invalid or unhandled one, prepared, and its error."""
