@@ -24,7 +24,6 @@ from ..errors import AckledgerError, Conflict, NoHandler
 from ..event import check_identifier
 from ..event_types import EventTypes, check_type_name
 from ..store import Tx
-from ..store.keys import find_inbox_keys
 from .handler_tx import Handler, HandlerTransaction
 
 if TYPE_CHECKING:
@@ -204,6 +203,19 @@ def _apply_one_by_one(tx: Tx, runs: Sequence[Sequence[_Item]], now: float) -> li
     return results
 
 
+class _OnlyDuplicates(Exception):
+    """A durable attempt found nothing to apply: roll it back, note the duplicates lazily."""
+
+
+def _unless_only_duplicates(results: list[BatchResult]) -> list[BatchResult]:
+    if not any(result.statuses for result in results):
+        return results
+    for result in results:
+        if result.error is not None or any(status != _DUPLICATE for status in result.statuses):
+            return results
+    raise _OnlyDuplicates
+
+
 def _note_duplicates(tx: Tx, runs: Sequence[Sequence[_Item]], now: float) -> list[BatchResult]:
     """Runs of duplicates only: each takes its arrival number and is counted again, as
     ``_apply_one_by_one`` would count it, and nothing runs."""
@@ -323,41 +335,29 @@ class Inbox(Database):
         applies nothing, so it does not count)."""
         now = time.time()
         items = [item for run in runs for item in run]
-        if self._all_stored(items):
-            # Nothing to apply: the answer is known from the read. What is left to write is
-            # bookkeeping (the receipts' count and last arrival, the duplicate counter), and
-            # it is committed without waiting for the disk (``Backend.write(durable=False)``):
-            # it survives a crash of this process (SQLite: it is in the WAL file; PostgreSQL:
-            # the server has it), and the next durable commit or checkpoint makes it durable.
-            # Only a power loss or an OS crash before then can lose it, and then only those
-            # counts: the effect and the receipt were made durable by the first arrival.
-            with self._db.write(durable=False) as tx:
-                return _note_duplicates(tx, runs, now)
-        # One event costs the same statements either way, and less Python one by one. A
-        # user's handler always goes one by one, in its savepoint: applying the group together
-        # first would run a failing handler twice (once in the rolled-back attempt).
-        if len(items) > 1 and all(item.handler is warehouse.apply for item in items):
-            try:
-                with self._db.write() as tx:
-                    return _apply_together(tx, runs, now)
-            except _OneByOne:
-                pass
-        with self._db.write() as tx:
-            return _apply_one_by_one(tx, runs, now)
-
-    def _all_stored(self, items: Sequence[_Item]) -> bool:
-        """Is every item a duplicate of a stored receipt (same identity, same fingerprint)?
-        One read by the primary key; a receipt is never changed once stored, so the verdict
-        holds for the write that follows (a receipt purged in between was applied, and its
-        duplicate is still acknowledged as one)."""
-        if not items:
-            return False
-        with self._db.read() as tx:
-            if len(items) == 1:  # the light-traffic case: one lookup, no grouping by source
-                (item,) = items
-                return tx.inbox_fingerprint(*item.identity) == item.fingerprint
-            stored = find_inbox_keys(tx, [item.identity for item in items])
-        return all(stored.get(item.identity) == item.fingerprint for item in items)
+        try:
+            # One event costs the same statements either way, and less Python one by one. A
+            # user's handler always goes one by one, in its savepoint: applying the group
+            # together first would run a failing handler twice (once in the rolled-back try).
+            if len(items) > 1 and all(item.handler is warehouse.apply for item in items):
+                try:
+                    with self._db.write() as tx:
+                        return _unless_only_duplicates(_apply_together(tx, runs, now))
+                except _OneByOne:
+                    pass
+            with self._db.write() as tx:
+                return _unless_only_duplicates(_apply_one_by_one(tx, runs, now))
+        except _OnlyDuplicates:
+            pass
+        # Nothing to apply: the claims only read, and the durable attempt was rolled back
+        # before its commit. What is left is bookkeeping (the receipts' count and last
+        # arrival, the duplicate counter), committed without waiting for the disk
+        # (``Backend.write(durable=False)``): it survives a crash of this process (SQLite: it
+        # is in the WAL file; PostgreSQL: the server has it) and the next durable commit makes
+        # it durable. Only a power loss or an OS crash before then can lose it, and then only
+        # those counts: the receipt and the effect were made durable by the first arrival.
+        with self._db.write(durable=False) as tx:
+            return _note_duplicates(tx, runs, now)
 
     def stock(self, sku: str) -> int:
         check_identifier(sku, "sku", 64)
