@@ -65,18 +65,33 @@ def http_round_trip_rate(
     conn = http.client.HTTPConnection(host, int(port), timeout=10)
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
 
-    def step() -> None:
+    def exchange() -> None:
         conn.request("POST", "/events", body=BODY, headers=headers)
         response = conn.getresponse()
         response.read()
+
+    return _round_trips(exchange, conn.close, seconds, after)
+
+
+def _round_trips(
+    exchange: Callable[[], None],
+    close: Callable[[], None],
+    seconds: float,
+    after: Callable[[], None] | None,
+) -> float:
+    """Round trips per second of ``exchange`` (then ``after``), the first one untimed (it
+    connects); ``close`` ends the connection."""
+
+    def step() -> None:
+        exchange()
         if after is not None:
             after()
 
     try:
-        step()  # connect outside the timing
+        step()
         return timed_loop(step, seconds)
     finally:
-        conn.close()
+        close()
 
 
 def raw_round_trip_rate(url: str, seconds: float, after: Callable[[], None] | None = None) -> float:
@@ -91,7 +106,7 @@ def raw_round_trip_rate(url: str, seconds: float, after: Callable[[], None] | No
     conn = socket.create_connection((host, int(port)), timeout=10)
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-    def step() -> None:
+    def exchange() -> None:
         conn.sendall(request)
         got = conn.recv(size)
         while len(got) < size:
@@ -99,14 +114,8 @@ def raw_round_trip_rate(url: str, seconds: float, after: Callable[[], None] | No
             if not more:
                 raise ConnectionError("the raw server closed the connection")
             got += more
-        if after is not None:
-            after()
 
-    try:
-        step()  # connect outside the timing
-        return timed_loop(step, seconds)
-    finally:
-        conn.close()
+    return _round_trips(exchange, conn.close, seconds, after)
 
 
 def measure(plan: Plan, results: Results) -> None:
