@@ -179,6 +179,10 @@ def _apply_one_by_one(tx: Tx, runs: Sequence[Sequence[_Item]], now: float) -> li
             outcome = claim.outcome
             if outcome is Outcome.CONFLICT and _v1_same(tx, item):
                 outcome = Outcome.DUPLICATE
+            if outcome is Outcome.DUPLICATE and wanted == 1:
+                # A lone duplicate: nothing else can be applied, so stop here (the caller
+                # rolls back and notes it lazily) rather than write what is undone.
+                raise _OnlyDuplicates
             if outcome is Outcome.APPLIED:
                 try:
                     _run_handler(item, handler_tx, stock)
@@ -208,12 +212,18 @@ class _OnlyDuplicates(Exception):
 
 
 def _unless_only_duplicates(results: list[BatchResult]) -> list[BatchResult]:
-    if not any(result.statuses for result in results):
-        return results
-    for result in results:
-        if result.error is not None or any(status != _DUPLICATE for status in result.statuses):
+    """``results``, unless they are duplicates and nothing else (then _OnlyDuplicates)."""
+    seen = False
+    for result in results:  # plain loops: this runs for every group, new events included
+        if result.error is not None:
             return results
-    raise _OnlyDuplicates
+        for status in result.statuses:
+            if status != _DUPLICATE:
+                return results
+            seen = True
+    if seen:
+        raise _OnlyDuplicates
+    return results
 
 
 def _note_duplicates(tx: Tx, runs: Sequence[Sequence[_Item]], now: float) -> list[BatchResult]:
