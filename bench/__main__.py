@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from . import drills, floors, growth, ledger, machine, postgres, relay, report, sinkload
+from . import drills, floors, growth, ledger, machine, postgres, relay, report, sinkload, steps
 from .common import FULL, QUICK, Plan, Results
 
 Section = Callable[[Plan, Results], None]
@@ -21,6 +21,7 @@ SECTIONS: dict[str, Section] = {
     "accept": relay.measure_accept,
     "relay": relay.measure_relay,
     "sink": sinkload.measure,
+    "steps": steps.measure,
     "growth": growth.measure,
     "ledger": ledger.measure_in_process,
     "ledger-http": ledger.measure_http,

@@ -5,8 +5,9 @@
 Each variant is ``NAME=SRC`` (a ``src`` folder put first on PYTHONPATH for the bench and every
 service it starts), ``NAME=CHECKOUT`` (another checkout: its own ``bench/`` runs from there on its
 own ``src``, for when the bench's imports moved with the code) or ``current`` (this checkout).
-Rounds alternate the variants, so that the load of a shared machine falls on all of them alike;
-the medians of all rounds are printed.
+Rounds alternate the variants, in turned order every other round (ABBA), so that the load of a
+shared machine and the position in a round fall on all of them alike; the medians of all rounds
+are printed.
 """
 
 from __future__ import annotations
@@ -47,7 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     labels: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as folder:
         for round_number in range(args.rounds):
-            for name, src in variants:
+            # ABBA: on a loaded machine the variant that ran second in a round measured 10-18%
+            # slower, whichever it was (bench/CHANGES.md item 17), so the order turns every
+            # round and each variant runs first as often as second.
+            ordered = variants if round_number % 2 == 0 else variants[::-1]
+            for name, src in ordered:
                 out = Path(folder) / f"{name}-{round_number}.json"
                 _run(name, src, args.only, out)
                 for figure in json.loads(out.read_text(encoding="utf-8")):

@@ -41,8 +41,14 @@ def targets(results: Results, plan: Plan) -> list[Target]:
     return [
         Target("per-item relay / floor 1/(2 commits + 1 round trip)",
                _ratio(results, "relay.item", "floor.relay"), 0.8, "ratio", "x"),
-        Target("per-item relay / measured hand-over floor (same steps, raw sockets and SQLite)",
-               _ratio(results, "relay.item", "floor.handover"), 0.8, "ratio", "x"),
+        Target("per-item relay / zero-code hand-over floor (same steps, raw sockets and SQLite)",
+               _ratio(results, "relay.item", "floor.handover"), 0.7, "ratio", "x"),
+        Target("a new event through serve sink / (raw round trip + FULL commit)",
+               _ratio(results, "step.sink_new", "floor.step_new"), 1.5, "ceiling", "x"),
+        Target("a duplicate through serve sink / (raw round trip + read by key)",
+               _ratio(results, "step.sink_dup", "floor.step_dup"), 1.5, "ceiling", "x"),
+        Target("the relay's own step / one FULL commit",
+               _ratio(results, "step.relay_own", "floor.step_commit"), 1.5, "ceiling", "x"),
         Target("per-item relay, one mark fsync per call (mark_sync='last') / floor "
                "1/(2 commits + 1 round trip)",
                _ratio(results, "relay.item_last", "floor.relay"), 0.8, "ratio", "x"),
@@ -149,15 +155,15 @@ def write(
     lines += ["", "![ratios against targets](img/targets.png)", ""]
     sections = [
         ("Floors", "floor.", "What the machine allows: a durable 4 KiB write, a one-row SQLite "
-         "commit in WAL mode, and a keep-alive round trip from `http.client` to a raw socket "
-         "server (`bench/rawserver.py`). The per-item relay floor is 1 / (2 commits with "
-         "synchronous=FULL + 1 round trip), the sum of the parts measured one by one. The "
-         "hand-over floor does those same three steps for real with no ackledger code at all: "
-         "`http.client` posts to the raw server, which makes a one-row FULL commit before it "
-         "answers, and the client then makes its own one-row FULL commit, in a loop. On this "
-         "machine it reaches 0.5-0.7 of the summed floor: each fsync in one process slows "
-         "the next one in the other, and every hand-over wakes a halted vCPU (see the last "
-         "section).", None),
+         "commit in WAL mode, and a keep-alive round trip to a raw socket server "
+         "(`bench/rawserver.py`) from `http.client` and from a kept raw socket. The per-item "
+         "relay floor is 1 / (2 commits with synchronous=FULL + 1 round trip), the sum of the "
+         "parts measured one by one (with either client). The zero-code hand-over floor does "
+         "those same three steps for real in two processes with no ackledger code and no HTTP "
+         "library: a kept raw socket posts to the raw server, which makes a one-row FULL "
+         "commit with bare `sqlite3` before it answers, and the client then makes its own "
+         "one-row FULL commit, in a loop; it is the per-item relay's floor (issue 18). The "
+         "same hand-over with `http.client` as the client is shown beside it.", None),
         ("Accept", "accept.", "`Outbox.accept` in a loop: order row and outbox row in one "
          "transaction per event.", None),
         ("Relay end to end", "relay.", "A pre-filled outbox (synchronous=FULL) relayed into a "
@@ -168,6 +174,15 @@ def write(
          "it answers); batch: `dispatch_batch` + `send_http_batch` to `/events/batch`, 16 "
          "events a request. The relay's HTTP client is ackledger's own (`wire/http.py`); "
          "the floors' round trip uses `http.client`, as the issue defines it.", "relay.png"),
+        ("One event at a time, step by step", "step.", "Each step of the per-item relay "
+         "beside its floor from the same run (`bench/steps.py`): the relay's own step "
+         "(`dispatch` over a FULL outbox with a `send` that returns True at once: the "
+         "`pending` read amortised over its selection and the mark's commit) beside one FULL "
+         "commit; `send_http` to `serve sink` with a new event beside a raw round trip plus a "
+         "FULL commit; the same events again (duplicates) beside a raw round trip plus a read "
+         "by key (`floor.read_key`). In microseconds per event, wall clock and CPU time (the "
+         "sender's `time.process_time`, the sink's from `/proc`): on a shared machine the CPU "
+         "time is the steadier figure.", None),
         ("The sink under concurrent clients", "sink.", "Keep-alive clients (`bench/load.py`, "
          "asyncio, one connection each) posting new events to `/events` of one sink process "
          "(synchronous=FULL) for a fixed time.", "sink_concurrency.png"),

@@ -14,7 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import warehouse
 from .._core.database import Database
@@ -43,17 +43,14 @@ class BatchResult:
     error: Exception | None = None
 
 
-@dataclass(frozen=True)
-class _Item:
-    """A validated event with what applying it needs."""
+class _Item(NamedTuple):
+    """A validated event with what applying it needs (a tuple: one is made per event, and a
+    frozen dataclass's ``__init__`` costs several times a tuple's)."""
 
     event: dict[str, Any]
     fingerprint: str
     handler: Handler
-
-    @property
-    def identity(self) -> tuple[str, str]:
-        return self.event["source"], self.event["id"]
+    identity: tuple[str, str]
 
 
 class _OneByOne(Exception):
@@ -186,6 +183,10 @@ def _apply_one_by_one(tx: Tx, runs: Sequence[Sequence[_Item]], now: float) -> li
             outcome = claim.outcome
             if outcome is Outcome.CONFLICT and _v1_same(tx, item):
                 outcome = Outcome.DUPLICATE
+            if outcome is Outcome.DUPLICATE and wanted == 1:
+                # A lone duplicate: nothing else can be applied, so stop here (the caller
+                # rolls back and notes it lazily) rather than write what is undone.
+                raise _OnlyDuplicates
             if outcome is Outcome.APPLIED:
                 try:
                     _run_handler(item, handler_tx, stock)
@@ -208,6 +209,38 @@ def _apply_one_by_one(tx: Tx, runs: Sequence[Sequence[_Item]], now: float) -> li
     tx.inventory_add(stock)
     tx.counters_bump(tally)
     return results
+
+
+class _OnlyDuplicates(Exception):
+    """A durable attempt found nothing to apply: roll it back, note the duplicates lazily."""
+
+
+def _unless_only_duplicates(results: list[BatchResult]) -> list[BatchResult]:
+    """``results``, unless they are duplicates and nothing else (then _OnlyDuplicates)."""
+    seen = False
+    for result in results:  # plain loops: this runs for every group, new events included
+        if result.error is not None:
+            return results
+        for status in result.statuses:
+            if status != _DUPLICATE:
+                return results
+            seen = True
+    if seen:
+        raise _OnlyDuplicates
+    return results
+
+
+def _note_duplicates(tx: Tx, runs: Sequence[Sequence[_Item]], now: float) -> list[BatchResult]:
+    """Runs of duplicates only: each takes its arrival number and is counted again, as
+    ``_apply_one_by_one`` would count it, and nothing runs."""
+    wanted = sum(len(run) for run in runs)
+    arrival = tx.inbox_reserve_arrivals(wanted)
+    for run in runs:
+        for item in run:
+            arrival += 1
+            tx.inbox_note_receipt(*item.identity, now, arrival)
+    tx.counters_bump({COUNTER_PREFIX + _DUPLICATE: wanted})
+    return [BatchResult([_DUPLICATE] * len(run)) for run in runs]
 
 
 def _v1_same(tx: Tx, item: _Item) -> bool:
@@ -264,7 +297,7 @@ class Inbox(Database):
         handler = self._handlers.get(event["type"])
         if handler is None:
             raise NoHandler(f"type: no handler for event type {event['type']!r} at this inbox")
-        return _Item(event, fingerprint_of(event, text), handler)
+        return _Item(event, fingerprint_of(event, text), handler, (event["source"], event["id"]))
 
     def _prepared_prefix(self, events: Sequence[object]) -> tuple[list[_Item], Exception | None]:
         """The events before the first invalid or unhandled one, prepared, and its error."""
@@ -315,18 +348,30 @@ class Inbox(Database):
         """Apply prepared runs in ONE committed write transaction (a rolled-back attempt
         applies nothing, so it does not count)."""
         now = time.time()
-        # One event costs the same statements either way, and less Python one by one. A
-        # user's handler always goes one by one, in its savepoint: applying the group together
-        # first would run a failing handler twice (once in the rolled-back attempt).
         items = [item for run in runs for item in run]
-        if len(items) > 1 and all(item.handler is warehouse.apply for item in items):
-            try:
-                with self._db.write() as tx:
-                    return _apply_together(tx, runs, now)
-            except _OneByOne:
-                pass
-        with self._db.write() as tx:
-            return _apply_one_by_one(tx, runs, now)
+        try:
+            # One event costs the same statements either way, and less Python one by one. A
+            # user's handler always goes one by one, in its savepoint: applying the group
+            # together first would run a failing handler twice (once in the rolled-back try).
+            if len(items) > 1 and all(item.handler is warehouse.apply for item in items):
+                try:
+                    with self._db.write() as tx:
+                        return _unless_only_duplicates(_apply_together(tx, runs, now))
+                except _OneByOne:
+                    pass
+            with self._db.write() as tx:
+                return _unless_only_duplicates(_apply_one_by_one(tx, runs, now))
+        except _OnlyDuplicates:
+            pass
+        # Nothing to apply: the claims only read, and the durable attempt was rolled back
+        # before its commit. What is left is bookkeeping (the receipts' count and last
+        # arrival, the duplicate counter), committed without waiting for the disk
+        # (``Backend.write(durable=False)``): it survives a crash of this process (SQLite: it
+        # is in the WAL file; PostgreSQL: the server has it) and the next durable commit makes
+        # it durable. Only a power loss or an OS crash before then can lose it, and then only
+        # those counts: the receipt and the effect were made durable by the first arrival.
+        with self._db.write(durable=False) as tx:
+            return _note_duplicates(tx, runs, now)
 
     def stock(self, sku: str) -> int:
         check_identifier(sku, "sku", 64)

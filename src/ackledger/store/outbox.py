@@ -43,6 +43,13 @@ SENT_UNLESS_HELD = (
     "sent_at = CASE WHEN quarantined = 0 THEN COALESCE(sent_at, ?) ELSE sent_at END"
 )
 
+#: The mark and the attempt it counts, in one statement (``outbox_mark_sent``).
+_MARK_SET = (
+    f"UPDATE outbox SET {SENT_UNLESS_HELD}, "
+    "attempts = attempts + ?, last_attempt_at = CASE WHEN ? = 1 THEN ? ELSE last_attempt_at END "
+)
+_MARK_ONE = _MARK_SET + "WHERE id = ? RETURNING id"
+
 #: Sent rows old enough to purge; matches the partial index outbox_sent_at.
 SENT_BEFORE = "WHERE sent = 1 AND sent_at < ?"
 
@@ -137,16 +144,18 @@ class OutboxQueries(CounterQueries):
     def outbox_mark_sent(self, ids: Sequence[str], attempted: bool, now: float) -> list[str]:
         """Mark ids sent (a batch in one statement); returns the ids that are unknown, in order."""
         bump = 1 if attempted else 0
+        if len(ids) == 1:
+            # The per-item relay's mark: its statement is prepared once, and nothing is built.
+            event_id = ids[0]
+            found_one = self.execute(_MARK_ONE, (now, bump, bump, now, event_id))
+            return [] if found_one else [event_id]
         found: set[str] = set()
         unique = list(dict.fromkeys(ids))  # an id given twice is one mark and one attempt
         for start in range(0, len(unique), MARK_CHUNK):
             chunk = unique[start : start + MARK_CHUNK]
             marks = ", ".join("?" * len(chunk))
             rows = self.execute(
-                f"UPDATE outbox SET {SENT_UNLESS_HELD}, "
-                "attempts = attempts + ?, last_attempt_at = CASE WHEN ? = 1 THEN ? "
-                f"ELSE last_attempt_at END WHERE id IN ({marks}) RETURNING id",
-                (now, bump, bump, now, *chunk),
+                _MARK_SET + f"WHERE id IN ({marks}) RETURNING id", (now, bump, bump, now, *chunk)
             )
             found.update(str(row[0]) for row in rows)
         return [event_id for event_id in ids if event_id not in found]

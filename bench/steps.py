@@ -1,0 +1,147 @@
+"""One event at a time, step by step (issue 18): each step of the per-item relay beside the
+floor of what it does, measured in the same run.
+
+- the relay's own step: ``dispatch`` over a FULL outbox with a ``send`` that returns True at
+  once (the ``pending`` read, amortised over its selection, and the mark's commit), beside one
+  FULL one-row commit;
+- ``send_http`` to ``serve sink``, a new event, beside a raw round trip plus a FULL commit;
+- the same event again (a duplicate), beside a raw round trip plus a read by key.
+
+Each step is also given in CPU time per event (this process's ``time.process_time`` and the
+sink's from ``/proc``): on a shared machine it swings far less than the wall clock.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+from ackledger import Outbox
+from ackledger.source.dispatch import dispatch
+from ackledger.wire.http import close_connections, send_http
+
+from . import fill
+from .common import Plan, Results, scratch, timed_loop
+from .relay import start_sink
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (``/proc/PID/stat``), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _per_event(seconds: float, count: int) -> float:
+    return 1e6 * seconds / count if count else float("nan")
+
+
+def relay_own_step(folder: Path, count: int, tag: str) -> tuple[float, float]:
+    """(wall, CPU) µs per event of dispatch with an instant ``send``."""
+    path = folder / f"own-{tag}.db"
+    fill.pending_events(path, tag, count)
+    total = 0
+    with Outbox(path, synchronous="FULL") as outbox:
+        start, cpu = time.perf_counter(), time.process_time()
+        while marked := dispatch(outbox, lambda event: True, 16):
+            total += len(marked)
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return _per_event(wall, total), _per_event(cpu, total)
+
+
+def read_by_key_seconds(folder: Path, seconds: float) -> float:
+    """One indexed read of a row by its key on bare ``sqlite3`` (a duplicate's least work)."""
+    conn = sqlite3.connect(folder / "read-floor.db", isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS t (source TEXT, id TEXT, fp TEXT, "
+            "PRIMARY KEY (id, source)) WITHOUT ROWID"
+        )
+        conn.execute("INSERT OR IGNORE INTO t VALUES ('/floor', 'e1', 'x')")
+
+        def step() -> None:
+            conn.execute(
+                "SELECT fp FROM t WHERE source = ? AND id = ?", ("/floor", "e1")
+            ).fetchall()
+
+        return 1.0 / timed_loop(step, seconds)
+    finally:
+        conn.close()
+
+
+def measure(plan: Plan, results: Results) -> None:
+    print("steps of one event", flush=True)
+    with scratch("steps") as folder:
+        sink = start_sink(folder, "sink")
+        url = sink.base_url + "/events"
+        pid = sink.process.pid
+        try:
+            for rep in range(plan.reps):
+                wall, cpu = relay_own_step(folder, plan.relay_events, f"o{rep}")
+                results.add("step.relay_own", "relay's own step (pending + mark)", "µs", wall)
+                results.add("step.relay_own_cpu", "relay's own step, CPU", "µs", cpu)
+                events = [
+                    fill.lab_event(f"st{rep}-{n}", f"s{n % 64}", 1)
+                    for n in range(plan.relay_events)
+                ]
+                send_http(fill.lab_event(f"st{rep}-warm", "s0", 1), url)
+                for kind in ("new", "dup"):
+                    start, cpu, sink_cpu = (
+                        time.perf_counter(),
+                        time.process_time(),
+                        _cpu_seconds(pid),
+                    )
+                    for event in events:
+                        send_http(event, url)
+                    wall = time.perf_counter() - start
+                    cpu = time.process_time() - cpu
+                    sink_cpu = _cpu_seconds(pid) - sink_cpu
+                    what = "a new event" if kind == "new" else "the same event again"
+                    key = f"step.sink_{kind}"
+                    count = len(events)
+                    results.add(
+                        key, f"send_http to serve sink, {what}", "µs", _per_event(wall, count)
+                    )
+                    results.add(
+                        f"{key}_cpu",
+                        f"send_http, {what}: sender's CPU",
+                        "µs",
+                        _per_event(cpu, count),
+                    )
+                    results.add(
+                        f"{key}_sink_cpu",
+                        f"send_http, {what}: the sink's CPU",
+                        "µs",
+                        _per_event(sink_cpu, count),
+                    )
+                close_connections()
+                results.add(
+                    "floor.read_key",
+                    "SQLite read of one row by key (bare sqlite3)",
+                    "µs",
+                    1e6 * read_by_key_seconds(folder, plan.floor_seconds),
+                )
+        finally:
+            sink.stop()
+    _derive(results)
+    for key in ("step.relay_own", "step.sink_new", "step.sink_dup"):
+        figure = results.figures.get(key)
+        if figure is not None:
+            print(f"  {figure.label}: {figure.median:,.0f} µs", flush=True)
+
+
+def _derive(results: Results) -> None:
+    """The floors of the steps, in µs, from the floors section's rates (same run)."""
+    commit = results.get("floor.commit_full")
+    trip = results.get("floor.http_raw")
+    read = results.get("floor.read_key")
+    if commit:
+        results.add("floor.step_commit", "one FULL one-row commit", "µs", 1e6 / commit)
+    if commit and trip:
+        results.add(
+            "floor.step_new", "raw round trip + one FULL commit", "µs", 1e6 / trip + 1e6 / commit
+        )
+    if trip and read is not None:
+        results.add("floor.step_dup", "raw round trip + one read by key", "µs", 1e6 / trip + read)
