@@ -144,9 +144,10 @@ def pending_ids(source: Path) -> set[str]:
 
 
 def stock_by_order(sink: Path) -> dict[str, int]:
-    if not sink.exists():
+    try:
+        rows = _read(sink, "SELECT sku, qty FROM inventory")
+    except sqlite3.OperationalError:  # no file or no table yet: the consumer is starting
         return {}
-    rows = _read(sink, "SELECT sku, qty FROM inventory")
     return {str(sku).removeprefix("sku-"): int(str(qty)) for sku, qty in rows}
 
 
