@@ -32,8 +32,13 @@ class Route(Closing):
     """One broker path: ``relay_url`` for ``--to``, ``consume_url`` for ``consume --from``."""
 
     kind = ""
+    port = 0
     relay_url = ""
     consume_url = ""
+
+    def relay_url_via(self, port: int) -> str:
+        """``relay_url`` through another port of loopback (a fault proxy's)."""
+        return self.relay_url.replace(f"127.0.0.1:{self.port}", f"127.0.0.1:{port}", 1)
 
     def seen(self) -> Counter[str]:
         """Publishes the broker took so far, by event id (a re-send counts again)."""
@@ -64,6 +69,7 @@ class Route(Closing):
 
 class AmqpRoute(Route):
     kind = "amqp"
+    port = 5672
 
     def __init__(self, unique: str | None = None) -> None:
         import pika
@@ -104,6 +110,7 @@ class AmqpRoute(Route):
 
 class NatsRoute(Route):
     kind = "nats"
+    port = 4222
     durable = "inbox"
 
     def __init__(self, unique: str | None = None, *, duplicate_window: float = 0) -> None:

@@ -23,9 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from bench.broker_campaign import Child, pending_ids, stock_by_order
 from bench.brokers import Route, open_route
 
 from ackledger import Inbox, Outbox
+from ackledger._dev.faultproxy import FaultProxy
 from ackledger._dev.procs import run_cli
 
 from . import pg
@@ -138,3 +140,61 @@ def test_a_consumer_into_postgresql_killed_after_its_commit_applies_once(
         assert consumer.stop(signal.SIGTERM) == 0
     assert pg.rows(pg_url, "SELECT sku, qty FROM inventory") == [("tea", 7)]  # once each
     assert sorted(pg.rows(pg_url, "SELECT id FROM inbox")) == [("o-1",), ("o-2",), ("o-3",)]
+
+
+#: Where a publish begins on the wire: AMQP's basic.publish method (class 60, method 40) and
+#: NATS's HPUB (a publish with headers).
+PUBLISH_FRAME = {"amqp": b"\x00\x3c\x00\x28", "nats": b"HPUB "}
+BATCH = 16
+THROUGH = 5  # publishes that reach the broker before the cut
+
+
+@pytest.mark.parametrize("broker", ["amqp", "nats"])
+def test_a_connection_cut_mid_batch_marks_only_what_the_broker_confirmed(
+    tmp_path: Path,
+    broker: str,
+    start_consumer: Callable[..., ConsumerProcess],  # noqa: F811
+) -> None:
+    source, sink = tmp_path / "source.db", tmp_path / "sink.db"
+    ids = [f"b-{n:02d}" for n in range(BATCH)]
+    with Outbox(source) as outbox:
+        for event_id in ids:
+            outbox.accept({"id": event_id, "sku": f"sku-{event_id}", "qty": 1})
+    with (
+        open_route(broker) as route,
+        FaultProxy(
+            route.port, cut_before=PUBLISH_FRAME[broker], cut_at=THROUGH + 1, cut_hold_s=1.0
+        ) as proxy,
+    ):
+        to = route.relay_url_via(proxy.port)
+        cut = run_cli("dispatch", "--source", str(source), "--to", to, "--batch",
+                      "--limit", str(BATCH), "--timeout", "3")  # fmt: skip
+        assert cut.returncode == 1, cut.stdout + cut.stderr
+        assert proxy.cuts == 1
+        # The broker got the first five publishes whole, and nothing of the other eleven.
+        at_the_cut = route.seen_settled()
+        assert at_the_cut == Counter(ids[:THROUGH])
+        left = pending_ids(source)
+        marked = [i for i in ids if i not in left]
+        # Marked: a prefix of what the broker confirmed (all five, unless a confirm was
+        # still on its way at the cut); everything unconfirmed stays pending.
+        assert 1 <= len(marked) <= THROUGH and marked == ids[: len(marked)], cut.stderr
+        assert f"only {len(marked)} of {BATCH} events were acknowledged" in cut.stderr
+
+        # Healed: the relay (through the same proxy) sends the rest, and the consumer
+        # applies each once.
+        relay = Child(["relay", "--source", str(source), "--to", to, "--batch",
+                       "--poll-interval", "0.05"], tmp_path / "relay.log")  # fmt: skip
+        try:
+            eventually(lambda: not pending_ids(source), "the relay finished")
+        finally:
+            assert relay.stop() == 0
+        consumer = start_consumer("--from", route.consume_url, "--db", str(sink))
+        eventually(lambda: counters(sink)["applied"] == BATCH, "each applied")
+        eventually(lambda: route.left() == 0, "every message acked")
+        assert consumer.stop(signal.SIGTERM) == 0
+        seen = route.seen_settled()
+    assert set(seen) == set(ids)
+    # Re-sent: only what was confirmed but not marked at the cut (none when all five were).
+    assert sum(seen.values()) - BATCH == THROUGH - len(marked)
+    assert stock_by_order(sink) == dict.fromkeys(ids, 1)
