@@ -3,8 +3,9 @@
 
 One schedule: a SQLite outbox fed with EVENTS lab orders while ``ackledger relay --batch``
 publishes them to the broker and ``ackledger consume`` applies them into a SQLite inbox; the
-relay, the consumer or both are killed with SIGKILL at the times the seed draws, and started
-again at once. Then both run until the outbox is drained and the inbox holds every event, the
+relay, the consumer or both are killed with SIGKILL at the points the seed draws (a consumer
+after a time, a relay after a number of further marks: while it is at work), and started again
+at once. Then both run until the outbox is drained and the inbox holds every event, the
 consumer is stopped with SIGTERM and everything is read back from other connections:
 
 - lost: marked sent in the outbox, never applied; stuck: still pending, or left in the broker;
@@ -14,7 +15,7 @@ consumer is stopped with SIGTERM and everything is read back from other connecti
   flight"): they are what the next relay publishes again. No kill may leave more than the one
   batch in flight, and the re-sends cannot exceed what the kills left in flight.
 
-The schedule (kill times and targets) is drawn from the seed alone, so ``--seed N`` replays it;
+The schedule (kill points and targets) is drawn from the seed alone, so ``--seed N`` replays it;
 where a kill lands in the work is up to the machine. The test suite runs a small version
 (tests/test_broker_campaign.py); this runs the full one and prints a table.
 """
@@ -42,8 +43,9 @@ from .common import scratch
 
 LIMIT = 16  # the relay's batch: the most one kill may leave in flight
 TARGETS = ("relay", "consumer", "both")
-FEED_CHUNK = 16
+FEED_CHUNK = 4 * LIMIT  # bursts of several batches: a kill after a mark finds more to send
 DRAIN_S = 90.0
+RELAY_PATIENCE_S = 10.0
 CONSUMING = "INFO    consuming:"
 BACKOFF = ("--base-backoff", "0.05", "--max-backoff", "0.5")
 
@@ -200,7 +202,7 @@ def run_schedule(broker: str, seed: int, events: int, workdir: Path) -> Outcome:
         feeder.start()
         try:
             for kill in kills:
-                _wait_for(kill, source)
+                _wait_for(kill, source, events)
                 if kill.target in ("relay", "both"):
                     relays.kill()
                     outcome.relay_kills += 1
@@ -228,12 +230,16 @@ def sent_count(source: Path) -> int:
     return int(str(_read(source, "SELECT count(*) FROM outbox WHERE sent = 1")[0][0]))
 
 
-def _wait_for(kill: Kill, source: Path) -> None:
-    end = time.monotonic() + kill.after_s
+def _wait_for(kill: Kill, source: Path, events: int) -> None:
+    """A consumer's kill comes after its time; a relay's once it has marked its count more
+    (a relay takes a second or more to start on a loaded machine, so a time alone would
+    mostly find it importing), or when nothing is left to mark, or after a safety bound."""
     if kill.target == "consumer":
         time.sleep(kill.after_s)
         return
-    enough = sent_count(source) + kill.after_marks
+    time.sleep(kill.after_s / 4)
+    end = time.monotonic() + kill.after_s + RELAY_PATIENCE_S
+    enough = min(events, sent_count(source) + kill.after_marks)
     while time.monotonic() < end and sent_count(source) < enough:
         time.sleep(0.005)
 
