@@ -163,7 +163,7 @@ def test_a_connection_cut_mid_batch_marks_only_what_the_broker_confirmed(
     with (
         open_route(broker) as route,
         FaultProxy(
-            route.port, cut_before=PUBLISH_FRAME[broker], cut_at=THROUGH + 1, cut_hold_s=1.0
+            route.port, cut_before=PUBLISH_FRAME[broker], cut_at=THROUGH + 1, cut_hold_s=2.0
         ) as proxy,
     ):
         to = route.relay_url_via(proxy.port)
