@@ -1,0 +1,347 @@
+"""The seeded kill -9 campaign through a real broker: ``python -m bench.broker_campaign
+--broker amqp|nats [--schedules 20] [--events 500] [--first-seed 1] [--seed N]``.
+
+One schedule: a SQLite outbox fed with EVENTS lab orders while ``ackledger relay --batch``
+publishes them to the broker and ``ackledger consume`` applies them into a SQLite inbox; the
+relay, the consumer or both are killed with SIGKILL at the points the seed draws (a consumer
+after a time, a relay after a number of further marks: while it is at work), and started again
+at once. Then both run until the outbox is drained and the inbox holds every event, the
+consumer is stopped with SIGTERM and everything is read back from other connections:
+
+- lost: marked sent in the outbox, never applied; stuck: still pending, or left in the broker;
+- double-applied: an order whose stock moved more than once (each order adds 1 to its own sku);
+- re-sends: publishes beyond one per event, seen by the route's tap (``bench.brokers``). At
+  each relay kill the events the tap had seen that are still pending are counted ("in
+  flight"): they are what the next relay publishes again. No kill may leave more than the one
+  batch in flight, and the re-sends cannot exceed what the kills left in flight.
+
+The schedule (kill points and targets) is drawn from the seed alone, so ``--seed N`` replays it;
+where a kill lands in the work is up to the machine. The test suite runs a small version
+(tests/test_broker_campaign.py); this runs the full one and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ackledger import Inbox, Outbox, new_event
+from ackledger._dev.procs import cli_command
+
+from .brokers import BROKERS, Route, open_route
+from .common import scratch
+
+LIMIT = 16  # the relay's batch: the most one kill may leave in flight
+TARGETS = ("relay", "consumer", "both")
+FEED_CHUNK = 4 * LIMIT  # bursts of several batches: a kill after a mark finds more to send
+DRAIN_S = 90.0
+RELAY_PATIENCE_S = 10.0
+CONSUMING = "INFO    consuming:"
+BACKOFF = ("--base-backoff", "0.05", "--max-backoff", "0.5")
+
+
+@dataclass(frozen=True)
+class Kill:
+    after_s: float  # at the latest this long after the previous kill (the first: the start)
+    target: str
+    #: A kill of the relay comes as soon as it has marked this many more events: it lands
+    #: while the relay is at work, where a time alone would often find it idle or starting.
+    after_marks: int
+
+
+def schedule(seed: int) -> list[Kill]:
+    """The kills of one schedule, from its seed alone."""
+    rng = random.Random(seed)
+    return [
+        Kill(round(rng.uniform(0.5, 2.0), 3), rng.choice(TARGETS), rng.randint(1, 4 * LIMIT))
+        for _ in range(rng.randint(3, 6))
+    ]
+
+
+@dataclass
+class Outcome:
+    broker: str
+    seed: int
+    events: int
+    relay_kills: int = 0
+    consumer_kills: int = 0
+    lost: int = 0
+    double_applied: int = 0
+    stuck: int = 0
+    #: Per relay kill: events published (seen by the tap) and not marked when it died.
+    in_flight: list[int] = field(default_factory=list)
+    resends: int = 0
+    #: Messages the consumer's inbox absorbed as duplicates (re-sends and redeliveries).
+    inbox_duplicates: int = 0
+    consumer_exit: int | None = None
+    seconds: float = 0.0
+
+    @property
+    def problems(self) -> list[str]:
+        counts = {"lost": self.lost, "double-applied": self.double_applied, "stuck": self.stuck}
+        found = [f"{name} {value}" for name, value in counts.items() if value]
+        if self.in_flight and max(self.in_flight) > LIMIT:
+            found.append(f"a kill left {max(self.in_flight)} in flight, more than {LIMIT}")
+        if self.resends > sum(self.in_flight):
+            found.append(f"{self.resends} re-sends, more than the {sum(self.in_flight)} in flight")
+        if self.consumer_exit != 0:
+            found.append(f"the consumer exited {self.consumer_exit} on SIGTERM")
+        return found
+
+
+class Child:
+    """One ``ackledger`` process, its output in a log file of the schedule's directory."""
+
+    def __init__(self, args: list[str], log: Path) -> None:
+        self.log = log
+        with log.open("ab") as out:
+            self.process = subprocess.Popen(
+                cli_command(*args), stdout=out, stderr=subprocess.STDOUT
+            )
+
+    def kill(self) -> None:
+        self.process.kill()  # SIGKILL: no handler, no finally, no close
+        self.process.wait()
+
+    def wait_for(self, text: str, timeout: float = 30) -> bool:
+        """Until its log says ``text`` (a consumer's "consuming": its signal handler is in)."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end and self.process.poll() is None:
+            if text in self.log.read_text(encoding="utf-8", errors="replace"):
+                return True
+            time.sleep(0.05)
+        return False
+
+    def stop(self, timeout: float = 30) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return -signal.SIGKILL
+
+
+def _read(db: Path, sql: str) -> list[tuple[object, ...]]:
+    """One query on a connection of its own, read-only: what is on disk now."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
+def pending_ids(source: Path) -> set[str]:
+    return {str(row[0]) for row in _read(source, "SELECT id FROM outbox WHERE sent = 0")}
+
+
+def stock_by_order(sink: Path) -> dict[str, int]:
+    try:
+        rows = _read(sink, "SELECT sku, qty FROM inventory")
+    except sqlite3.OperationalError:  # no file or no table yet: the consumer is starting
+        return {}
+    return {str(sku).removeprefix("sku-"): int(str(qty)) for sku, qty in rows}
+
+
+def order_id(n: int) -> str:
+    return f"c-{n:05d}"
+
+
+def _feed(source: Path, events: int, seconds: float) -> None:
+    """Write the orders in transactions of FEED_CHUNK, spread over ``seconds``, as producers
+    would; fast enough that the relay mostly has a backlog to work through."""
+    chunks = max(1, -(-events // FEED_CHUNK))
+    with Outbox(source) as outbox:
+        for first in range(0, events, FEED_CHUNK):
+            with outbox.transaction() as tx:
+                for n in range(first, min(events, first + FEED_CHUNK)):
+                    tx.publish(order(n, outbox.source))
+            time.sleep(seconds / chunks)
+
+
+def order(n: int, source: str) -> dict[str, object]:
+    """Order n: one unit of its own sku, so a second application shows as 2."""
+    data = {"sku": f"sku-{order_id(n)}", "qty": 1}
+    return new_event("warehouse.stock.added", data, source=source, id=order_id(n))
+
+
+def run_schedule(broker: str, seed: int, events: int, workdir: Path) -> Outcome:
+    kills = schedule(seed)
+    outcome = Outcome(broker, seed, events)
+    source, sink = workdir / "source.db", workdir / "sink.db"
+    Outbox(source).close()  # made before the relay opens it
+    started = time.perf_counter()
+    with open_route(broker) as route:
+        relay_args = ["relay", "--source", str(source), "--to", route.relay_url, "--batch",
+                      "--limit", str(LIMIT), "--poll-interval", "0.05", "--timeout", "2",
+                      "--seed", str(seed), *BACKOFF]  # fmt: skip
+        consume_args = ["consume", "--from", route.consume_url, "--db", str(sink), *BACKOFF]
+
+        starts = itertools.count()
+
+        def relay() -> Child:
+            return Child(relay_args, workdir / f"relay-{next(starts)}.log")
+
+        def consumer() -> Child:
+            return Child(consume_args, workdir / f"consume-{next(starts)}.log")
+
+        relays, consumers = relay(), consumer()
+        feeder = threading.Thread(
+            target=_feed, args=(source, events, 0.6 * sum(k.after_s for k in kills)), daemon=True
+        )
+        feeder.start()
+        try:
+            for kill in kills:
+                _wait_for(kill, source, events)
+                if kill.target in ("relay", "both"):
+                    relays.kill()
+                    outcome.relay_kills += 1
+                    outcome.in_flight.append(_in_flight(route, source))
+                    relays = relay()
+                if kill.target in ("consumer", "both"):
+                    consumers.kill()
+                    outcome.consumer_kills += 1
+                    consumers = consumer()
+            feeder.join()
+            _drain(source, sink, events)
+            # A consumer started by the last kill may still be importing: SIGTERM would end
+            # it before its handler is in, which is not the exit being tested.
+            consumers.wait_for(CONSUMING)
+            outcome.consumer_exit = consumers.stop()
+        finally:
+            relays.stop()
+            consumers.stop()
+        _judge(outcome, route, source, sink)
+    outcome.seconds = time.perf_counter() - started
+    return outcome
+
+
+def sent_count(source: Path) -> int:
+    return int(str(_read(source, "SELECT count(*) FROM outbox WHERE sent = 1")[0][0]))
+
+
+def _wait_for(kill: Kill, source: Path, events: int) -> None:
+    """A consumer's kill comes after its time; a relay's once it has marked its count more
+    (a relay takes a second or more to start on a loaded machine, so a time alone would
+    mostly find it importing), or when nothing is left to mark, or after a safety bound."""
+    if kill.target == "consumer":
+        time.sleep(kill.after_s)
+        return
+    time.sleep(kill.after_s / 4)
+    end = time.monotonic() + kill.after_s + RELAY_PATIENCE_S
+    enough = min(events, sent_count(source) + kill.after_marks)
+    while time.monotonic() < end and sent_count(source) < enough:
+        time.sleep(0.005)
+
+
+def _in_flight(route: Route, source: Path) -> int:
+    seen = route.seen_settled()
+    return sum(1 for event_id in pending_ids(source) if seen[event_id] > 0)
+
+
+def _drain(source: Path, sink: Path, events: int) -> None:
+    end = time.monotonic() + DRAIN_S
+    while time.monotonic() < end:
+        if not pending_ids(source) and len(stock_by_order(sink)) >= events:
+            return
+        time.sleep(0.1)
+
+
+def _judge(outcome: Outcome, route: Route, source: Path, sink: Path) -> None:
+    wanted = {order_id(n) for n in range(outcome.events)}
+    pending = pending_ids(source)
+    stock = stock_by_order(sink)
+    outcome.lost = len(wanted - pending - set(stock))
+    outcome.double_applied = sum(1 for qty in stock.values() if qty != 1)
+    outcome.stuck = len(pending) + route.left()
+    seen = route.seen_settled()
+    outcome.lost += len(set(stock) - wanted)  # applied, yet never an order: counted as wrong
+    outcome.resends = sum(count - 1 for count in seen.values() if count > 1)
+    with Inbox(sink) as inbox:
+        outcome.inbox_duplicates = inbox.counters()["duplicate"]
+
+
+HEADER = (
+    f"{'broker':<6} {'seed':>5} {'events':>6} {'kills r/c':>9} {'lost':>5} {'double':>6} "
+    f"{'stuck':>5} {'re-sends':>8} {'max/kill':>8} {'inbox dup':>9} {'s':>6}"
+)
+
+
+def row(o: Outcome) -> str:
+    kills = f"{o.relay_kills}/{o.consumer_kills}"
+    most = max(o.in_flight, default=0)
+    return (
+        f"{o.broker:<6} {o.seed:>5} {o.events:>6} {kills:>9} {o.lost:>5} {o.double_applied:>6} "
+        f"{o.stuck:>5} {o.resends:>8} {most:>8} {o.inbox_duplicates:>9} {o.seconds:>6.1f}"
+    )
+
+
+def campaign(broker: str, seeds: list[int], events: int) -> list[Outcome]:
+    outcomes = []
+    print(HEADER, flush=True)
+    for seed in seeds:
+        with scratch(f"campaign-{broker}-{seed}") as workdir:
+            outcome = run_schedule(broker, seed, events, workdir)
+            if outcome.problems:
+                _keep_logs(workdir, broker, seed)
+        outcomes.append(outcome)
+        print(row(outcome) + ("  " + "; ".join(outcome.problems) if outcome.problems else ""),
+              flush=True)  # fmt: skip
+    return outcomes
+
+
+def _keep_logs(workdir: Path, broker: str, seed: int) -> None:
+    kept = Path(tempfile.gettempdir()) / f"ackledger-campaign-{broker}-{seed}"
+    kept.mkdir(parents=True, exist_ok=True)
+    for log in workdir.glob("*.log"):
+        (kept / log.name).write_bytes(log.read_bytes())
+    print(f"  logs of seed {seed} kept in {kept}", file=sys.stderr)
+
+
+def summary(outcomes: list[Outcome]) -> str:
+    kills = sum(o.relay_kills for o in outcomes)
+    most = max((max(o.in_flight, default=0) for o in outcomes), default=0)
+    resends = sum(o.resends for o in outcomes)
+    return (
+        f"{len(outcomes)} schedules x {outcomes[0].events if outcomes else 0} events: "
+        f"lost {sum(o.lost for o in outcomes)}, "
+        f"double-applied {sum(o.double_applied for o in outcomes)}, "
+        f"stuck {sum(o.stuck for o in outcomes)}; {kills} relay kills and "
+        f"{sum(o.consumer_kills for o in outcomes)} consumer kills; {resends} re-sends "
+        f"(at most {most} after one kill, batch {LIMIT}); "
+        f"{sum(o.inbox_duplicates for o in outcomes)} duplicates absorbed by the inbox"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.broker_campaign", description=__doc__)
+    parser.add_argument("--broker", choices=BROKERS, required=True)
+    parser.add_argument("--schedules", type=int, default=20)
+    parser.add_argument("--events", type=int, default=500)
+    parser.add_argument("--first-seed", type=int, default=1)
+    parser.add_argument("--seed", type=int, help="replay this one schedule")
+    args = parser.parse_args(argv)
+    if args.schedules < 1 or args.events < 1:
+        parser.error("--schedules and --events: 1 or more")
+    seeds = (
+        [args.seed]
+        if args.seed is not None
+        else list(range(args.first_seed, args.first_seed + args.schedules))
+    )
+    outcomes = campaign(args.broker, seeds, args.events)
+    print(summary(outcomes), flush=True)
+    return 1 if any(o.problems for o in outcomes) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
