@@ -12,14 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from .._core.build import version
+from .._core.metric_families import BuildInfo, database_counter
 from .answers import Answer
-
-#: The label value of every figure read from the database (the same on every replica).
-DATABASE_SCOPE = {"scope": "database"}
 
 
 class DurableCounters(Collector):
@@ -37,34 +34,6 @@ class DurableCounters(Collector):
         counts = self._read()
         for name, help_text in self._help.items():
             yield database_counter(self._prefix + name, help_text, counts.get(name, 0))
-
-
-def database_counter(name: str, help_text: str, value: float) -> CounterMetricFamily:
-    family = CounterMetricFamily(name, help_text, labels=list(DATABASE_SCOPE))
-    family.add_metric(list(DATABASE_SCOPE.values()), value)
-    return family
-
-
-def database_gauge(name: str, help_text: str, value: float) -> GaugeMetricFamily:
-    family = GaugeMetricFamily(name, help_text, labels=list(DATABASE_SCOPE))
-    family.add_metric(list(DATABASE_SCOPE.values()), value)
-    return family
-
-
-class BuildInfo(Collector):
-    """``ackledger_build_info{version, component} 1``: which release each process runs."""
-
-    def __init__(self, component: str) -> None:
-        self._component = component
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily(
-            "ackledger_build_info",
-            "Always 1; the labels say which ackledger release this process runs.",
-            labels=["version", "component"],
-        )
-        family.add_metric([version(), self._component], 1)
-        yield family
 
 
 class ServiceMetrics:
