@@ -99,7 +99,6 @@ def url_of(sock: socket.socket) -> str:
 def serve(app: ASGIApp, sock: socket.socket, name: str, log: LogSettings | None = None) -> None:
     settings = log or LogSettings()
     configure_logging(settings)
-    print(f"ackledger {name} listening on {url_of(sock)}", flush=True)
     config = uvicorn.Config(
         app,
         log_config=None,  # configure_logging above
@@ -110,5 +109,9 @@ def serve(app: ASGIApp, sock: socket.socket, name: str, log: LogSettings | None 
         timeout_graceful_shutdown=GRACEFUL_SECONDS,
     )
     server = _Server(config)
-    server.run(sockets=[sock])
+    # A stop asked for between "listening" and uvicorn's own handlers is a graceful one too
+    # (uvicorn checks should_exit once started).
+    with server.capture_signals():
+        print(f"ackledger {name} listening on {url_of(sock)}", flush=True)
+        server.run(sockets=[sock])
     print(f"ackledger {name} stopped", file=sys.stderr, flush=True)
