@@ -80,8 +80,8 @@ POST_EVENT: Operation = {
         "content": {
             "application/cloudevents+json": {"schema": EVENT_SCHEMA},
             "application/json": {
-                "schema": {},
-                "description": "binary mode: the event's data; its attributes are ce-* headers",
+                "schema": {"description": "binary mode: the event's data; its attributes "
+                           "are ce-* headers"},
             },
         },
     },
