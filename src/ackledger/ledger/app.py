@@ -166,7 +166,7 @@ def create_ledger_app(ledger: Ledger, identity: Identity | None = None) -> ASGIA
         ),
         DocumentedRoute(
             "/readyz", readiness(read_counters, ledger=me.short), methods=["GET"],
-            operations={"GET": READYZ},
+            operations={"GET": READYZ}, public=True,
         ),
         DocumentedRoute("/metrics", metrics, methods=["GET"], operations={"GET": METRICS}),
     ]  # fmt: skip

@@ -223,6 +223,7 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "") -> ASGIApp:
             readiness(read_counters),
             methods=["GET"],
             operations={"GET": READYZ},
+            public=True,
         ),
         DocumentedRoute(prefix + "/metrics", metrics, methods=["GET"], operations={"GET": METRICS}),
     ]

@@ -57,8 +57,8 @@ def render(spec: dict[str, Any]) -> str:
         f"</title><style>{_STYLE}</style></head><body><h1>{esc(info['title'])}</h1>"
         f"<p>{esc(info['description'])} Version {esc(info['version'])}. The machine-readable "
         "form is <a href=openapi.json>openapi.json</a> (OpenAPI 3.1). Where the service has a "
-        "token (<code>--token-file</code>), every route but <code>/healthz</code> needs "
-        "<code>Authorization: Bearer TOKEN</code>.</p><ul>"
+        "token (<code>--token-file</code>), every route but the probes <code>/healthz</code> and "
+        "<code>/readyz</code> needs <code>Authorization: Bearer TOKEN</code>.</p><ul>"
     ]
     operations = [
         (path, method, op) for path, item in spec["paths"].items() for method, op in item.items()

@@ -50,8 +50,9 @@ _PARAMETER_TYPES = {"IntegerConvertor": "integer", "FloatConvertor": "number"}
 class DocumentedRoute(Route):
     """A Starlette route with the OpenAPI operation of each of its methods.
 
-    ``public`` routes need no token (``/healthz``): their operations have no security
-    requirement and no 401.
+    ``public`` routes need no token: the probes ``/healthz`` and ``/readyz``, which a kubelet
+    asks without one and which tell nothing but "alive" and "ready". Their operations have no
+    security requirement and no 401.
     """
 
     def __init__(
