@@ -223,3 +223,26 @@ def test_the_metrics_table_in_the_docs_lists_exactly_what_we_export(
 
 def _gauges(scrapes: dict[str, str]) -> set[str]:
     return {f.name for text in scrapes.values() for f in _families(text) if f.type == "gauge"}
+
+
+def test_the_latency_buckets_are_cumulative_with_le_inclusive() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from ackledger.web.observe import _Latencies
+
+    latencies = _Latencies()
+    registry = CollectorRegistry()
+    registry.register(latencies)
+    for seconds in (0.0007, 0.001, 20.0):  # 0.001 is a bound: counted in its own bucket
+        latencies.observe(("/events", "POST", "200"), seconds)
+    values = _values(generate_latest(registry).decode())
+    name = "ackledger_http_request_duration_seconds"
+
+    def bucket(le: str) -> float:
+        labels = {"route": "/events", "method": "POST", "status": "200", "le": le}
+        return values[(name + "_bucket", tuple(sorted(labels.items())))]
+
+    assert (bucket("0.0005"), bucket("0.001"), bucket("10.0"), bucket("+Inf")) == (0, 2, 2, 3)
+    series = (("method", "POST"), ("route", "/events"), ("status", "200"))
+    assert values[(name + "_count", series)] == 3
+    assert values[(name + "_sum", series)] == pytest.approx(20.0017)
