@@ -227,6 +227,15 @@ def _port_number(container: dict[str, Any], port: int | str) -> int:
     return int(next(p["containerPort"] for p in container["ports"] if p["name"] == port))
 
 
+def _assert_ready_on_its_metrics(container: dict[str, Any], args: Any) -> None:
+    """Ready when its metrics answer: the probe asks the port it serves them on, reachable
+    from outside the Pod."""
+    probe = container["readinessProbe"]["httpGet"]
+    assert probe["path"] == "/metrics"
+    assert _port_number(container, probe["port"]) == args.metrics_port
+    assert args.metrics_host == "0.0.0.0"
+
+
 def _service_url(service: dict[str, Any], path: str) -> str:
     return f"http://{service['metadata']['name']}:{service['spec']['ports'][0]['port']}{path}"
 
@@ -264,11 +273,7 @@ def test_the_relays_run_as_n_leasing_partitions_and_send_to_the_sink_service() -
     sink_service = found[("sink-service.yaml", "Service")]
     assert args.to == _service_url(sink_service, "/events")
     assert args.allow_host == [sink_service["metadata"]["name"]]
-    # Ready when its metrics answer: the probe asks the port the relay serves them on.
-    probe = container["readinessProbe"]["httpGet"]
-    assert probe["path"] == "/metrics"
-    assert _port_number(container, probe["port"]) == args.metrics_port
-    assert args.metrics_host == "0.0.0.0"
+    _assert_ready_on_its_metrics(container, args)
     # SIGTERM finishes the request in flight and releases the leases within the grace period.
     assert spec["terminationGracePeriodSeconds"] > args.timeout
     assert _env(container, "PGPASSWORD")["valueFrom"]["secretKeyRef"]["optional"] is True
@@ -442,9 +447,7 @@ def test_the_amqp_relay_leases_partitions_and_sends_to_the_broker_from_its_secre
     assert args.source == SAMPLE_SECRET.format(key=_secret_key(container, "DATABASE_URL"))
     assert args.to == SAMPLE_BROKER["relay-url"]
     assert args.allow_host == ["rabbitmq"] and args.owner == SAMPLE_FIELDS["metadata.name"]
-    probe = container["readinessProbe"]["httpGet"]
-    assert probe["path"] == "/metrics"
-    assert _port_number(container, probe["port"]) == args.metrics_port
+    _assert_ready_on_its_metrics(container, args)
     assert spec["terminationGracePeriodSeconds"] > args.timeout
 
 
@@ -460,7 +463,4 @@ def test_the_amqp_consumer_applies_into_the_shared_inbox() -> None:
     # The same inbox as the HTTP sink's replicas: one inbox, however events arrive.
     sink = _pod_spec(found[("sink-deployment-postgres.yaml", "Deployment")])["containers"][0]
     assert args.db == _parsed(sink).db
-    probe = container["readinessProbe"]["httpGet"]
-    assert probe["path"] == "/metrics"
-    assert _port_number(container, probe["port"]) == args.metrics_port
-    assert args.metrics_host == "0.0.0.0"
+    _assert_ready_on_its_metrics(container, args)

@@ -169,25 +169,21 @@ READYZ: Operation = {
         "503": problem("the database does not answer: route requests elsewhere for now"),
     },
 }
-METRICS: Operation = {
-    "summary": "Prometheus metrics (docs/operations.md names them)",
-    "responses": {
-        "200": {
-            "description": "the Prometheus text format",
-            "content": {"text/plain": {"schema": {"type": "string"}}},
-        }
-    },
-}
+
+
+def _text(summary: str, description: str, media: str) -> Operation:
+    """An operation whose one answer is text (not JSON) of ``media``."""
+    answer = {"description": description, "content": {media: {"schema": {"type": "string"}}}}
+    return {"summary": summary, "responses": {"200": answer}}
+
+
+METRICS = _text(
+    "Prometheus metrics (docs/operations.md names them)", "the Prometheus text format", "text/plain"
+)
 OPENAPI: Operation = {
     "summary": "This document",
     "responses": {"200": json_response("OpenAPI 3.1", {"type": "object"})},
 }
-DOCS: Operation = {
-    "summary": "This document as a page to read",
-    "responses": {
-        "200": {
-            "description": "HTML, rendered on the server (no script)",
-            "content": {"text/html": {"schema": {"type": "string"}}},
-        }
-    },
-}
+DOCS = _text(
+    "This document as a page to read", "HTML, rendered on the server (no script)", "text/html"
+)
