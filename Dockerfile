@@ -1,6 +1,9 @@
-# The ackledger image: the ledger and sink services, the relay, and the worker
+# The ackledger image: the ledger and sink services, the relays (HTTP, RabbitMQ, NATS), the
+# broker consumers and the worker
 # (`ackledger deliver`), on SQLite or PostgreSQL (the postgres extra: psycopg with its libpq).
-# Build from the repository root:  docker build -t ackledger:0.1.0 .
+# Build from the repository root:  docker build -t localhost/ackledger:0.1.0 .
+# (the name the manifests in deploy/k8s run: built here, not pulled; push it to your own
+# registry under your name and change the manifests to match).
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -11,7 +14,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY src ./src
-RUN pip install ".[server,postgres]" && rm -rf /src
+RUN pip install ".[server,postgres,amqp,nats]" && rm -rf /src
 
 # A fixed non-root uid, so the manifests can say runAsUser: 10001 and runAsNonRoot.
 RUN useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin ackledger \

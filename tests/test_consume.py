@@ -247,8 +247,8 @@ def test_amqp_applies_each_event_once_and_acks_the_duplicate(
         rabbit.publish(body(event))
     consumer = start_consumer("--from", rabbit.url, "--db", str(db), "--metrics-port", "0")
     url = metrics_url(consumer)
-    eventually(lambda: metric(url, "ackledger_consume_duplicate_total") == 1, "the duplicate")
-    eventually(lambda: metric(url, "ackledger_consume_applied_total") == 2, "both applied")
+    eventually(lambda: metric(url, "ackledger_consumer_duplicates_total") == 1, "the duplicate")
+    eventually(lambda: metric(url, "ackledger_consumer_applied_total") == 2, "both applied")
     assert consumer.stop(signal.SIGTERM) == 0
     assert inventory(db, "tea") == 7  # the duplicate added nothing
     assert inbox_ids(db) == ["e-1", "e-2"]
@@ -279,8 +279,8 @@ def test_amqp_rejects_what_can_never_apply_to_the_dead_letter_queue(
     )  # fmt: skip
     eventually(lambda: rabbit.ready(rabbit.dead) == len(bad) + 1, "the dead letters")
     url = metrics_url(consumer)
-    assert metric(url, "ackledger_consume_rejected_total") == len(bad) + 1
-    assert metric(url, "ackledger_consume_applied_total") == 1
+    assert metric(url, "ackledger_consumer_rejected_total") == len(bad) + 1
+    assert metric(url, "ackledger_consumer_applied_total") == 1
     assert consumer.stop() == 0
     assert sorted(rabbit.dead_letters()) == sorted([*bad, body(good)])
     assert inventory(db, "tea") == 5
@@ -300,8 +300,8 @@ def test_amqp_redelivers_a_transient_failure_until_it_applies(
     )  # fmt: skip
     eventually(lambda: inbox_ids(db) == ["f-1"], "the third attempt to apply it")
     url = metrics_url(consumer)
-    eventually(lambda: metric(url, "ackledger_consume_applied_total") == 1, "the ack counted")
-    assert metric(url, "ackledger_consume_failed_total") == 2
+    eventually(lambda: metric(url, "ackledger_consumer_applied_total") == 1, "the ack counted")
+    assert metric(url, "ackledger_consumer_failed_total") == 2
     assert consumer.stop() == 0
     assert (tmp_path / "flaky.tally").read_text(encoding="utf-8") == "xxx"
     assert raw_rows(db, "SELECT id FROM applied") == [("f-1",)]
@@ -436,8 +436,8 @@ def test_nats_applies_each_event_once_and_acks_the_duplicate(
     jet.publish(body(first), body(first), body(second))
     consumer = start_consumer("--from", jet.url("inbox"), "--db", str(db), "--metrics-port", "0")
     url = metrics_url(consumer)
-    eventually(lambda: metric(url, "ackledger_consume_duplicate_total") == 1, "the duplicate")
-    eventually(lambda: metric(url, "ackledger_consume_applied_total") == 2, "both applied")
+    eventually(lambda: metric(url, "ackledger_consumer_duplicates_total") == 1, "the duplicate")
+    eventually(lambda: metric(url, "ackledger_consumer_applied_total") == 2, "both applied")
     eventually(lambda: settled(jet.info("inbox")), "all three acked")
     assert consumer.stop(signal.SIGINT) == 0
     assert inventory(db, "tea") == 7

@@ -178,7 +178,7 @@ def _metrics(client: InProcess) -> dict[str, float]:
             if (
                 name.startswith("ackledger_ledger_")
                 and name.endswith("_total")
-                and not sample.labels
+                and sample.labels == {"scope": "database"}
             ):
                 found[name] = sample.value
     return found

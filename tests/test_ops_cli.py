@@ -93,8 +93,8 @@ def test_status_reads_the_sink_counters_from_its_metrics(
             inbox.receive(of(_ev("b", qty=5)))
     report = _cli_json("status", "--source", str(source_db), "--sink", url, "--json")
     assert report["sink"]["applied"] == 2
-    assert report["sink"]["duplicate"] == 1
-    assert report["sink"]["conflict"] == 1
+    assert report["sink"]["duplicates"] == 1
+    assert report["sink"]["conflicts"] == 1
     table = run_cli("status", "--source", str(source_db), "--sink", url).stdout
     assert "applied" in table and url in table
 

@@ -61,10 +61,10 @@ def test_a_relay_started_while_the_sink_is_down_drains_once_it_comes_up(tmp_path
         [(error,)] = raw_rows(source, "SELECT last_error FROM outbox WHERE seq = 1")
         assert "Connection" in str(error) or "refused" in str(error)
         down = metrics(relay.base_url)
-        assert one(down, "ackledger_relay_pending") == 5
+        assert one(down, "ackledger_relay_pending", scope="database") == 5
         assert one(down, "ackledger_relay_sends_failed_total", **{"class": "transient"}) >= 1
         assert one(down, "ackledger_relay_sends_succeeded_total") == 0
-        assert one(down, "ackledger_relay_oldest_pending_age_seconds") > 0
+        assert one(down, "ackledger_relay_oldest_pending_age_seconds", scope="database") > 0
         assert count(source, "sent = 1") == 0
 
         with start_service(
@@ -73,7 +73,7 @@ def test_a_relay_started_while_the_sink_is_down_drains_once_it_comes_up(tmp_path
         ):
             wait_until(lambda: count(source, PENDING) == 0, "the relay to drain the outbox")
             up = metrics(relay.base_url)
-            assert one(up, "ackledger_relay_pending") == 0
+            assert one(up, "ackledger_relay_pending", scope="database") == 0
             assert one(up, "ackledger_relay_sends_succeeded_total") == 5
             assert one(up, "ackledger_relay_consecutive_failures") == 0
             # SIGINT is a stop request too: the relay finishes and exits 0.
@@ -192,8 +192,10 @@ def test_a_poison_event_is_quarantined_and_the_relay_moves_on(
     assert raw_rows(sink_db, "SELECT qty FROM inventory WHERE sku = 'tea'") == [(99,)]
     assert one(samples, "ackledger_relay_poison_alerts_total", action="quarantine") == 1
     assert one(samples, "ackledger_relay_sends_failed_total", **{"class": "permanent"}) == 1
-    assert one(samples, "ackledger_relay_quarantined") == 1
-    assert one(samples, "ackledger_relay_outbox_sent_total") == 2  # quarantine is not success
+    assert one(samples, "ackledger_relay_quarantined", scope="database") == 1
+    assert (
+        one(samples, "ackledger_relay_outbox_sent_total", scope="database") == 2
+    )  # quarantine is not success
     log = (tmp_path / "relay.log").read_text().splitlines()
     alerts = [line for line in log if " ERROR " in line and "poison" in line]
     assert alerts and "p-2" in alerts[0] and "ALERT" in alerts[0]

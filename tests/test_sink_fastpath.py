@@ -135,11 +135,12 @@ def test_metrics_count_the_hot_routes(conn: http.client.HTTPConnection) -> None:
     _post(conn, "/events/batch", [lab("m2", "s", 1)])
     _, _, data = _call(conn, "GET", "/metrics")
     text = data.decode()
-    assert 'ackledger_sink_requests_total{route="/events",status="200"} 1.0' in text
-    assert 'ackledger_sink_requests_total{route="/events",status="422"} 1.0' in text
-    assert 'ackledger_sink_requests_total{route="/events/batch",status="200"} 1.0' in text
-    assert "ackledger_sink_applied_total 2.0" in text
-    assert "ackledger_sink_conflict_total 1.0" in text
+    count = "ackledger_http_request_duration_seconds_count"
+    assert f'{count}{{method="POST",route="/events",status="200"}} 1.0' in text
+    assert f'{count}{{method="POST",route="/events",status="422"}} 1.0' in text
+    assert f'{count}{{method="POST",route="/events/batch",status="200"}} 1.0' in text
+    assert 'ackledger_sink_applied_total{scope="database"} 2.0' in text
+    assert 'ackledger_sink_conflicts_total{scope="database"} 1.0' in text
 
 
 def test_concurrent_clients_each_get_their_own_answer(sink_service: Service, sink_db: Path) -> None:

@@ -139,11 +139,11 @@ def test_receipts_health_and_metrics(sink_app: InProcess) -> None:
         sample.name: sample.value
         for family in text_string_to_metric_families(text.decode())
         for sample in family.samples
-        if not sample.labels
+        if sample.labels == {"scope": "database"}
     }
     assert samples["ackledger_sink_applied_total"] == 1
-    assert samples["ackledger_sink_duplicate_total"] == 1
-    assert samples["ackledger_sink_conflict_total"] == 1
+    assert samples["ackledger_sink_duplicates_total"] == 1
+    assert samples["ackledger_sink_conflicts_total"] == 1
     spec = json.loads(sink_app.request("GET", "/openapi.json")[2])
     assert "/events" in spec["paths"]
 

@@ -238,7 +238,7 @@ def _answers_per_contract(client: InProcess) -> None:
         sample.name: sample.value
         for family in text_string_to_metric_families(text.decode())
         for sample in family.samples
-        if not sample.labels
+        if sample.labels == {"scope": "database"}
     }
     assert {name: samples[f"ackledger_ledger_{name}_total"] for name in COUNTER_NAMES} == {
         "attempts": 4, "deliveries": 2, "duplicates": 1, "conflicts": 1,

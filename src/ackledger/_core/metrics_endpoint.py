@@ -9,11 +9,14 @@ import threading
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.registry import Collector
 
+from .metric_families import BuildInfo
+
 
 class MetricsEndpoint:
-    def __init__(self, collector: Collector, host: str, port: int) -> None:
+    def __init__(self, collector: Collector, host: str, port: int, *, component: str) -> None:
         registry = CollectorRegistry()
         registry.register(collector)
+        registry.register(BuildInfo(component))
         self._server, self._thread = start_http_server(port, addr=host, registry=registry)
         self.host = host
         self.port: int = self._server.server_address[1]

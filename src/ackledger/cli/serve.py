@@ -10,6 +10,8 @@ from .arguments import add_synchronous, handlers_arg, port_arg
 if TYPE_CHECKING:
     import socket
 
+    from ..web.server import LogSettings
+
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = commands.add_parser("serve", help="run an HTTP service (sink or ledger)")
@@ -17,8 +19,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     sink = services.add_parser(
         "sink",
         help="the inbox service: POST /events applies each event id once",
-        description="Serve /events, /events/batch, /events/{id}, /healthz, /metrics and "
-        "/openapi.json. "
+        description="Serve /events, /events/batch, /events/{id}, /healthz, /readyz, /metrics, "
+        "/openapi.json and /docs. SIGTERM finishes the requests in flight and exits 0. "
         "Prints 'listening on URL' once bound (use --port 0 for a free port).",
     )
     _add_service_options(sink)
@@ -35,7 +37,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "ledger",
         help="the idempotency ledger: POST /deliveries, one delivery number per business key",
         description="Serve /deliveries, /attempts, /healthz (the ledger's pod_uid and boot_id), "
-        "/metrics and /openapi.json. POD_UID names the ledger's Pod (else local-<hostname>). "
+        "/readyz, /metrics, /openapi.json and /docs. POD_UID names the ledger's Pod (else "
+        "local-<hostname>). SIGTERM finishes the requests in flight and exits 0. "
         "Prints 'listening on URL' once bound (use --port 0 for a free port).",
     )
     _add_service_options(ledger)
@@ -53,6 +56,33 @@ def _add_service_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=port_arg, default=8080, help="port (0: any free port)")
     add_synchronous(parser)
+    _add_log_options(parser)
+
+
+def _add_log_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default="warning",
+        help="the least severe lines written to stderr (default warning)",
+    )
+    parser.add_argument(
+        "--access-log",
+        action="store_true",
+        help="one line per request: method, path, route, status, duration_ms (never a header)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="text for people, or json: one JSON object per line (ts, level, event, ...)",
+    )
+
+
+def _log_settings(args: argparse.Namespace) -> LogSettings:
+    from ..web.server import LogSettings
+
+    return LogSettings(args.log_level, args.access_log, args.log_format)
 
 
 def _listen(args: argparse.Namespace) -> socket.socket:
@@ -79,7 +109,7 @@ def cmd_serve_sink(args: argparse.Namespace) -> int:
 
     sock = _listen(args)
     with Inbox(args.db, handlers=args.handlers, synchronous=args.synchronous) as inbox:
-        serve(create_sink_app(inbox), sock, "sink")
+        serve(create_sink_app(inbox), sock, "sink", _log_settings(args))
     return 0
 
 
@@ -90,5 +120,5 @@ def cmd_serve_ledger(args: argparse.Namespace) -> int:
 
     sock = _listen(args)
     with Ledger(args.db, synchronous=args.synchronous) as ledger:
-        serve(create_ledger_app(ledger), sock, "ledger")
+        serve(create_ledger_app(ledger), sock, "ledger", _log_settings(args))
     return 0

@@ -16,21 +16,23 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from ..errors import InvalidEvent
 from ..store import database_errors
+from ..web import openapi_ledger as api
 from ..web.answers import Answer, bad_input, json_answer, problem_answer, unavailable_answer
 from ..web.bodies import BodyTooLarge, parse_json, read_capped
 from ..web.database_calls import DatabaseCalls
+from ..web.docs_page import api_routes
 from ..web.fastpath import GroupCommit
-from ..web.metrics import Handler, ServiceMetrics
+from ..web.health import Handler, liveness, readiness
+from ..web.metrics import ServiceMetrics
+from ..web.observe import Observed
+from ..web.openapi import METRICS, READYZ, DocumentedRoute
 from ..web.routing import build_app
 from .ledger import (
-    MAX_KEY_LEN,
-    REQUEST_FIELDS,
     Ledger,
     LedgerRequest,
     PayloadConflict,
@@ -72,7 +74,7 @@ LEDGER_COUNTERS = {
 }
 
 
-def create_ledger_app(ledger: Ledger, identity: Identity | None = None) -> Starlette:
+def create_ledger_app(ledger: Ledger, identity: Identity | None = None) -> ASGIApp:
     me = identity or local_identity()
     service_metrics = ServiceMetrics("ledger", ledger.counters, LEDGER_COUNTERS)
     db = DatabaseCalls(ledger.backend)
@@ -137,118 +139,44 @@ def create_ledger_app(ledger: Ledger, identity: Identity | None = None) -> Starl
 
         return answer
 
-    async def healthz(request: Request) -> Answer:
-        return json_answer(asdict(me))
-
     async def metrics(request: Request) -> Answer:
         return await db(service_metrics.answer)
 
-    async def openapi(request: Request) -> Answer:
-        return json_answer(LEDGER_OPENAPI)
+    async def read_counters() -> object:
+        return await db(ledger.counters)
 
-    create = service_metrics.counted("/deliveries", post_delivery)
     list_deliveries = listing(ledger.deliveries)
 
     async def deliveries(request: Request) -> Answer:
         # One route for both methods, so that a 405 on /deliveries names both in Allow.
-        return await (create if request.method == "POST" else list_deliveries)(request)
+        return await (post_delivery if request.method == "POST" else list_deliveries)(request)
 
-    return build_app(
-        ledger=me.short,
-        routes=[
-            Route("/deliveries", deliveries, methods=["GET", "POST"]),
-            Route("/attempts", listing(ledger.attempts), methods=["GET"]),
-            Route("/healthz", healthz, methods=["GET"]),
-            Route("/metrics", metrics, methods=["GET"]),
-            Route("/openapi.json", openapi, methods=["GET"]),
-        ],
+    routes = [
+        DocumentedRoute(
+            "/deliveries", deliveries, methods=["GET", "POST"],
+            operations={"GET": api.LIST_DELIVERIES, "POST": api.POST_DELIVERY},
+        ),
+        DocumentedRoute(
+            "/attempts", listing(ledger.attempts), methods=["GET"],
+            operations={"GET": api.LIST_ATTEMPTS},
+        ),
+        DocumentedRoute(
+            "/healthz", liveness(lambda: asdict(me)), methods=["GET"],
+            operations={"GET": api.HEALTHZ}, public=True,
+        ),
+        DocumentedRoute(
+            "/readyz", readiness(read_counters, ledger=me.short), methods=["GET"],
+            operations={"GET": READYZ}, public=True,
+        ),
+        DocumentedRoute("/metrics", metrics, methods=["GET"], operations={"GET": METRICS}),
+    ]  # fmt: skip
+    routes += api_routes("", "ackledger ledger", _DESCRIPTION, routes)
+    return Observed(
+        build_app(ledger=me.short, routes=list(routes)), service_metrics.registry, routes
     )
 
 
-_KEY = {"type": "string", "pattern": f"^[A-Za-z0-9][A-Za-z0-9._:-]{{0,{MAX_KEY_LEN - 1}}}$"}
-_PROBLEM = {"application/problem+json": {"schema": {"type": "object"}}}
-_IDENTITY = {
-    "type": "object",
-    "properties": {"pod_uid": {"type": "string"}, "boot_id": {"type": "string"}},
-}
-_ANSWER = {
-    "type": "object",
-    "required": ["delivery_no", "duplicate", "attempt", "ledger"],
-    "properties": {
-        "delivery_no": {"type": "integer"},
-        "duplicate": {"type": "boolean"},
-        "attempt": {"type": "integer", "description": "the nth request for this key"},
-        "case_id": _KEY,
-        "work_id": _KEY,
-        "mode": {"enum": ["idempotent", "control"]},
-        "ledger": _IDENTITY,
-    },
-}
-_CASE_QUERY = [{"name": "case_id", "in": "query", "required": False, "schema": _KEY}]
-
-LEDGER_OPENAPI: dict[str, Any] = {
-    "openapi": "3.1.0",
-    "info": {"title": "ackledger ledger", "version": "1"},
-    "paths": {
-        "/deliveries": {
-            "post": {
-                "summary": "The delivery of a business key: created once, then replayed",
-                "requestBody": {
-                    "required": True,
-                    "content": {
-                        "application/json": {
-                            "schema": {
-                                "type": "object",
-                                "required": list(REQUEST_FIELDS[:-1]),
-                                "additionalProperties": False,
-                                "properties": {
-                                    "case_id": _KEY,
-                                    "work_id": _KEY,
-                                    "pod_uid": {
-                                        "type": "string",
-                                        "pattern": "^[ -~]{1,128}$",
-                                        "description": "the execution, for tracing only",
-                                    },
-                                    "mode": {"enum": ["idempotent", "control"]},
-                                    "payload": {"type": ["object", "null"]},
-                                },
-                            }
-                        }
-                    },
-                },
-                "responses": {
-                    "201": {
-                        "description": "a new delivery",
-                        "content": {"application/json": {"schema": _ANSWER}},
-                    },
-                    "200": {
-                        "description": "the key's existing delivery (Idempotent-Replayed: true)",
-                        "content": {"application/json": {"schema": _ANSWER}},
-                    },
-                    "400": {"description": "invalid request", "content": _PROBLEM},
-                    "413": {"description": "body over 64 KiB", "content": _PROBLEM},
-                    "422": {"description": "same key, other payload", "content": _PROBLEM},
-                },
-            },
-            "get": {
-                "summary": "Deliveries in number order",
-                "parameters": _CASE_QUERY,
-                "responses": {"200": {"description": "a JSON list"}},
-            },
-        },
-        "/attempts": {
-            "get": {
-                "summary": "Every request in arrival order, with the pod_uid that sent it",
-                "parameters": _CASE_QUERY,
-                "responses": {"200": {"description": "a JSON list"}},
-            }
-        },
-        "/healthz": {
-            "get": {
-                "summary": "The ledger's own identity: pod_uid, boot_id, node_boot_id, started_at",
-                "responses": {"200": {"description": "alive"}},
-            }
-        },
-        "/metrics": {"get": {"responses": {"200": {"description": "Prometheus text"}}}},
-    },
-}
+_DESCRIPTION = (
+    "The idempotency ledger: POST /deliveries hands out one delivery number per business key "
+    "(case_id, work_id), however often a Job re-runs (CONTRACT v2 section 7)."
+)

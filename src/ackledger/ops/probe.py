@@ -87,7 +87,8 @@ def sink_receipt(
 def scrape(
     url: str, *, timeout: float = 5.0, allowed_hosts: Iterable[str] | None = None
 ) -> dict[str, float]:
-    """The unlabelled samples of a service's ``/metrics``, counters without ``_total``."""
+    """The unlabelled samples of a service's ``/metrics`` (and those labelled only
+    ``scope="database"``, the figures read from its database), counters without ``_total``."""
     from prometheus_client.parser import text_string_to_metric_families
 
     status, body = http_get(url, "/metrics", timeout=timeout, allowed_hosts=allowed_hosts)
@@ -96,7 +97,8 @@ def scrape(
     found: dict[str, float] = {}
     for family in text_string_to_metric_families(body.decode("utf-8", "replace")):
         for sample in family.samples:
-            if sample.labels or sample.name.endswith("_created"):
+            own_labels = sample.labels and sample.labels != {"scope": "database"}
+            if own_labels or sample.name.endswith("_created"):
                 continue
             name = sample.name.removesuffix("_total")
             found[name] = float(sample.value)

@@ -1,8 +1,9 @@
 """The relay's Prometheus metrics, read at scrape time from the relay and its outbox.
 
-Outbox figures (pending, oldest pending age, quarantined) come from ``stats()`` on every
-scrape, so they are the database's truth even across relay restarts; send figures are this
-process's own counters.
+Outbox figures (pending, oldest pending age, quarantined, attempts, sent) come from
+``stats()`` on every scrape, so they are the database's truth even across relay restarts;
+they carry ``scope="database"``: every replica reports the same figures, so take ``max()``
+across replicas. Send figures are this process's own counters: ``sum()`` them.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from .._core.metric_families import database_counter, database_gauge
 from .._core.metrics_endpoint import MetricsEndpoint
 from .loop import RelayCounts
 
@@ -30,23 +32,25 @@ class RelayCollector(Collector):
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         stats = self._stats()
         counts = self._counts
-        yield _gauge(
+        yield _database_gauge(
             "pending", "Events waiting to be sent now (not quarantined).", stats["pending"]
         )
-        yield _gauge(
+        yield _database_gauge(
             "oldest_pending_age_seconds",
             "Age of the oldest pending event; grows while the head is stuck.",
             stats["oldest_pending_age_s"],
         )
-        yield _gauge(
+        yield _database_gauge(
             "quarantined", "Events held out of pending by quarantine (never sent).",
             stats["quarantined"],
         )  # fmt: skip
-        yield _counter(
-            "outbox_attempts", "Send attempts recorded in the outbox by any relay or dispatch.",
-            stats["attempts"],
+        yield database_counter(
+            "ackledger_relay_outbox_attempts",
+            "Send attempts recorded in the outbox by any relay or dispatch.", stats["attempts"],
         )  # fmt: skip
-        yield _counter("outbox_sent", "Events marked sent in the outbox, ever.", stats["sent"])
+        yield database_counter(
+            "ackledger_relay_outbox_sent", "Events marked sent in the outbox, ever.", stats["sent"]
+        )
         yield _counter("sends_attempted", "Event sends this relay attempted.", counts.attempted)
         yield _counter("sends_succeeded", "Event sends acknowledged by the sink.", counts.succeeded)
         yield _by_label(
@@ -74,6 +78,10 @@ def _gauge(name: str, help_text: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(f"ackledger_relay_{name}", help_text, value=value)
 
 
+def _database_gauge(name: str, help_text: str, value: float) -> GaugeMetricFamily:
+    return database_gauge(f"ackledger_relay_{name}", help_text, value)
+
+
 def _by_label(name: str, help_text: str, label: str, values: dict[str, int]) -> CounterMetricFamily:
     family = CounterMetricFamily(f"ackledger_relay_{name}", help_text, labels=[label])
     for key, value in values.items():
@@ -89,4 +97,4 @@ class MetricsServer(MetricsEndpoint):
     """The relay's /metrics endpoint on its own thread."""
 
     def __init__(self, stats: Stats, counts: RelayCounts, host: str, port: int) -> None:
-        super().__init__(RelayCollector(stats, counts), host, port)
+        super().__init__(RelayCollector(stats, counts), host, port, component="relay")

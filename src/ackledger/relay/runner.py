@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import asdict
 from types import FrameType
@@ -48,21 +49,29 @@ def run(
     mark, the process stops itself with SIGSTOP (as if paused by the system).
     """
     install(logger, log_format)
+    # A stop asked for while the relay is still starting (opening the outbox, a Pod deleted
+    # right after it started) is a clean stop too, not death by the signal (exit -15).
+    early = threading.Event()
+    restore_early = _on_stop_signals(early.set)
     wire = sender(settings.url, timeout=settings.timeout, allowed_hosts=settings.allowed_hosts)
     try:
         with Outbox(source, synchronous=synchronous) as outbox:
             outbox.record_target(settings.url)
             if settings.owner is not None:
-                return _leasing(settings, outbox, wire, metrics_at, _pause_after(pause_after_acks))
+                after = _pause_after(pause_after_acks)
+                return _leasing(settings, outbox, wire, (metrics_at, early), after)
             marker = Outbox(source, synchronous=synchronous) if settings.pipeline else None
             try:
                 relay = Relay(WholeOutbox(outbox, settings, marker), wire=wire)
-                code = _serving(outbox, relay.counts, relay.request_stop, relay.run, metrics_at)
+                code = _serving(
+                    outbox, relay.counts, relay.request_stop, relay.run, (metrics_at, early)
+                )
             finally:
                 if marker is not None:
                     marker.close()
     finally:
         wire.close()
+        restore_early()
     if relay.poisoned is not None:
         event_id = relay.poisoned.event_id
         # A broker is no sink to ask: its consumer's inbox is named by whoever runs it.
@@ -80,12 +89,12 @@ def _leasing(
     settings: RelaySettings,
     outbox: Outbox,
     wire: Sender,
-    metrics_at: Address | None,
+    serving: tuple[Address | None, threading.Event],
     after_delivery: Callable[[str], object] | None,
 ) -> int:
     """One of N relays: the partition worker, its report printed as one JSON line."""
     worker = PartitionWorker(outbox, settings, wire, after_delivery=after_delivery)
-    report = _serving(outbox, worker.counts, worker.relay.request_stop, worker.run, metrics_at)
+    report = _serving(outbox, worker.counts, worker.relay.request_stop, worker.run, serving)
     print(json.dumps(asdict(report)), flush=True)
     if report.poisoned is not None:
         print(f"ackledger relay: stopped on poison event {report.poisoned}", file=sys.stderr)
@@ -98,11 +107,15 @@ def _serving(
     counts: RelayCounts,
     stop: Callable[[], None],
     run: Callable[[], T],
-    metrics_at: Address | None,
+    serving: tuple[Address | None, threading.Event],
 ) -> T:
-    """``run()`` with /metrics up (if asked) and SIGTERM/SIGINT calling ``stop``."""
+    """``run()`` with /metrics up (if asked) and SIGTERM/SIGINT calling ``stop``; a stop
+    signalled before (the event) stops it at once."""
+    metrics_at, early = serving
     metrics = _metrics(outbox, counts, metrics_at)
     restore = _on_stop_signals(stop)
+    if early.is_set():
+        stop()
     try:
         return run()
     finally:

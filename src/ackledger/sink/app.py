@@ -13,12 +13,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from starlette.requests import Request
-from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import AckledgerError, Conflict, InvalidEvent, NoHandler, Rejected
 from ..event import check_identifier
 from ..store import database_errors
+from ..web import openapi_sink as api
 from ..web.answers import (
     Answer,
     invalid_answer,
@@ -30,12 +30,16 @@ from ..web.answers import (
 )
 from ..web.bodies import BodyTooLarge, ClientGone, read_body
 from ..web.cloudevents_http import Headers, decode_batch, decode_event
+from ..web.docs_page import api_routes
 from ..web.fastpath import FastPosts, GroupCommit, PostRoute
+from ..web.health import liveness, readiness
 from ..web.metrics import ServiceMetrics
+from ..web.observe import Observed
+from ..web.openapi import METRICS, READYZ, DocumentedRoute
 from ..web.routing import build_app
 from .inbox import BatchResult, Inbox
 
-MAX_BATCH = 16
+MAX_BATCH = api.MAX_BATCH
 
 #: The answer's header of a re-sent event (shared: answers only read their headers).
 _REPLAYED = {"Idempotent-Replayed": "true"}
@@ -83,9 +87,19 @@ def _batch_acks_body(items: Sequence[Any], statuses: Sequence[str]) -> bytes:
 
 SINK_COUNTERS = {
     "applied": "Events applied by their handler (first receipt of an identity).",
-    "duplicate": "Re-sent events acknowledged again without a second effect.",
-    "conflict": "Events refused because their identity was applied with other content.",
+    "duplicates": "Re-sent events acknowledged again without a second effect.",
+    "conflicts": "Events refused because their identity was applied with other content.",
 }
+
+
+def _sink_counts(inbox: Inbox) -> dict[str, int]:
+    """The inbox's durable totals under their metric names (plural, as the ledger's)."""
+    found = inbox.counters()
+    return {
+        "applied": found["applied"],
+        "duplicates": found["duplicate"],
+        "conflicts": found["conflict"],
+    }
 
 
 def _refusal(error: Exception) -> dict[str, Any]:
@@ -132,7 +146,7 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "") -> ASGIApp:
     # (that is what makes arrival order commit order); worker threads would only add lock
     # waits and thread hops (measured on PostgreSQL: about half the throughput of two sink
     # processes). Replicas are separate processes. Contrast the ledger (ledger/app.py).
-    service_metrics = ServiceMetrics("sink", inbox.counters, SINK_COUNTERS)
+    service_metrics = ServiceMetrics("sink", lambda: _sink_counts(inbox), SINK_COUNTERS)
     started_at = time.time()
     group: GroupCommit[Sequence[object], BatchResult] = GroupCommit(inbox.receive_runs)
 
@@ -176,8 +190,9 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "") -> ASGIApp:
         error["index"] = len(result.statuses)
         return json_answer({"acks": acks, "error": error})
 
-    post_event = PostRoute("/events", event_answer, service_metrics.requests)
-    post_batch = PostRoute("/events/batch", batch_answer, service_metrics.requests)
+    # Requests are counted and timed around the whole app (web.observe), these too.
+    post_event = PostRoute("/events", event_answer)
+    post_batch = PostRoute("/events/batch", batch_answer)
     events, batch = prefix + "/events", prefix + "/events/batch"
 
     async def get_event(request: Request) -> Answer:
@@ -193,95 +208,45 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "") -> ASGIApp:
             return problem_answer(404, "not-found", "No receipt", detail)
         return json_answer(receipt)
 
-    async def healthz(request: Request) -> Answer:
-        return json_answer({"status": "ok", "started_at": started_at})
+    async def read_counters() -> object:
+        # On the event loop, as every database call of the sink (see above).
+        return inbox.counters()
 
     async def metrics(request: Request) -> Answer:
         return service_metrics.answer()
 
-    async def openapi(request: Request) -> Answer:
-        return json_answer(SINK_OPENAPI)
+    routes = [
+        DocumentedRoute(events, post_event, methods=["POST"], operations={"POST": api.POST_EVENT}),
+        DocumentedRoute(batch, post_batch, methods=["POST"], operations={"POST": api.POST_BATCH}),
+        DocumentedRoute(
+            prefix + "/events/{event_id:str}",
+            get_event,
+            methods=["GET"],
+            operations={"GET": api.GET_RECEIPT},
+        ),
+        DocumentedRoute(
+            prefix + "/healthz",
+            liveness(lambda: {"status": "ok", "started_at": started_at}),
+            methods=["GET"],
+            operations={"GET": api.HEALTHZ},
+            public=True,
+        ),
+        DocumentedRoute(
+            prefix + "/readyz",
+            readiness(read_counters),
+            methods=["GET"],
+            operations={"GET": READYZ},
+            public=True,
+        ),
+        DocumentedRoute(prefix + "/metrics", metrics, methods=["GET"], operations={"GET": METRICS}),
+    ]
+    routes += api_routes(prefix, "ackledger sink", _DESCRIPTION, routes)
+    app = build_app(list(routes))
+    fast = FastPosts(app, {events: post_event, batch: post_batch})
+    return Observed(fast, service_metrics.registry, routes)
 
-    app = build_app(
-        [
-            Route(events, post_event, methods=["POST"]),
-            Route(batch, post_batch, methods=["POST"]),
-            Route(prefix + "/events/{event_id:str}", get_event, methods=["GET"]),
-            Route(prefix + "/healthz", healthz, methods=["GET"]),
-            Route(prefix + "/metrics", metrics, methods=["GET"]),
-            Route(prefix + "/openapi.json", openapi, methods=["GET"]),
-        ]
-    )
-    return FastPosts(app, {events: post_event, batch: post_batch})
 
-
-_EVENT_SCHEMA = {
-    "type": "object",
-    "description": "A CloudEvents 1.0 event in structured mode (CONTRACT v2 section 1)",
-    "required": ["specversion", "id", "source", "type"],
-    "properties": {
-        "specversion": {"const": "1.0"},
-        "id": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"},
-        "source": {"type": "string", "minLength": 1, "maxLength": 256},
-        "type": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$"},
-        "subject": {"type": "string", "minLength": 1, "maxLength": 256},
-        "time": {"type": "string", "format": "date-time"},
-        "datacontenttype": {"const": "application/json"},
-        "data": {},
-        "partitionkey": {"type": "string", "minLength": 1, "maxLength": 256},
-    },
-}
-_PROBLEM = {"application/problem+json": {"schema": {"type": "object"}}}
-
-SINK_OPENAPI: dict[str, Any] = {
-    "openapi": "3.1.0",
-    "info": {"title": "ackledger sink", "version": "1"},
-    "paths": {
-        "/events": {
-            "post": {
-                "summary": "Apply an event once",
-                "requestBody": {
-                    "required": True,
-                    "content": {"application/cloudevents+json": {"schema": _EVENT_SCHEMA}},
-                },
-                "responses": {
-                    "200": {"description": "ACK: applied, or a duplicate (Idempotent-Replayed)"},
-                    "400": {"description": "invalid event", "content": _PROBLEM},
-                    "413": {"description": "body over 64 KiB", "content": _PROBLEM},
-                    "422": {
-                        "description": "same identity, other content; no handler; rejected",
-                        "content": _PROBLEM,
-                    },
-                    "503": {"description": "the handler or the database failed; retry"},
-                },
-            }
-        },
-        "/events/batch": {
-            "post": {
-                "summary": "Apply 1-16 events in order in one transaction",
-                "requestBody": {
-                    "required": True,
-                    "content": {
-                        "application/cloudevents-batch+json": {
-                            "schema": {
-                                "type": "array",
-                                "items": _EVENT_SCHEMA,
-                                "minItems": 1,
-                                "maxItems": MAX_BATCH,
-                            }
-                        }
-                    },
-                },
-                "responses": {"200": {"description": "acks for the applied prefix, and error"}},
-            }
-        },
-        "/events/{event_id}": {
-            "get": {
-                "summary": "The inbox receipt of one event",
-                "responses": {"200": {"description": "receipt"}, "404": {"description": "none"}},
-            }
-        },
-        "/healthz": {"get": {"responses": {"200": {"description": "alive"}}}},
-        "/metrics": {"get": {"responses": {"200": {"description": "Prometheus text"}}}},
-    },
-}
+_DESCRIPTION = (
+    "The inbox service: POST /events applies each event (source, id) once and answers only "
+    "after the commit (CONTRACT v2 section 6)."
+)

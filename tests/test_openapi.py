@@ -1,0 +1,194 @@
+"""The services' OpenAPI documents: generated from the routes the apps really have, valid
+(openapi-spec-validator), and the answers the services give match the schemas declared."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+from openapi_spec_validator import validate
+from referencing import Registry
+from referencing.jsonschema import DRAFT202012
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ackledger import new_event
+from ackledger.ledger.app import create_ledger_app
+from ackledger.ledger.ledger import Ledger
+from ackledger.sink.app import create_sink_app
+from ackledger.sink.inbox import Inbox
+from ackledger.web.openapi import DocumentedRoute, openapi_document
+
+from .inprocess import InProcess
+
+Spec = dict[str, Any]
+
+
+@pytest.fixture(params=["sink", "ledger"])
+def service(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[InProcess]:
+    if request.param == "sink":
+        with Inbox(tmp_path / "sink.db") as inbox, InProcess(create_sink_app(inbox)) as app:
+            yield app
+    else:
+        with Ledger(tmp_path / "ledger.db") as ledger, InProcess(create_ledger_app(ledger)) as app:
+            yield app
+
+
+def _spec(app: InProcess) -> Spec:
+    status, headers, body = app.request("GET", "/openapi.json")
+    assert status == 200 and headers["content-type"] == "application/json"
+    spec: Spec = json.loads(body)
+    return spec
+
+
+def _operations(spec: Spec) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    for path, item in spec["paths"].items():
+        for method, operation in item.items():
+            yield path, method, operation
+
+
+def test_each_document_is_valid_openapi(service: InProcess) -> None:
+    spec = _spec(service)
+    validate(spec)  # raises on any error; the hand-written documents failed here
+    assert spec["openapi"].startswith("3.1") and spec["info"]["version"]
+
+
+def test_every_route_is_documented_with_its_parameters_and_shared_answers(
+    service: InProcess,
+) -> None:
+    spec = _spec(service)
+    for path, method, operation in _operations(spec):
+        names = re.findall(r"{(\w+)}", path)
+        declared = [p["name"] for p in operation.get("parameters", []) if p["in"] == "path"]
+        assert declared == names, (path, method)
+        responses = operation["responses"]
+        assert "421" in responses  # the loopback Host check answers every route
+        if path in ("/healthz", "/readyz"):  # the probes: a kubelet has no token
+            assert operation["security"] == [] and "401" not in responses
+        else:
+            assert "security" not in operation and "401" in responses, (path, method)
+        for status, answer in responses.items():
+            if status.startswith("2"):  # every success says what its body is
+                assert all("schema" in c for c in answer["content"].values()), (path, status)
+    assert spec["security"] == [{"bearer": []}]
+    assert spec["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    assert {"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs"} <= set(spec["paths"])
+
+
+def test_the_sink_declares_replays_batch_refusals_and_503(tmp_path: Path) -> None:
+    with Inbox(tmp_path / "sink.db") as inbox, InProcess(create_sink_app(inbox)) as app:
+        paths = _spec(app)["paths"]
+    post = paths["/events"]["post"]["responses"]
+    assert "Idempotent-Replayed" in post["200"]["headers"]
+    assert {"400", "413", "422", "503"} <= set(post)
+    assert {"400", "413", "503"} <= set(paths["/events/batch"]["post"]["responses"])
+    assert set(paths) >= {"/events", "/events/batch", "/events/{event_id}"}
+
+
+def test_the_ledger_declares_replays_and_its_503(tmp_path: Path) -> None:
+    with Ledger(tmp_path / "l.db") as ledger, InProcess(create_ledger_app(ledger)) as app:
+        paths = _spec(app)["paths"]
+    post = paths["/deliveries"]["post"]["responses"]
+    assert "Idempotent-Replayed" in post["200"]["headers"]
+    assert {"201", "400", "413", "422", "503"} <= set(post)
+    assert "503" in paths["/deliveries"]["get"]["responses"]
+    assert set(paths["/deliveries"]) == {"get", "post"}
+
+
+def _checker(spec: Spec, path: str, method: str, status: int) -> Draft202012Validator:
+    """A validator for the declared JSON body of that answer, ``$ref``s resolved in ``spec``."""
+    registry: Registry[Any] = Registry().with_resource("urn:api", DRAFT202012.create_resource(spec))
+    answer = spec["paths"][path][method]["responses"][str(status)]
+    media = next(iter(answer["content"]))
+    pointer = "/".join(
+        part.replace("~", "~0").replace("/", "~1")
+        for part in ("paths", path, method, "responses", str(status), "content", media, "schema")
+    )
+    return Draft202012Validator({"$ref": f"urn:api#/{pointer}"}, registry=registry)
+
+
+def _lab(event_id: str, qty: int = 1) -> dict[str, Any]:
+    return new_event("warehouse.stock.added", {"sku": "tea", "qty": qty}, source="/wh", id=event_id)
+
+
+def test_the_sinks_answers_match_the_schemas_it_declares(tmp_path: Path) -> None:
+    with Inbox(tmp_path / "sink.db") as inbox, InProcess(create_sink_app(inbox)) as app:
+        spec = _spec(app)
+        answers = [
+            ("/events", "post", app.call("POST", "/events", json.dumps(_lab("a")).encode())),
+            ("/events", "post", app.call("POST", "/events", json.dumps(_lab("a")).encode())),
+            ("/events", "post", app.call("POST", "/events", json.dumps(_lab("a", 2)).encode())),
+            ("/events", "post", app.call("POST", "/events", b"{")),
+            ("/events/batch", "post", app.post("/events/batch", [_lab("b"), _lab("a", 3)])),
+            ("/events/{event_id}", "get", app.call("GET", "/events/a")),
+            ("/events/{event_id}", "get", app.call("GET", "/events/never")),
+            ("/healthz", "get", app.call("GET", "/healthz")),
+            ("/readyz", "get", app.call("GET", "/readyz")),
+        ]
+    statuses = [(path, status) for path, _, (status, _, _) in answers]
+    assert statuses == [
+        ("/events", 200), ("/events", 200), ("/events", 422), ("/events", 400),
+        ("/events/batch", 200), ("/events/{event_id}", 200), ("/events/{event_id}", 404),
+        ("/healthz", 200), ("/readyz", 200),
+    ]  # fmt: skip
+    for path, method, (status, _, body) in answers:
+        _checker(spec, path, method, status).validate(body)
+    assert answers[1][2][1]["idempotent-replayed"] == "true"
+    assert "error" in answers[4][2][2]  # the batch's second item conflicted
+
+
+def test_the_ledgers_answers_match_the_schemas_it_declares(tmp_path: Path) -> None:
+    with Ledger(tmp_path / "l.db") as ledger, InProcess(create_ledger_app(ledger)) as app:
+        spec = _spec(app)
+        answers = [
+            ("/deliveries", "post", app.deliver(case_id="c", work_id="w")),
+            ("/deliveries", "post", app.deliver(case_id="c", work_id="w")),
+            ("/deliveries", "post", app.deliver(case_id="c", work_id="w", payload={"x": 1})),
+            ("/deliveries", "post", app.call("POST", "/deliveries", b"[]")),
+            ("/deliveries", "get", app.call("GET", "/deliveries?case_id=c")),
+            ("/attempts", "get", app.call("GET", "/attempts")),
+            ("/healthz", "get", app.call("GET", "/healthz")),
+        ]
+    assert [status for _, _, (status, _, _) in answers] == [201, 200, 422, 400, 200, 200, 200]
+    for path, method, (status, _, body) in answers:
+        _checker(spec, path, method, status).validate(body)
+
+
+def test_the_docs_page_lists_every_operation_and_loads_nothing_from_elsewhere(
+    service: InProcess,
+) -> None:
+    spec = _spec(service)
+    status, headers, body = service.request("GET", "/docs")
+    page = body.decode()
+    assert status == 200 and headers["content-type"].startswith("text/html")
+    for path, method, operation in _operations(spec):
+        anchor = f"id='{method}-{path}'"
+        assert anchor in page, anchor
+        assert operation["summary"].replace("'", "&#x27;") in page
+    assert "<script" not in page.lower() and "<link" not in page.lower()
+    assert not re.search(r"(src|href)=['\"]?https?:", page)  # no CDN, no font, no tracker
+
+
+async def _plain(request: Request) -> Response:
+    """A route nobody documented."""
+    return Response()
+
+
+def test_a_route_without_an_operation_still_appears_and_a_wrong_parameter_is_refused() -> None:
+    spec = openapi_document("t", "1", "d", [Route("/plain/{n:int}", _plain, methods=["GET"])])
+    validate(spec)
+    operation = spec["paths"]["/plain/{n}"]["get"]
+    assert operation["summary"] == "A route nobody documented."
+    assert operation["parameters"][0]["schema"] == {"type": "integer"}
+    wrong = DocumentedRoute(
+        "/items/{item_id}", _plain, methods=["GET"],
+        operations={"GET": {"parameters": [{"name": "id", "in": "path", "required": True}]}},
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="'id' is not in the path"):
+        openapi_document("t", "1", "d", [wrong])
