@@ -12,6 +12,8 @@ import sys
 import uvicorn
 from starlette.types import ASGIApp
 
+from .limits import Limits
+
 
 def bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -39,14 +41,19 @@ def url_of(sock: socket.socket) -> str:
     return f"http://{shown}:{port}"
 
 
-def serve(app: ASGIApp, sock: socket.socket, name: str) -> None:
+def serve(app: ASGIApp, sock: socket.socket, name: str, limits: Limits | None = None) -> None:
     print(f"ackledger {name} listening on {url_of(sock)}", flush=True)
+    limits = limits or Limits()
     config = uvicorn.Config(
         app,
         log_level="warning",
         access_log=False,
         lifespan="off",
         timeout_keep_alive=30,
+        # The head cap and the read time-outs (web.limits); h11's own cap, should it be used.
+        http=limits.protocol(),
+        h11_max_incomplete_event_size=limits.head_bytes,
+        limit_concurrency=limits.max_connections,
     )
     server = uvicorn.Server(config)
     server.run(sockets=[sock])

@@ -1,0 +1,78 @@
+"""``--token-file`` and ``--insecure-no-token``: who may talk to a service (CONTRACT v2 §9)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import socket
+
+    from starlette.types import ASGIApp
+
+    from ..wire.token import Token
+
+
+def token_file_arg(text: str) -> Token:
+    """An argparse type: the token in the file named (read now, so a bad file is exit 2)."""
+    from ..wire.token import read_token_file
+
+    try:
+        return read_token_file(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix(f"--token-file {text}: ")) from None
+
+
+def add_client_token(parser: argparse.ArgumentParser) -> None:
+    """``--token-file`` of a command that calls a service."""
+    parser.add_argument(
+        "--token-file", type=token_file_arg, metavar="PATH",
+        help="a file holding the bearer token of the service(s) called (sent as "
+        "Authorization: Bearer; never printed)",
+    )  # fmt: skip
+
+
+def add_exposure(parser: argparse.ArgumentParser) -> None:
+    """A service's ``--token-file`` and ``--insecure-no-token``."""
+    parser.add_argument(
+        "--token-file", type=token_file_arg, metavar="PATH",
+        help="a file holding the bearer token every request but /healthz and /readyz must "
+        "carry (compared in constant time); required to bind beyond loopback",
+    )  # fmt: skip
+    parser.add_argument(
+        "--insecure-no-token", action="store_true",
+        help="bind beyond loopback without a token (anyone who can reach the port can write)",
+    )  # fmt: skip
+
+
+def check_exposure(args: argparse.Namespace) -> None:
+    """Refuse to listen beyond loopback without a token unless told to, before binding."""
+    from ..web.guard import is_loopback_address
+    from . import UsageError
+
+    if args.token_file is not None and args.insecure_no_token:
+        raise UsageError("--insecure-no-token: contradicts --token-file; give one of them")
+    host = args.host.strip().strip("[]")
+    if is_loopback_address(host) or args.token_file is not None:
+        return
+    if not args.insecure_no_token:
+        raise UsageError(
+            f"--host {args.host}: binding beyond loopback needs --token-file PATH "
+            "(or --insecure-no-token to accept requests from anyone who can reach it)"
+        )
+    print(
+        f"ackledger: warning: listening on {args.host} without a token: anyone who can reach "
+        "this port can read and write",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def guarded(app: ASGIApp, sock: socket.socket, args: argparse.Namespace) -> ASGIApp:
+    """``app`` behind the token and, on loopback, the Host check (``web.guard``)."""
+    from ..web.guard import Guard, is_loopback_address
+
+    host, port = sock.getsockname()[:2]
+    loopback_port = port if is_loopback_address(host) else None
+    return Guard(app, token=args.token_file, loopback_port=loopback_port)
