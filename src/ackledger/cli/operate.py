@@ -20,6 +20,7 @@ from ..ops.trace import trace, trace_text
 from ..store import is_postgres
 from ..wire.targets import check_target
 from .arguments import add_source, duration_arg, existing_target, open_outbox
+from .exposure import add_client_token
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -32,6 +33,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     status.add_argument("--sink", metavar="URL", help="a sink service, http://HOST:PORT")
     status.add_argument("--ledger", metavar="URL", help="a ledger service, http://HOST:PORT")
     status.add_argument("--json", action="store_true", help="print JSON")
+    add_client_token(status)
     status.set_defaults(handler=cmd_status)
 
     tracer = commands.add_parser(
@@ -49,6 +51,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="the sink's database (SQLite file or postgresql:// URL) or service URL",
     )
     tracer.add_argument("--json", action="store_true", help="print JSON")
+    add_client_token(tracer)
     tracer.set_defaults(handler=cmd_trace)
 
     quarantine = commands.add_parser(
@@ -94,7 +97,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def cmd_status(args: argparse.Namespace) -> int:
     sink = service_url(args.sink) if args.sink is not None else None
     ledger = service_url(args.ledger) if args.ledger is not None else None
-    status = read_status(existing_target(args.source), sink=sink, ledger=ledger)
+    status = read_status(
+        existing_target(args.source), sink=sink, ledger=ledger, token=args.token_file
+    )
     print(json.dumps(status.figures) if args.json else status.text())
     return 0
 
@@ -103,7 +108,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     check_identifier(args.event_id, "EVENT_ID", 128)
     if is_url(args.sink) and not is_postgres(args.sink):
         check_target(base_url(args.sink) + "/events", "/events")
-    report = trace(args.event_id, existing_target(args.source), args.sink)
+    report = trace(args.event_id, existing_target(args.source), args.sink, args.token_file)
     print(json.dumps(report) if args.json else trace_text(report))
     return 0
 

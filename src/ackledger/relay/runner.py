@@ -48,7 +48,12 @@ def run(
     mark, the process stops itself with SIGSTOP (as if paused by the system).
     """
     install(logger, log_format)
-    wire = sender(settings.url, timeout=settings.timeout, allowed_hosts=settings.allowed_hosts)
+    wire = sender(
+        settings.url,
+        timeout=settings.timeout,
+        allowed_hosts=settings.allowed_hosts,
+        token=settings.token,
+    )
     try:
         with Outbox(source, synchronous=synchronous) as outbox:
             if settings.owner is not None:
