@@ -73,6 +73,5 @@ def guarded(app: ASGIApp, sock: socket.socket, args: argparse.Namespace) -> ASGI
     """``app`` behind the token and, on loopback, the Host check (``web.guard``)."""
     from ..web.guard import Guard, is_loopback_address
 
-    host, port = sock.getsockname()[:2]
-    loopback_port = port if is_loopback_address(host) else None
-    return Guard(app, token=args.token_file, loopback_port=loopback_port)
+    host = sock.getsockname()[0]
+    return Guard(app, token=args.token_file, loopback=is_loopback_address(host))

@@ -5,9 +5,11 @@ Three checks, before any route sees the request, in this order:
 1. headers a service reads as one value appear once (``Host``, ``Content-Type``,
    ``Content-Length``, ``Authorization``, ``Idempotency-Key``): two readers of one request
    (a proxy and us, or two of our own routes) must never see two values; else 400 naming it;
-2. bound to loopback, the ``Host`` header is a loopback name or address with the port we
-   listen on: a page whose DNS name was rebound to 127.0.0.1 sends its own name there, so it
-   gets 421 and reaches nothing (no write, no listing, no metrics);
+2. bound to loopback, the ``Host`` header is a loopback name or address: a page whose DNS
+   name was rebound to 127.0.0.1 sends its own name there, so it gets 421 and reaches nothing
+   (no write, no listing, no metrics). Any port is taken: a loopback TCP proxy or port
+   forward in front of the service names its own port, and the port is no defence against
+   rebinding (the page's own URL names the right one);
 3. with a token, every request but the probes (``/healthz``, ``/readyz``) carries
    ``Authorization: Bearer <token>``, compared in constant time; else 401 with
    ``WWW-Authenticate``. The token is never put in an answer or a log line.
@@ -66,24 +68,22 @@ def _host_name_and_port(value: str) -> tuple[str, int | None] | None:
     return name, int(port_text)
 
 
-def loopback_host(value: bytes, port: int) -> bool:
-    """Does a ``Host`` header name this loopback service (a loopback name or address, and our
-    port; no port means 80)?"""
+def loopback_host(value: bytes) -> bool:
+    """Does a ``Host`` header name a loopback name or address (with any port, or none)?"""
     try:
         parsed = _host_name_and_port(value.decode("ascii").lower())
     except UnicodeDecodeError:
         return False
     if parsed is None:
         return False
-    name, given_port = parsed
-    return is_loopback_address(name) and (given_port or 80) == port
+    return is_loopback_address(parsed[0])
 
 
 class Guard:
     """Wraps a service's ASGI app with the checks above.
 
-    ``loopback_port`` is the port of a loopback-bound service (the Host check is on), or None
-    for one bound wider (it needs a token instead, or was started ``--insecure-no-token``).
+    ``loopback`` turns the Host check on: the service is bound to loopback (one bound wider
+    needs a token instead, or was started ``--insecure-no-token``).
     """
 
     def __init__(
@@ -91,12 +91,12 @@ class Guard:
         app: ASGIApp,
         *,
         token: Token | None = None,
-        loopback_port: int | None = None,
+        loopback: bool = False,
         open_paths: Iterable[str] = OPEN_PATHS,
     ) -> None:
         self.app = app
         self._expected = token.value.encode("ascii") if token is not None else None
-        self._port = loopback_port
+        self._loopback = loopback
         self._open = frozenset(open_paths)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -118,11 +118,11 @@ class Guard:
                     return invalid_answer(f"{field}: header given more than once", field)
                 seen[name] = value
         host = seen.get(b"host")
-        if self._port is not None and host is not None and not loopback_host(host, self._port):
+        if self._loopback and host is not None and not loopback_host(host):
             # No Host at all is HTTP/1.0 from a script; a browser always sends one.
             detail = (
                 "this service listens on loopback and answers only requests addressed to a "
-                f"loopback name with port {self._port} (the Host header names another)"
+                "loopback name or address (the Host header names another host)"
             )
             return problem_answer(421, "misdirected", "Misdirected request", detail)
         if self._expected is None or scope["path"] in self._open:
