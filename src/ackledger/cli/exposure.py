@@ -14,20 +14,25 @@ if TYPE_CHECKING:
     from ..wire.token import Token
 
 
-def token_file_arg(text: str) -> Token:
-    """An argparse type: the token in the file named (read now, so a bad file is exit 2)."""
+def token_of(args: argparse.Namespace) -> Token | None:
+    """The token in the file ``--token-file`` names, or None; a file that cannot be read or
+    holds no token is bad input (one line naming the file, never its content). Read by the
+    command, not the parser: parsing a command line (as the manifests' tests do) reads no file."""
     from ..wire.token import read_token_file
+    from . import UsageError
 
+    if args.token_file is None:
+        return None
     try:
-        return read_token_file(text)
+        return read_token_file(args.token_file)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix(f"--token-file {text}: ")) from None
+        raise UsageError(str(exc)) from None
 
 
 def add_client_token(parser: argparse.ArgumentParser) -> None:
     """``--token-file`` of a command that calls a service."""
     parser.add_argument(
-        "--token-file", type=token_file_arg, metavar="PATH",
+        "--token-file", metavar="PATH",
         help="a file holding the bearer token of the service(s) called (sent as "
         "Authorization: Bearer; never printed)",
     )  # fmt: skip
@@ -36,7 +41,7 @@ def add_client_token(parser: argparse.ArgumentParser) -> None:
 def add_exposure(parser: argparse.ArgumentParser) -> None:
     """A service's ``--token-file`` and ``--insecure-no-token``."""
     parser.add_argument(
-        "--token-file", type=token_file_arg, metavar="PATH",
+        "--token-file", metavar="PATH",
         help="a file holding the bearer token every request but /healthz and /readyz must "
         "carry (compared in constant time); required to bind beyond loopback",
     )  # fmt: skip
@@ -53,8 +58,9 @@ def check_exposure(args: argparse.Namespace) -> None:
 
     if args.token_file is not None and args.insecure_no_token:
         raise UsageError("--insecure-no-token: contradicts --token-file; give one of them")
+    args.token = token_of(args)
     host = args.host.strip().strip("[]")
-    if is_loopback_address(host) or args.token_file is not None:
+    if is_loopback_address(host) or args.token is not None:
         return
     if not args.insecure_no_token:
         raise UsageError(
@@ -74,4 +80,4 @@ def guarded(app: ASGIApp, sock: socket.socket, args: argparse.Namespace) -> ASGI
     from ..web.guard import Guard, is_loopback_address
 
     host = sock.getsockname()[0]
-    return Guard(app, token=args.token_file, loopback=is_loopback_address(host))
+    return Guard(app, token=args.token, loopback=is_loopback_address(host))

@@ -11,7 +11,7 @@ import uuid
 from ..ledger.ledger import DEFAULT_RETENTION_SECONDS, MODES, LedgerRequest, check_request
 from ..wire.targets import check_target
 from .arguments import add_http_client, duration_arg, existing_target, json_arg
-from .exposure import add_client_token
+from .exposure import add_client_token, token_of
 
 #: ``--fail-after-save``: EX_TEMPFAIL, the status a Job treats as a failed Pod and retries.
 EXIT_FAIL_AFTER_SAVE = 75
@@ -111,7 +111,7 @@ def cmd_deliver(args: argparse.Namespace) -> int:
             req,
             timeout=args.timeout,
             allowed_hosts=args.allow_host,
-            token=args.token_file,
+            token=token_of(args),
         )
     except (OSError, NotAcknowledged) as exc:
         # A refusal (Conflict, InvalidEvent) is not caught here: one line, exit 2, as retrying

@@ -20,7 +20,7 @@ from ..ops.trace import trace, trace_text
 from ..store import is_postgres
 from ..wire.targets import check_target
 from .arguments import add_source, duration_arg, existing_target, open_outbox
-from .exposure import add_client_token
+from .exposure import add_client_token, token_of
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -98,7 +98,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     sink = service_url(args.sink) if args.sink is not None else None
     ledger = service_url(args.ledger) if args.ledger is not None else None
     status = read_status(
-        existing_target(args.source), sink=sink, ledger=ledger, token=args.token_file
+        existing_target(args.source), sink=sink, ledger=ledger, token=token_of(args)
     )
     print(json.dumps(status.figures) if args.json else status.text())
     return 0
@@ -108,7 +108,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     check_identifier(args.event_id, "EVENT_ID", 128)
     if is_url(args.sink) and not is_postgres(args.sink):
         check_target(base_url(args.sink) + "/events", "/events")
-    report = trace(args.event_id, existing_target(args.source), args.sink, args.token_file)
+    report = trace(args.event_id, existing_target(args.source), args.sink, token_of(args))
     print(json.dumps(report) if args.json else trace_text(report))
     return 0
 

@@ -20,7 +20,7 @@ from .arguments import (
     port_arg,
     positive_float,
 )
-from .exposure import add_client_token
+from .exposure import add_client_token, token_of
 
 
 def _seed_arg(text: str) -> int:
@@ -139,7 +139,7 @@ def cmd_relay(args: argparse.Namespace) -> int:
         mark_sync=args.mark_sync,
         pipeline=args.pipeline,
         allowed_hosts=tuple(args.allow_host),
-        token=args.token_file,
+        token=token_of(args),
         base_backoff=args.base_backoff,
         max_backoff=args.max_backoff,
         seed=args.seed,

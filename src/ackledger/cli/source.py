@@ -20,7 +20,7 @@ from .arguments import (
     limit_arg,
     open_outbox,
 )
-from .exposure import add_client_token
+from .exposure import add_client_token, token_of
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -123,7 +123,7 @@ def cmd_pending(args: argparse.Namespace) -> int:
 def cmd_dispatch(args: argparse.Namespace) -> int:
     # Refused before anything is opened.
     wire = sender(
-        args.to, timeout=args.timeout, allowed_hosts=args.allow_host, token=args.token_file
+        args.to, timeout=args.timeout, allowed_hosts=args.allow_host, token=token_of(args)
     )
     crash = args.exit_after_ack
 
