@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from ackledger import send_http
+from ackledger._core.metrics_endpoint import MetricsEndpoint
 from ackledger._dev.procs import Service, run_cli, start_service
 from ackledger.errors import NotAcknowledged
 from ackledger.ledger.client import request_delivery
@@ -285,3 +286,25 @@ def test_other_singleton_headers_given_twice_are_refused(open_ledger: Service, n
     request = b'{"case_id":"dup-h","work_id":"w","pod_uid":"p","mode":"idempotent"}'
     status, _, body = _ask(open_ledger, "POST", "/deliveries", request, headers)
     assert status == 400 and json.loads(body)["field"] == name.lower()
+
+
+def test_the_relays_and_consumers_metrics_port_refuses_a_rebound_name() -> None:
+    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.registry import Collector
+
+    class One(Collector):
+        def collect(self) -> Iterator[GaugeMetricFamily]:
+            yield GaugeMetricFamily("ackledger_test_one", "one", value=1)
+
+    endpoint = MetricsEndpoint(One(), "127.0.0.1", 0)
+    try:
+        for host, expected in (("attacker.invalid", 421), ("localhost", 200)):
+            conn = http.client.HTTPConnection("127.0.0.1", endpoint.port, timeout=10)
+            conn.request("GET", "/metrics", headers={"Host": f"{host}:{endpoint.port}"})
+            response = conn.getresponse()
+            body = response.read()
+            conn.close()
+            assert response.status == expected
+            assert (b"ackledger_test_one" in body) == (expected == 200)
+    finally:
+        endpoint.close()
