@@ -29,22 +29,24 @@ def token_of(args: argparse.Namespace) -> Token | None:
         raise UsageError(str(exc)) from None
 
 
-def add_client_token(parser: argparse.ArgumentParser) -> None:
-    """``--token-file`` of a command that calls a service."""
-    parser.add_argument(
-        "--token-file", metavar="PATH",
-        help="a file holding the bearer token of the service(s) called (sent as "
-        "Authorization: Bearer; never printed)",
-    )  # fmt: skip
+_CLIENT_HELP = (
+    "a file holding the bearer token of the service(s) called (sent as Authorization: Bearer; "
+    "never printed)"
+)
+_SERVICE_HELP = (
+    "a file holding the bearer token every request but /healthz and /readyz must carry "
+    "(compared in constant time); required to bind beyond loopback"
+)
+
+
+def add_client_token(parser: argparse.ArgumentParser, help: str = _CLIENT_HELP) -> None:
+    """``--token-file`` of a command that calls a service (or, with its own help, serves)."""
+    parser.add_argument("--token-file", metavar="PATH", help=help)
 
 
 def add_exposure(parser: argparse.ArgumentParser) -> None:
     """A service's ``--token-file`` and ``--insecure-no-token``."""
-    parser.add_argument(
-        "--token-file", metavar="PATH",
-        help="a file holding the bearer token every request but /healthz and /readyz must "
-        "carry (compared in constant time); required to bind beyond loopback",
-    )  # fmt: skip
+    add_client_token(parser, _SERVICE_HELP)
     parser.add_argument(
         "--insecure-no-token", action="store_true",
         help="bind beyond loopback without a token (anyone who can reach the port can write)",
