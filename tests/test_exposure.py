@@ -60,37 +60,36 @@ def token_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def _serve(
+    factory: pytest.TempPathFactory, service: str, token_file: Path | None = None
+) -> Iterator[Service]:
+    """``serve SERVICE`` on loopback, with a token or without (the Host check alone)."""
+    where = factory.mktemp(f"{service}-{'token' if token_file else 'open'}")
+    args = ["serve", service, "--db", str(where / "db.sqlite"), "--port", "0"]
+    if token_file is not None:
+        args += ["--token-file", str(token_file)]
+    with start_service(args, stderr_path=where / "stderr.log") as running:
+        yield running
+
+
 @pytest.fixture(scope="module")
 def open_sink(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    """A sink on loopback without a token: the Host check alone guards it."""
-    db = tmp_path_factory.mktemp("open-sink") / "sink.db"
-    with start_service(["serve", "sink", "--db", str(db), "--port", "0"]) as service:
-        yield service
+    yield from _serve(tmp_path_factory, "sink")
 
 
 @pytest.fixture(scope="module")
 def open_ledger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    db = tmp_path_factory.mktemp("open-ledger") / "ledger.db"
-    with start_service(["serve", "ledger", "--db", str(db), "--port", "0"]) as service:
-        yield service
+    yield from _serve(tmp_path_factory, "ledger")
 
 
 @pytest.fixture(scope="module")
 def token_sink(tmp_path_factory: pytest.TempPathFactory, token_file: Path) -> Iterator[Service]:
-    where = tmp_path_factory.mktemp("token-sink")
-    args = ["serve", "sink", "--db", str(where / "sink.db"), "--port", "0"]
-    args += ["--token-file", str(token_file)]
-    with start_service(args, stderr_path=where / "stderr.log") as service:
-        yield service
+    yield from _serve(tmp_path_factory, "sink", token_file)
 
 
 @pytest.fixture(scope="module")
 def token_ledger(tmp_path_factory: pytest.TempPathFactory, token_file: Path) -> Iterator[Service]:
-    where = tmp_path_factory.mktemp("token-ledger")
-    args = ["serve", "ledger", "--db", str(where / "ledger.db"), "--port", "0"]
-    args += ["--token-file", str(token_file)]
-    with start_service(args, stderr_path=where / "stderr.log") as service:
-        yield service
+    yield from _serve(tmp_path_factory, "ledger", token_file)
 
 
 def _host(service: Service, name: str = "127.0.0.1") -> tuple[str, str]:
