@@ -25,4 +25,8 @@ VOLUME ["/data"]
 EXPOSE 8080
 
 ENTRYPOINT ["ackledger"]
-CMD ["serve", "ledger", "--db", "/data/ledger.db", "--host", "0.0.0.0", "--port", "8080"]
+# Listening beyond loopback needs a bearer token (CONTRACT v2 section 9): mount one, e.g.
+#   docker run -v "$PWD/token:/etc/ackledger/token/token:ro" -p 8080:8080 ackledger:0.1.0
+# (the Kubernetes manifests mount the Secret ackledger-token there).
+CMD ["serve", "ledger", "--db", "/data/ledger.db", "--host", "0.0.0.0", "--port", "8080", \
+     "--token-file", "/etc/ackledger/token/token"]

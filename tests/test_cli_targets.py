@@ -126,11 +126,16 @@ def test_serve_says_in_one_line_why_it_cannot_listen(tmp_path: Path) -> None:
     taken.listen(1)
     try:
         port = str(taken.getsockname()[1])
+        token = tmp_path / "token"
+        token.write_text("t0ken\n")
         for service in ("sink", "ledger"):
             db = tmp_path / f"{service}.db"
             busy = run_cli("serve", service, "--db", str(db), "--port", port)
             assert_one_line_error(busy, "cannot listen on 127.0.0.1:" + port)
-            unknown = run_cli("serve", service, "--db", str(db), "--host", "no-such.invalid")
+            # A name beyond loopback needs a token first (CONTRACT v2 section 9), then a bind.
+            wide = ["serve", service, "--db", str(db), "--host", "no-such.invalid"]
+            assert_one_line_error(run_cli(*wide), "--host no-such.invalid", "--token-file")
+            unknown = run_cli(*wide, "--token-file", str(token))
             assert_one_line_error(unknown, "cannot listen on no-such.invalid")
             assert not db.exists()  # refused before the database was opened
     finally:

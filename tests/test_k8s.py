@@ -312,7 +312,8 @@ def test_the_postgres_ledger_has_replicas_and_rolls_updates_unlike_sqlite() -> N
     for probe, path in PROBES.items():
         assert container[probe]["httpGet"]["path"] == path
         assert _port_number(container, container[probe]["httpGet"]["port"]) == args.port
-    assert "volumes" not in _pod_spec(ledger)  # no local state at all
+    # No local state at all: the only volume is the bearer token's Secret.
+    assert all("secret" in volume for volume in _pod_spec(ledger).get("volumes", []))
     # Retention runs once for all replicas, on the same database.
     cron = found[("ledger-purge-cronjob.yaml", "CronJob")]
     assert cron["spec"]["concurrencyPolicy"] == "Forbid"

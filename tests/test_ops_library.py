@@ -71,7 +71,7 @@ def test_status_text_shows_the_figures_then_each_service() -> None:
 
 def test_service_counters_keep_the_services_own_samples(monkeypatch: pytest.MonkeyPatch) -> None:
     samples = {"ackledger_sink_applied": 2.0, "ackledger_sink_lag": 0.5, "process_cpu": 1.0}
-    monkeypatch.setattr(status_module, "scrape", lambda url: samples)
+    monkeypatch.setattr(status_module, "scrape", lambda url, **_: samples)
     assert service_counters("sink", "http://127.0.0.1:8") == {
         "url": "http://127.0.0.1:8", "applied": 2, "lag": 0.5,
     }  # fmt: skip

@@ -11,6 +11,7 @@ import uuid
 from ..ledger.ledger import DEFAULT_RETENTION_SECONDS, MODES, LedgerRequest, check_request
 from ..wire.targets import check_target
 from .arguments import add_http_client, duration_arg, existing_target, json_arg
+from .exposure import add_client_token, token_of
 
 #: ``--fail-after-save``: EX_TEMPFAIL, the status a Job treats as a failed Pod and retries.
 EXIT_FAIL_AFTER_SAVE = 75
@@ -42,6 +43,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "refused (422)"
     )  # fmt: skip
     add_http_client(deliver, "the ledger (e.g. the ledger's Service name in a cluster)")
+    add_client_token(deliver)
     deliver.add_argument(
         "--fail-after-save",
         action="store_true",
@@ -105,7 +107,11 @@ def cmd_deliver(args: argparse.Namespace) -> int:
     req = _delivery_request(args)
     try:
         answer = request_delivery(
-            args.ledger, req, timeout=args.timeout, allowed_hosts=args.allow_host
+            args.ledger,
+            req,
+            timeout=args.timeout,
+            allowed_hosts=args.allow_host,
+            token=token_of(args),
         )
     except (OSError, NotAcknowledged) as exc:
         # A refusal (Conflict, InvalidEvent) is not caught here: one line, exit 2, as retrying

@@ -21,6 +21,7 @@ from ..ops.trace import trace, trace_text
 from ..store import is_postgres
 from ..wire.targets import check_target
 from .arguments import add_source, duration_arg, existing_target, open_outbox
+from .exposure import add_client_token, token_of
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -33,6 +34,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     status.add_argument("--sink", metavar="URL", help="a sink service, http://HOST:PORT")
     status.add_argument("--ledger", metavar="URL", help="a ledger service, http://HOST:PORT")
     status.add_argument("--json", action="store_true", help="print JSON")
+    add_client_token(status)
     status.set_defaults(handler=cmd_status)
 
     tracer = commands.add_parser(
@@ -52,6 +54,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "the sink's stage is not asked",
     )
     tracer.add_argument("--json", action="store_true", help="print JSON")
+    add_client_token(tracer)
     tracer.set_defaults(handler=cmd_trace)
 
     reconciler = commands.add_parser(
@@ -120,7 +123,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def cmd_status(args: argparse.Namespace) -> int:
     sink = service_url(args.sink) if args.sink is not None else None
     ledger = service_url(args.ledger) if args.ledger is not None else None
-    status = read_status(existing_target(args.source), sink=sink, ledger=ledger)
+    status = read_status(
+        existing_target(args.source), sink=sink, ledger=ledger, token=token_of(args)
+    )
     print(json.dumps(status.figures) if args.json else status.text())
     return 0
 
@@ -129,7 +134,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     check_identifier(args.event_id, "EVENT_ID", 128)
     if args.sink is not None and is_url(args.sink) and not is_postgres(args.sink):
         check_target(base_url(args.sink) + "/events", "/events")
-    report = trace(args.event_id, existing_target(args.source), args.sink)
+    report = trace(args.event_id, existing_target(args.source), args.sink, token_of(args))
     print(json.dumps(report) if args.json else trace_text(report))
     return 0
 

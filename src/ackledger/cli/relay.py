@@ -20,6 +20,7 @@ from .arguments import (
     port_arg,
     positive_float,
 )
+from .exposure import add_client_token, token_of
 
 
 def _seed_arg(text: str) -> int:
@@ -88,6 +89,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     relay.add_argument("--log-format", choices=FORMATS, default="text", help="text or json")
     add_http_client(relay)
+    add_client_token(relay)
     lease = relay.add_argument_group(
         "PostgreSQL: one of N relays",
         "With a postgresql:// source the relay leases partitions (the event's partitionkey) "
@@ -137,6 +139,7 @@ def cmd_relay(args: argparse.Namespace) -> int:
         mark_sync=args.mark_sync,
         pipeline=args.pipeline,
         allowed_hosts=tuple(args.allow_host),
+        token=token_of(args),
         base_backoff=args.base_backoff,
         max_backoff=args.max_backoff,
         seed=args.seed,

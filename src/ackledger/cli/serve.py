@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from .arguments import add_synchronous, handlers_arg, port_arg
+from ..web.limits import READ_TIMEOUT_S, Limits
+from .arguments import add_synchronous, handlers_arg, port_arg, timeout_arg
+from .exposure import add_exposure, check_exposure, guarded
 
 if TYPE_CHECKING:
     import socket
@@ -57,6 +59,12 @@ def _add_service_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=port_arg, default=8080, help="port (0: any free port)")
     add_synchronous(parser)
     _add_log_options(parser)
+    add_exposure(parser)
+    parser.add_argument(
+        "--read-timeout", type=timeout_arg, default=READ_TIMEOUT_S, metavar="SECONDS",
+        help=f"close a connection whose request head, or body, takes longer than this to "
+        f"arrive (default {READ_TIMEOUT_S:g})",
+    )  # fmt: skip
 
 
 def _add_log_options(parser: argparse.ArgumentParser) -> None:
@@ -93,6 +101,7 @@ def _listen(args: argparse.Namespace) -> socket.socket:
     if not args.host.strip():
         # bind() would take "" as every interface; listening wider must be said explicitly.
         raise UsageError("--host: must not be empty (give 0.0.0.0 to listen on every interface)")
+    check_exposure(args)
     try:
         return bind(args.host, args.port)
     except OSError as exc:
@@ -102,6 +111,10 @@ def _listen(args: argparse.Namespace) -> socket.socket:
         ) from None
 
 
+def _limits(args: argparse.Namespace) -> Limits:
+    return Limits(read_timeout=args.read_timeout)
+
+
 def cmd_serve_sink(args: argparse.Namespace) -> int:
     from ..sink.app import create_sink_app
     from ..sink.inbox import Inbox
@@ -109,7 +122,10 @@ def cmd_serve_sink(args: argparse.Namespace) -> int:
 
     sock = _listen(args)
     with Inbox(args.db, handlers=args.handlers, synchronous=args.synchronous) as inbox:
-        serve(create_sink_app(inbox), sock, "sink", _log_settings(args))
+        serve(
+            guarded(create_sink_app(inbox), sock, args), sock, "sink", _log_settings(args),
+            _limits(args),
+        )  # fmt: skip
     return 0
 
 
@@ -120,5 +136,8 @@ def cmd_serve_ledger(args: argparse.Namespace) -> int:
 
     sock = _listen(args)
     with Ledger(args.db, synchronous=args.synchronous) as ledger:
-        serve(create_ledger_app(ledger), sock, "ledger", _log_settings(args))
+        serve(
+            guarded(create_ledger_app(ledger), sock, args), sock, "ledger", _log_settings(args),
+            _limits(args),
+        )  # fmt: skip
     return 0

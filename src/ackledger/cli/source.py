@@ -20,6 +20,7 @@ from .arguments import (
     limit_arg,
     open_outbox,
 )
+from .exposure import add_client_token, token_of
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -77,6 +78,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     send.add_argument("--limit", type=limit_arg, default=16, help="1-16 (default 16)")
     send.add_argument("--batch", action="store_true", help="send the batch in one request")
     add_http_client(send)
+    add_client_token(send)
     send.add_argument(
         "--exit-after-ack",
         type=int,
@@ -120,7 +122,9 @@ def cmd_pending(args: argparse.Namespace) -> int:
 
 def cmd_dispatch(args: argparse.Namespace) -> int:
     # Refused before anything is opened.
-    wire = sender(args.to, timeout=args.timeout, allowed_hosts=args.allow_host)
+    wire = sender(
+        args.to, timeout=args.timeout, allowed_hosts=args.allow_host, token=token_of(args)
+    )
     crash = args.exit_after_ack
 
     def die_if_drilled(_: object) -> None:

@@ -7,6 +7,7 @@ numbers, and a client can only tell by seeing another incarnation answer.
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import time
@@ -38,6 +39,7 @@ from .ledger import (
     PayloadConflict,
     request_from_json,
 )
+from .pages import next_link, page_from_query
 
 NODE_BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 
@@ -120,7 +122,7 @@ def create_ledger_app(ledger: Ledger, identity: Identity | None = None) -> ASGIA
         return json_answer(answer, 201)
 
     def _scope(request: Request) -> str | None:
-        unknown = sorted(set(request.query_params) - {"case_id"})
+        unknown = sorted(set(request.query_params) - {"case_id", "after", "limit"})
         if unknown:
             raise InvalidEvent(f"{unknown[0]}: unknown query parameter", field=unknown[0])
         given = request.query_params.getlist("case_id")
@@ -128,10 +130,14 @@ def create_ledger_app(ledger: Ledger, identity: Identity | None = None) -> ASGIA
             raise InvalidEvent("case_id: given more than once", field="case_id")
         return given[0] if given else None
 
-    def listing(read: Callable[[str | None], list[dict[str, Any]]]) -> Handler:
+    def listing(read: Callable[..., list[dict[str, Any]]], number: str) -> Handler:
         async def answer(request: Request) -> Answer:
             try:
-                return json_answer(await db(read, _scope(request)))
+                case_id = _scope(request)
+                query = request.query_params
+                after, limit = page_from_query({k: query.getlist(k) for k in ("after", "limit")})
+                rows = await db(functools.partial(read, case_id, after=after, limit=limit))
+                return json_answer(rows, 200, next_link(request, rows, number, limit))
             except InvalidEvent as exc:
                 return bad_input(exc, ledger=me.short)
             except database_errors() as exc:
@@ -145,7 +151,7 @@ def create_ledger_app(ledger: Ledger, identity: Identity | None = None) -> ASGIA
     async def read_counters() -> object:
         return await db(ledger.counters)
 
-    list_deliveries = listing(ledger.deliveries)
+    list_deliveries = listing(ledger.deliveries, "delivery_no")
 
     async def deliveries(request: Request) -> Answer:
         # One route for both methods, so that a 405 on /deliveries names both in Allow.
@@ -157,7 +163,7 @@ def create_ledger_app(ledger: Ledger, identity: Identity | None = None) -> ASGIA
             operations={"GET": api.LIST_DELIVERIES, "POST": api.POST_DELIVERY},
         ),
         DocumentedRoute(
-            "/attempts", listing(ledger.attempts), methods=["GET"],
+            "/attempts", listing(ledger.attempts, "attempt_no"), methods=["GET"],
             operations={"GET": api.LIST_ATTEMPTS},
         ),
         DocumentedRoute(

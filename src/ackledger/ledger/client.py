@@ -18,6 +18,7 @@ from ..event import canonical_json
 from ..wire.framing import MAX_ANSWER_BYTES
 from ..wire.http import request_once
 from ..wire.targets import check_target
+from ..wire.token import Token
 from .ledger import LedgerRequest
 
 DELIVERIES_PATH = "/deliveries"
@@ -38,6 +39,7 @@ def request_delivery(
     *,
     timeout: float = 5.0,
     allowed_hosts: Iterable[str] | None = None,
+    token: Token | str | None = None,
 ) -> dict[str, Any]:
     """POST one request; returns the ledger's answer (``delivery_no``, ``duplicate``,
     ``attempt``, ``ledger``). A 422 raises :class:`Conflict`, a 400 :class:`InvalidEvent`,
@@ -58,6 +60,7 @@ def request_delivery(
         canonical_json(body).encode(),
         timeout=timeout,
         cap=MAX_ANSWER_BYTES,
+        token=token,
     )
     answer = _json(status, data)
     detail = str(answer.get("detail", "")) if isinstance(answer, dict) else ""
@@ -80,6 +83,7 @@ def read_ledger(
     *,
     timeout: float = 5.0,
     allowed_hosts: Iterable[str] | None = None,
+    token: Token | str | None = None,
 ) -> Any:
     """GET ``healthz``, ``deliveries`` or ``attempts`` from the ledger whose ``/deliveries``
     URL is ``url``; returns the parsed JSON."""
@@ -87,7 +91,9 @@ def read_ledger(
         raise ValueError(f"what: must be healthz, deliveries or attempts, got {what!r}")
     target = check_target(url, DELIVERIES_PATH, allowed_hosts)
     path = f"/{what}" + ("" if case_id is None else f"?case_id={quote(case_id, safe='')}")
-    status, data = request_once(target, "GET", path, None, timeout=timeout, cap=MAX_LISTING_BYTES)
+    status, data = request_once(
+        target, "GET", path, None, timeout=timeout, cap=MAX_LISTING_BYTES, token=token
+    )
     if status != 200:
         raise NotAcknowledged(f"HTTP {status} for GET {path}", status=status)
     return _json(status, data)

@@ -24,6 +24,7 @@ from ..errors import Conflict, InvalidEvent
 from ..event import check_identifier, fingerprint
 from ..store import Tx
 from ..store.ledger import PURGE_CHUNK
+from .pages import check_page
 
 MODES = ("idempotent", "control")
 MAX_KEY_LEN = 128
@@ -242,17 +243,25 @@ class Ledger(Database):
             done = [record_request(tx, req, now) for req in reqs]
         return [_answer(req, each) for req, each in zip(reqs, done, strict=True)]
 
-    def deliveries(self, case_id: str | None = None) -> list[dict[str, Any]]:
-        """Deliveries in number order, all or those of one case."""
+    def deliveries(
+        self, case_id: str | None = None, *, after: int | None = None, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Deliveries in number order, all or those of one case; a page of at most ``limit``
+        with ``delivery_no`` over ``after`` when given."""
         scope = None if case_id is None else check_identifier(case_id, "case_id", MAX_KEY_LEN)
+        page = check_page(after, limit)
         with self._db.read() as tx:
-            return tx.ledger_deliveries(scope)
+            return tx.ledger_deliveries(scope, *page)
 
-    def attempts(self, case_id: str | None = None) -> list[dict[str, Any]]:
-        """Attempts in arrival order, all or those of one case."""
+    def attempts(
+        self, case_id: str | None = None, *, after: int | None = None, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Attempts in arrival order, all or those of one case; a page of at most ``limit``
+        with ``attempt_no`` over ``after`` when given."""
         scope = None if case_id is None else check_identifier(case_id, "case_id", MAX_KEY_LEN)
+        page = check_page(after, limit)
         with self._db.read() as tx:
-            return tx.ledger_attempts(scope)
+            return tx.ledger_attempts(scope, *page)
 
     def counters(self) -> dict[str, int]:
         """Durable totals that only grow: attempts, deliveries, duplicates, conflicts."""

@@ -17,6 +17,7 @@ from ..errors import NotAcknowledged, UnsafeTarget
 from ..event import check_identifier
 from ..wire.http import request_once
 from ..wire.targets import Target, check_target
+from ..wire.token import Token
 
 MAX_READ_BYTES = 1024 * 1024
 _BASE_PATHS = ("", "/", "/events", "/metrics")
@@ -44,7 +45,12 @@ def _target(url: str, path: str, allowed_hosts: Iterable[str] | None) -> Target:
 
 
 def http_get(
-    url: str, path: str, *, timeout: float = 5.0, allowed_hosts: Iterable[str] | None = None
+    url: str,
+    path: str,
+    *,
+    timeout: float = 5.0,
+    allowed_hosts: Iterable[str] | None = None,
+    token: Token | str | None = None,
 ) -> tuple[int, bytes]:
     """GET ``path`` from the service at ``url``: (status, body); connection errors raise.
     A query in ``path`` (built by the caller, e.g. a receipt's ``source``) is sent as given;
@@ -52,7 +58,7 @@ def http_get(
     route, mark, query = path.partition("?")
     target = _target(url, route, allowed_hosts)
     return request_once(
-        target, "GET", target.path + mark + query, timeout=timeout, cap=MAX_READ_BYTES
+        target, "GET", target.path + mark + query, timeout=timeout, cap=MAX_READ_BYTES, token=token
     )
 
 
@@ -63,6 +69,7 @@ def sink_receipt(
     source: str | None = None,
     timeout: float = 5.0,
     allowed_hosts: Iterable[str] | None = None,
+    token: Token | str | None = None,
 ) -> dict[str, Any] | None:
     """The sink service's inbox receipt of one event (``GET /events/{id}``, of ``source``
     when given), or None on 404."""
@@ -70,7 +77,7 @@ def sink_receipt(
     path = f"/events/{event_id}"
     if source is not None:
         path += "?" + urllib.parse.urlencode({"source": source})
-    status, body = http_get(url, path, timeout=timeout, allowed_hosts=allowed_hosts)
+    status, body = http_get(url, path, timeout=timeout, allowed_hosts=allowed_hosts, token=token)
     if status == 404:
         return None
     if status != 200:
@@ -85,13 +92,19 @@ def sink_receipt(
 
 
 def scrape(
-    url: str, *, timeout: float = 5.0, allowed_hosts: Iterable[str] | None = None
+    url: str,
+    *,
+    timeout: float = 5.0,
+    allowed_hosts: Iterable[str] | None = None,
+    token: Token | str | None = None,
 ) -> dict[str, float]:
     """The unlabelled samples of a service's ``/metrics`` (and those labelled only
     ``scope="database"``, the figures read from its database), counters without ``_total``."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    status, body = http_get(url, "/metrics", timeout=timeout, allowed_hosts=allowed_hosts)
+    status, body = http_get(
+        url, "/metrics", timeout=timeout, allowed_hosts=allowed_hosts, token=token
+    )
     if status != 200:
         raise NotAcknowledged(f"GET /metrics answered HTTP {status}", status=status)
     found: dict[str, float] = {}

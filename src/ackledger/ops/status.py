@@ -12,6 +12,7 @@ from typing import Any
 from ..errors import AckledgerError
 from ..source.outbox import Outbox
 from ..wire.targets import check_target
+from ..wire.token import Token
 from .probe import base_url, scrape
 from .timestamps import utc_timestamp
 
@@ -27,10 +28,10 @@ def service_url(url: str) -> str:
     return base
 
 
-def service_counters(service: str, url: str) -> dict[str, Any]:
+def service_counters(service: str, url: str, token: Token | None = None) -> dict[str, Any]:
     """``{"url", counter: value...}`` from the service's /metrics, or ``{"url", "error"}``."""
     try:
-        samples = scrape(url)
+        samples = scrape(url, token=token)
     except (OSError, AckledgerError) as exc:
         return {"url": url, "error": f"{type(exc).__name__}: {exc}"}
     prefix = _COUNTER_PREFIX[service]
@@ -74,7 +75,13 @@ class Status:
         return "\n".join(lines)
 
 
-def read_status(source: str, *, sink: str | None = None, ledger: str | None = None) -> Status:
+def read_status(
+    source: str,
+    *,
+    sink: str | None = None,
+    ledger: str | None = None,
+    token: Token | None = None,
+) -> Status:
     """The outbox's figures (``Outbox.stats``) with the counters of the services given."""
     given = {"sink": sink, "ledger": ledger}
     services = {name: service_url(url) for name, url in given.items() if url is not None}
@@ -82,5 +89,5 @@ def read_status(source: str, *, sink: str | None = None, ledger: str | None = No
         figures: dict[str, Any] = outbox.stats()
         location = outbox.backend.location
     for name, url in services.items():
-        figures[name] = service_counters(name, url)
+        figures[name] = service_counters(name, url, token)
     return Status(location, figures)

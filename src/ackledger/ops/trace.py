@@ -16,6 +16,7 @@ from ..event import check_identifier
 from ..sink.inbox import Inbox
 from ..source.outbox import Outbox
 from ..store import is_postgres, without_password
+from ..wire.token import Token
 from .ack_kinds import BROKERS, target_for
 from .databases import existing_database, is_url
 from .probe import base_url, sink_receipt
@@ -46,7 +47,7 @@ class Stage:
 
 
 def read_receipt(
-    event_id: str, sink: str, source: str | None = None
+    event_id: str, sink: str, source: str | None = None, token: Token | None = None
 ) -> tuple[dict[str, Any] | None, str]:
     """(receipt or None, where it was looked for): the receipt of the event's identity when
     its ``source`` is known; raises OSError/AckledgerError if the sink cannot be asked."""
@@ -55,13 +56,15 @@ def read_receipt(
             found = inbox.receipt(event_id, source=source)
             return found, f"table inbox in {inbox.backend.location}"
     if is_url(sink):
-        found = sink_receipt(base_url(sink), event_id, source=source)
+        found = sink_receipt(base_url(sink), event_id, source=source, token=token)
         return found, f"GET {base_url(sink)}/events/{event_id}"
     with Inbox(existing_database(sink, "sink")) as inbox:
         return inbox.receipt(event_id, source=source), f"table inbox in {sink}"
 
 
-def trace(event_id: str, source: str, sink: str | None = None) -> dict[str, Any]:
+def trace(
+    event_id: str, source: str, sink: str | None = None, token: Token | None = None
+) -> dict[str, Any]:
     """Every stage of one event; ``{"id", "stages": [...], "via", "verdict"}``.
 
     ``sink`` is where the event is applied: a sink service's URL, or the inbox database of a
@@ -78,7 +81,7 @@ def trace(event_id: str, source: str, sink: str | None = None) -> dict[str, Any]
     if sink is not None:
         try:
             receipt, sink_where = read_receipt(
-                event_id, sink, None if row is None else row["source"]
+                event_id, sink, None if row is None else row["source"], token
             )
         except (OSError, AckledgerError) as exc:
             sink_where, sink_error = without_password(sink), f"{type(exc).__name__}: {exc}"

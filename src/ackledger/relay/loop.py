@@ -160,7 +160,10 @@ class Relay:
         self._log = log
         if wire is None:
             wire = sender(
-                settings.url, timeout=settings.timeout, allowed_hosts=settings.allowed_hosts
+                settings.url,
+                timeout=settings.timeout,
+                allowed_hosts=settings.allowed_hosts,
+                token=settings.token,
             )
         self._sends = _Sends(wire, self._stopping)
         self._after_one = after_delivery

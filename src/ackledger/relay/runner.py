@@ -53,7 +53,12 @@ def run(
     # right after it started) is a clean stop too, not death by the signal (exit -15).
     early = threading.Event()
     restore_early = _on_stop_signals(early.set)
-    wire = sender(settings.url, timeout=settings.timeout, allowed_hosts=settings.allowed_hosts)
+    wire = sender(
+        settings.url,
+        timeout=settings.timeout,
+        allowed_hosts=settings.allowed_hosts,
+        token=settings.token,
+    )
     try:
         with Outbox(source, synchronous=synchronous) as outbox:
             outbox.record_target(settings.url)

@@ -14,6 +14,7 @@ from ..source.marking import check_mark_sync
 from ..source.outbox import MAX_BATCH, check_limit
 from ..wire.sender import check_url
 from ..wire.targets import check_timeout
+from ..wire.token import Token
 from .leases import DEFAULT_TTL, check_owner, check_ttl
 from .policy import check_on_poison
 
@@ -32,6 +33,8 @@ class RelaySettings:
     on_poison: str = "stop"
     timeout: float = 5.0
     allowed_hosts: tuple[str, ...] = ()
+    #: The sink's bearer token (HTTP targets only); its repr hides it.
+    token: Token | None = None
     #: Per-item rounds: fsync every mark ("each") or the last of each round ("last"; see
     #: ``dispatch``). A batch round's marks are one transaction either way.
     mark_sync: str = "each"

@@ -60,18 +60,46 @@ class LedgerQueries(CounterQueries):
         attempts) removed and the last key looked at, the ``after`` of the next chunk (None:
         there was no key left). Each chunk is its own write transaction."""
 
-    def ledger_deliveries(self, case_id: str | None) -> list[dict[str, Any]]:
-        return self._ledger_rows("deliveries", DELIVERY_COLUMNS, "delivery_no", case_id)
+    def ledger_deliveries(
+        self, case_id: str | None, after: int | None = None, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        return self._ledger_rows(
+            "deliveries", DELIVERY_COLUMNS, "delivery_no", case_id, after=after, limit=limit
+        )
 
-    def ledger_attempts(self, case_id: str | None) -> list[dict[str, Any]]:
-        return self._ledger_rows("attempts", ATTEMPT_COLUMNS, "attempt_no", case_id)
+    def ledger_attempts(
+        self, case_id: str | None, after: int | None = None, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        return self._ledger_rows(
+            "attempts", ATTEMPT_COLUMNS, "attempt_no", case_id, after=after, limit=limit
+        )
 
     def _ledger_rows(
-        self, table: str, columns: tuple[str, ...], order: str, case_id: str | None
+        self,
+        table: str,
+        columns: tuple[str, ...],
+        order: str,
+        case_id: str | None,
+        *,
+        after: int | None,
+        limit: int | None,
     ) -> list[dict[str, Any]]:
-        select = f"SELECT {', '.join(columns)} FROM {table}"
-        if case_id is None:
-            rows = self.execute(f"{select} ORDER BY {order}")
-        else:
-            rows = self.execute(f"{select} WHERE case_id = ? ORDER BY {order}", (case_id,))
+        """Rows in ``order``: those of ``case_id`` (or all), numbered after ``after``, at
+        most ``limit`` of them (a page: the primary key's index finds its start)."""
+        where: list[str] = []
+        params: list[object] = []
+        if case_id is not None:
+            where.append("case_id = ?")
+            params.append(case_id)
+        if after is not None:
+            where.append(f"{order} > ?")
+            params.append(after)
+        sql = f"SELECT {', '.join(columns)} FROM {table}"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += f" ORDER BY {order}"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        rows = self.execute(sql, tuple(params))
         return [dict(zip(columns, row, strict=True)) for row in rows]

@@ -8,6 +8,7 @@ from typing import Any
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive, Scope
 
+from ..errors import InvalidEvent
 from ..event import parse_strict_json
 
 MAX_BODY_BYTES = 64 * 1024
@@ -47,6 +48,11 @@ async def read_body(
         if name == b"content-length" and value.isdigit() and int(value) > cap:
             raise BodyTooLarge
         if name == b"content-type":
+            if declared_type is not None:
+                # One reading of the request: never the first here and the last elsewhere.
+                raise InvalidEvent(
+                    "content-type: header given more than once", field="content-type"
+                )
             declared_type = value.decode("latin-1")
     if check_type is not None:
         check_type(declared_type)

@@ -22,6 +22,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from .._core.logline import install
+from .limits import Limits
 from .observe import ACCESS_LOG
 
 #: How long a stop waits for the requests in flight: inside Kubernetes' default grace (30 s).
@@ -96,9 +97,16 @@ def url_of(sock: socket.socket) -> str:
     return f"http://{shown}:{port}"
 
 
-def serve(app: ASGIApp, sock: socket.socket, name: str, log: LogSettings | None = None) -> None:
+def serve(
+    app: ASGIApp,
+    sock: socket.socket,
+    name: str,
+    log: LogSettings | None = None,
+    limits: Limits | None = None,
+) -> None:
     settings = log or LogSettings()
     configure_logging(settings)
+    limits = limits or Limits()
     config = uvicorn.Config(
         app,
         log_config=None,  # configure_logging above
@@ -107,6 +115,10 @@ def serve(app: ASGIApp, sock: socket.socket, name: str, log: LogSettings | None 
         lifespan="off",
         timeout_keep_alive=30,
         timeout_graceful_shutdown=GRACEFUL_SECONDS,
+        # The head cap and the read time-outs (web.limits); h11's own cap, should it be used.
+        http=limits.protocol(),
+        h11_max_incomplete_event_size=limits.head_bytes,
+        limit_concurrency=limits.max_connections,
     )
     server = _Server(config)
     # A stop asked for between "listening" and uvicorn's own handlers is a graceful one too

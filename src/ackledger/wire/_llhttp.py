@@ -8,7 +8,6 @@ are sized so that nothing past a declared length, and little past the cap, is ev
 
 from __future__ import annotations
 
-import socket
 from typing import NoReturn
 
 import httptools
@@ -20,6 +19,7 @@ from .framing import (
     MAX_HEAD_BYTES,
     MAX_HEADERS,
     Framing,
+    Receiver,
     closed_early,
     framing,
     longer_than_declared,
@@ -121,7 +121,7 @@ class _Answer:
         return room if rules.until_close else max(room, 1024)
 
 
-def read_answer(sock: socket.socket) -> tuple[int, bytes, bool]:
+def read_answer(sock: Receiver) -> tuple[int, bytes, bool]:
     """Read one answer: (status, body, whether the connection may carry another request)."""
     answer = _Answer()
     while not answer.complete:

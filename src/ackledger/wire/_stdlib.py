@@ -22,6 +22,7 @@ from .framing import (
     MAX_ANSWER_BYTES,
     MAX_HEAD_BYTES,
     Framing,
+    Receiver,
     closed_early,
     framing,
     longer_than_declared,
@@ -39,7 +40,7 @@ _FRAMING_ROOM = MAX_ANSWER_BYTES
 class _Source:
     __slots__ = ("buf", "eof", "first", "limit", "sock", "status", "taken")
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: Receiver) -> None:
         self.sock = sock
         self.buf = b""
         self.eof = False
@@ -128,7 +129,7 @@ def _judge(response: _Response, source: _Source) -> Framing:
     return rules
 
 
-def read_answer(sock: socket.socket) -> tuple[int, bytes, bool]:
+def read_answer(sock: Receiver) -> tuple[int, bytes, bool]:
     """Read one answer: (status, body, whether the connection may carry another request)."""
     source = _Source(sock)
     response = _Response(cast(socket.socket, source))  # it only asks for makefile()

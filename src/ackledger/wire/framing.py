@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from ..errors import NotAcknowledged
 
@@ -20,6 +21,12 @@ MAX_HEAD_BYTES = 16 * 1024
 MAX_HEADERS = 100
 #: The header fields the rules read; a parser hands over only these (lower-case names).
 FRAMING_FIELDS = frozenset({b"content-length", b"transfer-encoding", b"connection"})
+
+
+class Receiver(Protocol):
+    """What ``read_answer`` reads from: a socket, or one within a call's deadline."""
+
+    def recv(self, size: int, /) -> bytes: ...
 
 
 @dataclass(slots=True)  # not frozen: a frozen init costs a relay step more than it saves

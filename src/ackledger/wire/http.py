@@ -9,7 +9,9 @@ never read and redirects never followed: any status but 200 is a refusal carryin
 A connection is discarded after any error, or when the answer says ``Connection: close``
 (or is HTTP/1.0). A kept connection that the server has closed is noticed *before* sending,
 never retried after: a send either happened once on this call or raised. Connection failures,
-time-outs (of the connect and of each read) and an answer cut short raise ``OSError``.
+time-outs and an answer cut short raise ``OSError``. The time-out bounds the whole call
+(connect, send and every read together), not each read: a server that drips one byte a second
+cannot hold a sender past it.
 ``request_once`` (operator tools, one request each) stays on ``http.client``.
 """
 
@@ -20,6 +22,7 @@ import http.client
 import select
 import socket
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -28,6 +31,7 @@ from ..errors import NotAcknowledged
 from .ack import BatchAnswer, acked_prefix, answer_json, exact_ack
 from .framing import MAX_ANSWER_BYTES
 from .targets import Target, check_target, check_timeout
+from .token import Token, as_token
 
 try:
     from ._llhttp import read_answer
@@ -92,6 +96,40 @@ def _connection(target: Target, timeout: float) -> _Connection:
     return conn
 
 
+class _Deadline:
+    """A kept connection's socket as one call may use it: every send and read gets at most
+    the time left until ``end`` (the socket's own time-out is lowered only near the end, so
+    an ordinary call makes no extra system call)."""
+
+    __slots__ = ("conn", "end", "lowered", "timeout")
+
+    def __init__(self, conn: _Connection, timeout: float, started: float) -> None:
+        self.conn = conn
+        self.timeout = timeout
+        self.end = started + timeout
+        self.lowered = False
+
+    def _fit(self) -> None:
+        left = self.end - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"no complete answer within the {self.timeout:g} s time-out")
+        if left < self.conn.timeout:
+            self.conn.sock.settimeout(left)
+            self.lowered = True
+
+    def sendall(self, data: bytes) -> None:
+        self._fit()
+        self.conn.sock.sendall(data)
+
+    def recv(self, size: int) -> bytes:
+        self._fit()
+        return self.conn.sock.recv(size)
+
+    def done(self) -> None:
+        if self.lowered:  # the connection is kept: give it back its usual time-out
+            self.conn.sock.settimeout(self.conn.timeout)
+
+
 def _discard(target: Target) -> None:
     conn = _pool().pop((target.host, target.port), None)
     if conn is not None:
@@ -115,8 +153,9 @@ _LENGTH = b"Content-Length: "
 
 
 @functools.lru_cache(maxsize=256)
-def _request_head(target: Target, content_type: bytes) -> bytes:
-    """Everything of a POST's head up to the value of Content-Length (fixed per target)."""
+def _request_head(target: Target, content_type: bytes, authorization: bytes = b"") -> bytes:
+    """Everything of a POST's head up to the value of Content-Length (fixed per target and
+    token; ``authorization`` is the whole header line, or empty)."""
     host = f"[{target.host}]" if ":" in target.host else target.host
     try:
         host_bytes = host.encode("ascii")
@@ -128,8 +167,12 @@ def _request_head(target: Target, content_type: bytes) -> bytes:
         # Without Accept-Encoding a server may pick any coding; only plain JSON is understood.
         b"Accept-Encoding: identity\r\n"
         b"Content-Type: " + content_type + b"\r\n"
-        b"Accept: application/json\r\n" + _LENGTH
+        b"Accept: application/json\r\n" + authorization + _LENGTH
     )
+
+
+def _authorization(token: Token | None) -> bytes:
+    return b"" if token is None else b"Authorization: " + token.header() + b"\r\n"
 
 
 def _trace_headers(event: dict[str, Any]) -> bytes:
@@ -148,18 +191,23 @@ def _post_json(
     body: bytes,
     timeout: float,
     content_type: bytes = STRUCTURED,
+    token: Token | None = None,
+    *,
     extra: bytes = b"",
 ) -> tuple[int, Any]:
     """POST and return (status, parsed JSON); raises NotAcknowledged for unusable answers.
     ``extra`` is header lines to send as well."""
+    started = time.monotonic()
     conn = _connection(target, check_timeout(timeout))
     try:
+        within = _Deadline(conn, timeout, started)
         # One write: head and body together, so neither waits for the other's ACK.
-        head = _request_head(target, content_type)
+        head = _request_head(target, content_type, _authorization(token))
         if extra:  # the cached head ends in "Content-Length: ": the lines go before it
             head = head[: -len(_LENGTH)] + extra + _LENGTH
-        conn.sock.sendall(head + b"%d\r\n\r\n" % len(body) + body)
-        status, data, keep = read_answer(conn.sock)
+        within.sendall(head + b"%d\r\n\r\n" % len(body) + body)
+        status, data, keep = read_answer(within)
+        within.done()
     except BaseException:
         # Whatever went wrong, the connection's state is unknown: never reuse it. Connection
         # failures and time-outs propagate as the OSErrors they are.
@@ -187,12 +235,16 @@ def request_once(
     *,
     timeout: float = 5.0,
     cap: int = MAX_ANSWER_BYTES,
+    token: Token | str | None = None,
 ) -> tuple[int, bytes]:
     """One request on its own connection (workers and operator tools ask once): returns
     (status, body), the body read up to ``cap``; connection errors raise as OSError."""
+    bearer = as_token(token)
     conn = _OnceConnection(target.host, target.port, timeout=check_timeout(timeout))
     try:
         headers = {"Accept": "application/json, text/plain"}
+        if bearer is not None:
+            headers["Authorization"] = bearer.header().decode("ascii")
         if body is not None:
             headers["Content-Type"] = "application/json"
         conn.request(method, path, body=body, headers=headers)
@@ -215,12 +267,16 @@ def send_http(
     *,
     timeout: float = 5.0,
     allowed_hosts: Iterable[str] | None = None,
+    token: Token | str | None = None,
 ) -> bool:
     """POST one event to a sink's ``/events`` in structured mode; returns True only for an
-    exact ACK of its identity."""
+    exact ACK of its identity. ``timeout`` bounds the whole call; ``token`` is sent as
+    ``Authorization: Bearer``."""
     clean, text = validate_encoded(event)
     target = check_target(url, "/events", allowed_hosts)
-    status, answer = _post_json(target, text.encode(), timeout, extra=_trace_headers(clean))
+    status, answer = _post_json(
+        target, text.encode(), timeout, STRUCTURED, as_token(token), extra=_trace_headers(clean)
+    )
     return exact_ack(status, answer, clean)
 
 
@@ -230,6 +286,7 @@ def post_batch(
     *,
     timeout: float = 5.0,
     allowed_hosts: Iterable[str] | None = None,
+    token: Token | str | None = None,
 ) -> BatchAnswer:
     """POST 1-16 events to ``/events/batch`` and read which prefix was acknowledged."""
     if isinstance(events, (str, bytes)) or not isinstance(events, Sequence):
@@ -240,7 +297,7 @@ def post_batch(
     clean = [event for event, _ in encoded]
     target = check_target(url, "/events/batch", allowed_hosts)
     body = "[" + ",".join(text for _, text in encoded) + "]"
-    status, answer = _post_json(target, body.encode(), timeout, BATCH)
+    status, answer = _post_json(target, body.encode(), timeout, BATCH, as_token(token))
     return acked_prefix(status, answer, clean)
 
 
@@ -250,6 +307,8 @@ def send_http_batch(
     *,
     timeout: float = 5.0,
     allowed_hosts: Iterable[str] | None = None,
+    token: Token | str | None = None,
 ) -> int:
     """POST up to 16 events; returns the length of the acknowledged prefix."""
-    return post_batch(events, url, timeout=timeout, allowed_hosts=allowed_hosts).acked
+    answer = post_batch(events, url, timeout=timeout, allowed_hosts=allowed_hosts, token=token)
+    return answer.acked

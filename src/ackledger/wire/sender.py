@@ -18,6 +18,7 @@ from .amqp_target import check_amqp_target
 from .http import close_connections, post_batch, send_http
 from .nats_target import check_nats_target
 from .targets import check_target, check_timeout
+from .token import Token, as_token
 
 
 @dataclass(frozen=True)
@@ -49,24 +50,40 @@ class HttpSender:
     """POSTs to a sink's ``/events`` (one event) and ``/events/batch`` (up to 16)."""
 
     def __init__(
-        self, url: str, *, timeout: float = 5.0, allowed_hosts: Iterable[str] | None = None
+        self,
+        url: str,
+        *,
+        timeout: float = 5.0,
+        allowed_hosts: Iterable[str] | None = None,
+        token: Token | str | None = None,
     ) -> None:
         self.allowed_hosts = tuple(allowed_hosts or ())
         check_target(url, "/events", self.allowed_hosts)
+        self.token = as_token(token)
         self.url = url
         self.batch_url = url + "/batch"
         self.timeout = check_timeout(timeout)
         self.refusal: Refusal | None = None
 
     def send(self, event: dict[str, Any]) -> bool:
-        return send_http(event, self.url, timeout=self.timeout, allowed_hosts=self.allowed_hosts)
+        return send_http(
+            event,
+            self.url,
+            timeout=self.timeout,
+            allowed_hosts=self.allowed_hosts,
+            token=self.token,
+        )
 
     def send_batch(self, events: list[dict[str, Any]]) -> int:
         # Forget the last answer first: a send that raises (no connection, a 5xx) must be
         # judged by its own failure, never by an earlier batch's refusal.
         self.refusal = None
         answer = post_batch(
-            events, self.batch_url, timeout=self.timeout, allowed_hosts=self.allowed_hosts
+            events,
+            self.batch_url,
+            timeout=self.timeout,
+            allowed_hosts=self.allowed_hosts,
+            token=self.token,
         )
         if answer.acked < len(events):
             problem = answer.error or {}
@@ -118,6 +135,9 @@ def sender(url: object, **options: Any) -> Sender:
     scheme = urlsplit(url).scheme.lower()
     if scheme in ("http", "https"):
         return HttpSender(url, **options)
+    if options.pop("token", None) is not None:
+        # A broker authenticates the connection (its URL's user and password), not each event.
+        raise ValueError(f"token: a bearer token is for http:// targets, not {scheme}://")
     if scheme == "amqp":
         return _amqp_sender()(url, **options)
     if scheme == "nats":
