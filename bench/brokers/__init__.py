@@ -86,6 +86,7 @@ def _rabbit_round(results: Results, rep: int, total: int, with_peer: bool) -> No
         ("peer.default", lambda: _peer(results, rep, total, peer.DEFAULT)),
         ("batch", lambda: _ours_rabbit(results, rep, total, batch=True)),
         ("peer.best", lambda: _peer(results, rep, total, peer.BEST)),
+        ("pipeline", lambda: _ours_rabbit(results, rep, total, batch=True, pipeline=True)),
     ]
     for name, run in runs:
         if name.startswith("peer") and not with_peer:
@@ -93,13 +94,17 @@ def _rabbit_round(results: Results, rep: int, total: int, with_peer: bool) -> No
         run()
 
 
-def _ours_rabbit(results: Results, rep: int, total: int, *, batch: bool) -> float:
-    kind = "batch" if batch else "item"
+def _ours_rabbit(
+    results: Results, rep: int, total: int, *, batch: bool, pipeline: bool = False
+) -> float:
+    kind = "pipeline" if pipeline else "batch" if batch else "item"
+    # --pipeline is the single loop's: marks commit on a second connection during the next send.
+    extra = ("--single", "--pipeline") if pipeline else ()
     with database() as source, rabbit.route(f"ours-{kind}") as where:
         fill.pending_events(source, f"r{rep}{kind}", total, _event)
-        value = ours.rate(source, where.url(), total, batch)
+        value = ours.rate(source, where.url(), total, batch, *extra)
         modes = rabbit.facts(where.queue).modes
-    flag = " --batch" if batch else ""
+    flag = " --batch --single --pipeline" if pipeline else " --batch" if batch else ""
     _add(results, f"broker.ours.{kind}", f"ours: `ackledger relay{flag}` -> RabbitMQ", value)
     _modes(results, f"ours.{kind}", modes)
     return value
@@ -182,6 +187,10 @@ RATIOS: tuple[tuple[str, str, str, float | None], ...] = (
     ("ours --batch / faststream-outbox at its best", "broker.ours.batch", "broker.peer.best", 3.0),
     ("ours --batch / RabbitMQ floor, window 16", "broker.ours.batch", "broker.floor.rabbit.w16",
      0.8),
+    ("ours --batch --single --pipeline / RabbitMQ floor, window 16", "broker.ours.pipeline",
+     "broker.floor.rabbit.w16", None),
+    ("ours --batch --single --pipeline / faststream-outbox at its best", "broker.ours.pipeline",
+     "broker.peer.best", None),
     ("ours per item / faststream-outbox at its defaults", "broker.ours.item",
      "broker.peer.default", None),
     ("ours per item / faststream-outbox at its best", "broker.ours.item", "broker.peer.best",

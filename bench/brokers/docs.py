@@ -32,8 +32,10 @@ INTRO = (
     "subscriber), its table filled through `publish_batch`; timed from the first row deleted "
     "to the last, counted every 20 ms from another connection. Defaults: 1 worker, fetch 10, "
     "flush 1, `persist=False` (its publisher's default); best: 4 workers, fetch 500, flush "
-    "500, `persist=True`. Floors: pika publishing persistent `mandatory` messages to a durable "
-    "queue on a confirm channel, one at a time and in windows of 16 and 256; nats-py "
+    "500, `persist=True`. Also ours as `--batch --single --pipeline` (the single loop, marks "
+    "committed on a second connection while the next batch is sent). Floors: pika publishing "
+    "persistent `mandatory` messages to a durable queue on a confirm channel, one at a time "
+    "and in windows of 16 and 256; nats-py "
     "publishing to a file-backed stream and awaiting each PubAck, alone or in windows."
 )
 
@@ -155,6 +157,7 @@ def plot(results: Results) -> None:
         ("broker.peer.best", "faststream-\noutbox\nbest", "#d62728"),
         ("broker.ours.item", "ours\nper item", "#1f77b4"),
         ("broker.ours.batch", "ours\n--batch", "#2ca02c"),
+        ("broker.ours.pipeline", "ours --batch\n--single\n--pipeline", "#98df8a"),
         ("broker.floor.nats.w1", "nats-py\nwindow 1", "#bbbbbb"),
         ("broker.floor.nats.w16", "nats-py\nwindow 16", "#888888"),
         ("broker.nats.item", "ours NATS\nper item", "#17becf"),

@@ -51,9 +51,10 @@ def reader(source: str) -> Iterator[Query]:
         yield query
 
 
-def rate(source: str, url: str, events: int, batch: bool) -> float:
+def rate(source: str, url: str, events: int, batch: bool, *extra: str) -> float:
     """Events/s of one relay draining ``events`` pending events to ``url``."""
-    with reader(source) as query, relay(source, url, *(["--batch"] if batch else [])):
+    flags = ("--batch", *extra) if batch else extra
+    with reader(source) as query, relay(source, url, *flags):
         return marks_rate(query, events, timeout=900)
 
 
