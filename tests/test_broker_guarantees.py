@@ -4,9 +4,10 @@ The broker benchmark (``bench/brokers``) measured the peer deleting every row Ra
 returned as unroutable and publishing non-persistent messages at its defaults. These tests hold
 ours to the opposite, with the same setup as the benchmark: a PostgreSQL outbox, the
 ``ackledger relay`` process, a durable exchange and queue of the test's own, and everything
-read back afterwards from other connections (the outbox table, the queue). The seeded kill -9
-campaign of ``bench/`` (the ``camp`` work) counts re-sends over many schedules; the last test
-here is its single, exact case.
+read back afterwards from other connections (the outbox table, the queue: test_amqp_sender's
+``broker`` fixture, bound for the lab's type only). The seeded kill -9 campaign of ``bench/``
+(the ``camp`` work) counts re-sends over many schedules; the last test here is its single,
+exact case.
 """
 
 from __future__ import annotations
@@ -14,14 +15,10 @@ from __future__ import annotations
 import random
 import signal
 import subprocess
-import uuid
 from collections import Counter
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pika
 import pytest
 
 from ackledger import Outbox, new_event
@@ -30,48 +27,13 @@ from ackledger._dev.procs import cli_command
 from . import pg
 from .events import SOURCE, lab
 from .opshelp import wait_until
+from .test_amqp_sender import Broker, broker  # noqa: F401 - the fixture is found by its name
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
-ROUTED = "warehouse.stock.added"
 #: No queue is bound for this type: RabbitMQ returns every such publish (``mandatory``).
 UNROUTED = "warehouse.stock.misplaced"
 BATCH = 16
-
-
-@dataclass
-class Route:
-    channel: Any
-    name: str
-
-    def url(self) -> str:
-        # No routing_key: each event's type is its routing key, and only ROUTED is bound.
-        return f"amqp://guest:guest@127.0.0.1:5672/%2F?exchange={self.name}"
-
-    def take(self) -> list[tuple[Any, bytes]]:
-        """Every message in the queue, in order, taken off it."""
-        found: list[tuple[Any, bytes]] = []
-        while True:
-            method, props, body = self.channel.basic_get(self.name, auto_ack=True)
-            if method is None:
-                return found
-            found.append((props, body))
-
-
-@pytest.fixture
-def route() -> Iterator[Route]:
-    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", 5672))
-    channel = conn.channel()
-    name = f"ackledger-test-guarantees-{uuid.uuid4().hex[:12]}"
-    channel.exchange_declare(name, "direct", durable=True)
-    channel.queue_declare(name, durable=True)
-    channel.queue_bind(name, name, ROUTED)
-    try:
-        yield Route(channel, name)
-    finally:
-        channel.queue_delete(name)
-        channel.exchange_delete(name)
-        conn.close()
 
 
 def _misplaced(event_id: str, partition: str) -> dict[str, Any]:
@@ -103,13 +65,15 @@ def _rows(url: str, where: str) -> list[str]:
 
 
 def test_a_returned_message_is_marked_nowhere_and_quarantined(
-    pg_url: str, route: Route, tmp_path: Path
+    pg_url: str,
+    broker: Broker,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     events = [lab(f"ok-{n}", "tea", 1) if n % 3 else _misplaced(f"lost-{n}", "tea")
               for n in range(30)]  # fmt: skip
     lost = sorted(e["id"] for e in events if e["type"] == UNROUTED)
     _fill(pg_url, events)
-    relay = _relay(pg_url, route.url(), tmp_path / "relay.log", "--batch", "--on-poison",
+    relay = _relay(pg_url, broker.url(), tmp_path / "relay.log", "--batch", "--on-poison",
                    "quarantine")  # fmt: skip
     try:
         wait_until(lambda: not _rows(pg_url, "sent = 0 AND quarantined = 0"), "a drained outbox")
@@ -120,7 +84,7 @@ def test_a_returned_message_is_marked_nowhere_and_quarantined(
         e["id"] for e in events if e["id"] not in lost
     )
     assert not set(_rows(pg_url, "sent = 1")) & set(lost)  # the peer deletes these rows
-    taken = [props.message_id for props, _ in route.take()]
+    taken = [props.message_id for props, _ in broker.messages()]
     routable = [e["id"] for e in events if e["id"] not in lost]
     assert not set(taken) & set(lost)
     # A batch's confirmed events after a returned one are not its acknowledged prefix: they
@@ -130,38 +94,45 @@ def test_a_returned_message_is_marked_nowhere_and_quarantined(
 
 
 def test_with_the_stop_policy_a_returned_message_stays_pending_and_the_relay_exits_3(
-    pg_url: str, route: Route, tmp_path: Path
+    pg_url: str,
+    broker: Broker,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     _fill(pg_url, [lab("ok-1", "tea", 1), _misplaced("lost-2", "tea"), lab("ok-3", "tea", 1)])
-    relay = _relay(pg_url, route.url(), tmp_path / "relay.log", "--on-poison", "stop")
+    relay = _relay(pg_url, broker.url(), tmp_path / "relay.log", "--on-poison", "stop")
     try:
         assert relay.wait(120) == 3
     finally:
         _stop(relay)
     assert _rows(pg_url, "sent = 1") == ["ok-1"]
     assert _rows(pg_url, "sent = 0 AND quarantined = 0") == ["lost-2", "ok-3"]  # order kept
-    assert [props.message_id for props, _ in route.take()] == ["ok-1"]
+    assert [props.message_id for props, _ in broker.messages()] == ["ok-1"]
 
 
 @pytest.mark.parametrize("batch", [False, True], ids=["per-item", "batch"])
 def test_every_message_is_persistent_when_read_back_from_the_queue(
-    pg_url: str, route: Route, tmp_path: Path, batch: bool
+    pg_url: str,
+    broker: Broker,  # noqa: F811
+    tmp_path: Path,
+    batch: bool,
 ) -> None:
     events = [lab(f"e-{n}", f"p{n % 4}", 1) for n in range(40)]
     _fill(pg_url, events)
-    relay = _relay(pg_url, route.url(), tmp_path / "relay.log", *(["--batch"] if batch else []))
+    relay = _relay(pg_url, broker.url(), tmp_path / "relay.log", *(["--batch"] if batch else []))
     try:
         wait_until(lambda: not _rows(pg_url, "sent = 0"), "every event marked")
     finally:
         _stop(relay)
-    taken = route.take()
+    taken = broker.messages()
     assert sorted(props.message_id for props, _ in taken) == sorted(e["id"] for e in events)
     # The peer's default (persist=False) leaves delivery_mode 1: lost on a broker restart.
     assert {props.delivery_mode for props, _ in taken} == {2}
 
 
 def test_resends_after_a_kill_are_at_most_the_batch_in_flight(
-    pg_url: str, route: Route, tmp_path: Path
+    pg_url: str,
+    broker: Broker,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     total = 600
     # One partition: one batch of at most 16 in flight at any moment.
@@ -169,7 +140,7 @@ def test_resends_after_a_kill_are_at_most_the_batch_in_flight(
     _fill(pg_url, events)
     log = tmp_path / "relay.log"
     at = random.Random(14).randrange(100, 400)  # a seeded schedule
-    first = _relay(pg_url, route.url(), log, "--batch")
+    first = _relay(pg_url, broker.url(), log, "--batch")
     try:
         wait_until(lambda: len(_rows(pg_url, "sent = 1")) >= at, f"{at} events marked")
         first.send_signal(signal.SIGKILL)
@@ -178,12 +149,12 @@ def test_resends_after_a_kill_are_at_most_the_batch_in_flight(
         _stop(first)
     marked_before = len(_rows(pg_url, "sent = 1"))
     assert marked_before < total, "the kill came too late to prove anything"
-    second = _relay(pg_url, route.url(), log, "--batch")
+    second = _relay(pg_url, broker.url(), log, "--batch")
     try:
         wait_until(lambda: not _rows(pg_url, "sent = 0"), "every event marked after the restart")
     finally:
         _stop(second)
-    ids = [props.message_id for props, _ in route.take()]
+    ids = [props.message_id for props, _ in broker.messages()]
     copies = Counter(ids)
     assert set(copies) == {e["id"] for e in events}  # none lost
     resent = sum(n - 1 for n in copies.values())

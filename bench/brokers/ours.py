@@ -7,7 +7,6 @@ One relay process (the default PostgreSQL relay: it leases partitions), per item
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from ackledger import Outbox
 from ackledger._dev.procs import cli_command
 
 from ..common import Query, marks_rate
+from .stopping import terminate
 
 
 @contextmanager
@@ -32,12 +32,7 @@ def relay(source: str, url: str, *extra: str) -> Iterator[subprocess.Popen[bytes
     try:
         yield process
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+        terminate(process)
 
 
 @contextmanager

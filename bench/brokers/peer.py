@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .rabbit import HOST, PORT, Route
+from .stopping import terminate
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv-peer"
@@ -135,12 +135,7 @@ def relay(
 
             return _watch(left, events, timeout, settle)
     finally:
-        child.send_signal(signal.SIGTERM)
-        try:
-            child.wait(30)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait(10)
+        terminate(child, grace=30)
         shutil.rmtree(folder, ignore_errors=True)
 
 
