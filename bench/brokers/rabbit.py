@@ -54,18 +54,26 @@ def available() -> str | None:
 def route(tag: str) -> Iterator[Route]:
     """A new durable direct exchange and durable classic queue; both deleted afterwards."""
     name = f"ackledger-bench-{tag}-{secrets.token_hex(4)}"
+    # A connection per step: an idle blocking connection misses its heartbeats during a
+    # long run and the broker drops it.
     conn = _connect()
     try:
         channel = conn.channel()
         channel.exchange_declare(name, "direct", durable=True)
         channel.queue_declare(name, durable=True)
         channel.queue_bind(name, name, name)
+    finally:
+        conn.close()
+    try:
         yield Route(name, name)
     finally:
-        channel = conn.channel()
-        channel.queue_delete(name)
-        channel.exchange_delete(name)
-        conn.close()
+        conn = _connect()
+        try:
+            channel = conn.channel()
+            channel.queue_delete(name)
+            channel.exchange_delete(name)
+        finally:
+            conn.close()
 
 
 @dataclass(frozen=True)
