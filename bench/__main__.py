@@ -10,7 +10,20 @@ import sys
 import time
 from collections.abc import Callable
 
-from . import drills, floors, growth, ledger, machine, postgres, relay, report, sinkload, steps
+from . import (
+    brokers,
+    drills,
+    floors,
+    growth,
+    ledger,
+    machine,
+    postgres,
+    relay,
+    report,
+    sinkload,
+    steps,
+)
+from .brokers import docs as brokers_docs
 from .common import FULL, QUICK, Plan, Results
 
 Section = Callable[[Plan, Results], None]
@@ -27,6 +40,9 @@ SECTIONS: dict[str, Section] = {
     "ledger-http": ledger.measure_http,
     "postgres": postgres.measure,
     "drills": drills.measure,
+    # PostgreSQL outbox -> RabbitMQ / NATS against faststream-outbox and the raw floors; its
+    # own section of docs/ (bench/brokers/docs.py), also runnable alone: python -m bench.brokers
+    "brokers": brokers.measure,
 }
 
 
@@ -69,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
             json.dump([f.as_dict() for f in results.figures.values()], dump, indent=1)
     if not args.no_docs:
         out = report.write(results, plan, about, command=command, started=started, took=took)
+        if "brokers" in chosen:
+            brokers_docs.write(results, about, command=command, started=started, took=took)
         print(f"wrote {out}")
     return 0
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .brokers import docs as brokers_docs
 from .common import Figure, Plan, Results
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -222,9 +223,14 @@ def write(
         lines += ["## Notes from the run", ""]
         lines += [f"- {note}" for note in results.notes]
         lines.append("")
+    out = DOCS / "benchmarks.md"
+    # The broker section and JSON key are bench/brokers' own: kept as they were.
+    kept = brokers_docs.kept_section(out.read_text(encoding="utf-8")) if out.exists() else []
+    if kept:
+        lines += [*kept, ""]
     if CHANGES.exists():
         lines += [CHANGES.read_text(encoding="utf-8").rstrip(), ""]
-    out = DOCS / "benchmarks.md"
+    kept_brokers = brokers_docs.kept_json(DOCS / "benchmarks.json")
     out.write_text("\n".join(lines), encoding="utf-8")
     (DOCS / "benchmarks.json").write_text(
         json.dumps(
@@ -236,6 +242,7 @@ def write(
                 "figures": [f.as_dict() for f in results.figures.values()],
                 "skipped": results.skipped,
                 "notes": results.notes,
+                **({"brokers": kept_brokers} if kept_brokers is not None else {}),
             },
             indent=1,
         ),
