@@ -1,7 +1,8 @@
 """The ``ackledger`` command line: thin, every verb calls the library.
 
-Bad input anywhere gets one line on stderr and exit status 2, and nothing is written.
-Each module in ``COMMAND_MODULES`` adds its own sub-commands.
+Bad input anywhere gets one line on stderr and exit status 2, and nothing is written; a
+database that cannot be reached or used gets one line and exit status 4 (``exits``). Each
+module in ``COMMAND_MODULES`` adds its own sub-commands.
 """
 
 from __future__ import annotations
@@ -9,15 +10,15 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
+from .._version import __version__
 from ..errors import AckledgerError
-from ..store import database_errors
+from ..store import database_errors, unreachable_errors
 from . import consume, demo, ledger, migrate, operate, relay, serve, source
+from .exits import EPILOG, EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_UNREACHABLE
 
 COMMAND_MODULES = (source, serve, ledger, demo, migrate, relay, operate, consume)
-
-EXIT_BAD_INPUT = 2
 
 #: The optional dependencies, by the extra that installs them (pyproject.toml): a command
 #: that needs a missing one says which extra to install instead of printing a traceback.
@@ -39,21 +40,32 @@ class UsageError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
+    """Every parser of the command line, sub-commands' included (argparse makes those of the
+    class of their parent): no abbreviated options, since ``--sourc`` taken as ``--source``
+    today is a script that breaks when an option that shares the prefix is added."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         fail(f"{self.prog}: {message}")
 
 
-def fail(message: str) -> NoReturn:
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     first_line = message.strip().splitlines()[0] if message.strip() else "bad input"
     print(f"ackledger: error: {first_line}", file=sys.stderr)
-    raise SystemExit(EXIT_BAD_INPUT)
+    raise SystemExit(code)
 
 
 def build_parser() -> Parser:
     parser = Parser(
         prog="ackledger",
         description="Retry freely, apply once: outbox, relay, inbox and idempotency ledger.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"ackledger {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in COMMAND_MODULES:
         module.register(commands)
@@ -70,6 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc, KeyError):
             message = f"unknown event id {message!r}"
         fail(str(message))
+    except unreachable_errors() as exc:
+        fail(f"database unavailable: {exc}", EXIT_UNREACHABLE)
     except database_errors() as exc:
         fail(f"database: {exc}")
     except ModuleNotFoundError as exc:
@@ -81,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"(no module {exc.name!r}): pip install 'ackledger[{extra}]'"
         )
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     return code
 
 

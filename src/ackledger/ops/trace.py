@@ -8,6 +8,7 @@ can only be inferred from the mark, and its loss only from a receipt without a m
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -33,7 +34,12 @@ class Stage:
 
 
 def read_receipt(
-    event_id: str, sink: str, source: str | None = None
+    event_id: str,
+    sink: str,
+    source: str | None = None,
+    *,
+    timeout: float = 5.0,
+    allowed_hosts: Iterable[str] | None = None,
 ) -> tuple[dict[str, Any] | None, str]:
     """(receipt or None, where it was looked for): the receipt of the event's identity when
     its ``source`` is known; raises OSError/AckledgerError if the sink cannot be asked."""
@@ -42,14 +48,24 @@ def read_receipt(
             found = inbox.receipt(event_id, source=source)
             return found, f"table inbox in {inbox.backend.location}"
     if is_url(sink):
-        found = sink_receipt(base_url(sink), event_id, source=source)
+        found = sink_receipt(
+            base_url(sink), event_id, source=source, timeout=timeout, allowed_hosts=allowed_hosts
+        )
         return found, f"GET {base_url(sink)}/events/{event_id}"
     with Inbox(existing_database(sink, "sink")) as inbox:
         return inbox.receipt(event_id, source=source), f"table inbox in {sink}"
 
 
-def trace(event_id: str, source: str, sink: str) -> dict[str, Any]:
-    """Every stage of one event; ``{"id", "stages": [...], "verdict"}``."""
+def trace(
+    event_id: str,
+    source: str,
+    sink: str,
+    *,
+    timeout: float = 5.0,
+    allowed_hosts: Iterable[str] | None = None,
+) -> dict[str, Any]:
+    """Every stage of one event; ``{"id", "stages": [...], "verdict", "known",
+    "sink_readable"}``: ``known`` is false when no stage has a trace of the id."""
     check_identifier(event_id, "event_id", 128)
     with Outbox(source) as outbox:
         source_shown = outbox.backend.location
@@ -57,7 +73,13 @@ def trace(event_id: str, source: str, sink: str) -> dict[str, Any]:
         row = outbox.event(event_id)
         history = outbox.history(event_id)
     try:
-        receipt, sink_where = read_receipt(event_id, sink, None if row is None else row["source"])
+        receipt, sink_where = read_receipt(
+            event_id,
+            sink,
+            None if row is None else row["source"],
+            timeout=timeout,
+            allowed_hosts=allowed_hosts,
+        )
         sink_error = None
     except (OSError, AckledgerError) as exc:
         receipt, sink_where, sink_error = (
@@ -81,6 +103,8 @@ def trace(event_id: str, source: str, sink: str) -> dict[str, Any]:
         "id": event_id,
         "stages": [asdict(stage) for stage in stages],
         "verdict": _verdict(order, row, receipt, sink_error, conflict),
+        "known": not (order is None and row is None and receipt is None),
+        "sink_readable": sink_error is None,
     }
 
 

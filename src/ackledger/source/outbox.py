@@ -29,6 +29,8 @@ from ..store.borrowed import borrow, same_database
 from ..store.outbox import SOURCE_KEY
 
 MAX_BATCH = 16
+#: The most events one ``pending_listing`` returns.
+MAX_LISTING = 1000
 
 
 def check_limit(limit: object) -> int:
@@ -213,6 +215,19 @@ class Outbox(Database):
     def pending(self, limit: int = MAX_BATCH) -> list[dict[str, Any]]:
         """Unsent, unquarantined events in acceptance (seq) order. Writes nothing."""
         return self.pending_beyond((), limit)
+
+    def pending_listing(self, limit: int = MAX_BATCH) -> tuple[list[dict[str, Any]], int]:
+        """``(the first limit pending events, how many are pending)`` from one read, for a
+        listing that says how many it leaves out (``ackledger pending``); ``limit`` may be up to
+        ``MAX_LISTING``, as a listing is read, not sent. Writes nothing."""
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise ValueError(f"limit: must be an int from 1 to {MAX_LISTING}, got {limit!r}")
+        if not 1 <= limit <= MAX_LISTING:
+            raise ValueError(f"limit: must be from 1 to {MAX_LISTING}, got {limit}")
+        with self._db.read() as tx:
+            rows = tx.outbox_pending(limit)
+            total, _ = tx.outbox_pending_summary()
+        return rows, total
 
     def pending_beyond(self, skip: Collection[str], limit: int = MAX_BATCH) -> list[dict[str, Any]]:
         """``pending(limit)`` without the events in ``skip`` (those whose marks are still being
