@@ -19,6 +19,7 @@ from typing import Any
 from .. import warehouse
 from .._core.database import Database
 from .._core.duration import MAX_SECONDS
+from .._core.exact import is_int, is_number
 from .._core.idempotency import Outcome
 from ..envelope import fingerprint_of, validate_cloudevent, validate_encoded
 from ..errors import Conflict
@@ -34,7 +35,7 @@ MAX_LISTING = 1000
 
 
 def check_limit(limit: object) -> int:
-    if isinstance(limit, bool) or not isinstance(limit, int):
+    if not is_int(limit):
         raise ValueError(f"limit: must be an int from 1 to {MAX_BATCH}, got {type(limit).__name__}")
     if not 1 <= limit <= MAX_BATCH:
         raise ValueError(f"limit: must be from 1 to {MAX_BATCH}, got {limit}")
@@ -220,7 +221,7 @@ class Outbox(Database):
         """``(the first limit pending events, how many are pending)`` from one read, for a
         listing that says how many it leaves out (``ackledger pending``); ``limit`` may be up to
         ``MAX_LISTING``, as a listing is read, not sent. Writes nothing."""
-        if isinstance(limit, bool) or not isinstance(limit, int):
+        if not is_int(limit):
             raise ValueError(f"limit: must be an int from 1 to {MAX_LISTING}, got {limit!r}")
         if not 1 <= limit <= MAX_LISTING:
             raise ValueError(f"limit: must be from 1 to {MAX_LISTING}, got {limit}")
@@ -373,7 +374,7 @@ class Outbox(Database):
         outbox (accepting it again would enqueue it anew); the sink's inbox still applies it
         only once.
         """
-        if isinstance(older_than_seconds, bool) or not isinstance(older_than_seconds, (int, float)):
+        if not is_number(older_than_seconds):
             raise ValueError("older_than_seconds: must be a number of seconds")
         if not 0 <= older_than_seconds <= MAX_SECONDS:  # also refuses nan
             raise ValueError(
