@@ -8,6 +8,7 @@ module in ``COMMAND_MODULES`` adds its own sub-commands.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -33,6 +34,14 @@ EXTRA_OF_MODULE = {
     "pika": "amqp",
     "nats": "nats",
 }
+
+
+def require_extra(extra: str) -> None:
+    """Import every module of ``extra`` now, so that a command that needs it only in the
+    processes it starts (``demo``) names the missing extra (exit 2) before it starts any."""
+    for module, needed_by in EXTRA_OF_MODULE.items():
+        if needed_by == extra:
+            importlib.import_module(module)
 
 
 class UsageError(Exception):
