@@ -83,6 +83,21 @@ def core_only(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return python
 
 
+def _core_cli(
+    python: Path, folder: Path, *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``ackledger ARGS`` run by the core-only interpreter in ``folder``."""
+    return subprocess.run(
+        [str(python), "-m", "ackledger.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=folder,
+        timeout=120,
+        check=False,
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "extra"),
@@ -101,14 +116,7 @@ def core_only(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_a_core_only_install_names_the_missing_extra(
     core_only: Path, tmp_path: Path, args: list[str], extra: str
 ) -> None:
-    done = subprocess.run(
-        [str(core_only), "-m", "ackledger.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=120,
-        check=False,
-    )
+    done = _core_cli(core_only, tmp_path, *args)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
@@ -119,15 +127,7 @@ def test_a_core_only_install_names_the_missing_extra(
 @pytest.mark.slow
 def test_the_core_only_install_still_runs_the_core(core_only: Path, tmp_path: Path) -> None:
     order = '{"id": "o-1", "sku": "pen", "qty": 1}'
-    done = subprocess.run(
-        [str(core_only), "-m", "ackledger.cli", "accept", "--source", "o.db"],
-        input=order,
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=120,
-        check=False,
-    )
+    done = _core_cli(core_only, tmp_path, "accept", "--source", "o.db", stdin=order)
     assert done.returncode == 0 and done.stdout.strip() == "1", done.stderr
 
 

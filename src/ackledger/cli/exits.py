@@ -1,6 +1,6 @@
 """The command line's exit statuses: one meaning each, the same in every command.
 
-They are listed in ``ackledger --help`` (``EPILOG``), README.md and docs/cli.md.
+They are listed in ``ackledger --help`` (``EPILOG``) and in README.md ("Command line").
 """
 
 from __future__ import annotations
