@@ -71,7 +71,7 @@ def test_status_text_shows_the_figures_then_each_service() -> None:
 
 def test_service_counters_keep_the_services_own_samples(monkeypatch: pytest.MonkeyPatch) -> None:
     samples = {"ackledger_sink_applied": 2.0, "ackledger_sink_lag": 0.5, "process_cpu": 1.0}
-    monkeypatch.setattr(status_module, "scrape", lambda url: samples)
+    monkeypatch.setattr(status_module, "scrape", lambda url, **_: samples)
     assert service_counters("sink", "http://127.0.0.1:8") == {
         "url": "http://127.0.0.1:8", "applied": 2, "lag": 0.5,
     }  # fmt: skip
@@ -81,7 +81,7 @@ def test_service_counters_keep_the_services_own_samples(monkeypatch: pytest.Monk
 def test_read_status_refuses_a_bad_service_url_before_opening_the_outbox(tmp_path: Path) -> None:
     missing = tmp_path / "never.db"
     with pytest.raises(UnsafeTarget, match="base URL"):
-        read_status(str(missing), ledger="http://127.0.0.1:1/deliveries")
+        read_status(str(missing), ledger="http://127.0.0.1:1/events")  # a sink's route
     assert not missing.exists()
 
 
