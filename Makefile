@@ -5,6 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 BENCH_STAMP := $(VENV)/.bench-stamp
+DEMO_STAMP  := $(VENV)/.demo-stamp
 
 .PHONY: demo test lint typecheck unit bench bench-quick clean
 
@@ -14,7 +15,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+# The demo needs only the services' extra, not the test and lint tools.
+$(DEMO_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -e '.[demo]'
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(BIN)/ackledger demo
 
 test: lint typecheck unit

@@ -10,7 +10,7 @@ consumer is stopped with SIGTERM and everything is read back from other connecti
 
 - lost: marked sent in the outbox, never applied; stuck: still pending, or left in the broker;
 - double-applied: an order whose stock moved more than once (each order adds 1 to its own sku);
-- re-sends: publishes beyond one per event, seen by the route's tap (``bench.brokers``). At
+- re-sends: publishes beyond one per event, seen by the route's tap (``bench.broker_routes``). At
   each relay kill the events the tap had seen that are still pending are counted ("in
   flight"): they are what the next relay publishes again. No kill may leave more than the one
   batch in flight, and the re-sends cannot exceed what the kills left in flight.
@@ -38,7 +38,7 @@ from pathlib import Path
 from ackledger import Inbox, Outbox, new_event
 from ackledger._dev.procs import cli_command
 
-from .brokers import BROKERS, Route, open_route
+from .broker_routes import BROKERS, Route, open_route
 from .common import scratch
 
 LIMIT = 16  # the relay's batch: the most one kill may leave in flight

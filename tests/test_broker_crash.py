@@ -8,7 +8,7 @@
   the broker redelivers, the inbox says duplicate, the stock moved once (the SQLite inbox's
   case is in tests/test_consume.py).
 
-Every route (``bench.brokers``) has names of its own and a tap that counts every publish; the
+Every route (``bench.broker_routes``) has names of its own and a tap that counts every publish; the
 outbox and the inbox are read afterwards from connections of their own.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from bench.broker_campaign import Child, pending_ids, stock_by_order
-from bench.brokers import Route, open_route
+from bench.broker_routes import Route, open_route
 
 from ackledger import Inbox, Outbox
 from ackledger._dev.faultproxy import FaultProxy

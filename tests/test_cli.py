@@ -97,7 +97,7 @@ def test_publish_prints_the_seq_of_any_event(source_db: Path) -> None:
     ("args", "word"),
     [
         (["pending", "--limit", "0"], "limit"),
-        (["pending", "--limit", "17"], "limit"),
+        (["pending", "--limit", "1001"], "limit"),
         (["pending", "--limit", "two"], "limit"),
         (["dispatch", "--to", "http://sink.invalid/events"], "sink.invalid"),
         (["dispatch", "--to", "https://127.0.0.1/events"], "http"),

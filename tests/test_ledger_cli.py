@@ -124,11 +124,11 @@ def test_the_ledger_url_is_refused_before_any_connection(url: str) -> None:
     assert done.stderr.count("\n") == 1
 
 
-def test_an_unreachable_ledger_is_exit_1_in_one_line(tmp_path: Path) -> None:
+def test_an_unreachable_ledger_is_exit_4_in_one_line(tmp_path: Path) -> None:
     done = run_cli(
         "deliver", "--ledger", "http://127.0.0.1:1/deliveries", "--case-id", "c", "--work-id", "w"
     )  # fmt: skip
-    assert done.returncode == 1 and done.stdout == ""
+    assert done.returncode == 4 and done.stdout == ""  # 4: unreachable, worth retrying
     assert done.stderr.startswith("ackledger: ledger unavailable:")
     assert done.stderr.count("\n") == 1
 

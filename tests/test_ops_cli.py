@@ -26,9 +26,9 @@ def _ev(event_id: str, sku: str = "pen", qty: int = 1) -> dict[str, Any]:
     return {"id": event_id, "sku": sku, "qty": qty}
 
 
-def _cli_json(*args: str) -> Any:
+def _cli_json(*args: str, code: int = 0) -> Any:
     result = run_cli(*args)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == code, result.stderr
     return json.loads(result.stdout)
 
 
@@ -102,7 +102,8 @@ def test_status_reads_the_sink_counters_from_its_metrics(
 def test_status_says_when_a_service_cannot_be_read(source_db: Path) -> None:
     Outbox(source_db).close()
     dead = f"http://127.0.0.1:{free_port()}"
-    report = _cli_json("status", "--source", str(source_db), "--ledger", dead, "--json")
+    # The figures are shown all the same; exit 4 says a service was unreachable.
+    report = _cli_json("status", "--source", str(source_db), "--ledger", dead, "--json", code=4)
     assert report["pending"] == 0
     assert "error" in report["ledger"] and report["ledger"]["url"] == dead
 
@@ -111,7 +112,7 @@ def test_status_says_when_a_service_cannot_be_read(source_db: Path) -> None:
     ("args", "word"),
     [
         (["--sink", "http://sink.invalid:80"], "sink.invalid"),
-        (["--ledger", "http://127.0.0.1:1/deliveries"], "base URL"),
+        (["--ledger", "http://127.0.0.1:1/events"], "base URL"),
         (["--sink", "https://127.0.0.1:1"], "http"),
     ],
 )
@@ -127,9 +128,10 @@ def _stages(report: dict[str, Any]) -> dict[str, dict[str, str]]:
     return {stage["stage"]: stage for stage in report["stages"]}
 
 
-def _trace(event_id: str, source: Path, sink: str) -> dict[str, Any]:
+def _trace(event_id: str, source: Path, sink: str, code: int = 0) -> dict[str, Any]:
+    """``trace --json``; ``code`` 1: the id is known nowhere, 4: the sink could not be read."""
     report: dict[str, Any] = _cli_json(
-        "trace", event_id, "--source", str(source), "--sink", sink, "--json"
+        "trace", event_id, "--source", str(source), "--sink", sink, "--json", code=code
     )
     return report
 
@@ -183,7 +185,7 @@ def test_trace_shows_the_evidence_at_each_stage(
     assert "purged" in report["verdict"]
 
     # Never seen anywhere.
-    nothing = _trace("nobody-1", source_db, url)
+    nothing = _trace("nobody-1", source_db, url, code=1)
     assert {s["seen"] for s in nothing["stages"]} <= {"no", "unknown"}
     assert nothing["verdict"].startswith("unknown here")
 
@@ -225,7 +227,7 @@ def test_trace_of_a_quarantined_event_the_sink_has_applied(source_db: Path, sink
     assert "in flight" in stages["ack"]["detail"] and "requeue" in stages["ack"]["detail"]
     assert "until requeued" in stages["sent"]["detail"]
     assert report["verdict"].startswith("quarantined, yet the sink has applied it")
-    down = _trace("q-1", source_db, f"http://127.0.0.1:{free_port()}")
+    down = _trace("q-1", source_db, f"http://127.0.0.1:{free_port()}", code=4)
     assert "cannot be told" in down["verdict"] and "NOT delivered" not in down["verdict"]
 
 
@@ -243,7 +245,7 @@ def test_trace_of_an_id_this_outbox_never_had(source_db: Path, sink_db: Path) ->
 def test_trace_with_the_sink_down_says_it_cannot_tell(source_db: Path) -> None:
     with Outbox(source_db) as ob:
         ob.accept(_ev("a"))
-    report = _trace("a", source_db, f"http://127.0.0.1:{free_port()}")
+    report = _trace("a", source_db, f"http://127.0.0.1:{free_port()}", code=4)
     stages = _stages(report)
     assert stages["sink"]["seen"] == "unknown" and "cannot tell" in stages["sink"]["detail"]
     assert stages["ack"]["seen"] == "unknown"

@@ -81,7 +81,7 @@ def test_service_counters_keep_the_services_own_samples(monkeypatch: pytest.Monk
 def test_read_status_refuses_a_bad_service_url_before_opening_the_outbox(tmp_path: Path) -> None:
     missing = tmp_path / "never.db"
     with pytest.raises(UnsafeTarget, match="base URL"):
-        read_status(str(missing), ledger="http://127.0.0.1:1/deliveries")
+        read_status(str(missing), ledger="http://127.0.0.1:1/events")  # a sink's route
     assert not missing.exists()
 
 

@@ -6,6 +6,7 @@ ledger for jobs that are re-run in new processes.
 """
 
 from . import warehouse
+from ._version import __version__
 from .envelope import MAX_EVENT_BYTES, new_event
 from .envelope import validate_cloudevent as validate_event
 from .errors import (
@@ -19,6 +20,7 @@ from .errors import (
     UnsafeTarget,
 )
 from .event_types import EventTypes
+from .ledger.client import LedgerClient
 from .ledger.ledger import Ledger
 from .sink.inbox import Inbox
 from .source.dispatch import dispatch, dispatch_batch
@@ -35,11 +37,13 @@ __all__ = [
     "InvalidEvent",
     "LeaseLost",
     "Ledger",
+    "LedgerClient",
     "NoHandler",
     "NotAcknowledged",
     "Outbox",
     "Rejected",
     "UnsafeTarget",
+    "__version__",
     "dispatch",
     "dispatch_batch",
     "new_event",

@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ._core.exact import is_int
 from .errors import InvalidEvent
 
 EVENT_KEYS = ("id", "sku", "qty")
@@ -22,6 +23,9 @@ def check_identifier(value: object, field: str, max_len: int) -> str:
     """Return ``value`` if it is an identifier string of at most ``max_len`` chars."""
     if not isinstance(value, str):
         raise InvalidEvent(f"{field}: must be a string, got {type(value).__name__}", field=field)
+    # The plain str of the same characters: a subclass's own len() or == cannot steer the
+    # checks below or the SQL that gets it.
+    value = str.__str__(value)
     if not 1 <= len(value) <= max_len:
         raise InvalidEvent(
             f"{field}: must be 1-{max_len} characters, got {len(value)}", field=field
@@ -82,7 +86,7 @@ def check_keys(obj: Mapping[Any, Any], keys: tuple[str, ...]) -> None:
 def check_quantity(value: object, field: str) -> int:
     """Return ``value`` as a plain int if it is an integer 1..MAX_QTY."""
     # bool is a subclass of int; True is not a quantity.
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise InvalidEvent(f"{field}: must be an integer, got {type(value).__name__}", field=field)
     if not 1 <= value <= MAX_QTY:
         raise InvalidEvent(f"{field}: must be between 1 and {MAX_QTY}, got {value}", field=field)

@@ -12,13 +12,15 @@ from __future__ import annotations
 import math
 import random
 
+from .exact import is_number
+
 # 2.0 ** 1000 is still a float; beyond that base * 2**failures would overflow, and any sane
 # cap has long been reached.
 _MAX_EXPONENT = 1000
 
 
 def _positive(value: object, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value):
         raise ValueError(f"{name}: must be a number of seconds, got {type(value).__name__}")
     if not (0 < value < math.inf):
         raise ValueError(f"{name}: must be a positive finite number of seconds, got {value!r}")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import re
 
+from .exact import is_number
+
 UNIT_SECONDS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 #: The longest age any caller takes (100 years): "now minus it" is still a time a clock, a
 #: float and a database can hold.
@@ -35,7 +37,7 @@ def parse_duration(text: str) -> float:
 
 def check_age(value: object, name: str) -> float:
     """A positive number of seconds up to ``MAX_SECONDS`` (an age to subtract from now)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value):
         raise ValueError(f"{name}: must be a number of seconds, got {type(value).__name__}")
     if not 0 < value <= MAX_SECONDS:  # also refuses nan, and ints too large for a float
         raise ValueError(

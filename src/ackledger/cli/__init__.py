@@ -1,24 +1,26 @@
 """The ``ackledger`` command line: thin, every verb calls the library.
 
-Bad input anywhere gets one line on stderr and exit status 2, and nothing is written.
-Each module in ``COMMAND_MODULES`` adds its own sub-commands.
+Bad input anywhere gets one line on stderr and exit status 2, and nothing is written; a
+database that cannot be reached or used gets one line and exit status 4 (``exits``). Each
+module in ``COMMAND_MODULES`` adds its own sub-commands.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from .._core import telemetry
+from .._version import __version__
 from ..errors import AckledgerError
-from ..store import database_errors
+from ..store import database_errors, unreachable_errors
 from . import consume, demo, ledger, migrate, operate, relay, serve, source
+from .exits import EPILOG, EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_UNREACHABLE
 
 COMMAND_MODULES = (source, serve, ledger, demo, migrate, relay, operate, consume)
-
-EXIT_BAD_INPUT = 2
 
 #: The optional dependencies, by the extra that installs them (pyproject.toml): a command
 #: that needs a missing one says which extra to install instead of printing a traceback.
@@ -40,26 +42,45 @@ EXTRA_OF_MODULE = {
 TRACED_COMMANDS = frozenset({"serve", "relay", "consume", "dispatch"})
 
 
+def require_extra(extra: str) -> None:
+    """Import every module of ``extra`` now, so that a command that needs it only in the
+    processes it starts (``demo``) names the missing extra (exit 2) before it starts any."""
+    for module, needed_by in EXTRA_OF_MODULE.items():
+        if needed_by == extra:
+            importlib.import_module(module)
+
+
 class UsageError(Exception):
     """Bad input found after parsing (a missing file, an unreadable event...)."""
 
 
 class Parser(argparse.ArgumentParser):
+    """Every parser of the command line, sub-commands' included (argparse makes those of the
+    class of their parent): no abbreviated options, since ``--sourc`` taken as ``--source``
+    today is a script that breaks when an option that shares the prefix is added."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         fail(f"{self.prog}: {message}")
 
 
-def fail(message: str) -> NoReturn:
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     first_line = message.strip().splitlines()[0] if message.strip() else "bad input"
     print(f"ackledger: error: {first_line}", file=sys.stderr)
-    raise SystemExit(EXIT_BAD_INPUT)
+    raise SystemExit(code)
 
 
 def build_parser() -> Parser:
     parser = Parser(
         prog="ackledger",
         description="Retry freely, apply once: outbox, relay, inbox and idempotency ledger.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"ackledger {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in COMMAND_MODULES:
         module.register(commands)
@@ -79,6 +100,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc, KeyError):
             message = f"unknown event id {message!r}"
         fail(str(message))
+    except unreachable_errors() as exc:
+        fail(f"database unavailable: {exc}", EXIT_UNREACHABLE)
     except database_errors() as exc:
         fail(f"database: {exc}")
     except ModuleNotFoundError as exc:
@@ -90,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"(no module {exc.name!r}): pip install 'ackledger[{extra}]'"
         )
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     finally:
         if traced:
             telemetry.shutdown()

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..ops.databases import existing_database
-from ..source.outbox import MAX_BATCH, Outbox
+from ..source.outbox import MAX_BATCH, MAX_LISTING, Outbox
 from ..store.base import SYNCHRONOUS_MODES
 
 if TYPE_CHECKING:
@@ -62,6 +62,7 @@ def int_between(low: int, high: int) -> Callable[[str], int]:
 
 
 limit_arg = int_between(1, MAX_BATCH)
+listing_arg = int_between(1, MAX_LISTING)
 port_arg = int_between(0, 65535)
 
 

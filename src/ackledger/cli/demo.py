@@ -20,5 +20,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from .._dev.demo import run
+    from . import require_extra
+
+    require_extra("server")  # the services it starts need it: say so instead of a FAIL
 
     return run(keep=args.keep)

@@ -8,15 +8,12 @@ import os
 import sys
 import uuid
 
+from ..ledger.client import deliveries_target
 from ..ledger.ledger import DEFAULT_RETENTION_SECONDS, MODES, LedgerRequest, check_request
-from ..wire.targets import check_target
 from .arguments import add_http_client, duration_arg, existing_target, json_arg
+from .exits import EXIT_FAIL_AFTER_SAVE
+from .exits import EXIT_UNREACHABLE as EXIT_UNAVAILABLE  # worth retrying
 from .exposure import add_client_token, token_of
-
-#: ``--fail-after-save``: EX_TEMPFAIL, the status a Job treats as a failed Pod and retries.
-EXIT_FAIL_AFTER_SAVE = 75
-#: The ledger could not be reached or answered with a server error: worth retrying.
-EXIT_UNAVAILABLE = 1
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -29,8 +26,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         f"{EXIT_UNAVAILABLE} if the ledger is unreachable.",
     )
     deliver.add_argument(
-        "--ledger", required=True, metavar="URL", help="the ledger, http://HOST:PORT/deliveries"
-    )
+        "--ledger", required=True, metavar="URL",
+        help="the ledger: its base URL http://HOST:PORT or its /deliveries URL",
+    )  # fmt: skip
     deliver.add_argument("--case-id", required=True, help="the business scope")
     deliver.add_argument("--work-id", required=True, help="the logical piece of work in it")
     deliver.add_argument(
@@ -82,7 +80,7 @@ def _delivery_request(args: argparse.Namespace) -> LedgerRequest:
     from . import UsageError
 
     try:
-        check_target(args.ledger, "/deliveries", args.allow_host)
+        deliveries_target(args.ledger, args.allow_host)
     except UnsafeTarget as exc:
         raise UsageError(f"--ledger: {exc}") from None
     payload = None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 
 from ..event import check_identifier
@@ -20,7 +21,8 @@ from ..ops.timestamps import utc_timestamp
 from ..ops.trace import trace, trace_text
 from ..store import is_postgres
 from ..wire.targets import check_target
-from .arguments import add_source, duration_arg, existing_target, open_outbox
+from .arguments import add_http_client, add_source, duration_arg, existing_target, open_outbox
+from .exits import EXIT_OK, EXIT_STOPPED, EXIT_UNREACHABLE
 from .exposure import add_client_token, token_of
 
 
@@ -28,12 +30,20 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     status = commands.add_parser(
         "status",
         help="what to watch: pending, oldest pending age, attempts, quarantined, sent",
-        description="Outbox figures, and the counters of a sink or ledger service if given.",
+        description="Outbox figures, and the counters of a sink or ledger service if given. "
+        f"Reads only. A service that cannot be read is shown as such, and the exit status is "
+        f"then {EXIT_UNREACHABLE}.",
     )
     add_source(status)
-    status.add_argument("--sink", metavar="URL", help="a sink service, http://HOST:PORT")
-    status.add_argument("--ledger", metavar="URL", help="a ledger service, http://HOST:PORT")
+    status.add_argument(
+        "--sink", metavar="URL", help="a sink service, http://HOST:PORT (or its /events URL)"
+    )
+    status.add_argument(
+        "--ledger", metavar="URL",
+        help="a ledger service, http://HOST:PORT (or its /deliveries URL)",
+    )  # fmt: skip
     status.add_argument("--json", action="store_true", help="print JSON")
+    add_http_client(status, "a service (e.g. a Service name in a cluster)")
     add_client_token(status)
     status.set_defaults(handler=cmd_status)
 
@@ -42,7 +52,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="the evidence for one event at every stage",
         description="One row per stage (accepted, outbox, sink, ack, sent): what was seen, "
         "where, and what cannot be known; for a relay to a broker, which confirm the mark "
-        "stands for. Reads only.",
+        f"stands for. Reads only. Exit {EXIT_STOPPED} when the id is known nowhere, "
+        f"{EXIT_UNREACHABLE} when the sink could not be read.",
     )
     tracer.add_argument("event_id", metavar="EVENT_ID")
     add_source(tracer)
@@ -54,6 +65,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "the sink's stage is not asked",
     )
     tracer.add_argument("--json", action="store_true", help="print JSON")
+    add_http_client(tracer, "the sink service (e.g. its Service name in a cluster)")
     add_client_token(tracer)
     tracer.set_defaults(handler=cmd_trace)
 
@@ -121,22 +133,60 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    sink = service_url(args.sink) if args.sink is not None else None
-    ledger = service_url(args.ledger) if args.ledger is not None else None
+    hosts = args.allow_host
+    # Checked before the database is opened: a bad URL is bad input.
+    for name in ("sink", "ledger"):
+        url = getattr(args, name)
+        if url is not None:
+            _service_arg(name, url, hosts)
     status = read_status(
-        existing_target(args.source), sink=sink, ledger=ledger, token=token_of(args)
+        existing_target(args.source),
+        sink=args.sink,
+        ledger=args.ledger,
+        token=token_of(args),
+        timeout=args.timeout,
+        allowed_hosts=hosts,
     )
     print(json.dumps(status.figures) if args.json else status.text())
-    return 0
+    for name in status.unreadable:
+        print(f"ackledger: status: the {name} could not be read", file=sys.stderr)
+    return EXIT_UNREACHABLE if status.unreadable else EXIT_OK
+
+
+def _service_arg(name: str, url: str, hosts: list[str]) -> None:
+    from ..errors import UnsafeTarget
+    from . import UsageError
+
+    try:
+        service_url(url, name, hosts)
+    except UnsafeTarget as exc:
+        raise UsageError(f"--{name}: {exc}") from None
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
     check_identifier(args.event_id, "EVENT_ID", 128)
     if args.sink is not None and is_url(args.sink) and not is_postgres(args.sink):
-        check_target(base_url(args.sink) + "/events", "/events")
-    report = trace(args.event_id, existing_target(args.source), args.sink, token_of(args))
+        check_target(base_url(args.sink) + "/events", "/events", args.allow_host)
+    report = trace(
+        args.event_id,
+        existing_target(args.source),
+        args.sink,
+        token_of(args),
+        timeout=args.timeout,
+        allowed_hosts=args.allow_host,
+    )
     print(json.dumps(report) if args.json else trace_text(report))
-    return 0
+    if not report["sink_readable"]:
+        print("ackledger: trace: the sink could not be read", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    if not report["known"]:
+        print(
+            f"ackledger: trace: {args.event_id!r} is known nowhere: no order, no outbox row "
+            + ("and no receipt at the sink" if args.sink else "(the sink was not asked)"),
+            file=sys.stderr,
+        )
+        return EXIT_STOPPED
+    return EXIT_OK
 
 
 def cmd_reconcile(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ from .. import warehouse
 from ..envelope import validate_cloudevent as validate_event
 from ..ops.listings import pending_table
 from ..source.dispatch import dispatch, dispatch_batch
+from ..source.outbox import MAX_LISTING, Outbox
 from ..wire.sender import sender
 from .arguments import (
     add_http_client,
@@ -18,31 +19,38 @@ from .arguments import (
     add_synchronous,
     json_arg,
     limit_arg,
+    listing_arg,
     open_outbox,
 )
 from .exposure import add_client_token, token_of
+from .jsonlines import write_lines
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     accept = commands.add_parser(
         "accept",
-        help="accept one lab order (JSON on stdin) into the outbox",
+        help="accept lab orders (one JSON on stdin, or JSON lines) into the outbox",
         description='Read one order {"id", "sku", "qty"} as JSON from stdin, write the order '
-        "and its warehouse.stock.added event in one transaction, print its seq. The database "
-        "is created if missing.",
+        "and its warehouse.stock.added event in one transaction, print its seq. With --jsonl, "
+        "one order a line, each in its own transaction, one seq printed a line; a bad line "
+        "stops with exit 2 naming it, the lines before it stay written. The database is "
+        "created if missing.",
     )
     add_source(accept)
+    add_jsonl(accept, "order")
     add_synchronous(accept)
     accept.set_defaults(handler=cmd_accept)
 
     publish = commands.add_parser(
         "publish",
-        help="publish one event (CloudEvents JSON on stdin) into the outbox",
+        help="publish events (one CloudEvents JSON on stdin, or JSON lines) into the outbox",
         description="Read one CloudEvents 1.0 event (structured JSON) from stdin and publish "
         "it; print its seq. specversion and source may be left out (the outbox's own source "
-        "is used). The database is created if missing.",
+        "is used). With --jsonl, one event a line, each in its own transaction, as accept "
+        "does. The database is created if missing.",
     )
     add_source(publish)
+    add_jsonl(publish, "event")
     publish.add_argument(
         "--event-source",
         metavar="URI",
@@ -54,11 +62,17 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
     pending = commands.add_parser(
         "pending", help="list pending events in acceptance order", description="List unsent, "
-        "unquarantined events in seq order. Reads only."
+        "unquarantined events in seq order, and say how many more are pending than shown. "
+        "Reads only."
     )  # fmt: skip
     add_source(pending)
-    pending.add_argument("--limit", type=limit_arg, default=16, help="1-16 (default 16)")
-    pending.add_argument("--json", action="store_true", help="print a JSON list")
+    pending.add_argument(
+        "--limit", type=listing_arg, default=16, help=f"1-{MAX_LISTING} (default 16)"
+    )
+    pending.add_argument(
+        "--json", action="store_true",
+        help="print a JSON list (how many more are pending goes to stderr)",
+    )  # fmt: skip
     pending.set_defaults(handler=cmd_pending)
 
     send = commands.add_parser(
@@ -90,33 +104,60 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     send.set_defaults(handler=cmd_dispatch)
 
 
+def add_jsonl(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--jsonl", metavar="FILE",
+        help=f"read one {what} a line (JSON lines) from FILE, - for stdin",
+    )  # fmt: skip
+
+
 def cmd_accept(args: argparse.Namespace) -> int:
+    def opened() -> Outbox:
+        return open_outbox(args.source, args.synchronous, create=True)
+
+    if args.jsonl is not None:
+        write_lines(args.jsonl, warehouse.validate, opened, Outbox.accept)
+        return 0
     obj = json_arg(sys.stdin.read(), "stdin")
     order = warehouse.validate(obj)  # before the database is opened: bad input writes nothing
-    with open_outbox(args.source, args.synchronous, create=True) as outbox:
+    with opened() as outbox:
         print(outbox.accept(order))
     return 0
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    obj = json_arg(sys.stdin.read(), "stdin")
-    # Checked before the database is opened (bad input writes nothing); the outbox fills in
-    # the source it stores, so a stand-in one is used for the check.
-    if isinstance(obj, dict):
-        validate_event({"specversion": "1.0", "source": args.event_source or "/x", **obj})
-    else:
-        validate_event(obj)
-    with open_outbox(
-        args.source, args.synchronous, create=True, event_source=args.event_source
-    ) as outbox:
+    def check(obj: object) -> object:
+        # Checked before the database is opened (bad input writes nothing); the outbox fills
+        # in the source it stores, so a stand-in one is used for the check.
+        if type(obj) is dict:
+            validate_event({"specversion": "1.0", "source": args.event_source or "/x", **obj})
+        else:
+            validate_event(obj)
+        return obj
+
+    def opened() -> Outbox:
+        return open_outbox(
+            args.source, args.synchronous, create=True, event_source=args.event_source
+        )
+
+    if args.jsonl is not None:
+        write_lines(args.jsonl, check, opened, Outbox.publish)
+        return 0
+    obj = check(json_arg(sys.stdin.read(), "stdin"))
+    with opened() as outbox:
         print(outbox.publish(obj))
     return 0
 
 
 def cmd_pending(args: argparse.Namespace) -> int:
     with open_outbox(args.source) as outbox:
-        items = outbox.pending(args.limit)
+        items, total = outbox.pending_listing(args.limit)
     print(json.dumps(items) if args.json else pending_table(items))
+    if total > len(items):
+        more = f"; --limit N (up to {MAX_LISTING}) for more" if len(items) < MAX_LISTING else ""
+        print(
+            f"{len(items)} of {total} pending shown{more}", file=sys.stderr if args.json else None
+        )
     return 0
 
 

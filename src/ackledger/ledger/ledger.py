@@ -87,12 +87,19 @@ def check_mode(value: object) -> str:
     return value
 
 
+_JSON_TYPES = frozenset({type(None), bool, int, float, str, list, dict})
+
+
 def _check_json(value: object, depth: int) -> None:
     """Refuse what JSON cannot carry exactly (so equal payloads always fingerprint equal)."""
     if depth > MAX_PAYLOAD_DEPTH:
         raise InvalidEvent(
             f"payload: nested deeper than {MAX_PAYLOAD_DEPTH} levels", field="payload"
         )
+    if type(value) not in _JSON_TYPES:
+        # Exact types only: a dict subclass's own items() could hide what json.dumps writes,
+        # an int subclass's own comparisons or text differ from the number stored.
+        raise InvalidEvent(f"payload: {type(value).__name__} is not a JSON value", field="payload")
     if value is None or isinstance(value, bool):
         return
     if isinstance(value, int):
@@ -120,7 +127,7 @@ def _check_json(value: object, depth: int) -> None:
             _check_json(item, depth + 1)
     elif isinstance(value, dict):
         for key, item in value.items():
-            if not isinstance(key, str):
+            if type(key) is not str:
                 raise InvalidEvent("payload: object keys must be strings", field="payload")
             _check_json(key, depth + 1)
             _check_json(item, depth + 1)
@@ -131,7 +138,7 @@ def _check_json(value: object, depth: int) -> None:
 def check_payload(value: object) -> dict[str, Any] | None:
     if value is None:
         return None
-    if not isinstance(value, dict):
+    if type(value) is not dict:
         raise InvalidEvent(
             f"payload: must be a JSON object or null, got {type(value).__name__}", field="payload"
         )

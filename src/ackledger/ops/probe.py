@@ -2,7 +2,8 @@
 
 The same target rules as sending apply (loopback unless a host is allowed explicitly, no
 proxies, no redirects, capped reads); a service is named by its base URL,
-``http://HOST:PORT`` (a trailing ``/events`` or ``/metrics`` is accepted too).
+``http://HOST:PORT`` (a trailing ``/metrics``, or the service's own route, ``/events`` of a
+sink or ``/deliveries`` of a ledger, is accepted too).
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from ..wire.targets import Target, check_target
 from ..wire.token import Token
 
 MAX_READ_BYTES = 1024 * 1024
-_BASE_PATHS = ("", "/", "/events", "/metrics")
+_BASE_PATHS = ("", "/", "/metrics")
 
 
-def base_url(url: object) -> str:
-    """``http://HOST:PORT`` of a service URL; refuses any other path."""
+def base_url(url: object, route: str = "/events") -> str:
+    """``http://HOST:PORT`` of a service URL whose path is empty, ``/metrics`` or the service's
+    ``route``; refuses any other path."""
     if not isinstance(url, str):
         raise UnsafeTarget(f"url: must be a string, got {type(url).__name__}")
     if "?" in url or "#" in url:
@@ -33,7 +35,7 @@ def base_url(url: object) -> str:
         parts = urlsplit(url)
     except ValueError as exc:
         raise UnsafeTarget(f"url: cannot be parsed: {exc}") from None
-    if parts.path not in _BASE_PATHS:
+    if parts.path not in (*_BASE_PATHS, route):
         raise UnsafeTarget(
             f"url: give the service's base URL, http://HOST:PORT (got path {parts.path!r})"
         )

@@ -6,6 +6,7 @@ the whole look: the outbox's state is worth seeing most when a service is down.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,19 +20,28 @@ from .timestamps import utc_timestamp
 #: The services whose counters ``status`` shows, in the order it shows them.
 SERVICES = ("sink", "ledger")
 _COUNTER_PREFIX = {"sink": "ackledger_sink_", "ledger": "ackledger_ledger_"}
+#: The route each service's URL may end in besides ``/metrics`` (the URL its clients use).
+_ROUTE = {"sink": "/events", "ledger": "/deliveries"}
 
 
-def service_url(url: str) -> str:
+def service_url(url: str, service: str = "sink", allowed_hosts: Iterable[str] | None = None) -> str:
     """The base URL of a service to read /metrics from; UnsafeTarget before anything is read."""
-    base = base_url(url)
-    check_target(base + "/metrics", "/metrics")
+    base = base_url(url, _ROUTE[service])
+    check_target(base + "/metrics", "/metrics", allowed_hosts)
     return base
 
 
-def service_counters(service: str, url: str, token: Token | None = None) -> dict[str, Any]:
+def service_counters(
+    service: str,
+    url: str,
+    token: Token | None = None,
+    *,
+    timeout: float = 5.0,
+    allowed_hosts: Iterable[str] | None = None,
+) -> dict[str, Any]:
     """``{"url", counter: value...}`` from the service's /metrics, or ``{"url", "error"}``."""
     try:
-        samples = scrape(url, token=token)
+        samples = scrape(url, timeout=timeout, allowed_hosts=allowed_hosts, token=token)
     except (OSError, AckledgerError) as exc:
         return {"url": url, "error": f"{type(exc).__name__}: {exc}"}
     prefix = _COUNTER_PREFIX[service]
@@ -46,6 +56,11 @@ def service_counters(service: str, url: str, token: Token | None = None) -> dict
 class Status:
     location: str  #: the outbox as shown to people (never with its password)
     figures: dict[str, Any]  #: what ``status --json`` prints
+
+    @property
+    def unreadable(self) -> list[str]:
+        """The services given that could not be read."""
+        return [name for name in SERVICES if "error" in self.figures.get(name, {})]
 
     def text(self) -> str:
         report = self.figures
@@ -81,13 +96,19 @@ def read_status(
     sink: str | None = None,
     ledger: str | None = None,
     token: Token | None = None,
+    timeout: float = 5.0,
+    allowed_hosts: Iterable[str] | None = None,
 ) -> Status:
-    """The outbox's figures (``Outbox.stats``) with the counters of the services given."""
+    """The outbox's figures (``Outbox.stats``) with the counters of the services given (each
+    named by its base URL, its /metrics URL, or its own route's URL)."""
+    hosts = None if allowed_hosts is None else tuple(allowed_hosts)
     given = {"sink": sink, "ledger": ledger}
-    services = {name: service_url(url) for name, url in given.items() if url is not None}
+    services = {
+        name: service_url(url, name, hosts) for name, url in given.items() if url is not None
+    }
     with Outbox(source) as outbox:
         figures: dict[str, Any] = outbox.stats()
         location = outbox.backend.location
     for name, url in services.items():
-        figures[name] = service_counters(name, url, token)
+        figures[name] = service_counters(name, url, token, timeout=timeout, allowed_hosts=hosts)
     return Status(location, figures)

@@ -8,6 +8,7 @@ can only be inferred from the mark, and its loss only from a receipt without a m
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -47,7 +48,13 @@ class Stage:
 
 
 def read_receipt(
-    event_id: str, sink: str, source: str | None = None, token: Token | None = None
+    event_id: str,
+    sink: str,
+    source: str | None = None,
+    token: Token | None = None,
+    *,
+    timeout: float = 5.0,
+    allowed_hosts: Iterable[str] | None = None,
 ) -> tuple[dict[str, Any] | None, str]:
     """(receipt or None, where it was looked for): the receipt of the event's identity when
     its ``source`` is known; raises OSError/AckledgerError if the sink cannot be asked."""
@@ -56,16 +63,26 @@ def read_receipt(
             found = inbox.receipt(event_id, source=source)
             return found, f"table inbox in {inbox.backend.location}"
     if is_url(sink):
-        found = sink_receipt(base_url(sink), event_id, source=source, token=token)
+        found = sink_receipt(
+            base_url(sink), event_id, source=source, timeout=timeout,
+            allowed_hosts=allowed_hosts, token=token,
+        )  # fmt: skip
         return found, f"GET {base_url(sink)}/events/{event_id}"
     with Inbox(existing_database(sink, "sink")) as inbox:
         return inbox.receipt(event_id, source=source), f"table inbox in {sink}"
 
 
 def trace(
-    event_id: str, source: str, sink: str | None = None, token: Token | None = None
+    event_id: str,
+    source: str,
+    sink: str | None = None,
+    token: Token | None = None,
+    *,
+    timeout: float = 5.0,
+    allowed_hosts: Iterable[str] | None = None,
 ) -> dict[str, Any]:
-    """Every stage of one event; ``{"id", "stages": [...], "via", "verdict"}``.
+    """Every stage of one event; ``{"id", "stages": [...], "via", "verdict", "known",
+    "sink_readable"}``: ``known`` is false when no stage has a trace of the id.
 
     ``sink`` is where the event is applied: a sink service's URL, or the inbox database of a
     sink or of a broker's consumer; without it the sink's stage is not asked. ``via`` is the
@@ -81,8 +98,9 @@ def trace(
     if sink is not None:
         try:
             receipt, sink_where = read_receipt(
-                event_id, sink, None if row is None else row["source"], token
-            )
+                event_id, sink, None if row is None else row["source"], token,
+                timeout=timeout, allowed_hosts=allowed_hosts,
+            )  # fmt: skip
         except (OSError, AckledgerError) as exc:
             sink_where, sink_error = without_password(sink), f"{type(exc).__name__}: {exc}"
     broker = via is not None and via["kind"] in BROKERS
@@ -110,6 +128,8 @@ def trace(
         "stages": [asdict(stage) for stage in stages],
         "via": via,
         "verdict": verdict,
+        "known": not (order is None and row is None and receipt is None),
+        "sink_readable": sink_error is None,
     }
 
 

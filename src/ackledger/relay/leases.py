@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .._core.exact import is_number
 from ..errors import LeaseLost
 from ..source.outbox import Outbox, check_limit
 
@@ -41,7 +42,7 @@ def default_owner() -> str:
 
 
 def check_ttl(value: object, field: str = "lease_ttl") -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value):
         raise ValueError(f"{field}: must be a number of seconds, got {type(value).__name__}")
     if not (0 < value <= MAX_TTL) or math.isnan(value):
         raise ValueError(f"{field}: must be more than 0 and at most {MAX_TTL:g} seconds")

@@ -10,6 +10,7 @@ import random
 from dataclasses import dataclass, field
 
 from .._core.backoff import Backoff
+from .._core.exact import is_number
 from ..source.marking import check_mark_sync
 from ..source.outbox import MAX_BATCH, check_limit
 from ..wire.sender import check_url
@@ -63,7 +64,7 @@ class RelaySettings:
             raise ValueError("pipeline: only batch rounds can overlap their marks (add batch)")
         check_on_poison(self.on_poison)
         value = self.poll_interval
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        if not is_number(value) or not value > 0:
             raise ValueError(f"poll_interval: must be a positive number of seconds, got {value!r}")
         # Refused here, once, rather than by every send (which a relay would retry forever).
         check_timeout(self.timeout)

@@ -12,6 +12,7 @@ import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from .._core.exact import is_int
 from .._core.telemetry import span
 from ..errors import NotAcknowledged
 from .marking import EACH, Marking, MarksBehind, marking_for
@@ -175,7 +176,7 @@ def dispatch_batch_marking(
             marking.settle()
         _note_failure(outbox, ids[0], exc)
         raise
-    if isinstance(answer, bool) or not isinstance(answer, int) or not 0 <= answer <= len(ids):
+    if not is_int(answer) or not 0 <= answer <= len(ids):
         refusal = NotAcknowledged(
             f"send_batch returned {answer!r}; expected a count from 0 to {len(ids)}"
         )

@@ -19,6 +19,7 @@ from typing import Any
 from .. import warehouse
 from .._core.database import Database
 from .._core.duration import MAX_SECONDS
+from .._core.exact import is_int, is_number
 from .._core.idempotency import Outcome
 from .._core.telemetry import with_trace_context
 from ..envelope import fingerprint_of, validate_cloudevent, validate_encoded
@@ -31,10 +32,12 @@ from ..store.outbox import SOURCE_KEY, TARGET_KEY
 from ..wire.sender import shown
 
 MAX_BATCH = 16
+#: The most events one ``pending_listing`` returns.
+MAX_LISTING = 1000
 
 
 def check_limit(limit: object) -> int:
-    if isinstance(limit, bool) or not isinstance(limit, int):
+    if not is_int(limit):
         raise ValueError(f"limit: must be an int from 1 to {MAX_BATCH}, got {type(limit).__name__}")
     if not 1 <= limit <= MAX_BATCH:
         raise ValueError(f"limit: must be from 1 to {MAX_BATCH}, got {limit}")
@@ -219,6 +222,19 @@ class Outbox(Database):
         """Unsent, unquarantined events in acceptance (seq) order. Writes nothing."""
         return self.pending_beyond((), limit)
 
+    def pending_listing(self, limit: int = MAX_BATCH) -> tuple[list[dict[str, Any]], int]:
+        """``(the first limit pending events, how many are pending)`` from one read, for a
+        listing that says how many it leaves out (``ackledger pending``); ``limit`` may be up to
+        ``MAX_LISTING``, as a listing is read, not sent. Writes nothing."""
+        if not is_int(limit):
+            raise ValueError(f"limit: must be an int from 1 to {MAX_LISTING}, got {limit!r}")
+        if not 1 <= limit <= MAX_LISTING:
+            raise ValueError(f"limit: must be from 1 to {MAX_LISTING}, got {limit}")
+        with self._db.read() as tx:
+            rows = tx.outbox_pending(limit)
+            total, _ = tx.outbox_pending_summary()
+        return rows, total
+
     def pending_beyond(self, skip: Collection[str], limit: int = MAX_BATCH) -> list[dict[str, Any]]:
         """``pending(limit)`` without the events in ``skip`` (those whose marks are still being
         committed on another connection: ``MarksBehind``). Writes nothing."""
@@ -381,7 +397,7 @@ class Outbox(Database):
         outbox (accepting it again would enqueue it anew); the sink's inbox still applies it
         only once.
         """
-        if isinstance(older_than_seconds, bool) or not isinstance(older_than_seconds, (int, float)):
+        if not is_number(older_than_seconds):
             raise ValueError("older_than_seconds: must be a number of seconds")
         if not 0 <= older_than_seconds <= MAX_SECONDS:  # also refuses nan
             raise ValueError(

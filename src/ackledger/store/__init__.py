@@ -19,6 +19,7 @@ __all__ = [
     "database_errors",
     "open_backend",
     "target_dialect",
+    "unreachable_errors",
     "without_password",
 ]
 
@@ -48,6 +49,17 @@ def database_errors() -> tuple[type[Exception], ...]:
     psycopg = sys.modules.get("psycopg")
     if psycopg is not None:
         found.append(psycopg.Error)
+    return tuple(found)
+
+
+def unreachable_errors() -> tuple[type[Exception], ...]:
+    """Of ``database_errors``, those that say the database could not be reached or used now
+    (refused connection, a lock held too long, a full disk) rather than that the input was
+    wrong: the command line exits 4 for them, not 2. psycopg's only once it is loaded."""
+    found: list[type[Exception]] = [sqlite3.OperationalError]
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is not None:
+        found.append(psycopg.OperationalError)
     return tuple(found)
 
 

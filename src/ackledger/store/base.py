@@ -9,6 +9,8 @@ open.
 from __future__ import annotations
 
 import abc
+import sqlite3
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
@@ -138,13 +140,14 @@ def migrate(backend: Backend, *, upto: int | None = None) -> int:
     The version check happens inside the write transaction, after ``lock_schema``, so
     processes that open a new database at the same moment apply each migration exactly once.
     """
+    shipped = [found for found in migrations(backend.dialect) if upto is None or found[0] <= upto]
+    if not _lacks_any(backend, {version for version, _, _ in shipped}):
+        return 0
     applied = 0
     with backend.write() as tx:
         backend.lock_schema(tx)
         tx.execute(MIGRATIONS_TABLE)
-    for version, name, script in migrations(backend.dialect):
-        if upto is not None and version > upto:
-            break
+    for version, name, script in shipped:
         with backend.write() as tx:
             backend.lock_schema(tx)
             if tx.one("SELECT 1 FROM schema_migrations WHERE version = ?", (version,)):
@@ -158,6 +161,32 @@ def migrate(backend: Backend, *, upto: int | None = None) -> int:
             )
             applied += 1
     return applied
+
+
+def _lacks_any(backend: Backend, versions: set[int]) -> bool:
+    """Whether the database lacks one of ``versions``, told by a read alone.
+
+    Opening a database that is up to date must not write: a write transaction waits for any
+    other process's (SQLite's ``BEGIN IMMEDIATE``), and ``pending`` or ``status`` would hang
+    behind a busy relay. Whatever the read cannot tell (no table yet) is left to the write
+    path, which checks again under the schema lock.
+    """
+    try:
+        with backend.read() as tx:
+            recorded = {int(row[0]) for row in tx.execute("SELECT version FROM schema_migrations")}
+    except _no_table_errors():
+        return True
+    return not versions <= recorded
+
+
+def _no_table_errors() -> tuple[type[Exception], ...]:
+    """What a read of a table that does not exist raises (psycopg's only once it is loaded);
+    a server that cannot be reached is not one of them, so it is not waited for twice."""
+    found: list[type[Exception]] = [sqlite3.OperationalError]
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is not None:
+        found.append(psycopg.errors.UndefinedTable)
+    return tuple(found)
 
 
 def schema_versions(backend: Backend) -> list[tuple[int, str]]:

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import SplitResult, urlsplit
 
+from .._core.exact import is_number
 from ..errors import UnsafeTarget
 
 #: The longest time-out a request takes, in seconds (a day is already no time-out at all for a
@@ -87,7 +88,7 @@ def _check_target(url: str, path: str, allowed_hosts: tuple[str, ...] | None) ->
 
 def check_timeout(timeout: object) -> float:
     """A request time-out in seconds: more than 0, at most ``MAX_TIMEOUT_S``."""
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+    if not is_number(timeout):
         raise ValueError(f"timeout: must be a number of seconds, got {type(timeout).__name__}")
     if not 0 < timeout <= MAX_TIMEOUT_S:  # also refuses nan
         raise ValueError(

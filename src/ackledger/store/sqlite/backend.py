@@ -92,6 +92,11 @@ class SqliteBackend(Backend):
             raise ValueError(f"database path is a directory: {self.path}")
         if not self.path.parent.is_dir():
             raise ValueError(f"database directory does not exist: {self.path.parent}")
+        if self.path.exists() and not self.path.is_file():
+            # A device, a FIFO or a socket (or a link to one): SQLite would block on it, or
+            # fail only after creating a journal beside it (``/dev/full-journal``).
+            raise ValueError(f"database path is not a regular file: {self.path}")
+        created = not os.path.lexists(self.path)
         # isolation_level=None: the module never opens transactions behind our back; every
         # transaction here is an explicit BEGIN ... COMMIT.
         self._conn = sqlite3.connect(
@@ -102,6 +107,8 @@ class SqliteBackend(Backend):
             self._configure(mode)
         except BaseException:
             self._conn.close()  # a file we cannot use is not left open
+            if created:
+                _remove_if_empty(self.path)
             raise
         self.synchronous = mode
         self._write = _WriteTransaction(self._conn, self._lock, relaxed=False)
@@ -145,6 +152,17 @@ class SqliteBackend(Backend):
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+def _remove_if_empty(path: Path) -> None:
+    """Take back the empty file (and its journal) that a failed first open created: a refusal
+    leaves nothing behind. A file with content is another process's database by now."""
+    with contextlib.suppress(OSError):
+        if path.stat().st_size == 0:
+            journal = path.with_name(path.name + "-journal")
+            if journal.exists() and journal.stat().st_size == 0:
+                journal.unlink()
+            path.unlink()
 
 
 def foreign_file(path: str) -> str | None:
