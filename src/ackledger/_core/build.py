@@ -1,17 +1,12 @@
-"""Which release of ackledger this is, as the installed distribution says."""
+"""Which release of ackledger this is: ``ackledger.__version__`` (``_version``), as a call for
+the build-info metric and the docs page."""
 
 from __future__ import annotations
 
-from functools import cache
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as _distribution_version
+from .._version import __version__
 
 
-@cache
 def version() -> str:
-    """The installed version (``0.1.0``), or ``unknown`` when run from a tree that was never
+    """The installed version (``0.1.0``), or ``0+unknown`` when run from a tree that was never
     installed (the build-info metric still says so, rather than failing)."""
-    try:
-        return _distribution_version("ackledger")
-    except PackageNotFoundError:
-        return "unknown"
+    return __version__
