@@ -14,8 +14,9 @@ from typing import NoReturn
 from ..errors import AckledgerError
 from ..store import database_errors
 from . import consume, demo, ledger, migrate, operate, relay, serve, source
+from . import inbox as inbox_commands
 
-COMMAND_MODULES = (source, serve, ledger, demo, migrate, relay, operate, consume)
+COMMAND_MODULES = (source, serve, ledger, demo, migrate, relay, operate, consume, inbox_commands)
 
 EXIT_BAD_INPUT = 2
 

@@ -34,6 +34,7 @@ from ..web.fastpath import FastPosts, GroupCommit, PostRoute
 from ..web.metrics import ServiceMetrics
 from ..web.routing import build_app
 from .inbox import BatchResult, Inbox
+from .retention_metrics import RetentionMetrics
 
 MAX_BATCH = 16
 
@@ -120,6 +121,7 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "") -> ASGIApp:
     # waits and thread hops (measured on PostgreSQL: about half the throughput of two sink
     # processes). Replicas are separate processes. Contrast the ledger (ledger/app.py).
     service_metrics = ServiceMetrics("sink", inbox.counters, SINK_COUNTERS)
+    service_metrics.registry.register(RetentionMetrics(inbox.retention))
     started_at = time.time()
     group: GroupCommit[Sequence[object], BatchResult] = GroupCommit(inbox.receive_runs)
 
