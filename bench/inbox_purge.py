@@ -87,6 +87,21 @@ def one_transaction_purge(db: Path) -> list[str]:
     return [sys.executable, "-c", code, str(db)]
 
 
+def chunk_times(db: Path) -> list[float]:
+    """Seconds of each 1,000-receipt chunk of a purge with nobody else on the file (the
+    store's chunk, as ``Inbox.purge`` runs it, timed one by one)."""
+    took: list[float] = []
+    with Inbox(db) as inbox:
+        cutoff = time.time() - 30 * DAY
+        while True:
+            began = time.perf_counter()
+            with inbox.backend.write() as tx:
+                gone = tx.inbox_purge_chunk(cutoff, 1000)
+            took.append(time.perf_counter() - began)
+            if gone < 1000:
+                return took
+
+
 def window(base_url: str, command: list[str] | None, seconds: float) -> dict[str, float]:
     """Post for a while; with ``command``, run it from 0.5 s in and measure its span."""
     posts, stop = Posts(), threading.Event()
@@ -141,7 +156,14 @@ def main(argv: list[str] | None = None) -> int:
                 sink.stop()
             results[name] = purge
             results[f"{name}: baseline"] = baseline
+        alone = folder / "alone.db"
+        fill(alone, args.receipts)
+        chunks = chunk_times(alone)
     print(f"{args.receipts:,} receipts purged while one client posts to /events (SQLite, FULL)")
+    print(
+        f"  {len(chunks)} chunks of 1,000 alone: p50 {1000 * percentile(chunks, 50):.1f} ms, "
+        f"p90 {1000 * percentile(chunks, 90):.1f} ms, max {1000 * max(chunks):.1f} ms"
+    )
     for name, figures in results.items():
         print(
             f"  {name:<52} {figures['seconds']:6.2f} s  posts {figures['posts']:>5.0f}  "

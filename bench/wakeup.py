@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import argparse
 import random
+import statistics
+import threading
 import time
 from pathlib import Path
 
 from ackledger import Inbox, Outbox
 from ackledger._dev.procs import start_service
+from ackledger.store.postgres.tx import PostgresTx
 
 from .common import percentile, scratch
 from .fill import lab_event
@@ -67,12 +70,52 @@ def latencies(
         sink.stop()
 
 
+def publish_rate(url: str, threads: int, seconds: float, tag: str) -> float:
+    """Events per second that ``threads`` producers publish, each in its own transaction."""
+    counts = [0] * threads
+    with Outbox(url) as outbox:
+        deadline = time.perf_counter() + seconds
+
+        def produce(number: int) -> None:
+            while time.perf_counter() < deadline:
+                outbox.publish(lab_event(f"{tag}-{number}-{counts[number]}", "pen", 1))
+                counts[number] += 1
+
+        workers = [threading.Thread(target=produce, args=(n,)) for n in range(threads)]
+        began = time.perf_counter()
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        return sum(counts) / (time.perf_counter() - began)
+
+
+def notify_cost(threads: int, seconds: float, rounds: int) -> tuple[float, float]:
+    """Publishes per second with the NOTIFY and, as the peer, without it (bench only: the
+    store's ``outbox_wake`` emptied for the run), interleaved ``rounds`` times; medians."""
+    with_notify: list[float] = []
+    without: list[float] = []
+    original = PostgresTx.outbox_wake
+    with database() as url:
+        for n in range(rounds):
+            with_notify.append(publish_rate(url, threads, seconds, f"n{n}"))
+            PostgresTx.outbox_wake = lambda self: None  # type: ignore[method-assign]
+            try:
+                without.append(publish_rate(url, threads, seconds, f"q{n}"))
+            finally:
+                PostgresTx.outbox_wake = original  # type: ignore[method-assign]
+    return statistics.median(with_notify), statistics.median(without)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.wakeup", description=__doc__)
     parser.add_argument("--samples", type=int, default=60)
     parser.add_argument("--poll", type=float, default=0.5, help="the relay's poll interval")
     parser.add_argument("--single", action="store_true", help="the single loop (--single)")
     parser.add_argument("--seed", type=int, default=17)
+    parser.add_argument(
+        "--publishers", type=int, default=8, help="producer threads for the NOTIFY's cost"
+    )
     args = parser.parse_args(argv)
     missing = available()
     if missing is not None:
@@ -98,6 +141,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name:<28} p50 {p50:8.1f} ms   p99 {p99:8.1f} ms   max {worst:8.1f} ms")
     (lp50, lp99), (pp50, pp99) = figures["listen"], figures["poll"]
     print(f"  ratio polling/LISTEN: p50 {pp50 / lp50:.1f}x, p99 {pp99 / lp99:.1f}x")
+    notified, quiet = notify_cost(args.publishers, 3.0, 3)
+    print(
+        f"publish, {args.publishers} producer threads, a transaction each: {notified:,.0f}/s "
+        f"with the NOTIFY, {quiet:,.0f}/s without it (ratio {notified / quiet:.2f})"
+    )
     return 0
 
 
