@@ -187,3 +187,8 @@ def test_the_relay_command_listens(
         assert _arrival_seconds(sink_db, "by-command", PROMPT) is not None
     finally:
         assert relay.stop() == 0
+
+
+def test_listen_must_be_a_bool() -> None:
+    with pytest.raises(ValueError, match="listen"):
+        RelaySettings(url="http://127.0.0.1:9/events", listen="yes")  # type: ignore[arg-type]

@@ -371,9 +371,9 @@ class Inbox(Database):
         how many.
 
         A re-send that arrives after its receipt is gone is applied again, so the horizon must
-        be longer than any event can stay unmarked at its source (docs/operations.md says how
-        to choose it). Below one hour it is refused unless ``force``. The counters do not
-        change but ``purged``, which grows by what was deleted.
+        be longer than any event can stay unmarked at its source (docs/postgres.md, "Inbox
+        retention", says how to choose it). Below one hour it is refused unless ``force``.
+        The counters do not change; ``retention()["purged"]`` grows by what was deleted.
         """
         age = check_age(older_than_seconds, "older_than_seconds")
         if isinstance(chunk, bool) or not isinstance(chunk, int) or not 1 <= chunk <= 100_000:
