@@ -13,6 +13,7 @@ from ackledger import Inbox
 from ackledger._dev.procs import run_cli
 
 from ..events import SOURCE, lab
+from ..race import at_once
 from .conftest import Target
 
 DAY = 86400.0
@@ -100,35 +101,35 @@ def test_a_horizon_under_an_hour_needs_force(target: Target) -> None:
         assert _ids(target) == []
 
 
-@pytest.mark.parametrize(
-    ("args", "named"),
-    [
-        ((0,), "older_than_seconds"),
-        ((-1,), "older_than_seconds"),
-        ((float("nan"),), "older_than_seconds"),
-        (("30d",), "older_than_seconds"),
-        ((True,), "older_than_seconds"),
-        ((DAY, 0), "chunk"),
-        ((DAY, 1.5), "chunk"),
-        ((DAY, 10**6), "chunk"),
-    ],
-)
-def test_bad_arguments_name_themselves_and_delete_nothing(
-    target: Target, args: tuple[Any, ...], named: str
-) -> None:
+BAD_ARGUMENTS: list[tuple[tuple[Any, ...], str]] = [
+    ((0,), "older_than_seconds"),
+    ((-1,), "older_than_seconds"),
+    ((float("nan"),), "older_than_seconds"),
+    (("30d",), "older_than_seconds"),
+    ((True,), "older_than_seconds"),
+    ((DAY, 0), "chunk"),
+    ((DAY, 1.5), "chunk"),
+    ((DAY, 10**6), "chunk"),
+]
+
+
+def test_bad_arguments_name_themselves_and_delete_nothing(target: Target) -> None:
     with Inbox(target.ref) as inbox:
         _receive(inbox, "kept")
         _age(target, 400 * DAY, "kept")
         before = target.dump()
-        older_than, *rest = args
-        with pytest.raises(ValueError, match=named):
-            if rest:
-                inbox.purge(older_than, chunk=rest[0])
-            else:
-                inbox.purge(older_than)
+        for (older_than, *rest), named in BAD_ARGUMENTS:
+            with pytest.raises(ValueError, match=named):
+                if rest:
+                    inbox.purge(older_than, chunk=rest[0])
+                else:
+                    inbox.purge(older_than)
+        with pytest.raises(ValueError, match="force"):
+            inbox.purge(DAY, force=1)  # type: ignore[arg-type]
         assert target.dump() == before
 
 
+@pytest.mark.slow
 def test_the_cli_purges_with_a_duration_and_refuses_bad_ones(target: Target) -> None:
     with Inbox(target.ref) as inbox:
         _receive(inbox, "old", "new")
@@ -145,3 +146,28 @@ def test_the_cli_purges_with_a_duration_and_refuses_bad_ones(target: Target) -> 
     assert done.stdout.startswith("purged 1 receipts")
     assert _ids(target) == ["new"]
     assert target.rows("SELECT source FROM inbox") == [(SOURCE,)]
+
+
+@pytest.mark.slow
+def test_purges_at_once_and_receives_meanwhile_count_each_receipt_once(target: Target) -> None:
+    with Inbox(target.ref) as inbox:
+        old = [f"o-{n:03d}" for n in range(120)]
+        for start in range(0, len(old), 16):
+            inbox.receive_batch([lab(event_id, "apple", 1) for event_id in old[start : start + 16]])
+        for event_id in old:
+            _age(target, 40 * DAY, event_id)
+
+    def act(_: int, party: str) -> int:
+        with Inbox(target.ref) as own:
+            if party == "purge":
+                return own.purge(DAY, chunk=7)
+            for m in range(10):
+                assert own.receive(lab(f"new-{m}", "apple", 1)) == "applied"
+            return 0
+
+    done = at_once(["purge", "purge", "receive"], act)
+    assert sum(done[:2]) == 120
+    with Inbox(target.ref) as inbox:
+        assert inbox.retention()["purged"] == 120
+        assert inbox.counters() == {"applied": 130, "duplicate": 0, "conflict": 0}
+        assert len(_ids(target)) == 10
