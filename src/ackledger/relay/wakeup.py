@@ -19,6 +19,9 @@ from ..store.base import Backend, Listener
 
 #: How often a wait looks at the stop flag (as the relay's other waits do).
 WAIT_SLICE = 0.05
+#: After a listener could not be opened, waits poll for this long before trying again (a
+#: server at its connection limit is not asked, and the log not filled, every poll).
+REOPEN_AFTER_S = 30.0
 
 
 class StopWait(Protocol):
@@ -40,7 +43,8 @@ class IdleWait:
         self._note = note
         self._wanted = listen
         self._listener: Listener | None = None
-        #: Notifications that ended a wait early (the relay's tests and metrics read it).
+        self._reopen_at = 0.0
+        #: Notifications that ended a wait early (tests read it).
         self.woken = 0
 
     def start(self) -> None:
@@ -50,7 +54,8 @@ class IdleWait:
             self._open()
 
     def wait(self, seconds: float) -> None:
-        if self._listener is None and self._wanted and self._open():
+        reopen = self._listener is None and self._wanted and time.monotonic() >= self._reopen_at
+        if reopen and self._open():
             return  # listening again: what was published meanwhile woke nobody, so look now
         listener = self._listener
         if listener is None:
@@ -76,6 +81,7 @@ class IdleWait:
         except Exception as exc:
             self._note(logging.WARNING, "listen-failed", f"not listening ({exc}); polling")
             self._listener = None
+            self._reopen_at = time.monotonic() + REOPEN_AFTER_S
             return False
         if self._listener is None:
             self._wanted = False  # this database cannot notify: poll, and never ask again
