@@ -465,3 +465,17 @@ def test_the_amqp_consumer_applies_into_the_shared_inbox() -> None:
     sink = _pod_spec(found[("sink-deployment-postgres.yaml", "Deployment")])["containers"][0]
     assert args.db == _parsed(sink).db
     _assert_ready_on_its_metrics(container, args)
+
+
+def test_the_inbox_purge_cronjob_purges_the_sinks_database_once_for_all_replicas() -> None:
+    found = _resources()
+    sink = _pod_spec(found[("sink-deployment-postgres.yaml", "Deployment")])["containers"][0]
+    sink_args = _parsed(sink)
+    cron = found[("sink-inbox-purge-cronjob.yaml", "CronJob")]
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+    purge = _pod_spec(cron)["containers"][0]
+    args = _parsed(purge)
+    assert (args.command, args.action) == ("inbox", "purge")
+    assert _secret_key(purge, "DATABASE_URL") == _secret_key(sink, "DATABASE_URL")
+    assert args.db == sink_args.db
+    assert args.older_than == 30 * 86400 and args.force is False

@@ -80,6 +80,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="wait between looks when nothing is pending (default 0.5)",
     )  # fmt: skip
     relay.add_argument(
+        "--no-listen", dest="listen", action="store_false",
+        help="PostgreSQL: poll only, do not LISTEN for publishes (e.g. behind PgBouncer's "
+        "transaction pooling, where LISTEN does not work)",
+    )  # fmt: skip
+    relay.add_argument(
         "--on-poison", choices=POISON_POLICIES, default="stop",
         help="on a permanent failure: stop (default, exit 3) or quarantine it and go on",
     )  # fmt: skip
@@ -134,6 +139,7 @@ def cmd_relay(args: argparse.Namespace) -> int:
         batch=args.batch,
         limit=args.limit,
         poll_interval=args.poll_interval,
+        listen=args.listen,
         on_poison=args.on_poison,
         timeout=args.timeout,
         mark_sync=args.mark_sync,

@@ -44,6 +44,7 @@ from .policy import (
     quarantine_reason,
     stopping_on_poison,
 )
+from .wakeup import IdleWait
 
 logger = logging.getLogger("ackledger.relay")
 
@@ -166,6 +167,10 @@ class Relay:
                 token=settings.token,
             )
         self._sends = _Sends(wire, self._stopping)
+        #: The wait when nothing is pending: the poll, or a PostgreSQL notification first.
+        self.idle = IdleWait(
+            picker.outbox.backend, self.stop, listen=settings.listen, note=self._note
+        )
         self._after_one = after_delivery
         self._after_batch = None if after_delivery is None else _each(after_delivery)
         # One strategy marks what was acknowledged: inline (each, last) or behind the next send.
@@ -193,8 +198,10 @@ class Relay:
             batch=settings.batch, limit=settings.limit, on_poison=settings.on_poison, **fields,
         )  # fmt: skip
         try:
+            self.idle.start()
             code = self._loop()
         finally:
+            self.idle.close()
             # The last batch's marks land before the relay reports that it stopped.
             self._marking.close()
         if code == EXIT_STOPPED:
@@ -207,7 +214,7 @@ class Relay:
             try:
                 pick = picker.pick()
                 if pick is None or not self._work(pick):
-                    self._wait(self.settings.poll_interval)
+                    self.idle.wait(self.settings.poll_interval)
             except Exception as exc:
                 # The store failed outside a round (a lease's claim or release, a
                 # quarantine): a leasing relay waits it out, the single loop ends.

@@ -75,6 +75,8 @@ class Pick(Protocol):
 
 class Picker(Protocol):
     settings: RelaySettings
+    #: The outbox it picks from (the relay listens on its database when idle).
+    outbox: Outbox
     #: Added to every log line of the relay (``owner``).
     fields: dict[str, object]
 

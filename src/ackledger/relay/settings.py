@@ -32,6 +32,9 @@ class RelaySettings:
     #: Seconds to wait when nothing is pending (or no partition can be leased).
     poll_interval: float = 0.5
     on_poison: str = "stop"
+    #: On PostgreSQL, also wake when a publish commits (LISTEN/NOTIFY); the poll stays. Off
+    #: where LISTEN cannot work, e.g. through a PgBouncer in transaction pooling mode.
+    listen: bool = True
     timeout: float = 5.0
     allowed_hosts: tuple[str, ...] = ()
     #: The sink's bearer token (HTTP targets only); its repr hides it.
@@ -63,6 +66,8 @@ class RelaySettings:
         if self.pipeline and not self.batch:
             raise ValueError("pipeline: only batch rounds can overlap their marks (add batch)")
         check_on_poison(self.on_poison)
+        if not isinstance(self.listen, bool):
+            raise ValueError(f"listen: must be True or False, got {self.listen!r}")
         value = self.poll_interval
         if not is_number(value) or not value > 0:
             raise ValueError(f"poll_interval: must be a positive number of seconds, got {value!r}")

@@ -38,6 +38,7 @@ from ..web.observe import Observed
 from ..web.openapi import METRICS, READYZ, DocumentedRoute
 from ..web.routing import build_app
 from .inbox import BatchResult, Inbox
+from .retention_metrics import RetentionMetrics
 
 MAX_BATCH = api.MAX_BATCH
 
@@ -147,6 +148,7 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "") -> ASGIApp:
     # waits and thread hops (measured on PostgreSQL: about half the throughput of two sink
     # processes). Replicas are separate processes. Contrast the ledger (ledger/app.py).
     service_metrics = ServiceMetrics("sink", lambda: _sink_counts(inbox), SINK_COUNTERS)
+    service_metrics.registry.register(RetentionMetrics(inbox.retention))
     started_at = time.time()
     group: GroupCommit[Sequence[object], BatchResult] = GroupCommit(inbox.receive_runs)
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import warehouse
 from .._core.database import Database
+from .._core.duration import check_age
 from .._core.idempotency import Outcome
 from .._core.telemetry import span
 from ..envelope import fingerprint_of, validate_encoded
@@ -25,12 +26,23 @@ from ..errors import AckledgerError, Conflict, NoHandler
 from ..event import check_identifier
 from ..event_types import EventTypes, check_type_name
 from ..store import Tx
+from ..store.inbox import PURGED
 from .handler_tx import Handler, HandlerTransaction
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
 COUNTER_PREFIX = "sink."
+#: The durable counters ``counters()`` reports; they never go down, whatever is purged.
+COUNTER_NAMES = ("applied", "duplicate", "conflict")
+
+#: Receipts are kept this long by default (``purge()``, ``ackledger inbox purge``).
+DEFAULT_RETENTION_SECONDS = 30 * 86400.0
+#: A shorter horizon needs ``force``: a receipt purged while its event can still be re-sent
+#: turns that re-send into a second apply.
+MIN_RETENTION_SECONDS = 3600.0
+#: Receipts per transaction of ``purge()``.
+PURGE_CHUNK = 1000
 
 
 @dataclass
@@ -391,10 +403,65 @@ class Inbox(Database):
             return tx.inbox_receipts(event_id)
 
     def counters(self) -> dict[str, int]:
-        """Durable totals: applied, duplicate, conflict."""
+        """Durable totals that never go down: applied, duplicate, conflict (a purge deletes
+        receipts, never counts)."""
         with self._db.read() as tx:
             found = tx.counters_read(COUNTER_PREFIX)
-        return {name: found.get(name, 0) for name in ("applied", "duplicate", "conflict")}
+        return {name: found.get(name, 0) for name in COUNTER_NAMES}
+
+    def purge(
+        self,
+        older_than_seconds: float = DEFAULT_RETENTION_SECONDS,
+        *,
+        chunk: int = PURGE_CHUNK,
+        force: bool = False,
+    ) -> int:
+        """Delete the receipts first received more than ``older_than_seconds`` ago; returns
+        how many.
+
+        A re-send that arrives after its receipt is gone is applied again, so the horizon must
+        be longer than any event can stay unmarked at its source (docs/postgres.md, "Inbox
+        retention", says how to choose it). Below one hour it is refused unless ``force``.
+        The counters do not change; ``retention()["purged"]`` grows by what was deleted.
+        """
+        age = check_age(older_than_seconds, "older_than_seconds")
+        if isinstance(chunk, bool) or not isinstance(chunk, int) or not 1 <= chunk <= 100_000:
+            raise ValueError(f"chunk: must be a whole number from 1 to 100000, got {chunk!r}")
+        if not isinstance(force, bool):
+            raise ValueError(f"force: must be True or False, got {type(force).__name__}")
+        if age < MIN_RETENTION_SECONDS and not force:
+            raise ValueError(
+                f"older_than_seconds: {age:g} s is under the 1 h floor; a receipt purged while "
+                "its event can still be re-sent turns the re-send into a second apply "
+                "(pass force=True to go below it)"
+            )
+        cutoff = time.time() - age
+        # Each chunk commits on its own: a service writing the same database waits for one
+        # chunk at most, never for the whole purge, and what is done stays done if it stops.
+        # SQLite has one writer, and a waiting one sleeps between its tries (up to 100 ms):
+        # taking the lock again at once would starve it for many chunks, so the purge leaves
+        # the lock free for as long as its chunk held it (bench/inbox_purge.py measures it).
+        one_writer = self._db.dialect == "sqlite"
+        total = 0
+        while True:
+            began = time.monotonic()
+            with self._db.write() as tx:
+                gone = tx.inbox_purge_chunk(cutoff, chunk)
+            total += gone
+            if gone < chunk:
+                return total
+            if one_writer:
+                time.sleep(time.monotonic() - began)
+
+    def retention(self) -> dict[str, Any]:
+        """``purged``: receipts deleted by ``purge`` over the database's life, by any process
+        (a durable counter); ``oldest_receipt_age_s``: seconds since the oldest receipt still
+        kept first arrived, None for an empty inbox."""
+        with self._db.read() as tx:
+            purged = tx.counters_read(PURGED).get("", 0)
+            oldest = tx.inbox_oldest_receipt()
+        age = None if oldest is None else max(0.0, time.time() - oldest)
+        return {"purged": purged, "oldest_receipt_age_s": age}
 
     def asgi(self, prefix: str = "") -> ASGIApp:
         """The ``/events`` routes (and ``/healthz``, ``/metrics``) as an ASGI app to mount in

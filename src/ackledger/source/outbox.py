@@ -66,6 +66,10 @@ def _publish(
         if legacy is None or legacy != tx.outbox_fingerprint(event["id"]):
             raise Conflict(f"event {event['id']!r} is already in the outbox with other content")
         outcome = Outcome.DUPLICATE
+    if outcome is Outcome.APPLIED:
+        # A new pending event: idle relays may look now instead of at their next poll (on
+        # PostgreSQL, once this transaction commits; a rollback wakes nobody).
+        tx.outbox_wake()
     if outcome is Outcome.APPLIED and order is not None and not tx.order_insert(order, now):
         # The order exists but its event does not: the event was sent and purged. Accepting
         # it again would announce the same order twice, so refuse (the exception rolls back).

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from importlib import resources
+from typing import Protocol
 
 from .executor import Params, Row
 from .inbox import InboxQueries
@@ -44,6 +45,15 @@ class Tx(OutboxQueries, InboxQueries, LedgerQueries, LeaseQueries, ReconcileQuer
     its own (``queries.py``). ``execute`` stays for the users' own business writes
     (``Outbox.transaction()``) and the migrations.
     """
+
+
+class Listener(Protocol):
+    """Waits for "an event was published" (``Backend.published_listener``)."""
+
+    def wait(self, timeout: float) -> bool:
+        """True if woken before ``timeout`` seconds; raises the driver's error when broken."""
+
+    def close(self) -> None: ...
 
 
 class Backend(abc.ABC):
@@ -87,6 +97,12 @@ class Backend(abc.ABC):
         from . import borrowed
 
         return borrowed.borrow(using, self.dialect)
+
+    def published_listener(self) -> Listener | None:
+        """A new listener that wakes when an outbox event is published and committed in this
+        database by any process, or None where the database cannot tell (SQLite: the relay
+        polls). The caller closes it."""
+        return None
 
     def lock_schema(self, tx: Tx) -> None:  # noqa: B027 - deliberately a no-op by default
         """Serialise schema changes between processes for the rest of ``tx``.

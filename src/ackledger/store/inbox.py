@@ -16,6 +16,17 @@ RECEIPT_COLUMNS = (
 )  # fmt: skip
 
 
+#: The durable count of receipts that retention deleted (``Inbox.purge``, any process).
+PURGED = "sink.purged"
+
+# Oldest first through the inbox_first_received index (migration 0009), at most a chunk: on
+# SQLite the one writer's lock, on PostgreSQL the rows' locks, are held for one chunk only.
+# Counted from what this DELETE removed, so two purges at once never count a receipt twice.
+_PURGE_CHUNK = (
+    "DELETE FROM inbox WHERE (id, source) IN (SELECT id, source FROM inbox "
+    "WHERE first_received_at < ? ORDER BY first_received_at LIMIT ?) RETURNING 1"
+)
+
 #: The reference handler's one statement (``warehouse.apply``): add to a sku's stock.
 INVENTORY_ADD = (
     "INSERT INTO inventory (sku, qty) VALUES (?, ?) "
@@ -78,6 +89,19 @@ class InboxQueries(CounterQueries):
                 f"SELECT {columns} FROM inbox WHERE source = ? AND id = ?", (source, event_id)
             )
         return [dict(zip(RECEIPT_COLUMNS, row, strict=True)) for row in rows]
+
+    def inbox_purge_chunk(self, cutoff: float, limit: int) -> int:
+        """Delete up to ``limit`` receipts first received before ``cutoff``, oldest first, and
+        add them to the durable ``PURGED`` counter; returns how many."""
+        gone = len(self.execute(_PURGE_CHUNK, (cutoff, limit)))
+        if gone:
+            self.counter_bump(PURGED, gone)
+        return gone
+
+    def inbox_oldest_receipt(self) -> float | None:
+        """When the oldest receipt still kept first arrived, or None for an empty inbox."""
+        found = self.scalar("SELECT MIN(first_received_at) FROM inbox")
+        return None if found is None else float(found)
 
     def inventory_add(self, added: Mapping[str, int]) -> None:
         """Add ``added[sku]`` to each sku's stock (one statement, run once per sku)."""

@@ -70,6 +70,11 @@ class OutboxQueries(CounterQueries):
         """Make enqueues into one partition commit in seq order (a database that hands out
         ``seq`` at insert, not at commit, takes a lock held until commit here)."""
 
+    @abc.abstractmethod
+    def outbox_wake(self) -> None:
+        """Tell idle relays, once this transaction commits, that an event was published (a
+        database that cannot tell anyone does nothing; its relays poll)."""
+
     def outbox_claim(
         self, event: dict[str, Any], text: str, fingerprint: str, partition_key: str, now: float
     ) -> Claim:

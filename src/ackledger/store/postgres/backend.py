@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from ..base import Backend, Tx, check_synchronous
+from ..base import Backend, Listener, Tx, check_synchronous
 from .tx import PostgresTx
 
 if TYPE_CHECKING:
@@ -149,6 +149,12 @@ class PostgresBackend(Backend):
                     conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
+
+    def published_listener(self) -> Listener:
+        # A connection of its own, outside the pool: it stays in LISTEN for the relay's life.
+        from .notify import PublishedListener
+
+        return PublishedListener(self.url, self._connect_kwargs())
 
     def lock_schema(self, tx: Tx) -> None:
         # Held until the migration transaction ends: processes that open a new database at

@@ -17,6 +17,7 @@ from ..claims import claim_once
 from ..keys import DELIVERIES
 from ..ledger import INSERT_CONTROL, PURGE_CHUNK
 from . import queries as q
+from .notify import NOTIFY_PUBLISHED
 
 if TYPE_CHECKING:
     import psycopg
@@ -59,6 +60,11 @@ class PostgresTx(Tx):
         # would send 7 before 6 of the same partition. Held until commit, the lock makes the
         # second enqueue into a partition take its seq after the first one's commit.
         self.execute(q.LOCK_PARTITION, (q.PARTITION_LOCK_CLASS, partition_key))
+
+    def outbox_wake(self) -> None:
+        # Delivered at commit only (store/postgres/notify.py); on a caller's connection
+        # (publish using=) it rides in the caller's transaction like the event's row.
+        self.execute(NOTIFY_PUBLISHED)
 
     def _delete_sent_before(self, cutoff: float) -> tuple[int, int]:
         row = self.one(q.DELETE_SENT, (cutoff,))

@@ -36,6 +36,9 @@ class SqliteTx(Tx):
     def outbox_lock_partition(self, partition_key: str) -> None:
         """Nothing to take: the one writer's inserts commit in seq order already."""
 
+    def outbox_wake(self) -> None:
+        """Nothing to send: SQLite has no notifications between processes; relays poll."""
+
     def _delete_sent_before(self, cutoff: float) -> tuple[int, int]:
         row = self.one(q.COUNT_SENT, (cutoff,))
         count, attempts = (0, 0) if row is None else (int(row[0]), int(row[1]))
