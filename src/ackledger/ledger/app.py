@@ -30,12 +30,15 @@ from ..web.metrics import Handler, ServiceMetrics
 from ..web.routing import build_app
 from .ledger import (
     MAX_KEY_LEN,
-    REQUEST_FIELDS,
+    REQUIRED_FIELDS,
     Ledger,
     LedgerRequest,
     PayloadConflict,
+    Refusal,
     request_from_json,
 )
+from .outcome_app import OUTCOME_OPENAPI_PATHS, in_flight_answer, outcome_routes
+from .outcomes import InFlight
 
 NODE_BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 
@@ -80,15 +83,13 @@ def create_ledger_app(ledger: Ledger, identity: Identity | None = None) -> Starl
     # and one fsync. With a pool (PostgreSQL) each request has its own transaction on a worker
     # thread instead: requests of one group would hold their keys' locks until the group
     # commits, and two processes' groups could wait on each other.
-    group: GroupCommit[LedgerRequest, dict[str, Any] | PayloadConflict] = GroupCommit(
-        ledger.submit_many
-    )
+    group: GroupCommit[LedgerRequest, dict[str, Any] | Refusal] = GroupCommit(ledger.submit_many)
 
     async def submit(req: LedgerRequest) -> dict[str, Any]:
         if db.concurrency > 1:
             return await db(ledger.submit, req)
         answer = await group.submit(req)
-        if isinstance(answer, PayloadConflict):
+        if isinstance(answer, (PayloadConflict, InFlight)):
             raise answer
         return answer
 
@@ -100,6 +101,8 @@ def create_ledger_app(ledger: Ledger, identity: Identity | None = None) -> Starl
             return bad_input(exc, ledger=me.short)
         except database_errors() as exc:
             return unavailable_answer(exc, ledger=me.short)
+        except InFlight as exc:
+            return in_flight_answer(exc, req.case_id, req.work_id, ledger=me.short)
         except PayloadConflict as exc:
             return problem_answer(
                 422,
@@ -157,6 +160,7 @@ def create_ledger_app(ledger: Ledger, identity: Identity | None = None) -> Starl
         ledger=me.short,
         routes=[
             Route("/deliveries", deliveries, methods=["GET", "POST"]),
+            *outcome_routes(ledger, db, me.short),
             Route("/attempts", listing(ledger.attempts), methods=["GET"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
@@ -181,6 +185,12 @@ _ANSWER = {
         "case_id": _KEY,
         "work_id": _KEY,
         "mode": {"enum": ["idempotent", "control"]},
+        "state": {"enum": ["in_progress", "completed"]},
+        "result": {"description": "what the completing worker reported (once completed)"},
+        "claim": {
+            "type": "object",
+            "description": "the claim this request took (with claim_ttl): token, taken_over, ttl",
+        },
         "ledger": _IDENTITY,
     },
 }
@@ -199,7 +209,7 @@ LEDGER_OPENAPI: dict[str, Any] = {
                         "application/json": {
                             "schema": {
                                 "type": "object",
-                                "required": list(REQUEST_FIELDS[:-1]),
+                                "required": list(REQUIRED_FIELDS),
                                 "additionalProperties": False,
                                 "properties": {
                                     "case_id": _KEY,
@@ -211,6 +221,13 @@ LEDGER_OPENAPI: dict[str, Any] = {
                                     },
                                     "mode": {"enum": ["idempotent", "control"]},
                                     "payload": {"type": ["object", "null"]},
+                                    "claim_ttl": {
+                                        "type": "number",
+                                        "exclusiveMinimum": 0,
+                                        "maximum": 86400,
+                                        "description": "claim the work; a live claim younger "
+                                        "than this is answered 409",
+                                    },
                                 },
                             }
                         }
@@ -227,6 +244,7 @@ LEDGER_OPENAPI: dict[str, Any] = {
                     },
                     "400": {"description": "invalid request", "content": _PROBLEM},
                     "413": {"description": "body over 64 KiB", "content": _PROBLEM},
+                    "409": {"description": "the key is in flight", "content": _PROBLEM},
                     "422": {"description": "same key, other payload", "content": _PROBLEM},
                 },
             },
@@ -250,5 +268,6 @@ LEDGER_OPENAPI: dict[str, Any] = {
             }
         },
         "/metrics": {"get": {"responses": {"200": {"description": "Prometheus text"}}}},
+        **OUTCOME_OPENAPI_PATHS,
     },
 }
