@@ -34,6 +34,7 @@ def test_new_key_201_then_replayed_200_with_the_ledger_identity(ledger_app: InPr
         "case_id": "c",
         "work_id": "w",
         "mode": "idempotent",
+        "state": "in_progress",
         "ledger": {"pod_uid": "ledger-uid-1", "boot_id": health["boot_id"]},
     }
     status, headers, again = client.deliver(case_id="c", work_id="w", pod_uid="pod-B")
