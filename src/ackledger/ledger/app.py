@@ -37,7 +37,7 @@ from .ledger import (
     Refusal,
     request_from_json,
 )
-from .outcome_app import OUTCOME_OPENAPI_PATHS, in_flight_answer, outcome_routes
+from .outcome_app import OUTCOME_OPENAPI_PATHS, in_flight_answer, json_post, outcome_routes
 from .outcomes import InFlight
 
 NODE_BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
@@ -201,39 +201,28 @@ LEDGER_OPENAPI: dict[str, Any] = {
     "info": {"title": "ackledger ledger", "version": "1"},
     "paths": {
         "/deliveries": {
-            "post": {
-                "summary": "The delivery of a business key: created once, then replayed",
-                "requestBody": {
-                    "required": True,
-                    "content": {
-                        "application/json": {
-                            "schema": {
-                                "type": "object",
-                                "required": list(REQUIRED_FIELDS),
-                                "additionalProperties": False,
-                                "properties": {
-                                    "case_id": _KEY,
-                                    "work_id": _KEY,
-                                    "pod_uid": {
-                                        "type": "string",
-                                        "pattern": "^[ -~]{1,128}$",
-                                        "description": "the execution, for tracing only",
-                                    },
-                                    "mode": {"enum": ["idempotent", "control"]},
-                                    "payload": {"type": ["object", "null"]},
-                                    "claim_ttl": {
-                                        "type": "number",
-                                        "exclusiveMinimum": 0,
-                                        "maximum": 86400,
-                                        "description": "claim the work; a live claim younger "
-                                        "than this is answered 409",
-                                    },
-                                },
-                            }
-                        }
+            "post": json_post(
+                "The delivery of a business key: created once, then replayed",
+                {
+                    "case_id": _KEY,
+                    "work_id": _KEY,
+                    "pod_uid": {
+                        "type": "string",
+                        "pattern": "^[ -~]{1,128}$",
+                        "description": "the execution, for tracing only",
+                    },
+                    "mode": {"enum": ["idempotent", "control"]},
+                    "payload": {"type": ["object", "null"]},
+                    "claim_ttl": {
+                        "type": "number",
+                        "exclusiveMinimum": 0,
+                        "maximum": 86400,
+                        "description": "claim the work; a live claim younger than this is "
+                        "answered 409",
                     },
                 },
-                "responses": {
+                list(REQUIRED_FIELDS),
+                {
                     "201": {
                         "description": "a new delivery",
                         "content": {"application/json": {"schema": _ANSWER}},
@@ -247,7 +236,7 @@ LEDGER_OPENAPI: dict[str, Any] = {
                     "409": {"description": "the key is in flight", "content": _PROBLEM},
                     "422": {"description": "same key, other payload", "content": _PROBLEM},
                 },
-            },
+            ),
             "get": {
                 "summary": "Deliveries in number order",
                 "parameters": _CASE_QUERY,

@@ -84,34 +84,34 @@ _CLAIM = {"type": "string", "pattern": "^[0-9a-f]{32}$", "description": "the ans
 _PROBLEM = {"application/problem+json": {"schema": {"type": "object"}}}
 
 
-def _report_path(summary: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {
-        "post": {
-            "summary": summary,
-            "requestBody": {
-                "required": True,
-                "content": {
-                    "application/json": {
-                        "schema": {
-                            "type": "object",
-                            "required": required,
-                            "additionalProperties": False,
-                            "properties": {
-                                "case_id": _KEY_SCHEMA,
-                                "work_id": _KEY_SCHEMA,
-                                **properties,
-                            },
-                        }
-                    }
-                },
-            },
-            "responses": {
-                "200": {"description": "the delivery's state (and result once completed)"},
-                "400": {"description": "invalid request", "content": _PROBLEM},
-                "404": {"description": "no such delivery", "content": _PROBLEM},
-            },
-        }
+def json_post(
+    summary: str,
+    properties: dict[str, Any],
+    required: list[str],
+    responses: dict[str, Any],
+) -> dict[str, Any]:
+    """The OpenAPI operation of a POST route that takes one JSON object of ``properties``."""
+    schema = {
+        "type": "object",
+        "required": required,
+        "additionalProperties": False,
+        "properties": properties,
     }
+    return {
+        "summary": summary,
+        "requestBody": {"required": True, "content": {"application/json": {"schema": schema}}},
+        "responses": responses,
+    }
+
+
+def _report_path(summary: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    responses = {
+        "200": {"description": "the delivery's state (and result once completed)"},
+        "400": {"description": "invalid request", "content": _PROBLEM},
+        "404": {"description": "no such delivery", "content": _PROBLEM},
+    }
+    fields = {"case_id": _KEY_SCHEMA, "work_id": _KEY_SCHEMA, **properties}
+    return {"post": json_post(summary, fields, required, responses)}
 
 
 OUTCOME_OPENAPI_PATHS: dict[str, Any] = {
