@@ -28,7 +28,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         description="Send one request to a ledger's /deliveries and print its answer as JSON. "
         "The business key (--case-id, --work-id) decides the delivery; --pod-uid only traces "
         "which execution asked. Exit 0 on an answer, 2 on bad input or a refusal (400, 422), "
-        f"{EXIT_UNAVAILABLE} if the ledger is unreachable.",
+        f"{EXIT_UNAVAILABLE} if the ledger is unreachable or (--run) the key is in flight (409). "
+        "With --run CMD: 0 when the work is completed (now or before), else CMD's own status.",
     )
     deliver.add_argument(
         "--ledger", required=True, metavar="URL", help="the ledger, http://HOST:PORT/deliveries"
