@@ -34,6 +34,7 @@ def test_new_key_201_then_replayed_200_with_the_ledger_identity(ledger_app: InPr
         "case_id": "c",
         "work_id": "w",
         "mode": "idempotent",
+        "state": "in_progress",
         "ledger": {"pod_uid": "ledger-uid-1", "boot_id": health["boot_id"]},
     }
     status, headers, again = client.deliver(case_id="c", work_id="w", pod_uid="pod-B")
@@ -223,12 +224,20 @@ def test_the_seed_story_runs_with_real_processes(tmp_path: Path) -> None:
     assert len(story.checks) >= 10
     attempts = raw_rows(
         tmp_path / "ledger.db",
-        "SELECT pod_uid, outcome FROM attempts WHERE case_id = 'seed-002' ORDER BY attempt_no",
+        "SELECT pod_uid, outcome, claim FROM attempts WHERE case_id = 'seed-002' "
+        "ORDER BY attempt_no",
     )
     assert [row[1] for row in attempts] == [
-        "applied", "duplicate", "duplicate", "applied", "conflict",
+        "applied", "duplicate", "duplicate", "duplicate", "applied", "conflict",
     ]  # fmt: skip
-    assert [row[0] for row in attempts][:2] == ["pod-A", "pod-B"]
+    assert [row[0] for row in attempts][:3] == ["pod-A", "pod-B", "pod-C"]
+    # A died holding the claim, B found it live, C took it over: the work ran once, by C.
+    assert [row[2] for row in attempts][:3] == ["claimed", "in_flight", "taken_over"]
+    assert raw_rows(
+        tmp_path / "ledger.db",
+        "SELECT state, completed_by FROM deliveries WHERE work_id = 'order-1001' "
+        "AND case_id = 'seed-002'",
+    ) == [("completed", "pod-C")]
     control = raw_rows(
         tmp_path / "ledger.db",
         "SELECT COUNT(*) FROM deliveries WHERE case_id = 'seed-002-control' AND work_id = ?",

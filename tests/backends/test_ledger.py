@@ -41,9 +41,24 @@ def test_a_retry_in_a_new_pod_gets_the_same_delivery(ledger: Ledger, target: Tar
     first = ledger.request("case-1", "order-1", "pod-A")
     retry = ledger.request("case-1", "order-1", "pod-B")
     rerun = ledger.request("case-1", "order-1", "pod-C")
-    assert first == {"delivery_no": first["delivery_no"], "duplicate": False, "attempt": 1}
-    assert retry == {"delivery_no": first["delivery_no"], "duplicate": True, "attempt": 2}
-    assert rerun == {"delivery_no": first["delivery_no"], "duplicate": True, "attempt": 3}
+    assert first == {
+        "delivery_no": first["delivery_no"],
+        "duplicate": False,
+        "attempt": 1,
+        "state": "in_progress",
+    }
+    assert retry == {
+        "delivery_no": first["delivery_no"],
+        "duplicate": True,
+        "attempt": 2,
+        "state": "in_progress",
+    }
+    assert rerun == {
+        "delivery_no": first["delivery_no"],
+        "duplicate": True,
+        "attempt": 3,
+        "state": "in_progress",
+    }
     assert target.rows("SELECT delivery_no, case_id, work_id FROM deliveries") == [
         (first["delivery_no"], "case-1", "order-1")
     ]
@@ -62,7 +77,12 @@ def test_reopening_keeps_every_number(target: Target) -> None:
     with Ledger(target.ref, synchronous="NORMAL") as again:
         for work_id, number in numbers.items():
             answer = again.request("c", work_id, "pod-B")
-            assert answer == {"delivery_no": number, "duplicate": True, "attempt": 2}
+            assert answer == {
+                "delivery_no": number,
+                "duplicate": True,
+                "attempt": 2,
+                "state": "in_progress",
+            }
         fresh = again.request("c", "w4", "pod-B")["delivery_no"]
     assert fresh > max(numbers.values())
 
@@ -104,7 +124,12 @@ def test_control_deliveries_do_not_take_the_idempotent_key(ledger: Ledger) -> No
 def test_same_payload_is_a_duplicate_whatever_its_key_order(ledger: Ledger) -> None:
     first = ledger.request("c", "w", "pod-A", payload={"sku": "pen", "qty": 2})
     again = ledger.request("c", "w", "pod-B", payload={"qty": 2, "sku": "pen"})
-    assert again == {"delivery_no": first["delivery_no"], "duplicate": True, "attempt": 2}
+    assert again == {
+        "delivery_no": first["delivery_no"],
+        "duplicate": True,
+        "attempt": 2,
+        "state": "in_progress",
+    }
 
 
 @pytest.mark.parametrize(
@@ -325,7 +350,12 @@ def test_purge_forgets_idle_keys_whole_and_keeps_live_ones(ledger: Ledger, targe
     assert target.rows("SELECT work_id FROM deliveries") == [("live",)]
     assert [a["pod_uid"] for a in ledger.attempts()] == ["pod-A", "pod-B"]
     again = ledger.request("c", "live", "pod-C")
-    assert again == {"delivery_no": live["delivery_no"], "duplicate": True, "attempt": 3}
+    assert again == {
+        "delivery_no": live["delivery_no"],
+        "duplicate": True,
+        "attempt": 3,
+        "state": "in_progress",
+    }
 
     # A purged key starts fresh: a new number (never an old one reused) and attempt 1.
     fresh = ledger.request("c", "old", "pod-D")

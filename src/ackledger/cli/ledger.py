@@ -1,19 +1,22 @@
-"""Ledger commands: ``deliver`` (the worker) and ``ledger purge`` (key retention)."""
+"""Ledger commands: ``deliver`` (the worker, ``--run`` its work) and ``ledger purge`` (key
+retention)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shlex
 import sys
 import uuid
 
 from ..ledger.client import deliveries_target
 from ..ledger.ledger import DEFAULT_RETENTION_SECONDS, MODES, LedgerRequest, check_request
-from .arguments import add_http_client, duration_arg, existing_target, json_arg
-from .exits import EXIT_FAIL_AFTER_SAVE
+from .arguments import add_http_client, duration_arg, existing_target, json_arg, positive_float
+from .exits import EXIT_FAIL_AFTER_SAVE, EXIT_STOPPED
 from .exits import EXIT_UNREACHABLE as EXIT_UNAVAILABLE  # worth retrying
 from .exposure import add_client_token, token_of
+from .run_work import DEFAULT_CLAIM_TTL, run_work
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -23,7 +26,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         description="Send one request to a ledger's /deliveries and print its answer as JSON. "
         "The business key (--case-id, --work-id) decides the delivery; --pod-uid only traces "
         "which execution asked. Exit 0 on an answer, 2 on bad input or a refusal (400, 422), "
-        f"{EXIT_UNAVAILABLE} if the ledger is unreachable.",
+        f"{EXIT_UNAVAILABLE} if the ledger is unreachable or (--run) the key is in flight (409). "
+        "With --run CMD: 0 when the work is completed (now or before), else CMD's own status.",
     )
     deliver.add_argument(
         "--ledger", required=True, metavar="URL",
@@ -47,6 +51,21 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         action="store_true",
         help=f"drill: once the ledger has answered, exit {EXIT_FAIL_AFTER_SAVE} without "
         "printing success (the post-save failure that makes a Job retry)",
+    )
+    deliver.add_argument(
+        "--run",
+        metavar="CMD",
+        help="the work, one shell-quoted command: requested with a claim, run only if the "
+        "delivery is not completed, completed when CMD exits 0; a failing CMD releases the "
+        "claim and its exit status is deliver's",
+    )
+    deliver.add_argument(
+        "--claim-ttl",
+        type=seconds_arg,
+        metavar="DURATION",
+        help="with --run: a claim younger than this holds the key (409 -> exit "
+        f"{EXIT_UNAVAILABLE}); an older one is taken over, its Pod died (default "
+        f"{DEFAULT_CLAIM_TTL:g}s; seconds or e.g. 5m)",
     )
     deliver.set_defaults(handler=cmd_deliver)
 
@@ -91,8 +110,13 @@ def _delivery_request(args: argparse.Namespace) -> LedgerRequest:
     pod_uid = (
         args.pod_uid if args.pod_uid is not None else os.environ.get("POD_UID") or str(uuid.uuid4())
     )
+    if args.claim_ttl is not None and args.run is None:
+        raise UsageError("--claim-ttl: only with --run (a claim is taken for work deliver runs)")
+    claim_ttl = None if args.run is None else args.claim_ttl or DEFAULT_CLAIM_TTL
     try:
-        return check_request(args.case_id, args.work_id, pod_uid, args.mode, payload)
+        return check_request(
+            args.case_id, args.work_id, pod_uid, args.mode, payload, claim_ttl=claim_ttl
+        )
     except InvalidEvent as exc:
         raise UsageError(f"--{(exc.field or 'input').replace('_', '-')}: {exc}") from None
 
@@ -100,9 +124,11 @@ def _delivery_request(args: argparse.Namespace) -> LedgerRequest:
 def cmd_deliver(args: argparse.Namespace) -> int:
     from ..errors import NotAcknowledged
     from ..ledger.client import request_delivery
+    from ..ledger.outcomes import InFlight
     from . import UsageError
 
     req = _delivery_request(args)
+    command = None if args.run is None else _command(args.run)
     try:
         answer = request_delivery(
             args.ledger,
@@ -111,6 +137,11 @@ def cmd_deliver(args: argparse.Namespace) -> int:
             allowed_hosts=args.allow_host,
             token=token_of(args),
         )
+    except InFlight as exc:
+        # Another Pod may be doing this work right now: running it too is what the claim
+        # prevents. Worth a retry later (Retry-After), so not bad input.
+        print(f"ackledger: in flight: {exc}", file=sys.stderr)
+        return EXIT_STOPPED  # CONTRACT v2 §10: exit 1, the answer is "not now"
     except (OSError, NotAcknowledged) as exc:
         # A refusal (Conflict, InvalidEvent) is not caught here: one line, exit 2, as retrying
         # it cannot help; a ledger that did not answer may be worth another try.
@@ -126,8 +157,29 @@ def cmd_deliver(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_FAIL_AFTER_SAVE
+    if command is not None:
+        return run_work(args, req, answer, command)
     print(json.dumps(answer))
     return 0
+
+
+def _command(text: str) -> list[str]:
+    from . import UsageError
+
+    try:
+        command = shlex.split(text)
+    except ValueError as exc:
+        raise UsageError(f"--run: not a shell-quoted command ({exc})") from None
+    if not command:
+        raise UsageError("--run: empty command")
+    return command
+
+
+def seconds_arg(text: str) -> float:
+    """An argparse type: plain seconds (``300``) or a duration (``5m``)."""
+    if text.strip().isascii() and text.strip().replace(".", "", 1).isdigit():
+        return positive_float(text)
+    return duration_arg(text)
 
 
 def cmd_ledger_purge(args: argparse.Namespace) -> int:

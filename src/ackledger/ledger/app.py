@@ -37,8 +37,11 @@ from .ledger import (
     Ledger,
     LedgerRequest,
     PayloadConflict,
+    Refusal,
     request_from_json,
 )
+from .outcome_app import in_flight_answer, outcome_routes
+from .outcomes import InFlight
 from .pages import next_link, page_from_query
 
 NODE_BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
@@ -84,15 +87,13 @@ def create_ledger_app(ledger: Ledger, identity: Identity | None = None) -> ASGIA
     # and one fsync. With a pool (PostgreSQL) each request has its own transaction on a worker
     # thread instead: requests of one group would hold their keys' locks until the group
     # commits, and two processes' groups could wait on each other.
-    group: GroupCommit[LedgerRequest, dict[str, Any] | PayloadConflict] = GroupCommit(
-        ledger.submit_many
-    )
+    group: GroupCommit[LedgerRequest, dict[str, Any] | Refusal] = GroupCommit(ledger.submit_many)
 
     async def submit(req: LedgerRequest) -> dict[str, Any]:
         if db.concurrency > 1:
             return await db(ledger.submit, req)
         answer = await group.submit(req)
-        if isinstance(answer, PayloadConflict):
+        if isinstance(answer, (PayloadConflict, InFlight)):
             raise answer
         return answer
 
@@ -104,6 +105,8 @@ def create_ledger_app(ledger: Ledger, identity: Identity | None = None) -> ASGIA
             return bad_input(exc, ledger=me.short)
         except database_errors() as exc:
             return unavailable_answer(exc, ledger=me.short)
+        except InFlight as exc:
+            return in_flight_answer(exc, req.case_id, req.work_id, ledger=me.short)
         except PayloadConflict as exc:
             return problem_answer(
                 422,
@@ -162,6 +165,7 @@ def create_ledger_app(ledger: Ledger, identity: Identity | None = None) -> ASGIA
             "/deliveries", deliveries, methods=["GET", "POST"],
             operations={"GET": api.LIST_DELIVERIES, "POST": api.POST_DELIVERY},
         ),
+        *outcome_routes(ledger, db, me.short),
         DocumentedRoute(
             "/attempts", listing(ledger.attempts, "attempt_no"), methods=["GET"],
             operations={"GET": api.LIST_ATTEMPTS},

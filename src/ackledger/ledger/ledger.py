@@ -14,16 +14,30 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .._core.database import Database
 from .._core.duration import check_age
 from .._core.idempotency import Outcome
 from ..errors import Conflict, InvalidEvent
-from ..event import check_identifier, fingerprint
+from ..event import canonical_json, check_identifier, fingerprint
 from ..store import Tx
-from ..store.ledger import PURGE_CHUNK
+from ..store.ledger import OUTCOME_COLUMNS, PURGE_CHUNK
+from .outcomes import (
+    ClaimRefused,
+    ClaimTaken,
+    InFlight,
+    Report,
+    check_claim_ttl,
+    check_exit_status,
+    check_token,
+    claim_work,
+    complete_work,
+    parse_result,
+    release_work,
+    state_of,
+)
 from .pages import check_page
 
 MODES = ("idempotent", "control")
@@ -33,8 +47,13 @@ MAX_PAYLOAD_DEPTH = 32
 MAX_INT_BITS = 13_288  # 2**13288 has 4,001 digits
 #: Keys nobody asked for in this long are forgotten by ``purge()`` (and ``ledger purge``).
 DEFAULT_RETENTION_SECONDS = 30 * 24 * 3600.0
-#: The fields of a request body; ``payload`` is the only optional one over HTTP.
-REQUEST_FIELDS = ("case_id", "work_id", "pod_uid", "mode", "payload")
+#: The fields of a request body; the last two are optional over HTTP.
+REQUEST_FIELDS = ("case_id", "work_id", "pod_uid", "mode", "payload", "claim_ttl")
+REQUIRED_FIELDS = REQUEST_FIELDS[:4]
+#: The fields of ``POST /deliveries/complete`` and ``/deliveries/release`` (the first two
+#: required; a release requires ``claim`` too).
+COMPLETE_FIELDS = ("case_id", "work_id", "result", "pod_uid", "claim")
+RELEASE_FIELDS = ("case_id", "work_id", "claim", "exit_status")
 COUNTER_PREFIX = "ledger."
 COUNTER_NAMES = ("attempts", "deliveries", "duplicates", "conflicts")
 NO_PAYLOAD_FINGERPRINT = fingerprint(None)
@@ -58,6 +77,8 @@ class LedgerRequest:
     pod_uid: str
     mode: str
     payload: dict[str, Any] | None
+    #: Ask for a claim on the work: refused (InFlight) while another is younger than this.
+    claim_ttl: float | None = None
 
     @property
     def fingerprint(self) -> str:
@@ -90,16 +111,14 @@ def check_mode(value: object) -> str:
 _JSON_TYPES = frozenset({type(None), bool, int, float, str, list, dict})
 
 
-def _check_json(value: object, depth: int) -> None:
+def _check_json(value: object, depth: int, name: str = "payload") -> None:
     """Refuse what JSON cannot carry exactly (so equal payloads always fingerprint equal)."""
     if depth > MAX_PAYLOAD_DEPTH:
-        raise InvalidEvent(
-            f"payload: nested deeper than {MAX_PAYLOAD_DEPTH} levels", field="payload"
-        )
+        raise InvalidEvent(f"{name}: nested deeper than {MAX_PAYLOAD_DEPTH} levels", field=name)
     if type(value) not in _JSON_TYPES:
         # Exact types only: a dict subclass's own items() could hide what json.dumps writes,
         # an int subclass's own comparisons or text differ from the number stored.
-        raise InvalidEvent(f"payload: {type(value).__name__} is not a JSON value", field="payload")
+        raise InvalidEvent(f"{name}: {type(value).__name__} is not a JSON value", field=name)
     if value is None or isinstance(value, bool):
         return
     if isinstance(value, int):
@@ -107,32 +126,38 @@ def _check_json(value: object, depth: int) -> None:
         # fingerprint could not be made; about 4,000 digits is the limit here.
         if value.bit_length() > MAX_INT_BITS:
             raise InvalidEvent(
-                "payload: integers longer than about 4,000 digits are not allowed", field="payload"
+                f"{name}: integers longer than about 4,000 digits are not allowed", field=name
             )
         return
     if isinstance(value, float):
         if not math.isfinite(value):
             raise InvalidEvent(
-                "payload: numbers must be finite (NaN, infinities and numbers too large for a "
+                f"{name}: numbers must be finite (NaN, infinities and numbers too large for a "
                 "double are not JSON values here)",
-                field="payload",
+                field=name,
             )
     elif isinstance(value, str):
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            raise InvalidEvent("payload: strings must be valid Unicode", field="payload") from None
+            raise InvalidEvent(f"{name}: strings must be valid Unicode", field=name) from None
     elif isinstance(value, list):
         for item in value:
-            _check_json(item, depth + 1)
+            _check_json(item, depth + 1, name)
     elif isinstance(value, dict):
         for key, item in value.items():
             if type(key) is not str:
-                raise InvalidEvent("payload: object keys must be strings", field="payload")
-            _check_json(key, depth + 1)
-            _check_json(item, depth + 1)
+                raise InvalidEvent(f"{name}: object keys must be strings", field=name)
+            _check_json(key, depth + 1, name)
+            _check_json(item, depth + 1, name)
     else:
-        raise InvalidEvent(f"payload: {type(value).__name__} is not a JSON value", field="payload")
+        raise InvalidEvent(f"{name}: {type(value).__name__} is not a JSON value", field=name)
+
+
+def check_json_value(value: object, name: str) -> object:
+    """Any JSON value that fingerprints and stores exactly (a completed work's result)."""
+    _check_json(value, 1, name)
+    return value
 
 
 def check_payload(value: object) -> dict[str, Any] | None:
@@ -147,7 +172,13 @@ def check_payload(value: object) -> dict[str, Any] | None:
 
 
 def check_request(
-    case_id: object, work_id: object, pod_uid: object, mode: object, payload: object
+    case_id: object,
+    work_id: object,
+    pod_uid: object,
+    mode: object,
+    payload: object,
+    *,
+    claim_ttl: object = None,
 ) -> LedgerRequest:
     """Validate one request; raises :class:`InvalidEvent` naming the first bad field."""
     return LedgerRequest(
@@ -156,22 +187,76 @@ def check_request(
         pod_uid=check_pod_uid(pod_uid),
         mode=check_mode(mode),
         payload=check_payload(payload),
+        claim_ttl=check_claim_ttl(claim_ttl),
+    )
+
+
+def check_report(
+    case_id: object,
+    work_id: object,
+    *,
+    claim: object = None,
+    pod_uid: object = None,
+    result: object = None,
+    exit_status: object = None,
+) -> Report:
+    """Validate a ``complete`` or a ``release``; raises :class:`InvalidEvent` naming the field."""
+    return Report(
+        case_id=check_identifier(case_id, "case_id", MAX_KEY_LEN),
+        work_id=check_identifier(work_id, "work_id", MAX_KEY_LEN),
+        claim=None if claim is None else check_token(claim),
+        pod_uid=None if pod_uid is None else check_pod_uid(pod_uid),
+        result=None if result is None else canonical_json(check_json_value(result, "result")),
+        exit_status=check_exit_status(exit_status),
+    )
+
+
+def _body_fields(
+    obj: object, fields: tuple[str, ...], required: tuple[str, ...]
+) -> Mapping[str, Any]:
+    """A JSON object body with every ``required`` field and no field outside ``fields``."""
+    if not isinstance(obj, Mapping):
+        raise InvalidEvent(f"body: must be a JSON object, got {type(obj).__name__}", field="body")
+    for name in required:
+        if name not in obj:
+            raise InvalidEvent(f"{name}: missing", field=name)
+    extra = sorted(str(key) for key in obj if key not in fields)
+    if extra:
+        raise InvalidEvent(f"{extra[0]}: unknown field", field=extra[0])
+    return obj
+
+
+def complete_from_json(obj: object) -> Report:
+    """A ``POST /deliveries/complete`` body."""
+    body = _body_fields(obj, COMPLETE_FIELDS, COMPLETE_FIELDS[:2])
+    return check_report(
+        body["case_id"],
+        body["work_id"],
+        claim=body.get("claim"),
+        pod_uid=body.get("pod_uid"),
+        result=body.get("result"),
+    )
+
+
+def release_from_json(obj: object) -> Report:
+    """A ``POST /deliveries/release`` body."""
+    body = _body_fields(obj, RELEASE_FIELDS, RELEASE_FIELDS[:3])
+    return check_report(
+        body["case_id"], body["work_id"], claim=body["claim"], exit_status=body.get("exit_status")
     )
 
 
 def request_from_json(obj: object) -> LedgerRequest:
-    """A request body: a JSON object with exactly the fields of ``REQUEST_FIELDS``
-    (``payload`` optional)."""
-    if not isinstance(obj, Mapping):
-        raise InvalidEvent(f"body: must be a JSON object, got {type(obj).__name__}", field="body")
-    for name in REQUEST_FIELDS[:-1]:
-        if name not in obj:
-            raise InvalidEvent(f"{name}: missing", field=name)
-    extra = sorted(str(key) for key in obj if key not in REQUEST_FIELDS)
-    if extra:
-        raise InvalidEvent(f"{extra[0]}: unknown field", field=extra[0])
+    """A request body: a JSON object with the fields of ``REQUEST_FIELDS`` (``payload`` and
+    ``claim_ttl`` optional)."""
+    body = _body_fields(obj, REQUEST_FIELDS, REQUIRED_FIELDS)
     return check_request(
-        obj["case_id"], obj["work_id"], obj["pod_uid"], obj["mode"], obj.get("payload")
+        body["case_id"],
+        body["work_id"],
+        body["pod_uid"],
+        body["mode"],
+        body.get("payload"),
+        claim_ttl=body.get("claim_ttl"),
     )
 
 
@@ -180,6 +265,9 @@ class Recorded:
     outcome: Outcome
     delivery_no: int
     attempt: int
+    #: ``state_of`` the delivery (empty for a conflict).
+    state: dict[str, Any] = field(default_factory=dict)
+    claim: ClaimTaken | ClaimRefused | None = None
 
 
 def record_request(tx: Tx, req: LedgerRequest, now: float) -> Recorded:
@@ -197,10 +285,31 @@ def record_request(tx: Tx, req: LedgerRequest, now: float) -> Recorded:
         fingerprint=req.fingerprint,
         now=now,
     )
-    return Recorded(outcome, delivery_no, attempt)
+    if outcome is Outcome.CONFLICT:
+        return Recorded(outcome, delivery_no, attempt)
+    # A new delivery is in progress with no claim: no need to read it back.
+    found = NEW_DELIVERY if outcome is Outcome.APPLIED else tx.ledger_outcome(delivery_no)
+    claim = None
+    if req.claim_ttl is not None:
+        claim = claim_work(
+            tx,
+            case_id=req.case_id,
+            work_id=req.work_id,
+            pod_uid=req.pod_uid,
+            delivery_no=delivery_no,
+            outcome=found,
+            claim_ttl=req.claim_ttl,
+            now=now,
+        )
+    return Recorded(outcome, delivery_no, attempt, state_of(found), claim)
 
 
-def _answer(req: LedgerRequest, done: Recorded) -> dict[str, Any] | PayloadConflict:
+#: ``OUTCOME_COLUMNS`` of a delivery just created.
+NEW_DELIVERY: dict[str, Any] = dict.fromkeys(OUTCOME_COLUMNS) | {"state": "in_progress"}
+Refusal = PayloadConflict | InFlight
+
+
+def _answer(req: LedgerRequest, done: Recorded) -> dict[str, Any] | Refusal:
     # A conflict is committed as an attempt (the evidence of the refused request) before it
     # is reported; it created no delivery.
     if done.outcome is Outcome.CONFLICT:
@@ -210,11 +319,26 @@ def _answer(req: LedgerRequest, done: Recorded) -> dict[str, Any] | PayloadConfl
             attempt=done.attempt,
             delivery_no=done.delivery_no,
         )
-    return {
+    if isinstance(done.claim, ClaimRefused):
+        return InFlight(
+            f"key ({req.case_id!r}, {req.work_id!r}): delivery {done.delivery_no} is claimed by "
+            f"{done.claim.claimed_by!r} since {done.claim.age:.1f} s, less than claim_ttl "
+            f"{req.claim_ttl:g} s; this attempt was refused",
+            attempt=done.attempt,
+            delivery_no=done.delivery_no,
+            claimed_by=done.claim.claimed_by,
+            age=done.claim.age,
+            claim_ttl=float(req.claim_ttl or 0.0),
+        )
+    answer = {
         "delivery_no": done.delivery_no,
         "duplicate": done.outcome is Outcome.DUPLICATE,
         "attempt": done.attempt,
+        **done.state,
     }
+    if isinstance(done.claim, ClaimTaken):
+        answer["claim"] = done.claim.answer()
+    return answer
 
 
 class Ledger(Database):
@@ -225,21 +349,65 @@ class Ledger(Database):
         pod_uid: str,
         mode: str = "idempotent",
         payload: dict[str, Any] | None = None,
+        *,
+        claim_ttl: float | None = None,
     ) -> dict[str, Any]:
         """Hand out the delivery of ``(case_id, work_id)``; returns
-        ``{"delivery_no", "duplicate", "attempt"}`` or raises :class:`Conflict`."""
-        return self.submit(check_request(case_id, work_id, pod_uid, mode, payload))
+        ``{"delivery_no", "duplicate", "attempt", "state"}`` (and ``"result"`` once completed)
+        or raises :class:`Conflict`. With ``claim_ttl`` it also claims the work (the answer's
+        ``claim``), unless the work is completed, and raises :class:`InFlight` if another
+        claim younger than ``claim_ttl`` seconds holds it."""
+        return self.submit(
+            check_request(case_id, work_id, pod_uid, mode, payload, claim_ttl=claim_ttl)
+        )
 
     def submit(self, req: LedgerRequest) -> dict[str, Any]:
         """``request`` for an already validated :class:`LedgerRequest`."""
         with self._db.write() as tx:
             done = record_request(tx, req, time.time())
         answer = _answer(req, done)
-        if isinstance(answer, PayloadConflict):
+        if isinstance(answer, Conflict):
             raise answer
         return answer
 
-    def submit_many(self, reqs: Sequence[LedgerRequest]) -> list[dict[str, Any] | PayloadConflict]:
+    def complete(
+        self,
+        case_id: str,
+        work_id: str,
+        result: object = None,
+        *,
+        pod_uid: str | None = None,
+        claim: str | None = None,
+    ) -> dict[str, Any]:
+        """Record that the work of the key's delivery finished, with an optional JSON
+        ``result`` (``claim``: the delivery a claim was handed out for, in any mode). The first
+        completion wins: completing it again changes nothing and answers the stored result
+        with ``"duplicate": true``. Raises :class:`UnknownDelivery` if there is none."""
+        report = check_report(case_id, work_id, claim=claim, pod_uid=pod_uid, result=result)
+        return self.report_complete(report)
+
+    def report_complete(self, report: Report) -> dict[str, Any]:
+        """``complete`` for an already validated :class:`Report`."""
+        with self._db.write() as tx:
+            return complete_work(tx, report, time.time())
+
+    def release(
+        self, case_id: str, work_id: str, claim: str, *, exit_status: int | None = None
+    ) -> dict[str, Any]:
+        """Give back a claim whose work failed (recording its ``exit_status``): the delivery
+        stays in progress and the next claim takes it at once. ``"released": false`` if the
+        claim had already been taken over or given back."""
+        if claim is None:
+            raise InvalidEvent("claim: missing", field="claim")
+        report = check_report(case_id, work_id, claim=claim, exit_status=exit_status)
+        return self.report_release(report)
+
+    def report_release(self, report: Report) -> dict[str, Any]:
+        """``release`` for an already validated :class:`Report` (with a claim)."""
+        with self._db.write() as tx:
+            return release_work(tx, report)
+
+    def submit_many(self, reqs: Sequence[LedgerRequest]) -> list[dict[str, Any] | Refusal]:
         """Several requests in ONE write transaction, in order, each with its own answer (a
         conflict is returned, not raised). For a single-writer database this is group commit:
         one durable commit for every request that was ready at the same time."""
@@ -258,7 +426,10 @@ class Ledger(Database):
         scope = None if case_id is None else check_identifier(case_id, "case_id", MAX_KEY_LEN)
         page = check_page(after, limit)
         with self._db.read() as tx:
-            return tx.ledger_deliveries(scope, *page)
+            rows = tx.ledger_deliveries(scope, *page)
+        for row in rows:
+            row["result"] = parse_result(row["result"])
+        return rows
 
     def attempts(
         self, case_id: str | None = None, *, after: int | None = None, limit: int | None = None

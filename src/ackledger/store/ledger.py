@@ -13,12 +13,20 @@ from typing import Any
 
 from .._core.idempotency import Outcome
 from .counters import CounterQueries
+from .keys import DELIVERIES
 
 DELIVERY_COLUMNS = (
     "delivery_no", "case_id", "work_id", "mode", "pod_uid", "fingerprint", "created_at",
+    "state", "result", "completed_at", "completed_by", "claimed_by", "claimed_at",
 )  # fmt: skip
 ATTEMPT_COLUMNS = (
     "attempt_no", "case_id", "work_id", "pod_uid", "mode", "delivery_no", "outcome", "at",
+    "claim", "exit_status",
+)  # fmt: skip
+#: What a delivery says about its work (migration 0008): the first two are its outcome, the
+#: rest its live claim, all NULL when nobody holds one.
+OUTCOME_COLUMNS = (
+    "state", "result", "completed_at", "completed_by", "claim_token", "claimed_by", "claimed_at",
 )  # fmt: skip
 
 #: Keys per transaction of ``ledger_purge_idle_chunk``.
@@ -33,6 +41,37 @@ INSERT_CONTROL = (
 #: Every attempt row is written with these columns, whichever statement writes it.
 INSERT_ATTEMPT = (
     "INSERT INTO attempts (case_id, work_id, pod_uid, mode, delivery_no, outcome, fingerprint, at) "
+)
+
+
+# The outcome statements are the same text on both databases. Every one runs inside a write
+# transaction that holds the key's turn (``ledger_lock_keys``; SQLite's one writer), so a read
+# followed by an update of one key cannot interleave with another request for it.
+_OUTCOME = f"SELECT {', '.join(OUTCOME_COLUMNS)} FROM deliveries WHERE delivery_no = ?"
+_TAKE_CLAIM = (
+    "UPDATE deliveries SET claim_token = ?, claimed_by = ?, claimed_at = ? WHERE delivery_no = ?"
+)
+# The newest attempt of the key is the request being recorded: it holds the key's turn.
+_NOTE_CLAIM = (
+    "UPDATE attempts SET claim = ?, claim_token = ? WHERE attempt_no = (SELECT MAX(attempt_no) "
+    "FROM attempts WHERE case_id = ? AND work_id = ?)"
+)
+_CLAIMED_DELIVERY = (
+    "SELECT delivery_no FROM attempts WHERE case_id = ? AND work_id = ? AND claim_token = ?"
+)
+_COMPLETE = (
+    "UPDATE deliveries SET state = 'completed', result = ?, completed_at = ?, completed_by = ?, "
+    "claim_token = NULL, claimed_by = NULL, claimed_at = NULL "
+    "WHERE delivery_no = ? AND state = 'in_progress' RETURNING delivery_no"
+)
+_RELEASE = (
+    "UPDATE deliveries SET claim_token = NULL, claimed_by = NULL, claimed_at = NULL "
+    "WHERE delivery_no = ? AND claim_token = ? RETURNING delivery_no"
+)
+# Only the first report counts: a complete after a release (or the other way) keeps it.
+_EXIT_STATUS = (
+    "UPDATE attempts SET exit_status = ? "
+    "WHERE case_id = ? AND work_id = ? AND claim_token = ? AND exit_status IS NULL"
 )
 
 
@@ -59,6 +98,44 @@ class LedgerQueries(CounterQueries):
         before every key), whose last attempt is before ``cutoff``. Returns (deliveries,
         attempts) removed and the last key looked at, the ``after`` of the next chunk (None:
         there was no key left). Each chunk is its own write transaction."""
+
+    def ledger_outcome(self, delivery_no: int) -> dict[str, Any]:
+        """The delivery's ``OUTCOME_COLUMNS`` (``result`` as its stored JSON text)."""
+        row = self.one(_OUTCOME, (delivery_no,))
+        if row is None:  # pragma: no cover - the caller found the delivery in this transaction
+            raise RuntimeError(f"deliveries: delivery {delivery_no} vanished inside a transaction")
+        return dict(zip(OUTCOME_COLUMNS, row, strict=True))
+
+    def ledger_take_claim(self, delivery_no: int, token: str, pod_uid: str, now: float) -> None:
+        self.execute(_TAKE_CLAIM, (token, pod_uid, now, delivery_no))
+
+    def ledger_note_claim(self, case_id: str, work_id: str, claim: str, token: str | None) -> None:
+        """What the request being recorded (the key's newest attempt) did with the claim."""
+        self.execute(_NOTE_CLAIM, (claim, token, case_id, work_id))
+
+    def ledger_key_delivery(self, case_id: str, work_id: str, token: str | None) -> int | None:
+        """The delivery a claim ``token`` was handed out for, else (no token) the key's
+        idempotent delivery; None if there is none."""
+        if token is None:
+            found = DELIVERIES.find(self, (case_id, work_id))
+            return None if found is None else int(found[1])
+        value = self.scalar(_CLAIMED_DELIVERY, (case_id, work_id, token))
+        return None if value is None else int(value)
+
+    def ledger_complete(
+        self, delivery_no: int, result: str | None, pod_uid: str | None, now: float
+    ) -> bool:
+        """Record the work as finished, and drop its claim; False if it already was."""
+        return bool(self.execute(_COMPLETE, (result, now, pod_uid, delivery_no)))
+
+    def ledger_release(self, delivery_no: int, token: str) -> bool:
+        """Drop the claim ``token`` if it still holds the delivery (it may have been taken
+        over); True if it did."""
+        return bool(self.execute(_RELEASE, (delivery_no, token)))
+
+    def ledger_exit_status(self, case_id: str, work_id: str, token: str, status: int) -> None:
+        """The claimer's report on the attempt that took the claim ``token``."""
+        self.execute(_EXIT_STATUS, (status, case_id, work_id, token))
 
     def ledger_deliveries(
         self, case_id: str | None, after: int | None = None, limit: int | None = None

@@ -1,14 +1,18 @@
 """Demo chapter of the idempotency ledger (seed 002): the memory of the work is outside the Pod.
 
 Every worker here is a new process, as every Pod a Job creates is new: nothing it knew survives
-it. Only the ledger, in its own process, remembers the business key.
+it. Only the ledger, in its own process, remembers the business key, and whether the work
+behind its delivery was completed: a retry learns if the Pod before it finished or died first.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +23,10 @@ from .story import Story
 CASE = "seed-002"
 CONTROL_CASE = "seed-002-control"
 FAIL_AFTER_SAVE = 75
+#: The workers' claim TTL: short, so that the story can wait out a dead Pod's claim.
+CLAIM_TTL_S = 4.0
+#: What the 409 of a live claim makes ``deliver --run`` exit with.
+IN_FLIGHT_EXIT = 1
 
 
 def _worker(
@@ -30,10 +38,13 @@ def _worker(
     mode: str = "idempotent",
     payload: dict[str, Any] | None = None,
     fail_after_save: bool = False,
+    run: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """One worker Pod: ``ackledger deliver`` in a new process, without POD_UID unless given."""
     args = ["deliver", "--ledger", url, "--case-id", case_id, "--work-id", work_id]
     args += ["--mode", mode]
+    if run is not None:
+        args += ["--run", run, "--claim-ttl", f"{CLAIM_TTL_S:g}"]
     if pod_uid is not None:
         args += ["--pod-uid", pod_uid]
     if payload is not None:
@@ -58,12 +69,30 @@ def _first_line(text: str) -> str:
 
 
 def _show_attempts(story: Story, rows: list[dict[str, Any]]) -> None:
-    story.say(f"{'#':>3}  {'work_id':<11} {'pod_uid':<38} {'outcome':<10} delivery_no")
+    story.say(
+        f"{'#':>3}  {'work_id':<11} {'pod_uid':<38} {'outcome':<10} {'claim':<11} exit delivery_no"
+    )
     for row in rows:
+        exit_status = "-" if row["exit_status"] is None else row["exit_status"]
         story.say(
             f"{row['attempt_no']:>3}  {row['work_id']:<11} {row['pod_uid']:<38} "
-            f"{row['outcome']:<10} {row['delivery_no']}"
+            f"{row['outcome']:<10} {row['claim'] or '-':<11} {exit_status!s:<4} "
+            f"{row['delivery_no']}"
         )
+
+
+def _work_command(effects: Path) -> str:
+    """The work a Job's Pod does (``deliver --run``): one line appended to ``effects`` per run,
+    so the story can count how often the work really happened."""
+    code = (
+        "import os, sys; open(sys.argv[1], 'a').write("
+        "os.environ['ACKLEDGER_DELIVERY_NO'] + chr(10))"
+    )
+    return shlex.join([sys.executable, "-c", code, str(effects)])
+
+
+def _runs(effects: Path) -> int:
+    return len(effects.read_text().splitlines()) if effects.exists() else 0
 
 
 def job_reruns(story: Story, workdir: Path) -> None:
@@ -72,8 +101,11 @@ def job_reruns(story: Story, workdir: Path) -> None:
         """A worker that makes a random UUID at start-up, or writes "done" into its own Pod,
         forgets everything when the Job retries it in a new Pod. The execution (pod_uid) is not
         the work (case_id, work_id): the ledger, in its own process, remembers the work and
-        checks and writes it in one transaction.""",
+        checks and writes it in one transaction. It also learns whether the work was completed:
+        a retry runs the work only if nobody finished it, and never while a live Pod holds it.""",
     )
+    effects = workdir / "order-1001.effects"
+    work = _work_command(effects)
     with start_service(
         ["serve", "ledger", "--db", str(workdir / "ledger.db"), "--port", "0"],
         stderr_path=workdir / "ledger.log",
@@ -83,12 +115,17 @@ def job_reruns(story: Story, workdir: Path) -> None:
         story.step("Start the ledger as its own process (its own 'Pod') and read /healthz.")
         story.say(f"ledger pod_uid={before['pod_uid']} boot_id={before['boot_id']}")
 
-        story.step("Pod A asks for order-1001; the ledger saves; the worker dies with 75.")
-        pod_a = _worker(url, CASE, "order-1001", "pod-A", fail_after_save=True)
+        story.step(
+            "Pod A runs order-1001 (deliver --run); the ledger saves its claim; A dies with 75 "
+            "before doing the work."
+        )
+        pod_a = _worker(url, CASE, "order-1001", "pod-A", fail_after_save=True, run=work)
+        a_died = time.monotonic()
         story.check(
-            "worker A exited 75 after the save, without reporting success",
-            pod_a.returncode == FAIL_AFTER_SAVE and not pod_a.stdout.strip(),
-            f"exit {pod_a.returncode}, stderr: {_first_line(pod_a.stderr)}",
+            "worker A exited 75 after the save, without reporting success or doing the work",
+            pod_a.returncode == FAIL_AFTER_SAVE and not pod_a.stdout.strip() and not _runs(effects),
+            f"exit {pod_a.returncode}, work done {_runs(effects)} time(s), stderr: "
+            f"{_first_line(pod_a.stderr)}",
         )
         saved = read_ledger(url, "attempts", CASE)
         first_no = saved[0]["delivery_no"] if saved else None
@@ -98,20 +135,43 @@ def job_reruns(story: Story, workdir: Path) -> None:
             f"attempts: {[(row['pod_uid'], row['outcome'], row['delivery_no']) for row in saved]}",
         )
 
-        story.step("The Job retries in a new Pod B with the same business key.")
-        pod_b = _answer(_worker(url, CASE, "order-1001", "pod-B"))
+        story.step("The Job retries at once in a new Pod B, while A's claim is still live.")
+        pod_b = _worker(url, CASE, "order-1001", "pod-B", run=work)
         story.check(
-            "pod B gets the same delivery number, marked as a duplicate",
-            pod_b.get("delivery_no") == first_no and pod_b.get("duplicate") is True,
-            f"answer {pod_b}",
+            "pod B is answered 409 in flight (exit 1) and does not run the work beside A",
+            pod_b.returncode == IN_FLIGHT_EXIT
+            and "in flight" in pod_b.stderr
+            and not _runs(effects),
+            f"exit {pod_b.returncode}, stderr: {_first_line(pod_b.stderr)}",
+        )
+
+        story.say(f"(the Job backs off; A's claim grows older than --claim-ttl {CLAIM_TTL_S:g}s)")
+        time.sleep(max(0.0, CLAIM_TTL_S + 0.3 - (time.monotonic() - a_died)))
+        story.step("The Job retries in Pod C with the same business key; A's claim has expired.")
+        pod_c = _answer(_worker(url, CASE, "order-1001", "pod-C", run=work))
+        story.check(
+            "pod C gets the same delivery number, learns the work was never completed, takes "
+            "the dead Pod's claim over and does the work once",
+            pod_c.get("delivery_no") == first_no
+            and pod_c.get("duplicate") is True
+            and pod_c.get("ran") is True
+            and pod_c.get("state") == "completed"
+            and _runs(effects) == 1,
+            f"answer {pod_c}, work done {_runs(effects)} time(s)",
         )
 
         story.step("An operator runs a new Job (another name); its worker makes a random UUID.")
-        rerun = _answer(_worker(url, CASE, "order-1001", None))
+        rerun = _answer(_worker(url, CASE, "order-1001", None, run=work))
         story.check(
-            "a fresh execution id does not make fresh work: same delivery number",
-            rerun.get("delivery_no") == first_no and rerun.get("duplicate") is True,
-            f"answer {rerun}",
+            "a fresh execution id does not make fresh work: same delivery number, and the new "
+            "Job learns the work was completed (by pod C), so it runs nothing",
+            rerun.get("delivery_no") == first_no
+            and rerun.get("duplicate") is True
+            and rerun.get("state") == "completed"
+            and rerun.get("completed_by") == "pod-C"
+            and rerun.get("ran") is False
+            and _runs(effects) == 1,
+            f"answer {rerun}, work done {_runs(effects)} time(s)",
         )
 
         story.step("Another order, order-1002, from pod D.")
@@ -137,28 +197,37 @@ def job_reruns(story: Story, workdir: Path) -> None:
         story.step("Read the evidence: every attempt, and the deliveries.")
         rows = read_ledger(url, "attempts", CASE)
         _show_attempts(story, rows)
-        seen = [(row["work_id"], row["outcome"]) for row in rows]
+        seen = [(row["work_id"], row["outcome"], row["claim"]) for row in rows]
         story.check(
-            "attempts show pods A, B, the random UUID, D and E, with their outcomes",
-            [row["pod_uid"] for row in rows][:2] == ["pod-A", "pod-B"]
-            and len({row["pod_uid"] for row in rows}) == 5
+            "attempts show pods A, B, C, the random UUID, D and E, with their outcomes and "
+            "what each did with the claim",
+            [row["pod_uid"] for row in rows][:3] == ["pod-A", "pod-B", "pod-C"]
+            and len({row["pod_uid"] for row in rows}) == 6
             and seen
             == [
-                ("order-1001", "applied"),
-                ("order-1001", "duplicate"),
-                ("order-1001", "duplicate"),
-                ("order-1002", "applied"),
-                ("order-1001", "conflict"),
+                ("order-1001", "applied", "claimed"),
+                ("order-1001", "duplicate", "in_flight"),
+                ("order-1001", "duplicate", "taken_over"),
+                ("order-1001", "duplicate", None),
+                ("order-1002", "applied", None),
+                ("order-1001", "conflict", None),
             ],
             f"{len(rows)} attempts: {seen}",
         )
         delivered = [
-            (row["work_id"], row["delivery_no"]) for row in read_ledger(url, "deliveries", CASE)
+            (row["work_id"], row["delivery_no"], row["state"])
+            for row in read_ledger(url, "deliveries", CASE)
         ]
         story.check(
-            "deliveries: exactly one per business key",
-            delivered == [("order-1001", first_no), ("order-1002", other.get("delivery_no"))],
-            f"deliveries {delivered}",
+            "deliveries: exactly one per business key, order-1001 completed, and its work done "
+            "once although five Pods asked",
+            delivered
+            == [
+                ("order-1001", first_no, "completed"),
+                ("order-1002", other.get("delivery_no"), "in_progress"),
+            ]
+            and _runs(effects) == 1,
+            f"deliveries {delivered}, order-1001's work done {_runs(effects)} time(s)",
         )
 
         story.step("The control group: the same story without the ledger's key check.")
