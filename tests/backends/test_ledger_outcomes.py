@@ -15,7 +15,7 @@ from ackledger._dev.procs import Service
 from ackledger.ledger.ledger import NO_PAYLOAD_FINGERPRINT
 from ackledger.ledger.outcomes import InFlight, UnknownDelivery
 from ackledger.store import open_backend
-from ackledger.store.base import migrate
+from ackledger.store.base import migrate, migrations
 
 from ..race import Client, at_once, connected
 from .conftest import Target
@@ -199,7 +199,9 @@ def test_a_database_at_0007_upgrades_and_its_deliveries_read_in_progress(
         assert retry["attempt"] == 2 and "token" in retry["claim"]
         upgraded.complete("c", "old-1", {"redone": True}, claim=retry["claim"]["token"])
         assert upgraded.request("c", "old-1", "pod-later")["result"] == {"redone": True}
-    assert old.rows("SELECT MAX(version) FROM schema_migrations") == [(8,)]
+    newest = migrations("sqlite")[-1][0]  # 0008 and every migration after it ran
+    assert newest >= 8
+    assert old.rows("SELECT MAX(version) FROM schema_migrations") == [(newest,)]
 
 
 def _race(ledgers: list[Ledger], work_id: str) -> list[dict[str, Any] | InFlight]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..ledger.ledger import MAX_KEY_LEN, REQUEST_FIELDS
+from ..ledger.ledger import MAX_KEY_LEN, REQUIRED_FIELDS
 from .openapi import Operation, json_response, problem, replayed_header
 
 _KEY = {"type": "string", "pattern": f"^[A-Za-z0-9][A-Za-z0-9._:-]{{0,{MAX_KEY_LEN - 1}}}$"}
@@ -31,6 +31,14 @@ _ANSWER = {
         "case_id": _KEY,
         "work_id": _KEY,
         "mode": _MODE,
+        "state": {"enum": ["in_progress", "completed"]},
+        "result": {"description": "what the completing worker reported (once completed)"},
+        "completed_at": {"type": ["number", "null"]},
+        "completed_by": {"type": ["string", "null"]},
+        "claim": {
+            "type": "object",
+            "description": "the claim this request took (with claim_ttl): token, taken_over, ttl",
+        },
         "ledger": _IDENTITY,
     },
 }
@@ -73,7 +81,7 @@ POST_DELIVERY: Operation = {
             "application/json": {
                 "schema": {
                     "type": "object",
-                    "required": list(REQUEST_FIELDS[:-1]),
+                    "required": list(REQUIRED_FIELDS),
                     "additionalProperties": False,
                     "properties": {
                         "case_id": _KEY,
@@ -81,6 +89,12 @@ POST_DELIVERY: Operation = {
                         "pod_uid": _POD_UID,
                         "mode": _MODE,
                         "payload": {"type": ["object", "null"]},
+                        "claim_ttl": {
+                            "type": "number",
+                            "exclusiveMinimum": 0,
+                            "description": "claim the work: a live claim younger than this "
+                            "is answered 409",
+                        },
                     },
                 }
             }
@@ -91,6 +105,7 @@ POST_DELIVERY: Operation = {
         "200": json_response("the key's existing delivery", _ANSWER, headers=replayed_header()),
         "400": problem("invalid request; nothing recorded"),
         "413": problem("body over 64 KiB; nothing recorded"),
+        "409": problem("the key's work is in flight under a live claim (Retry-After)"),
         "422": problem("the same key with another payload; the attempt is recorded, no delivery"),
         "503": _UNAVAILABLE,
     },
