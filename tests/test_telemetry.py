@@ -10,6 +10,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -200,6 +201,7 @@ def test_one_trace_through_rabbitmq_into_the_consumers_handler(
 def test_nothing_of_opentelemetry_is_imported_unless_the_app_did(tmp_path: Path) -> None:
     script = f"""
 import sys
+import time
 from ackledger import Inbox, Outbox, new_event
 event = new_event("warehouse.stock.added", {{"sku": "tea", "qty": 1}}, source="/wh", id="w-1")
 with Outbox({str(tmp_path / "o.db")!r}) as outbox:
@@ -226,3 +228,38 @@ def test_an_unknown_exporter_is_one_line_exit_2(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "OTEL_TRACES_EXPORTER" in done.stderr
     assert not (tmp_path / "s.db").exists()
+
+
+@pytest.mark.slow
+def test_a_relay_round_that_sends_is_a_span_and_an_idle_poll_is_none(
+    tmp_path: Path, tracing: InMemorySpanExporter
+) -> None:
+    source, db = tmp_path / "source.db", _shipping_db(tmp_path)
+    _publish_in_a_span(source, "o-5")
+    log, relay_log = tmp_path / "sink.log", tmp_path / "relay.log"
+    command = [
+        "serve",
+        "sink",
+        "--db",
+        str(db),
+        "--port",
+        "0",
+        "--handlers",
+        "shop_events:HANDLERS",
+    ]
+    with start_service(command, env=_env(tmp_path), stderr_path=log) as sink:
+        with relay_log.open("w") as err:
+            relay = subprocess.Popen(
+                [sys.executable, "-m", "ackledger.cli", "relay", "--source", str(source),
+                 "--to", sink.base_url + "/events", "--poll-interval", "0.05"],
+                stdout=subprocess.DEVNULL, stderr=err, env=_env(tmp_path),
+            )  # fmt: skip
+        try:
+            eventually(lambda: counters(db)["applied"] == 1, "the order applied")
+            time.sleep(0.5)  # about ten idle polls
+        finally:
+            relay.send_signal(signal.SIGTERM)
+            assert relay.wait(30) == 0
+    rounds = [span for span in spans_in(relay_log) if span["name"] == "relay round"]
+    assert len(rounds) == 1, rounds  # the round that sent; the idle polls made none
+    assert rounds[0]["attributes"]["ackledger.acknowledged"] == 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
@@ -187,3 +188,37 @@ def shutdown() -> None:
     flush = getattr(provider, "shutdown", None)
     if callable(flush):
         flush()
+
+
+class RoundSpan:
+    """A span over one relay round that had something to send. It starts at the round's
+    start but is only made at its first send, so an idle poll (twice a second by default)
+    leaves no span; the send spans stay children of their producers' spans, not of this."""
+
+    __slots__ = ("_span", "_started")
+
+    def __init__(self) -> None:
+        self._span: Any = None
+        self._started = 0
+
+    def new_round(self) -> None:
+        self._started = time.time_ns() if _api() is not None else 0
+
+    def sending(self, partition: str | None) -> None:
+        """The round sends something: make its span now (once), if tracing is on."""
+        trace = _api()
+        if self._span is not None or trace is None or not self._started:
+            return
+        attributes = {} if partition is None else {"ackledger.partition": partition}
+        self._span = trace.get_tracer(SCOPE).start_span(
+            "relay round", start_time=self._started, attributes=attributes
+        )
+
+    def end(self, acknowledged: int, error: BaseException | None) -> None:
+        span, self._span = self._span, None
+        if span is None:
+            return
+        span.set_attribute("ackledger.acknowledged", acknowledged)
+        if error is not None:
+            span.set_attribute("error.type", type(error).__name__)
+        span.end()

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .._core.logline import abridged_ids, log_event
+from .._core.telemetry import RoundSpan
 from ..errors import LeaseLost, NotAcknowledged
 from ..source.dispatch import StopRequested, dispatch_batch_marking, dispatch_marking
 from ..wire.sender import Sender, sender
@@ -109,16 +110,19 @@ class _Sends:
         self.acked = 0
         self.error: BaseException | None = None
         self.failed_id: str | None = None
+        self.round = RoundSpan()
 
     def new_round(self) -> None:
         self.acked = 0
         self.error = None
         self.failed_id = None
         self.wire.refusal = None
+        self.round.new_round()
 
     def one(self, event: dict[str, Any]) -> bool:
         if self._stopping():
             raise StopRequested
+        self.round.sending(event.get("partitionkey"))
         try:
             answer = self.wire.send(event)
         except Exception as exc:
@@ -128,6 +132,7 @@ class _Sends:
         return answer
 
     def many(self, events: list[dict[str, Any]]) -> int:
+        self.round.sending(events[0].get("partitionkey"))
         try:
             acked = self.wire.send_batch(events)
         except Exception as exc:
@@ -268,6 +273,7 @@ class Relay:
         finally:
             self.counts.succeeded = before + self._sends.acked
             self.counts.attempted += self._sends.acked
+            self._sends.round.end(self._sends.acked, self._sends.error)
 
     def classify(self, source: RelaySource, exc: Exception) -> Failure:
         """Turn what stopped a round into a Failure, counted in the relay's metrics."""
