@@ -63,7 +63,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 def cmd_consume(args: argparse.Namespace) -> int:
     from .._core.backoff import Backoff
-    from ..sink.consume import AmqpSource, Consumer, Verdict, logger, parse_source, run
+    from ..sink.consume import AmqpSource, Consumer, StopFlag, Verdict, logger, parse_source, run
     from ..sink.inbox import Inbox
     from . import UsageError
 
@@ -86,15 +86,23 @@ def cmd_consume(args: argparse.Namespace) -> int:
               flush=True)  # fmt: skip
         os._exit(crash)
 
-    with Inbox(args.db, handlers=args.handlers, synchronous=args.synchronous) as inbox:
-        consumer = Consumer(inbox, backoff, after_commit=None if crash is None else die_if_drilled)
-        metrics = _metrics(consumer, args)
-        print(f"ackledger consume: consuming {source.shown()}", flush=True)
-        try:
-            return run(source, consumer)
-        finally:
-            if metrics is not None:
-                metrics.close()
+    # A stop asked for while it is still starting (opening the inbox, connecting; a Pod
+    # deleted right after it started) is a clean stop too, not death by the signal.
+    stop = StopFlag()
+    restore = stop.install()
+    try:
+        with Inbox(args.db, handlers=args.handlers, synchronous=args.synchronous) as inbox:
+            drill = None if crash is None else die_if_drilled
+            consumer = Consumer(inbox, backoff, stop=stop, after_commit=drill)
+            metrics = _metrics(consumer, args)
+            print(f"ackledger consume: consuming {source.shown()}", flush=True)
+            try:
+                return run(source, consumer)
+            finally:
+                if metrics is not None:
+                    metrics.close()
+    finally:
+        restore()
 
 
 def _metrics(consumer: Consumer, args: argparse.Namespace) -> Any:
