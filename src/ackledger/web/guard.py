@@ -17,6 +17,7 @@ Three checks, before any route sees the request, in this order:
 
 from __future__ import annotations
 
+import functools
 import hmac
 import ipaddress
 from collections.abc import Iterable
@@ -68,8 +69,12 @@ def _host_name_and_port(value: str) -> tuple[str, int | None] | None:
     return name, int(port_text)
 
 
+@functools.lru_cache(maxsize=256)
 def loopback_host(value: bytes) -> bool:
-    """Does a ``Host`` header name a loopback name or address (with any port, or none)?"""
+    """Does a ``Host`` header name a loopback name or address (with any port, or none)?
+    Cached: a service sees the same few Host values on every request, and parsing one with
+    ``ipaddress`` costs microseconds of the event loop's time per request; the cache is
+    bounded, so a client sending many names only evicts."""
     try:
         parsed = _host_name_and_port(value.decode("ascii").lower())
     except UnicodeDecodeError:
