@@ -32,6 +32,9 @@ def forbid_network(monkeypatch: pytest.MonkeyPatch) -> list[object]:
 
     monkeypatch.setattr(socket, "create_connection", forbidden)
     monkeypatch.setattr(socket, "getaddrinfo", forbidden)
+    # Clients that connect a socket of their own (pika does) are caught here.
+    monkeypatch.setattr(socket.socket, "connect", forbidden)
+    monkeypatch.setattr(socket.socket, "connect_ex", forbidden)
     return touched
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import uuid
@@ -32,6 +31,7 @@ from ackledger.wire.amqp import AmqpSender
 from ackledger.wire.sender import Sender
 from tests.events import SOURCE, lab
 from tests.opshelp import start_relay, wait_until
+from tests.rawserver import forbid_network
 
 BROKER_PORT = 5672
 TYPE = "warehouse.stock.added"
@@ -279,17 +279,7 @@ def _pending(source: Path) -> int:
 @pytest.fixture
 def no_network(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     """Any connection or name look-up fails the test (pika connects with socket.connect)."""
-    touched: list[object] = []
-
-    def forbidden(*args: object, **kwargs: object) -> None:
-        touched.append(args)
-        raise AssertionError("no connection or lookup may happen")
-
-    monkeypatch.setattr(socket, "create_connection", forbidden)
-    monkeypatch.setattr(socket, "getaddrinfo", forbidden)
-    monkeypatch.setattr(socket.socket, "connect", forbidden)
-    monkeypatch.setattr(socket.socket, "connect_ex", forbidden)
-    return touched
+    return forbid_network(monkeypatch)
 
 
 @pytest.mark.parametrize(

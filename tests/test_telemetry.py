@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ackledger import Outbox, new_event
-from ackledger._dev.procs import run_cli, start_service
+from ackledger._dev.procs import Service, run_cli, start_service
 
 from .test_consume import (  # noqa: F401 - the fixtures are found by their names here
     AMQP,
@@ -84,6 +84,13 @@ def console_spans(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
 
 
+def _shipping_sink(tmp_path: Path, db: Path, log: Path) -> Service:
+    """``serve sink`` with the shop's handler, writing its spans to ``log``."""
+    command = ["serve", "sink", "--db", str(db), "--port", "0"]
+    command += ["--handlers", "shop_events:HANDLERS"]
+    return start_service(command, env=_env(tmp_path), stderr_path=log)
+
+
 def spans_in(log: Path) -> list[dict[str, Any]]:
     """The spans a process's console exporter wrote: one JSON object per line."""
     found = []
@@ -134,17 +141,7 @@ def test_one_trace_from_the_business_write_to_the_sinks_handler_over_http(
     source, db = tmp_path / "source.db", _shipping_db(tmp_path)
     trace_id, business_span = _publish_in_a_span(source, "o-1")
     log, relay_log = tmp_path / "sink.log", tmp_path / "dispatch.log"
-    command = [
-        "serve",
-        "sink",
-        "--db",
-        str(db),
-        "--port",
-        "0",
-        "--handlers",
-        "shop_events:HANDLERS",
-    ]
-    with start_service(command, env=_env(tmp_path), stderr_path=log) as sink:
+    with _shipping_sink(tmp_path, db, log) as sink:
         sent = run_cli(
             "dispatch", "--source", str(source), "--to", sink.base_url + "/events",
             env=_env(tmp_path),
@@ -237,17 +234,7 @@ def test_a_relay_round_that_sends_is_a_span_and_an_idle_poll_is_none(
     source, db = tmp_path / "source.db", _shipping_db(tmp_path)
     _publish_in_a_span(source, "o-5")
     log, relay_log = tmp_path / "sink.log", tmp_path / "relay.log"
-    command = [
-        "serve",
-        "sink",
-        "--db",
-        str(db),
-        "--port",
-        "0",
-        "--handlers",
-        "shop_events:HANDLERS",
-    ]
-    with start_service(command, env=_env(tmp_path), stderr_path=log) as sink:
+    with _shipping_sink(tmp_path, db, log) as sink:
         with relay_log.open("w") as err:
             relay = subprocess.Popen(
                 [sys.executable, "-m", "ackledger.cli", "relay", "--source", str(source),
