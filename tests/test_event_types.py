@@ -146,3 +146,18 @@ def test_the_examples_of_docs_events_md_run() -> None:
     assert validate_cloudevent(scope["placed"], types=scope["types"])["data"] == {"total": 5}
     with pytest.raises(InvalidEvent, match=r"^data\.total: "):
         validate_cloudevent({**scope["placed"], "data": {"total": -1}}, types=scope["types"])
+
+
+def test_a_schema_that_keeps_its_answer_does_not_share_it_with_the_event() -> None:
+    # Only the reference schema builds a fresh answer every time; what any other schema
+    # returns is copied, so a schema holding on to it cannot change a validated event later.
+    kept: dict[str, Any] = {"total": 1}
+    registry = EventTypes()
+    registry.register("com.example.order.kept", lambda data: kept)
+    event = validate_cloudevent(
+        {**BASE, "type": "com.example.order.kept", "data": {}}, types=registry
+    )
+    kept["total"] = 99
+    assert event["data"] == {"total": 1}
+    assert not registry.builds_fresh("com.example.order.kept")
+    assert registry.builds_fresh("warehouse.stock.added")
