@@ -4,14 +4,17 @@ mixed), and against a sink service; each class of disagreement made for real and
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ackledger import Inbox, Outbox, new_event
+from ackledger._dev.faultproxy import FaultProxy
 from ackledger._dev.procs import Service, run_cli
 from ackledger.ops import reconcile as reconciling
+from tests.opshelp import count, start_relay
 
 SOURCE = "/shop/orders"
 
@@ -154,3 +157,54 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, args: list[str], word: str
     assert done.returncode == 2, done.stdout
     assert done.stderr.count("\n") == 1 and word in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_no_false_alarm_while_a_relay_is_running(
+    tmp_path: Path,
+    source_db: Path,
+    sink_db: Path,
+    sink_service: Service,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Reconcile runs over and over while a real relay process drains the outbox into the
+    sink: events move from pending to applied to marked under its feet, and no run may call
+    one of them sent without a receipt. (Reading the sink before the outbox would: a row
+    marked between the two reads looks sent with no receipt.)"""
+    real_lookup = reconciling._inbox_lookup
+
+    def slow_lookup(inbox: Inbox) -> reconciling.Lookup:
+        lookup = real_lookup(inbox)
+
+        def after_a_while(rows: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
+            found = lookup(rows)
+            # The relay goes on after the sink was read: anything reconcile read of the
+            # outbox after this moment (a wrong order) would see marks the sink read missed.
+            time.sleep(0.05)
+            return found
+
+        return after_a_while
+
+    monkeypatch.setattr(reconciling, "_inbox_lookup", slow_lookup)
+    with Outbox(source_db, source=SOURCE) as outbox:
+        for n in range(150):
+            outbox.publish(ev(f"run-{n}"))
+    runs: list[tuple[int, int, dict[str, Any]]] = []
+    # The proxy's delay per answer keeps the relay busy for seconds, so that many reconcile
+    # runs overlap its marks.
+    with FaultProxy(sink_service.port, delay_responses=0.002) as proxy:
+        relay = start_relay(source_db, proxy.url, tmp_path / "relay.log")
+        try:
+            while True:
+                before = count(source_db, "sent = 0")
+                report = reconciling.reconcile(str(source_db), str(sink_db), shown=3)
+                runs.append((before, count(source_db, "sent = 0"), report))
+                if before == 0:
+                    break
+        finally:
+            relay.stop()
+    false_alarms = [report["classes"] for _, _, report in runs if report["alarms"]]
+    assert false_alarms == []
+    overlapped = [run for run in runs if run[0] > run[1] > 0]
+    assert len(overlapped) >= 3, f"only {len(overlapped)} run(s) overlapped the relay's marks"
+    last = runs[-1][2]["classes"]
+    assert {name: found["count"] for name, found in last.items()} == dict.fromkeys(last, 0)
