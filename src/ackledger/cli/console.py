@@ -64,7 +64,9 @@ def cmd_console(args: argparse.Namespace) -> int:
     sink = None if args.sink is None else _check_sink(args.sink)
     ledger_db = None if args.ledger is None else existing_target(args.ledger, "ledger")
     if ledger_db is not None and is_url(ledger_db) and not is_postgres(ledger_db):
-        raise UsageError("--ledger: give the ledger's database (a SQLite file or postgresql:// URL)")
+        raise UsageError(
+            "--ledger: give the ledger's database (a SQLite file or postgresql:// URL)"
+        )
     sock = listen(args)
     with open_outbox(source) as outbox:
         ledger = None if ledger_db is None else Ledger(ledger_db)

@@ -79,7 +79,9 @@ _POLICY = (
 _HEADERS = {
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # "same-origin", not "no-referrer": under no-referrer a browser sends "Origin: null" with
+    # the page's own forms, and the origin check below could not tell them from a foreign one.
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
 

@@ -39,7 +39,11 @@ def shown_figures(figures: dict[str, Any]) -> list[dict[str, str]]:
         if key == "oldest_pending_age_s":
             text = f"{value:.1f} s"
         elif key == "last_error":
-            text = "-" if not value else f"{value['id']} at {utc_timestamp(value['at'])}: {value['error']}"
+            text = (
+                "-"
+                if not value
+                else f"{value['id']} at {utc_timestamp(value['at'])}: {value['error']}"
+            )
         else:
             text = str(value)
         rows.append({"key": key, "label": label, "value": text, "means": means})
