@@ -54,6 +54,9 @@ def _check_sink(sink: str) -> str:
 
 
 def cmd_console(args: argparse.Namespace) -> int:
+    from . import require_extra
+
+    require_extra("console")  # name the console's extra, not the server's, when it is missing
     from ..console.app import Console, create_console_app
     from ..ledger.ledger import Ledger
     from ..web.server import serve
