@@ -13,15 +13,11 @@ from typing import Any
 import pytest
 
 from ackledger._dev.console_scene import REASONS, Scene, build
+from ackledger._dev.console_shots import CHROMIUM, CHROMIUM_ARGS
 from ackledger._dev.procs import Service, start_service
 
 from .conftest import raw_rows
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]  # fmt: skip
 TOKEN = "console-test-token-0123456789"
 
 pytestmark = pytest.mark.slow
@@ -91,6 +87,15 @@ def _figure(page: Any, key: str) -> str:
     return str(page.locator(f"tr[data-figure={key}] .value").inner_text())
 
 
+def _quarantine_with_the_button(page: Any, base_url: str, event_id: str, reason: str) -> None:
+    page.goto(base_url + "/events")
+    row = page.locator(f"tr.pending[data-id='{event_id}']")
+    row.locator("input[name=reason]").fill(reason)
+    row.locator("input[name=token]").fill(TOKEN)
+    row.locator("button").click()
+    assert f"quarantined {event_id}" in page.locator("#done").inner_text()
+
+
 def test_the_overview_shows_the_databases_figures_and_draws_the_chart(
     page: Any, console: Service, scene: Scene
 ) -> None:
@@ -108,12 +113,7 @@ def test_the_overview_shows_the_databases_figures_and_draws_the_chart(
 def test_quarantine_and_requeue_with_the_buttons_write_the_outbox_log(
     page: Any, console: Service, scene: Scene
 ) -> None:
-    page.goto(console.base_url + "/events")
-    row = page.locator("tr.pending[data-id='order-0009']")
-    row.locator("input[name=reason]").fill("held by the browser test")
-    row.locator("input[name=token]").fill(TOKEN)
-    row.locator("button").click()
-    assert "quarantined order-0009" in page.locator("#done").inner_text()
+    _quarantine_with_the_button(page, console.base_url, "order-0009", "held by the browser test")
     assert raw_rows(
         Path(scene.source), "SELECT quarantined, sent FROM outbox WHERE id = ?", ("order-0009",)
     ) == [(1, 0)]
@@ -224,12 +224,7 @@ def test_the_console_on_postgresql_quarantines_with_its_button(
     try:
         page.goto(service.base_url + "/")
         assert _figure(page, "pending") == "4"
-        page.goto(service.base_url + "/events")
-        row = page.locator("tr.pending[data-id='order-0011']")
-        row.locator("input[name=reason]").fill("held on PostgreSQL")
-        row.locator("input[name=token]").fill(TOKEN)
-        row.locator("button").click()
-        assert "quarantined order-0011" in page.locator("#done").inner_text()
+        _quarantine_with_the_button(page, service.base_url, "order-0011", "held on PostgreSQL")
     finally:
         service.stop()
     with psycopg.connect(pg_url) as conn:
@@ -241,3 +236,17 @@ def test_the_console_on_postgresql_quarantines_with_its_button(
         ).fetchall()
     assert found == [(1, "held on PostgreSQL")]
     assert logged == [("quarantined",)]
+
+
+def test_the_real_process_answers_421_to_a_foreign_host_and_serves_loopback(
+    console: Service,
+) -> None:
+    import http.client
+
+    for host, status in (("rebound.example.invalid", 421), (f"127.0.0.1:{console.port}", 200)):
+        conn = http.client.HTTPConnection("127.0.0.1", console.port, timeout=10)
+        try:
+            conn.request("GET", "/events", headers={"Host": host})
+            assert conn.getresponse().status == status, host
+        finally:
+            conn.close()

@@ -8,6 +8,7 @@ Playwright (the dev extra). Not a test: the browser tests check the page; this s
 from __future__ import annotations
 
 import argparse
+import secrets
 import tempfile
 import time
 from pathlib import Path
@@ -16,12 +17,13 @@ from ..source.outbox import Outbox
 from .console_scene import build
 from .procs import start_service
 
+#: Debian's Chromium, and its flags for a headless run that talks to nothing but the page
+#: (the browser tests use the same).
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]  # fmt: skip
-TOKEN = "screenshot-token-0000000000"
 #: Samples the chart gets before it is photographed, a second apart, events added between.
 CHART_SAMPLES = 8
 
@@ -33,7 +35,7 @@ def shoot(out: Path) -> list[Path]:
     with tempfile.TemporaryDirectory(prefix="ackledger-shots-") as folder:
         workdir = Path(folder)
         scene = build(workdir)
-        (workdir / "token").write_text(TOKEN + "\n", encoding="utf-8")
+        (workdir / "token").write_text(secrets.token_urlsafe(24) + "\n", encoding="utf-8")
         args = ["console", "--source", scene.source, "--sink", scene.sink]
         args += ["--ledger", scene.ledger, "--port", "0", "--token-file", str(workdir / "token")]
         made: list[Path] = []
