@@ -21,8 +21,9 @@ $(DEMO_STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[demo]'
 	touch $(DEMO_STAMP)
 
+# --keep: the demo ends by printing the `ackledger console` line for the databases it kept.
 demo: $(DEMO_STAMP)
-	$(BIN)/ackledger demo
+	$(BIN)/ackledger demo --keep
 
 test: lint typecheck unit
 

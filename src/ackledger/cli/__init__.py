@@ -17,11 +17,13 @@ from .._core import telemetry
 from .._version import __version__
 from ..errors import AckledgerError
 from ..store import database_errors, unreachable_errors
-from . import consume, demo, ledger, migrate, operate, relay, serve, source
+from . import console, consume, demo, ledger, migrate, operate, relay, serve, source
 from . import inbox as inbox_commands
 from .exits import EPILOG, EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_UNREACHABLE
 
-COMMAND_MODULES = (source, serve, ledger, demo, migrate, relay, operate, consume, inbox_commands)
+COMMAND_MODULES = (
+    source, serve, ledger, demo, migrate, relay, operate, consume, inbox_commands, console,
+)  # fmt: skip
 
 #: The optional dependencies, by the extra that installs them (pyproject.toml): a command
 #: that needs a missing one says which extra to install instead of printing a traceback.
@@ -36,6 +38,7 @@ EXTRA_OF_MODULE = {
     "pika": "amqp",
     "nats": "nats",
     "opentelemetry": "otel",
+    "jinja2": "console",
 }
 
 #: The commands that run a service, a relay or a consumer: they set up OpenTelemetry when

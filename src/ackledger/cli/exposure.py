@@ -77,9 +77,15 @@ def check_exposure(args: argparse.Namespace) -> None:
     )
 
 
-def guarded(app: ASGIApp, sock: socket.socket, args: argparse.Namespace) -> ASGIApp:
-    """``app`` behind the token and, on loopback, the Host check (``web.guard``)."""
+def guarded(
+    app: ASGIApp, sock: socket.socket, args: argparse.Namespace, *, token: bool = True
+) -> ASGIApp:
+    """``app`` behind the token and, on loopback, the Host check (``web.guard``).
+
+    ``token=False``: the app checks the token itself, on the requests that need it (the
+    console: a browser cannot send a Bearer header with a page it navigates to, so its pages
+    are read without one and its buttons carry the token in their form)."""
     from ..web.guard import Guard, is_loopback_address
 
     host = sock.getsockname()[0]
-    return Guard(app, token=args.token, loopback=is_loopback_address(host))
+    return Guard(app, token=args.token if token else None, loopback=is_loopback_address(host))

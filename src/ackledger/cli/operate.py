@@ -13,7 +13,7 @@ import time
 
 from ..event import check_identifier
 from ..ops.databases import is_url
-from ..ops.listings import quarantined_table
+from ..ops.listings import quarantined_table, quarantined_text, requeued_lines
 from ..ops.probe import base_url
 from ..ops.reconcile import reconcile, reconcile_text
 from ..ops.status import read_status, service_url
@@ -203,10 +203,7 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
         raise ValueError("--reason: must say why")
     with open_outbox(args.source) as outbox:
         seq = outbox.quarantine(args.event_id, args.reason)
-    print(
-        f"quarantined {args.event_id} (seq {seq}): {args.reason.strip()}; it is not sent and not "
-        f"counted as sent; `ackledger requeue {args.event_id}` puts it back"
-    )
+    print(quarantined_text(args.event_id, seq, args.reason))
     return 0
 
 
@@ -214,16 +211,7 @@ def cmd_requeue(args: argparse.Namespace) -> int:
     check_identifier(args.event_id, "EVENT_ID", 128)
     with open_outbox(args.source) as outbox:
         record = outbox.requeue(args.event_id)
-    print(f"requeued {record['id']} at seq {record['seq']}")
-    if record["overtaken_count"]:
-        print(
-            f"reorder: {record['overtaken_count']} later event(s) were marked sent while it was "
-            f"out: {', '.join(record['overtaken_by'])}"
-        )
-    else:
-        # Said as what the outbox shows: a later event purged since, or one the sink applied
-        # whose ACK was lost (not marked), is not seen here.
-        print("no later event of this outbox was marked sent while it was out")
+    print("\n".join(requeued_lines(record)))
     return 0
 
 

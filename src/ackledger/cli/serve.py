@@ -93,7 +93,7 @@ def _log_settings(args: argparse.Namespace) -> LogSettings:
     return LogSettings(args.log_level, args.access_log, args.log_format)
 
 
-def _listen(args: argparse.Namespace) -> socket.socket:
+def listen(args: argparse.Namespace) -> socket.socket:
     """The listening socket, or one line on what is wrong (a port in use, an unknown host)."""
     from ..web.server import bind
     from . import UsageError
@@ -120,7 +120,7 @@ def cmd_serve_sink(args: argparse.Namespace) -> int:
     from ..sink.inbox import Inbox
     from ..web.server import serve
 
-    sock = _listen(args)
+    sock = listen(args)
     with Inbox(args.db, handlers=args.handlers, synchronous=args.synchronous) as inbox:
         serve(
             guarded(create_sink_app(inbox), sock, args), sock, "sink", _log_settings(args),
@@ -134,7 +134,7 @@ def cmd_serve_ledger(args: argparse.Namespace) -> int:
     from ..ledger.ledger import Ledger
     from ..web.server import serve
 
-    sock = _listen(args)
+    sock = listen(args)
     with Ledger(args.db, synchronous=args.synchronous) as ledger:
         serve(
             guarded(create_ledger_app(ledger), sock, args), sock, "ledger", _log_settings(args),

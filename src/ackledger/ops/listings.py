@@ -1,4 +1,5 @@
-"""The outbox's rows as the tables operators read: what is pending, what is quarantined."""
+"""The outbox's rows as the tables operators read (what is pending, what is quarantined), and
+what a quarantine or a requeue did, as the command line and the console both say it."""
 
 from __future__ import annotations
 
@@ -26,3 +27,26 @@ def quarantined_table(rows: list[dict[str, Any]]) -> str:
         at = utc_timestamp(row["quarantined_at"])
         lines.append(f"{row['seq']:>8}  {row['id']:<32} {at:<20}  {row['reason']}")
     return "\n".join(lines)
+
+
+def quarantined_text(event_id: str, seq: int, reason: str) -> str:
+    """What ``Outbox.quarantine`` did, and how to undo it."""
+    return (
+        f"quarantined {event_id} (seq {seq}): {reason.strip()}; it is not sent and not "
+        f"counted as sent; `ackledger requeue {event_id}` puts it back"
+    )
+
+
+def requeued_lines(record: dict[str, Any]) -> list[str]:
+    """What ``Outbox.requeue`` did: where the event is back, and the reorder it caused."""
+    lines = [f"requeued {record['id']} at seq {record['seq']}"]
+    if record["overtaken_count"]:
+        lines.append(
+            f"reorder: {record['overtaken_count']} later event(s) were marked sent while it was "
+            f"out: {', '.join(record['overtaken_by'])}"
+        )
+    else:
+        # Said as what the outbox shows: a later event purged since, or one the sink applied
+        # whose ACK was lost (not marked), is not seen here.
+        lines.append("no later event of this outbox was marked sent while it was out")
+    return lines

@@ -8,7 +8,7 @@ lock per key first. The claim of a business key is ``keys.DELIVERIES`` on both.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .._core.idempotency import Outcome
@@ -150,6 +150,19 @@ class LedgerQueries(CounterQueries):
         return self._ledger_rows(
             "attempts", ATTEMPT_COLUMNS, "attempt_no", case_id, after=after, limit=limit
         )
+
+    def ledger_attempts_of(self, delivery_nos: Sequence[int]) -> list[dict[str, Any]]:
+        """The attempts that led to these deliveries, in arrival order (index
+        ``attempts_delivery``): the console's page of keys shows each with its attempts."""
+        if not delivery_nos:
+            return []
+        marks = ", ".join("?" * len(delivery_nos))
+        rows = self.execute(
+            f"SELECT {', '.join(ATTEMPT_COLUMNS)} FROM attempts WHERE delivery_no IN ({marks}) "
+            "ORDER BY attempt_no",
+            tuple(delivery_nos),
+        )
+        return [dict(zip(ATTEMPT_COLUMNS, row, strict=True)) for row in rows]
 
     def _ledger_rows(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -37,4 +38,18 @@ def run(*, keep: bool = False) -> int:
             print(f"kept {workdir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
+    print()
+    if keep:
+        print("See what the story left behind in the operator's page (Ctrl-C stops it):")
+        print(console_command(workdir))
+    else:
+        print("`ackledger demo --keep` keeps its databases, to open them in `ackledger console`.")
     return 0 if ok else 1
+
+
+def console_command(workdir: Path) -> str:
+    """The line that opens the console on the demo's databases: the first chapter's outbox
+    and sink, and the ledger's chapter's ledger."""
+    names = {"source": "source.db", "sink": "sink.db", "ledger": "ledger.db"}
+    flags = " ".join(f"--{flag} {shlex.quote(str(workdir / name))}" for flag, name in names.items())
+    return f"ackledger console {flags}"

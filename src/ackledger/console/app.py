@@ -1,0 +1,110 @@
+"""The console's Starlette app: the pages (``pages``), the buttons (``buttons``), and what
+both need (``Console``: the databases it reads, its token, its templates)."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.responses import HTMLResponse
+from starlette.routing import Route
+
+from ..ops.timestamps import utc_timestamp
+from .samples import Samples
+
+if TYPE_CHECKING:
+    from ..ledger.ledger import Ledger
+    from ..source.outbox import Outbox
+    from ..wire.token import Token
+
+
+def _templates() -> jinja2.Environment:
+    # Autoescape everywhere: event ids, reasons and errors are other programs' text.
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("ackledger.console", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    # Jinja's own urlencode keeps "/" as it is; a query value must not.
+    env.filters["q"] = lambda value: quote(str(value), safe="")
+    env.filters["when"] = lambda value: "-" if value is None else utc_timestamp(value)
+    return env
+
+
+@dataclass
+class Console:
+    """What the pages read and the buttons write.
+
+    ``source`` is the outbox's target (path or URL) as given, for the library calls that open
+    their own (``trace``, ``reconcile``); ``outbox`` and ``ledger`` stay open while the
+    console runs. ``token`` is None for a read-only console."""
+
+    source: str
+    outbox: Outbox
+    sink: str | None = None
+    ledger: Ledger | None = None
+    token: Token | None = None
+    samples: Samples = field(init=False)
+    templates: jinja2.Environment = field(default_factory=_templates)
+
+    def __post_init__(self) -> None:
+        self.samples = Samples(self.outbox.stats)
+
+    def page(self, name: str, status: int = 200, **values: Any) -> HTMLResponse:
+        values.setdefault("title", name.removesuffix(".html"))
+        values["has_sink"] = self.sink is not None
+        values["has_ledger"] = self.ledger is not None
+        values["writable"] = self.token is not None
+        values["outbox_location"] = self.outbox.backend.location
+        values["nonce"] = nonce = secrets.token_urlsafe(16)
+        body = self.templates.get_template(name).render(**values)
+        headers = {"Content-Security-Policy": _POLICY.format(nonce=nonce), **_HEADERS}
+        return HTMLResponse(body, status, headers=headers)
+
+    def message(self, status: int, title: str, text: str) -> HTMLResponse:
+        return self.page("message.html", status, title=title, text=text)
+
+
+# Only the page's own inline script runs (its nonce is new on every answer, so text that got
+# into a page cannot run even if escaping failed); nothing is loaded from anywhere else, and
+# no other site may frame the page (a framed button is a click-jacked button).
+_POLICY = (
+    "default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+_HEADERS = {
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    # "same-origin", not "no-referrer": under no-referrer a browser sends "Origin: null" with
+    # the page's own forms, and the origin check below could not tell them from a foreign one.
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+
+def create_console_app(console: Console) -> Starlette:
+    from . import buttons, pages
+
+    def bind(handler: Any) -> Any:
+        async def endpoint(request: Any) -> Any:
+            return await handler(console, request)
+
+        return endpoint
+
+    routes = [
+        Route("/", bind(pages.overview)),
+        Route("/samples.json", bind(pages.samples)),
+        Route("/events", bind(pages.events)),
+        Route("/trace", bind(pages.trace_page)),
+        Route("/reconcile", bind(pages.reconcile_page)),
+        Route("/ledger", bind(pages.ledger_page)),
+        Route("/healthz", bind(pages.healthz)),
+        Route("/quarantine", bind(buttons.quarantine), methods=["POST"]),
+        Route("/requeue", bind(buttons.requeue), methods=["POST"]),
+        Route("/requeue-group", bind(buttons.requeue_group), methods=["POST"]),
+    ]
+    return Starlette(routes=routes)

@@ -1,0 +1,193 @@
+"""``ackledger console`` asked in-process (its real app on real SQLite files, behind the same
+Guard the command puts in front of it): the refusals and the escaping, cheaply. The browser
+tests (test_console_browser.py) drive the page itself."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ackledger._dev.console_scene import Scene, build
+from ackledger._dev.procs import run_cli
+from ackledger.console.app import Console, create_console_app
+from ackledger.source.outbox import Outbox
+from ackledger.web.guard import Guard
+from ackledger.wire.token import Token
+
+from .conftest import raw_rows
+from .inprocess import InProcess
+from .test_cli import assert_one_line_error
+
+TOKEN = "in-process-console-token-42"
+FORM = {"Content-Type": "application/x-www-form-urlencoded"}
+EVIL = '<script>alert("x")</script>'
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Scene:
+    return build(tmp_path_factory.mktemp("scene"))
+
+
+@pytest.fixture
+def scene(built: Scene, tmp_path: Path) -> Scene:
+    """A copy of the built scene's files for one test (it may write)."""
+    copies = []
+    for name in (built.source, built.sink, built.ledger):
+        copy = tmp_path / Path(name).name
+        copy.write_bytes(Path(name).read_bytes())
+        copies.append(str(copy))
+    return Scene(*copies)
+
+
+def _client(scene: Scene, token: str | None = TOKEN) -> Iterator[InProcess]:
+    from ackledger.ledger.ledger import Ledger
+
+    with Outbox(scene.source) as outbox, Ledger(scene.ledger) as ledger:
+        console = Console(
+            scene.source, outbox, sink=scene.sink, ledger=ledger,
+            token=None if token is None else Token(token),
+        )  # fmt: skip
+        # What the command serves on loopback: Host check on, the token checked by the app.
+        with InProcess(Guard(create_console_app(console), loopback=True)) as app:
+            yield app
+
+
+@pytest.fixture
+def app(scene: Scene) -> Iterator[InProcess]:
+    yield from _client(scene)
+
+
+def _post(app: InProcess, path: str, body: str, **headers: str) -> httpx.Response:
+    return app.send("POST", path, body.encode(), {**FORM, "Host": "127.0.0.1:8090", **headers})
+
+
+def _get(app: InProcess, path: str) -> httpx.Response:
+    return app.send("GET", path, headers={"Host": "127.0.0.1:8090"})
+
+
+def _state(scene: Scene) -> list[tuple[object, ...]]:
+    return raw_rows(Path(scene.source), "SELECT id, sent, quarantined FROM outbox ORDER BY seq")
+
+
+def _log(scene: Scene) -> list[tuple[object, ...]]:
+    return raw_rows(Path(scene.source), "SELECT event_id, kind FROM outbox_log ORDER BY seq")
+
+
+@pytest.mark.parametrize("token", [None, "", "wrong-token-0000", TOKEN + "x"])
+def test_a_button_without_the_token_is_403_and_writes_nothing(
+    app: InProcess, scene: Scene, token: str | None
+) -> None:
+    before, logged = _state(scene), _log(scene)
+    body = "id=order-0009&reason=held" + ("" if token is None else f"&token={token}")
+    answer = _post(app, "/quarantine", body)
+    assert answer.status_code == 403
+    assert "token" in answer.text
+    assert TOKEN not in answer.text
+    assert _state(scene) == before
+    assert _log(scene) == logged
+
+
+def test_the_token_as_a_bearer_header_is_taken(app: InProcess, scene: Scene) -> None:
+    answer = _post(app, "/requeue", "id=order-0008", Authorization=f"Bearer {TOKEN}")
+    assert answer.status_code == 200, answer.text
+    assert "requeued order-0008" in answer.text
+    assert _log(scene)[-1] == ("order-0008", "requeued")
+
+
+def test_a_write_from_another_origin_is_refused_even_with_the_token(
+    app: InProcess, scene: Scene
+) -> None:
+    before = _state(scene)
+    for headers in (
+        {"Origin": "http://evil.example"},
+        {"Origin": "null"},
+        {"Sec-Fetch-Site": "cross-site"},
+    ):
+        answer = _post(app, "/requeue", f"id=order-0008&token={TOKEN}", **headers)
+        assert answer.status_code == 403, headers
+    assert _state(scene) == before
+    # The console's own origin is the one that may write.
+    own = _post(app, "/requeue", f"id=order-0008&token={TOKEN}", Origin="http://127.0.0.1:8090")
+    assert own.status_code == 200
+
+
+def test_a_host_that_is_not_loopback_is_421(app: InProcess) -> None:
+    for path in ("/", "/events"):
+        answer = app.send("GET", path, headers={"Host": "rebound.example.invalid"})
+        assert answer.status_code == 421
+    refused = _post(app, "/requeue", f"id=order-0008&token={TOKEN}", Host="rebound.invalid")
+    assert refused.status_code == 421
+
+
+def test_a_bad_or_unknown_event_id_is_404(app: InProcess, scene: Scene) -> None:
+    for event_id in ("no-such-event", "%3Cscript%3E", "a%20b"):
+        answer = _get(app, f"/trace?id={event_id}")
+        assert answer.status_code == 404, event_id
+    assert _get(app, "/trace").status_code == 400
+    assert _get(app, "/trace?id=order-0001").status_code == 200
+    unknown = _post(app, "/requeue", f"id=no-such-event&token={TOKEN}")
+    assert unknown.status_code == 404
+    not_quarantined = _post(app, "/requeue", f"id=order-0001&token={TOKEN}")
+    assert not_quarantined.status_code == 409
+    assert _log(scene)[-1][1] == "quarantined"  # the scene's own entries only
+
+
+def test_a_reason_with_markup_is_shown_as_text(app: InProcess, scene: Scene) -> None:
+    answer = _post(app, "/quarantine", f"id=order-0011&reason={EVIL}&token={TOKEN}")
+    assert answer.status_code == 200
+    stored = raw_rows(
+        Path(scene.source), "SELECT quarantine_reason FROM outbox WHERE id = 'order-0011'"
+    )
+    assert stored == [(EVIL,)]
+    for path in ("/events", "/trace?id=order-0011"):
+        page = _get(app, path).text
+        assert EVIL not in page
+        assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in page
+        # Only the page's own scripts run: the policy names a nonce, new on every answer.
+        policy = _get(app, path).headers["content-security-policy"]
+        script = next(part for part in policy.split(";") if "script-src" in part)
+        assert "'nonce-" in script and "unsafe-inline" not in script
+
+
+def test_a_console_without_a_token_is_read_only(scene: Scene) -> None:
+    for app in _client(scene, token=None):
+        before = _state(scene)
+        assert _get(app, "/events").status_code == 200
+        answer = _post(app, "/requeue", "id=order-0008&token=anything-at-all")
+        assert answer.status_code == 403
+        assert "read-only" in answer.text
+        assert _state(scene) == before
+
+
+def test_the_samples_grow_while_the_console_runs(app: InProcess, scene: Scene) -> None:
+    first = _get(app, "/samples.json").json()["samples"]
+    assert [sample["pending"] for sample in first] == [4.0]
+    with Outbox(scene.source) as outbox:
+        outbox.accept({"id": "order-0100", "sku": "SKU-1", "qty": 1})
+    time.sleep(1.05)  # samples are at most one a second (not a timing assertion)
+    later = _get(app, "/samples.json").json()["samples"]
+    assert [sample["pending"] for sample in later] == [4.0, 5.0]
+
+
+def test_the_ledger_page_refuses_a_bad_cursor(app: InProcess) -> None:
+    assert _get(app, "/ledger?after=-1").status_code == 400
+    assert _get(app, "/ledger?after=1&after=2").status_code == 400
+    assert _get(app, "/ledger?limit=2").status_code == 200
+
+
+def test_the_command_refuses_bad_input_in_one_line(tmp_path: Path, built: Scene) -> None:
+    assert_one_line_error(
+        run_cli("console", "--source", str(tmp_path / "missing.db")), "--source", "no database"
+    )
+    assert_one_line_error(
+        run_cli("console", "--source", built.source, "--host", "0.0.0.0", "--port", "0"),
+        "--token-file",
+    )
+    assert_one_line_error(
+        run_cli("console", "--source", built.source, "--ledger", "http://127.0.0.1:1/"),
+        "--ledger",
+    )
