@@ -25,9 +25,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import random
-import signal
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import threading
@@ -36,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ackledger import Inbox, Outbox, new_event
-from ackledger._dev.procs import cli_command
+from ackledger._dev.procs import Child
 
 from .broker_routes import BROKERS, Route, open_route
 from .common import scratch
@@ -97,39 +95,6 @@ class Outcome:
         if self.consumer_exit != 0:
             found.append(f"the consumer exited {self.consumer_exit} on SIGTERM")
         return found
-
-
-class Child:
-    """One ``ackledger`` process, its output in a log file of the schedule's directory."""
-
-    def __init__(self, args: list[str], log: Path) -> None:
-        self.log = log
-        with log.open("ab") as out:
-            self.process = subprocess.Popen(
-                cli_command(*args), stdout=out, stderr=subprocess.STDOUT
-            )
-
-    def kill(self) -> None:
-        self.process.kill()  # SIGKILL: no handler, no finally, no close
-        self.process.wait()
-
-    def wait_for(self, text: str, timeout: float = 30) -> bool:
-        """Until its log says ``text`` (a consumer's "consuming": its signal handler is in)."""
-        end = time.monotonic() + timeout
-        while time.monotonic() < end and self.process.poll() is None:
-            if text in self.log.read_text(encoding="utf-8", errors="replace"):
-                return True
-            time.sleep(0.05)
-        return False
-
-    def stop(self, timeout: float = 30) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            return -signal.SIGKILL
 
 
 def _read(db: Path, sql: str) -> list[tuple[object, ...]]:

@@ -17,11 +17,22 @@ from .._core import telemetry
 from .._version import __version__
 from ..errors import AckledgerError
 from ..store import database_errors, unreachable_errors
-from . import consume, demo, ledger, migrate, operate, relay, serve, source
+from . import consume, demo, ledger, migrate, operate, relay, serve, source, verify
 from . import inbox as inbox_commands
 from .exits import EPILOG, EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_UNREACHABLE
 
-COMMAND_MODULES = (source, serve, ledger, demo, migrate, relay, operate, consume, inbox_commands)
+COMMAND_MODULES = (
+    source,
+    serve,
+    ledger,
+    demo,
+    migrate,
+    relay,
+    operate,
+    consume,
+    inbox_commands,
+    verify,
+)
 
 #: The optional dependencies, by the extra that installs them (pyproject.toml): a command
 #: that needs a missing one says which extra to install instead of printing a traceback.

@@ -115,7 +115,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--single", action="store_true",
         help="run the single loop instead (one global order; run only one such relay)",
     )  # fmt: skip
-    # Drills only (docs/postgres.md), so not in the help.
+    # Drills only (docs/postgres.md, verify), so not in the help.
     lease.add_argument("--stop-self-after-acks", type=_count_arg, help=argparse.SUPPRESS)
     add_synchronous(relay)
     relay.set_defaults(handler=cmd_relay)
@@ -132,8 +132,6 @@ def cmd_relay(args: argparse.Namespace) -> int:
     leasing = is_postgres(args.source) and not args.single
     if leasing and args.pipeline:
         raise UsageError("--pipeline: only the single loop overlaps marks (SQLite, or --single)")
-    if not leasing and args.stop_self_after_acks is not None:
-        raise UsageError("--stop-self-after-acks: a drill of a leasing relay (postgresql://)")
     settings = RelaySettings(
         url=args.to,
         batch=args.batch,
