@@ -8,6 +8,7 @@ a sender that acknowledges without delivering (everything is lost).
 
 from __future__ import annotations
 
+import io
 import json
 import signal
 import subprocess
@@ -24,6 +25,8 @@ from ackledger._dev.procs import cli_command, run_cli
 from ackledger.cli import main
 from ackledger.ops.verify import report
 from ackledger.ops.verify import schedules as s
+from ackledger.ops.verify.campaign import Outcome
+from ackledger.ops.verify.judge import Counts, Sides, judge
 from ackledger.store.postgres.scratch import scratch_names
 
 from . import pg
@@ -184,3 +187,49 @@ def test_ctrl_c_drops_the_scratch_databases() -> None:
         process.kill()
         process.communicate()
     assert scratch_names(pg.ADMIN_URL, PREFIX) == []
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_is_a_bar_on_a_terminal_and_lines_elsewhere() -> None:
+    schedule = s.draw(1, PG_KINDS)
+    ok, bad = Outcome(schedule, Counts(events=4)), Outcome(schedule, Counts(events=4, lost=1))
+    terminal = _Terminal()
+    bar = report.Progress(2, terminal)
+    bar.schedule_started(1)
+    bar.schedule_done(ok)
+    bar.schedule_done(bad)
+    assert terminal.getvalue().startswith("\r[....")
+    assert "[" + "#" * 30 + "] 2/2 schedules, 1 failing" in terminal.getvalue()
+    assert terminal.getvalue().endswith("\n") and terminal.getvalue().count("\n") == 1
+    plain = io.StringIO()
+    lines = report.Progress(2, plain)
+    lines.schedule_started(1)
+    lines.schedule_done(ok)
+    lines.schedule_done(bad)
+    assert plain.getvalue().splitlines() == [
+        f"verify: schedule 1/2 seed 1 ({schedule.text()}): ok",
+        f"verify: schedule 2/2 seed 1 ({schedule.text()}): FAIL",
+    ]
+    assert "replay: ackledger verify --seed 1 --schedules 1" in report.verdict([bad], ["verify"])
+
+
+def test_the_judge_counts_each_kind_of_wrong() -> None:
+    def row(n: int, partition: str, sent: int = 1, quarantined: int = 0) -> dict[str, object]:
+        return {"id": f"e{n}", "partition": partition, "seq": n, "sent": sent,
+                "quarantined": quarantined}  # fmt: skip
+
+    outbox = [row(1, "a"), row(2, "a"), row(3, "b"), row(4, "b", sent=0), row(5, "a"),
+              row(6, "b", quarantined=1)]  # fmt: skip
+    stock = {"e1": 1, "e2": 1, "e3": 2, "e4": 1, "e6": 1}  # e5 never applied, e3 twice
+    arrivals = {"e1": 1, "e2": 5, "e3": 2, "e4": 3, "e6": 4}
+    counts = judge(Sides(outbox, stock, arrivals), 7)  # 7 accepted, one of them gone
+    assert (counts.lost, counts.double_applied, counts.stuck, counts.reordered) == (2, 1, 2, 0)
+    assert counts.examples == {"lost": ["e5"], "double_applied": ["e3"], "stuck": ["e4", "e6"]}
+    arrivals["e2"] = 0  # e2 arrived before e1, of the same partition
+    assert judge(Sides(outbox, stock, arrivals), 6).reordered == 1
+    clean = judge(Sides([row(1, "a")], {"e1": 1}, {"e1": 1}), 1)
+    assert clean.clean and not judge(Sides([row(1, "a")], {}, {}), 1).clean

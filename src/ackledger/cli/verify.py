@@ -124,6 +124,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(f"verify: {args.schedules} schedules from seed {first}, faults {', '.join(kinds)}")
     outcomes = []
     for seed in range(first, first + args.schedules):
+        progress.schedule_started(seed)
         outcome = run_schedule(setup, draw(seed, kinds))
         outcomes.append(outcome)
         progress.schedule_done(outcome)

@@ -8,6 +8,7 @@ one JSON object with ``--json``).
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import sys
 from collections.abc import Sequence
@@ -25,16 +26,24 @@ class Progress:
         self.stream = stream if stream is not None else sys.stderr
         self.tty = self.stream.isatty()
 
+    def _bar(self, doing: str) -> None:
+        width = 30
+        filled = width * self.done // self.total
+        bar = "#" * filled + "." * (width - filled)
+        # Padded: a shorter line must cover the longer one it is drawn over.
+        line = f"[{bar}] {self.done}/{self.total} schedules, {self.failed} failing{doing}"
+        self.stream.write(f"\r{line:<72}")
+
+    def schedule_started(self, seed: int) -> None:
+        if self.tty:
+            self._bar(f"; seed {seed} running")
+            self.stream.flush()
+
     def schedule_done(self, outcome: Outcome) -> None:
         self.done += 1
         self.failed += not outcome.counts.clean
         if self.tty:
-            width = 30
-            filled = width * self.done // self.total
-            bar = "#" * filled + "." * (width - filled)
-            self.stream.write(
-                f"\r[{bar}] {self.done}/{self.total} schedules, {self.failed} failing"
-            )
+            self._bar("")
             if self.done == self.total:
                 self.stream.write("\n")
         else:
@@ -54,8 +63,13 @@ def totals(outcomes: Sequence[Outcome]) -> Counts:
     return total
 
 
+#: A URL's password (``scheme://user:password@``): never printed, the user gives it again.
+_PASSWORD = re.compile(r"(://[^/:@]*):[^/@]*@")
+
+
 def replay_command(argv: Sequence[str], seed: int) -> str:
-    """The user's own command with ``--seed S --schedules 1``: it replays that schedule."""
+    """The user's own command with ``--seed S --schedules 1``: it replays that schedule (a
+    URL's password left out)."""
     kept: list[str] = []
     skip = False
     for arg in argv:
@@ -66,7 +80,7 @@ def replay_command(argv: Sequence[str], seed: int) -> str:
         if name in ("--seed", "--schedules"):
             skip = "=" not in arg
             continue
-        kept.append(arg)
+        kept.append(_PASSWORD.sub(r"\1@", arg))
     return shlex.join(["ackledger", *kept, "--seed", str(seed), "--schedules", "1"])
 
 
