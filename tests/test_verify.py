@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from ackledger import Inbox
-from ackledger._dev.procs import cli_command, run_cli
+from ackledger._dev.procs import Child, cli_command, run_cli
 from ackledger.cli import main
 from ackledger.ops.verify import report
 from ackledger.ops.verify import schedules as s
@@ -130,6 +130,26 @@ def test_a_sender_that_acks_without_delivering_is_caught(tmp_path: Path, acking_
     figures = dict(zip(*(line.split() for line in done.stdout.splitlines()[1:3]), strict=True))
     assert figures["lost"] == "6" and figures["stuck"] == "0"
     assert "--seed 3 --schedules 1" in done.stdout
+
+
+def test_a_broker_and_its_consumer_pass_through_cuts(tmp_path: Path) -> None:
+    from bench.broker_routes import open_route
+
+    inbox = tmp_path / "inbox.db"
+    with open_route("amqp") as route:
+        consumer = Child(["consume", "--from", route.consume_url, "--db", str(inbox)],
+                         tmp_path / "consume.log")  # fmt: skip
+        try:
+            assert consumer.wait_for("consuming:", 60), consumer.log.read_text()
+            done = verify("--to", route.relay_url, "--sink-db", str(inbox), "--schedules", "1",
+                          "--seed", "1", "--events", "8", "--json")  # fmt: skip
+        finally:
+            assert consumer.stop() == 0
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout)
+    assert (result["events"], result["lost"], result["double_applied"]) == (8, 0, 0)
+    assert "cut-mid-batch" in done.stderr and "note" not in done.stderr  # the cut landed
+    assert "guest:guest" not in done.stdout + done.stderr
 
 
 @pytest.mark.parametrize(

@@ -17,14 +17,22 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from ...envelope import new_event
 from ...source.outbox import Outbox
 from ...store import open_backend
 from ...warehouse import TYPE
 from . import schedules as s
-from .faults import DRILL_STOPPED, EVENT_MARK, LEASE_LOST, OwnSink, Relays, proxied_target, proxy_to
+from .faults import (
+    DRILL_STOPPED,
+    LEASE_LOST,
+    OwnSink,
+    Relays,
+    Upstream,
+    proxied_target,
+    proxy_to,
+    via,
+)  # fmt: skip
 from .judge import Counts, judge, read_sides
 from .scratch import Databases, scratch
 
@@ -55,8 +63,20 @@ class Setup:
     def kinds(self) -> tuple[str, ...]:
         from ...store import is_postgres
 
-        http = self.own_sink or (self.to is not None and proxied_target(self.to) is not None)
-        return s.kinds_for(own_sink=self.own_sink, http=http, partitioned=is_postgres(self.source))
+        upstream = self.upstream()
+        return s.kinds_for(
+            own_sink=self.own_sink,
+            http=upstream is not None and upstream.scheme == "http",
+            cut=upstream is not None,
+            partitioned=is_postgres(self.source),
+        )
+
+    def upstream(self) -> Upstream | None:
+        """The user's sender when the proxy can stand in front of it (the own sink's is
+        known once it runs)."""
+        if self.to is None:
+            return Upstream("127.0.0.1", 0, "http")
+        return proxied_target(self.to)
 
 
 @dataclass
@@ -117,17 +137,18 @@ class _Run:
             Outbox(self.dbs.source).close()  # made (and migrated) before a relay opens it
             self.source = stack.enter_context(_Poller(self.dbs.source))
             self.sink: OwnSink | None = None
-            to = self.setup.to
-            upstream = proxied_target(to) if to is not None else None
+            to, upstream = self.setup.to, self.setup.upstream()
             if self.setup.own_sink:
                 self.sink = stack.enter_context(
                     OwnSink(self.sink_db, self.setup.handlers, self.dbs.logs)
                 )
-                upstream = ("127.0.0.1", self.sink.port)
-            self.proxy = None if upstream is None else stack.enter_context(proxy_to(upstream))
-            if self.proxy is not None:
-                to = f"http://127.0.0.1:{self.proxy.port}{_path_of(to)}"
+                to = f"http://127.0.0.1:{self.sink.port}/events"
+                upstream = Upstream("127.0.0.1", self.sink.port, "http")
             assert to is not None
+            self.proxy = None if upstream is None else stack.enter_context(proxy_to(upstream))
+            self.event_mark = b"" if upstream is None else upstream.event_mark
+            if self.proxy is not None:
+                to = via(to, self.proxy.port)
             self.relays = stack.enter_context(Relays(self.dbs.source, to, self.dbs.logs))
             sizes = _split(self.setup.events, len(self.schedule.faults))
             for fault, size in zip(self.schedule.faults, sizes, strict=True):
@@ -179,7 +200,7 @@ class _Run:
             self.proxy.drop_responses = count
             self._publish(size)
         elif kind == s.CUT and self.proxy is not None:
-            self.proxy.arm_cut(EVENT_MARK, count)
+            self.proxy.arm_cut(self.event_mark, count)
             self._publish(size)
         else:
             self._publish(size)
@@ -220,14 +241,6 @@ class _Run:
                     last, since = now, time.monotonic()
                 elif time.monotonic() - since >= SETTLE_S:
                     return
-
-
-def _path_of(url: str | None) -> str:
-    """The path and query of the user's sink URL (the proxy stands in for its host)."""
-    if url is None:
-        return "/events"
-    parts = urlsplit(url)
-    return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
 
 
 def _split(total: int, parts: int) -> list[int]:

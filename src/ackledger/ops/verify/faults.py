@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import itertools
 import signal
+from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from ..._core.closing import Closing
 from ..._dev.faultproxy import FaultProxy
@@ -26,18 +27,46 @@ STARTED = " started: "
 START_S = 60.0
 #: A short lease: a relay that died or was stopped holds its partitions this long.
 LEASE_TTL_S = 1.5
-#: The start of every event in a batch's body: the proxy cuts a batch before one of them.
-EVENT_MARK = b'"specversion"'
-LOOPBACK = ("127.0.0.1", "localhost", "[::1]", "::1")
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+#: Where an event begins on the wire, per scheme: the proxy cuts a batch before one of them
+#: (a CloudEvent in a batch's JSON body; AMQP's basic.publish method; NATS's HPUB).
+EVENT_MARKS = {"http": b'"specversion"', "amqp": b"\x00\x3c\x00\x28", "nats": b"HPUB "}
 
 
-def proxied_target(url: str) -> tuple[str, int] | None:
-    """Where a proxy in front of the user's HTTP sink forwards to; None when the proxy cannot
-    stand there (not HTTP, or not on loopback: the proxy speaks to loopback only)."""
+@dataclass(frozen=True)
+class Upstream:
+    """What the fault proxy stands in front of."""
+
+    host: str
+    port: int
+    scheme: str
+
+    @property
+    def event_mark(self) -> bytes:
+        return EVENT_MARKS[self.scheme]
+
+
+def proxied_target(url: str) -> Upstream | None:
+    """Where a proxy in front of the user's sender forwards to; None when the proxy cannot
+    stand there (another scheme, no port, or not on loopback: the proxy speaks to loopback
+    only)."""
     parts = urlsplit(url)
-    if parts.scheme != "http" or parts.hostname not in LOOPBACK or parts.port is None:
+    if parts.scheme not in EVENT_MARKS or parts.hostname not in LOOPBACK:
         return None
-    return (parts.hostname, parts.port)
+    try:
+        port = parts.port
+    except ValueError:
+        return None
+    return None if port is None else Upstream(parts.hostname, port, parts.scheme)
+
+
+def via(url: str, port: int) -> str:
+    """``url`` with its host and port replaced by the proxy's, on 127.0.0.1 (its user,
+    path and query kept)."""
+    parts = urlsplit(url)
+    user = parts.netloc.rpartition("@")[0]
+    netloc = f"{user}@127.0.0.1:{port}" if user else f"127.0.0.1:{port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 class OwnSink(Closing):
@@ -109,7 +138,7 @@ class Relays(Closing):
             self.stop(child)
 
 
-def proxy_to(upstream: tuple[str, int]) -> FaultProxy:
-    proxy = FaultProxy(upstream[1])
-    proxy.upstream = upstream
+def proxy_to(upstream: Upstream) -> FaultProxy:
+    proxy = FaultProxy(upstream.port)
+    proxy.upstream = (upstream.host, upstream.port)
     return proxy

@@ -65,12 +65,17 @@ def draw(seed: int, kinds: tuple[str, ...]) -> Schedule:
     return Schedule(seed, tuple(faults))
 
 
-def kinds_for(*, own_sink: bool, http: bool, partitioned: bool) -> tuple[str, ...]:
-    """The faults that can be made here: the proxy's only on an HTTP sink, a sink kill only
-    on the sink verify runs itself, a lease steal only where relays lease partitions."""
+def kinds_for(
+    *, own_sink: bool, http: bool, partitioned: bool, cut: bool | None = None
+) -> tuple[str, ...]:
+    """The faults that can be made here: a lost answer only on an HTTP sink behind the proxy,
+    a cut wherever the proxy stands (``cut``: by default where ``http``), a sink kill only on
+    the sink verify runs itself, a lease steal only where relays lease partitions."""
     allowed = [RELAY_ACK_MARK]
     if http:
-        allowed += [ANSWER_LOST, CUT]
+        allowed.append(ANSWER_LOST)
+    if http if cut is None else cut:
+        allowed.append(CUT)
     if own_sink:
         allowed.append(SINK_KILL)
     if partitioned:
