@@ -19,22 +19,13 @@ from .arguments import (
     limit_arg,
     port_arg,
     positive_float,
+    whole_arg,
 )
 from .exposure import add_client_token, token_of
 
 
-def _seed_arg(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-
-
 def _count_arg(text: str) -> int:
-    count = _seed_arg(text)
-    if count < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {text!r}")
-    return count
+    return whole_arg(text, 1)
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -74,7 +65,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--max-backoff", type=positive_float, default=30.0, metavar="SECONDS",
         help="backoff cap (default 30)",
     )  # fmt: skip
-    relay.add_argument("--seed", type=_seed_arg, help="seed the jitter (reproducible waits)")
+    relay.add_argument("--seed", type=whole_arg, help="seed the jitter (reproducible waits)")
     relay.add_argument(
         "--poll-interval", type=positive_float, default=0.5, metavar="SECONDS",
         help="wait between looks when nothing is pending (default 0.5)",

@@ -8,22 +8,12 @@ import secrets
 import sys
 
 from ..store import is_postgres
+from .arguments import whole_arg
 from .exits import EXIT_OK, EXIT_STOPPED
 
 DEFAULT_SCHEDULES = 8
 DEFAULT_EVENTS = 40
 MAX_EVENTS = 10_000
-
-
-def _whole(text: str, least: int, most: int | None = None) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if value < least or (most is not None and value > most):
-        bound = f"from {least} to {most}" if most is not None else f"{least} or more"
-        raise argparse.ArgumentTypeError(f"must be {bound}, got {text!r}")
-    return value
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -58,15 +48,15 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "for the types they name); a warehouse.stock.added handler must add qty to inventory",
     )  # fmt: skip
     verify.add_argument(
-        "--schedules", type=lambda t: _whole(t, 1, 1000), default=DEFAULT_SCHEDULES,
+        "--schedules", type=lambda t: whole_arg(t, 1, 1000), default=DEFAULT_SCHEDULES,
         metavar="N", help=f"schedules to run (default {DEFAULT_SCHEDULES})",
     )  # fmt: skip
     verify.add_argument(
-        "--seed", type=lambda t: _whole(t, 0), metavar="S",
+        "--seed", type=lambda t: whole_arg(t, 0), metavar="S",
         help="the first schedule's seed (the next ones take S+1, ...); default a random one",
     )  # fmt: skip
     verify.add_argument(
-        "--events", type=lambda t: _whole(t, 1, MAX_EVENTS), default=DEFAULT_EVENTS,
+        "--events", type=lambda t: whole_arg(t, 1, MAX_EVENTS), default=DEFAULT_EVENTS,
         metavar="N", help=f"events per schedule (default {DEFAULT_EVENTS})",
     )  # fmt: skip
     verify.add_argument("--json", action="store_true", help="print one JSON object")
