@@ -111,7 +111,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     kinds = setup.kinds()
     progress = report.Progress(args.schedules)
     if not args.json:
-        print(f"verify: {args.schedules} schedules from seed {first}, faults {', '.join(kinds)}")
+        many = "s" if args.schedules != 1 else ""
+        faults = ", ".join(kinds)
+        print(f"verify: {args.schedules} schedule{many} from seed {first}, faults {faults}")
     outcomes = []
     for seed in range(first, first + args.schedules):
         progress.schedule_started(seed)

@@ -98,7 +98,8 @@ def verdict(outcomes: Sequence[Outcome], argv: Sequence[str]) -> str:
     failing = [o for o in outcomes if not o.counts.clean]
     if not failing:
         return (
-            f"VERDICT: PASS - {len(outcomes)} schedules: nothing lost, nothing applied twice, "
+            f"VERDICT: PASS - {len(outcomes)} schedule{'s' if len(outcomes) != 1 else ''}: "
+            "nothing lost, nothing applied twice, "
             "nothing stuck, no partition reordered."
         )
     lines = [f"VERDICT: FAIL - {len(failing)} of {len(outcomes)} schedules failed:"]
