@@ -193,9 +193,7 @@ class _Run:
                 self._steal(paused)
         elif kind == s.SINK_KILL and self.sink is not None:
             self._wait_drained()  # a running relay, so that the kill lands in its work
-            self._publish(size)
-            time.sleep(fault.after_s)
-            self.sink.kill_and_restart()
+            self._kill_sink_at_work(self.sink, size, fault.after_s)
             self.kills += 1
             if self.proxy is not None:
                 self.proxy.upstream = ("127.0.0.1", self.sink.port)
@@ -220,6 +218,19 @@ class _Run:
         if kind == s.CUT and not self.proxy.cuts:
             self.notes.append(f"{kind}: the connection was never cut")
             self.proxy.cuts = 1  # disarmed
+
+    def _kill_sink_at_work(self, sink: OwnSink, size: int, after_s: float) -> None:
+        """Kill the sink ``after_s`` after it applied the first of the phase's events: the
+        relay is at work then, whatever the machine's load made of the time before."""
+        with _Poller(self.sink_db) as reader:
+            before = len(reader.stock(self.tag))
+            self._publish(size)
+            if not wait_until(
+                lambda: len(reader.stock(self.tag)) > before, PHASE_S, self.relays.alive
+            ):
+                self.notes.append("sink-kill: the sink applied nothing before the kill")
+        time.sleep(after_s)
+        sink.kill_and_restart()
 
     def _steal(self, paused: Any) -> None:
         """Another relay takes the stopped one's partition once its lease has run out; then

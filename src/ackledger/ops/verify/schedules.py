@@ -16,7 +16,8 @@ from dataclasses import dataclass
 RELAY_ACK_MARK = "relay-kill-after-ack"
 #: The proxy lets the sink commit and throws its answer away.
 ANSWER_LOST = "answer-lost"
-#: The sink (its process) is killed with SIGKILL while the relay sends.
+#: The sink (its process) is killed with SIGKILL while the relay sends: a drawn time after
+#: it applied the first event of the phase.
 SINK_KILL = "sink-kill"
 #: The proxy cuts the connection in the middle of a batch's body.
 CUT = "cut-mid-batch"
@@ -34,7 +35,7 @@ class Fault:
     #: RELAY_ACK_MARK, LEASE_STEAL: the ACK after which the relay stops; ANSWER_LOST: how many
     #: answers are dropped; CUT: at which event of a connection's stream it is cut.
     count: int
-    #: SINK_KILL: how long after the phase's events are accepted the sink is killed.
+    #: SINK_KILL: how long after it applied the phase's first event the sink is killed.
     after_s: float
 
     def text(self) -> str:
