@@ -10,6 +10,7 @@ consumer is stopped with SIGTERM and everything is read back from other connecti
 
 - lost: marked sent in the outbox, never applied; stuck: still pending, or left in the broker;
 - double-applied: an order whose stock moved more than once (each order adds 1 to its own sku);
+  these three are judged by ``ackledger verify``'s own judge (``ackledger.ops.verify.judge``);
 - re-sends: publishes beyond one per event, seen by the route's tap (``bench.broker_routes``). At
   each relay kill the events the tap had seen that are still pending are counted ("in
   flight"): they are what the next relay publishes again. No kill may leave more than the one
@@ -25,9 +26,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import random
-import signal
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import threading
@@ -36,7 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ackledger import Inbox, Outbox, new_event
-from ackledger._dev.procs import cli_command
+from ackledger._dev.procs import Child
+from ackledger.ops.verify.judge import judge, read_sides
 
 from .broker_routes import BROKERS, Route, open_route
 from .common import scratch
@@ -99,39 +99,6 @@ class Outcome:
         return found
 
 
-class Child:
-    """One ``ackledger`` process, its output in a log file of the schedule's directory."""
-
-    def __init__(self, args: list[str], log: Path) -> None:
-        self.log = log
-        with log.open("ab") as out:
-            self.process = subprocess.Popen(
-                cli_command(*args), stdout=out, stderr=subprocess.STDOUT
-            )
-
-    def kill(self) -> None:
-        self.process.kill()  # SIGKILL: no handler, no finally, no close
-        self.process.wait()
-
-    def wait_for(self, text: str, timeout: float = 30) -> bool:
-        """Until its log says ``text`` (a consumer's "consuming": its signal handler is in)."""
-        end = time.monotonic() + timeout
-        while time.monotonic() < end and self.process.poll() is None:
-            if text in self.log.read_text(encoding="utf-8", errors="replace"):
-                return True
-            time.sleep(0.05)
-        return False
-
-    def stop(self, timeout: float = 30) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            return -signal.SIGKILL
-
-
 def _read(db: Path, sql: str) -> list[tuple[object, ...]]:
     """One query on a connection of its own, read-only: what is on disk now."""
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
@@ -153,8 +120,11 @@ def stock_by_order(sink: Path) -> dict[str, int]:
     return {str(sku).removeprefix("sku-"): int(str(qty)) for sku, qty in rows}
 
 
+ORDER_PREFIX = "c-"
+
+
 def order_id(n: int) -> str:
-    return f"c-{n:05d}"
+    return f"{ORDER_PREFIX}{n:05d}"
 
 
 def _feed(source: Path, events: int, seconds: float) -> None:
@@ -170,8 +140,8 @@ def _feed(source: Path, events: int, seconds: float) -> None:
 
 
 def order(n: int, source: str) -> dict[str, object]:
-    """Order n: one unit of its own sku, so a second application shows as 2."""
-    data = {"sku": f"sku-{order_id(n)}", "qty": 1}
+    """Order n: one unit of its own sku (its id), so a second application shows as 2."""
+    data = {"sku": order_id(n), "qty": 1}
     return new_event("warehouse.stock.added", data, source=source, id=order_id(n))
 
 
@@ -258,14 +228,13 @@ def _drain(source: Path, sink: Path, events: int) -> None:
 
 
 def _judge(outcome: Outcome, route: Route, source: Path, sink: Path) -> None:
-    wanted = {order_id(n) for n in range(outcome.events)}
-    pending = pending_ids(source)
-    stock = stock_by_order(sink)
-    outcome.lost = len(wanted - pending - set(stock))
-    outcome.double_applied = sum(1 for qty in stock.values() if qty != 1)
-    outcome.stuck = len(pending) + route.left()
+    # The judge of ``ackledger verify``: each order is a sku of its own whose stock says how
+    # often it was applied. Its "reordered" is not asked: a broker redelivers a killed
+    # consumer's messages after newer ones, and order across a redelivery is not promised.
+    counts = judge(read_sides(str(source), str(sink), ORDER_PREFIX), outcome.events)
+    outcome.lost, outcome.double_applied = counts.lost, counts.double_applied
+    outcome.stuck = counts.stuck + route.left()
     seen = route.seen_settled()
-    outcome.lost += len(set(stock) - wanted)  # applied, yet never an order: counted as wrong
     outcome.resends = sum(count - 1 for count in seen.values() if count > 1)
     with Inbox(sink) as inbox:
         outcome.inbox_duplicates = inbox.counters()["duplicate"]

@@ -35,7 +35,6 @@ DOWN = "postgresql://postgres@127.0.0.1:1/x"
         (["--source", "{missing}", "--to", SINK, "--owner", "w"], "no database"),
         (["--source", "{db}", "--to", SINK, "--owner", "w", "--lease-ttl", "0"], "lease-ttl"),
         (["--source", "{db}", "--to", SINK, "--stop-self-after-acks", "0"], "stop-self-after-acks"),
-        (["--source", "{db}", "--to", SINK, "--stop-self-after-acks", "2"], "stop-self-after-acks"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], says: str) -> None:

@@ -9,7 +9,8 @@ With ``cut_before`` it cuts a connection mid-stream instead, once: the first con
 client bytes reach the ``cut_at``-th occurrence of that pattern (a broker protocol's publish
 frame, say) has only what came before it forwarded; the rest is held back, the upstream's
 answers to what it did get flow for ``cut_hold_s`` more, and then both sides are closed. Later
-connections pass untouched: the cut has healed.
+connections pass untouched: the cut has healed. ``arm_cut`` arms another one while the proxy
+runs (``verify``), counted from the next bytes of every open connection.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class FaultProxy(Closing):
         self.dropped = 0
         self.cut_before, self.cut_at, self.cut_hold_s = cut_before, cut_at, cut_hold_s
         self.cuts = 0
+        self._armed = 0  # bumped by arm_cut: a connection's count starts again
         self.connections = 0
         self._lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", 0))
@@ -67,6 +69,13 @@ class FaultProxy(Closing):
                 self.cuts = 1
                 return True
             return False
+
+    def arm_cut(self, pattern: bytes, at: int) -> None:
+        """Cut once more: at the ``at``-th ``pattern`` a connection sends from now on."""
+        with self._lock:
+            self.cut_before, self.cut_at = pattern, at
+            self.cuts = 0
+            self._armed += 1
 
     def _accept_loop(self) -> None:
         while not self._closed.is_set():
@@ -100,13 +109,18 @@ class FaultProxy(Closing):
             _close(client, upstream)
 
     def _pump_up(self, client: socket.socket, upstream: socket.socket) -> None:
-        scan = _Occurrences(self.cut_before, self.cut_at) if self.cut_before else None
+        scan: _Occurrences | None = None
+        armed = -1
         try:
             while True:
                 data = client.recv(65536)
                 if not data:
                     break
-                at = scan.find(data) if scan is not None and self.cuts == 0 else None
+                at = None
+                if self.cut_before and self.cuts == 0:
+                    if scan is None or armed != self._armed:
+                        scan, armed = _Occurrences(self.cut_before, self.cut_at), self._armed
+                    at = scan.find(data)
                 if at is not None and self._take_cut():
                     upstream.sendall(data[:at])
                     time.sleep(self.cut_hold_s)  # the answers to what got through still flow

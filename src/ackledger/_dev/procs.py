@@ -106,3 +106,42 @@ def start_listener(
     process.kill()
     process.wait()
     raise RuntimeError(f"service {' '.join(args)} did not start (exit {process.returncode})")
+
+
+class Child:
+    """One ``ackledger`` process whose output goes to a log file (campaigns, ``verify``)."""
+
+    def __init__(self, args: Sequence[str], log: Path) -> None:
+        self.log = log
+        with log.open("ab") as out:
+            self.process = subprocess.Popen(
+                cli_command(*args), stdout=out, stderr=subprocess.STDOUT
+            )
+
+    def kill(self) -> None:
+        self.process.kill()  # SIGKILL: no handler, no finally, no close
+        self.process.wait()
+
+    def said(self, text: str) -> bool:
+        return text in self.log.read_text(encoding="utf-8", errors="replace")
+
+    def wait_for(self, text: str, timeout: float = 30) -> bool:
+        """Until its log says ``text`` (a consumer's "consuming": its signal handler is in)."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end and self.process.poll() is None:
+            if self.said(text):
+                return True
+            time.sleep(0.05)
+        return False
+
+    def stop(self, timeout: float = 30) -> int:
+        """SIGTERM (a stopped process is continued first, or it could not act on it), then
+        SIGKILL if it has not ended in ``timeout``."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return -signal.SIGKILL

@@ -17,12 +17,13 @@ from .._core import telemetry
 from .._version import __version__
 from ..errors import AckledgerError
 from ..store import database_errors, unreachable_errors
-from . import console, consume, demo, ledger, migrate, operate, relay, serve, source
+from . import console, consume, demo, ledger, migrate, operate, relay, serve, source, verify
 from . import inbox as inbox_commands
 from .exits import EPILOG, EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_UNREACHABLE
 
 COMMAND_MODULES = (
     source, serve, ledger, demo, migrate, relay, operate, consume, inbox_commands, console,
+    verify,
 )  # fmt: skip
 
 #: The optional dependencies, by the extra that installs them (pyproject.toml): a command

@@ -124,6 +124,18 @@ def open_outbox(
     return Outbox(target, synchronous=synchronous, source=event_source)
 
 
+def whole_arg(text: str, least: int | None = None, most: int | None = None) -> int:
+    """An argparse type for a whole number, within ``least``..``most`` where given."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if (least is not None and value < least) or (most is not None and value > most):
+        bound = f"{least} or more" if most is None else f"from {least} to {most}"
+        raise argparse.ArgumentTypeError(f"must be {bound}, got {text!r}")
+    return value
+
+
 def duration_arg(text: str) -> float:
     """An argparse type for ``30d``, ``12h``... (seconds), with the parser's own message."""
     from .._core.duration import parse_duration

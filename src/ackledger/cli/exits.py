@@ -10,7 +10,7 @@ from ..relay.policy import EXIT_POISON
 #: Done: the command did what it was asked.
 EXIT_OK = 0
 #: Ran, and the answer is "no": a dispatch that stopped on a failure (what stays pending is
-#: printed), an event known nowhere (``trace``).
+#: printed), an event known nowhere (``trace``), a campaign that found a fault (``verify``).
 EXIT_STOPPED = 1
 #: Bad input: a one-line error naming what is wrong; nothing was written.
 EXIT_BAD_INPUT = 2
@@ -27,7 +27,7 @@ EXIT_INTERRUPTED = 130
 EPILOG = f"""exit status:
   {EXIT_OK}    done
   {EXIT_STOPPED}    ran, and the answer is no (dispatch stopped on a failure; trace: the event is
-       known nowhere)
+       known nowhere; verify: something lost, applied twice, stuck or reordered)
   {EXIT_BAD_INPUT}    bad input: one line naming what is wrong; nothing was written
   {EXIT_REFUSED}    relay: stopped on a poison event (a permanent refusal, --on-poison stop)
   {EXIT_UNREACHABLE}    a database or service could not be reached or used; try again later

@@ -19,22 +19,13 @@ from .arguments import (
     limit_arg,
     port_arg,
     positive_float,
+    whole_arg,
 )
 from .exposure import add_client_token, token_of
 
 
-def _seed_arg(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-
-
 def _count_arg(text: str) -> int:
-    count = _seed_arg(text)
-    if count < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {text!r}")
-    return count
+    return whole_arg(text, 1)
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -74,7 +65,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--max-backoff", type=positive_float, default=30.0, metavar="SECONDS",
         help="backoff cap (default 30)",
     )  # fmt: skip
-    relay.add_argument("--seed", type=_seed_arg, help="seed the jitter (reproducible waits)")
+    relay.add_argument("--seed", type=whole_arg, help="seed the jitter (reproducible waits)")
     relay.add_argument(
         "--poll-interval", type=positive_float, default=0.5, metavar="SECONDS",
         help="wait between looks when nothing is pending (default 0.5)",
@@ -115,7 +106,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--single", action="store_true",
         help="run the single loop instead (one global order; run only one such relay)",
     )  # fmt: skip
-    # Drills only (docs/postgres.md), so not in the help.
+    # Drills only (docs/postgres.md, verify), so not in the help.
     lease.add_argument("--stop-self-after-acks", type=_count_arg, help=argparse.SUPPRESS)
     add_synchronous(relay)
     relay.set_defaults(handler=cmd_relay)
@@ -132,8 +123,6 @@ def cmd_relay(args: argparse.Namespace) -> int:
     leasing = is_postgres(args.source) and not args.single
     if leasing and args.pipeline:
         raise UsageError("--pipeline: only the single loop overlaps marks (SQLite, or --single)")
-    if not leasing and args.stop_self_after_acks is not None:
-        raise UsageError("--stop-self-after-acks: a drill of a leasing relay (postgresql://)")
     settings = RelaySettings(
         url=args.to,
         batch=args.batch,

@@ -45,8 +45,8 @@ def run(
 ) -> int:
     """Relay from ``source`` until a stop signal (0) or a poison event (EXIT_POISON).
 
-    ``pause_after_acks`` is a drill of a leasing relay: after that many ACKs, before the
-    mark, the process stops itself with SIGSTOP (as if paused by the system).
+    ``pause_after_acks`` is a drill (``verify``, docs/postgres.md): after that many ACKs,
+    before the mark, the process stops itself with SIGSTOP (as if paused by the system).
     """
     install(logger, log_format)
     # A stop asked for while the relay is still starting (opening the outbox, a Pod deleted
@@ -62,12 +62,14 @@ def run(
     try:
         with Outbox(source, synchronous=synchronous) as outbox:
             outbox.record_target(settings.url)
+            after = _pause_after(pause_after_acks)
             if settings.owner is not None:
-                after = _pause_after(pause_after_acks)
                 return _leasing(settings, outbox, wire, (metrics_at, early), after)
             marker = Outbox(source, synchronous=synchronous) if settings.pipeline else None
             try:
-                relay = Relay(WholeOutbox(outbox, settings, marker), wire=wire)
+                relay = Relay(
+                    WholeOutbox(outbox, settings, marker), wire=wire, after_delivery=after
+                )
                 code = _serving(
                     outbox, relay.counts, relay.request_stop, relay.run, (metrics_at, early)
                 )

@@ -23,6 +23,7 @@ from .leases import LeaseQueries
 from .ledger import LedgerQueries
 from .outbox import OutboxQueries
 from .reconcile import ReconcileQueries
+from .verify import VerifyQueries
 
 __all__ = ["Backend", "Params", "Row", "Tx", "check_synchronous", "migrate", "migrations"]
 
@@ -35,7 +36,7 @@ def check_synchronous(value: object) -> str:
     return value.upper()
 
 
-class Tx(OutboxQueries, InboxQueries, LedgerQueries, LeaseQueries, ReconcileQueries):
+class Tx(OutboxQueries, InboxQueries, LedgerQueries, LeaseQueries, ReconcileQueries, VerifyQueries):
     """One open transaction: one typed method per operation of the outbox (``outbox_*``,
     ``order_*``), the inbox (``inbox_*``, ``inventory_*``), the ledger (``ledger_*``), the
     partition leases (``lease_*``) and the counters (``counter*``), as River's driver

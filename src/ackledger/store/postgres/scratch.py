@@ -1,0 +1,48 @@
+"""Scratch databases on a PostgreSQL server (``verify``): made with a unique name, dropped
+with ``FORCE`` so that a killed process's leftover connections cannot keep one alive."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from .backend import CONNECT_TIMEOUT_S
+
+
+def database_url(server: str, name: str) -> str:
+    """``server`` (any database URL of it) with its database replaced by ``name``."""
+    parts = urlsplit(server)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, ""))
+
+
+def _admin(server: str) -> Any:
+    import psycopg
+
+    # The maintenance database, whatever database the user's URL names (it may not exist).
+    return psycopg.connect(
+        database_url(server, "postgres"), autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+    )
+
+
+def create_scratch(server: str, prefix: str) -> str:
+    """Create an empty database named ``prefix`` + a random suffix; returns its name."""
+    name = prefix + secrets.token_hex(5)
+    with _admin(server) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return name
+
+
+def drop_scratch(server: str, name: str) -> None:
+    with _admin(server) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def scratch_names(server: str, prefix: str) -> list[str]:
+    """The databases on ``server`` whose name starts with ``prefix`` (a leak check)."""
+    with _admin(server) as conn:
+        rows = conn.execute(
+            "SELECT datname FROM pg_database WHERE starts_with(datname, %s) ORDER BY datname",
+            (prefix,),
+        ).fetchall()
+    return [str(row[0]) for row in rows]

@@ -1,0 +1,25 @@
+"""Handlers for tests/test_verify.py, loaded by the sink that ``verify`` starts."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psycopg
+
+from ackledger.store.inbox import INVENTORY_ADD
+
+from . import pg
+
+
+def _apply_outside_the_inbox(tx: Any, event: dict[str, Any]) -> None:
+    """Wrong on purpose: the effect is committed on a connection of its own, before the
+    inbox's transaction (and its receipt) commits; then it dawdles, so a sink killed now
+    has applied the event without a receipt, and the re-send applies it again."""
+    database = tx.execute("SELECT current_database()")[0][0]
+    with psycopg.connect(pg.url_for(database), autocommit=True) as conn:
+        conn.execute(INVENTORY_ADD.replace("?", "%s"), (event["data"]["sku"], event["data"]["qty"]))
+    time.sleep(0.3)
+
+
+BROKEN = {"warehouse.stock.added": _apply_outside_the_inbox}
