@@ -31,7 +31,7 @@ from ..web.answers import (
 from ..web.bodies import BodyTooLarge, ClientGone, read_body
 from ..web.cloudevents_http import Headers, decode_batch, decode_event
 from ..web.docs_page import api_routes
-from ..web.fastpath import FastPosts, GroupCommit, PostRoute
+from ..web.fastpath import GroupCommit, PostRoute
 from ..web.health import liveness, readiness
 from ..web.metrics import ServiceMetrics
 from ..web.observe import Observed
@@ -244,8 +244,8 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "") -> ASGIApp:
     ]
     routes += api_routes(prefix, "ackledger sink", _DESCRIPTION, routes)
     app = build_app(list(routes))
-    fast = FastPosts(app, {events: post_event, batch: post_batch})
-    return Observed(fast, service_metrics.registry, routes)
+    direct = {events: post_event, batch: post_batch}
+    return Observed(app, service_metrics.registry, routes, direct)
 
 
 _DESCRIPTION = (

@@ -1,10 +1,10 @@
 """The hot POST routes as plain ASGI, and group commit.
 
 Starlette's middleware stack, router and request/response objects cost more per request than
-the inbox's own work (docs/benchmarks.md). ``FastPosts`` answers POST on a few exact paths by
-calling the route's ASGI handler directly and hands every other request to the Starlette app,
-which keeps the same handlers as routes: a GET on those paths still gets Starlette's 405, and
-everything else behaves as before.
+the inbox's own work (docs/benchmarks.md). A ``PostRoute`` is a route's ASGI handler that
+makes its answer directly; ``web.observe.Observed`` calls it without the router for a POST on
+its exact path (and times it without wrapping ``send``), while Starlette keeps it as a route:
+a GET on that path still gets Starlette's 405, and a mounted app is routed as before.
 
 ``GroupCommit`` lets requests that are ready in the same turn of the event loop share one
 write transaction: each request still gets its own result, and is answered only after the one
@@ -17,7 +17,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, TypeVar
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from .answers import Answer
 
@@ -46,28 +46,17 @@ class PostRoute:
             self._children[status] = child
         child.inc()
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def respond(self, scope: Scope, receive: Receive, send: Send) -> int:
+        """Answer the request; returns the status sent (0: the client left, none was)."""
         answer = await self._answer(scope, receive)
         if answer is None:
-            return
+            return 0
         self._count(answer.status)
         await answer.send(send)
-
-
-class FastPosts:
-    """Route ``POST`` on the given exact paths straight to their handlers; all else to ``app``."""
-
-    def __init__(self, app: ASGIApp, posts: dict[str, PostRoute]) -> None:
-        self.app = app
-        self._posts = posts
+        return answer.status
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path"):
-            handler = self._posts.get(scope["path"])
-            if handler is not None:
-                await handler(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
+        await self.respond(scope, receive, send)
 
 
 Item = TypeVar("Item")

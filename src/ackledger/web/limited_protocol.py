@@ -12,6 +12,17 @@ protocol's own callbacks:
 - a head must be complete ``read_timeout`` seconds after its first byte (or after the
   connection opened), and a body ``read_timeout`` seconds after its head; else the connection
   is closed (a request already being answered is left to finish).
+
+Per request this costs a few attribute writes, not timers: each connection holds one deadline
+(the loop time by which the read in progress must be done, or None) and at most one timer,
+which on firing closes the connection if the deadline has passed and otherwise re-arms itself
+for the deadline. A kept-alive connection re-arms it about once per ``read_timeout`` instead
+of creating and cancelling two timers per request (bench/CHANGES.md item 19).
+
+The connection's writes also go out together: uvicorn writes an answer's head and its body
+with two ``transport.write`` calls, i.e. two ``send`` system calls and two TCP segments on a
+``TCP_NODELAY`` socket. ``_Corked`` holds what is written during one turn of the event loop and
+writes it as one piece when the answer is complete, or at the end of that turn at the latest.
 """
 
 from __future__ import annotations
@@ -40,6 +51,44 @@ def _too_large_answer(cap: int) -> bytes:
     return _TOO_LARGE % (len(body), body)
 
 
+class _Corked:
+    """A transport whose writes of one turn of the event loop are sent as one write.
+
+    Everything the protocol and its request cycles write goes through here, in order; a
+    ``close`` sends what is held first. Whatever else the protocol asks of its transport is
+    the real one's.
+    """
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self.transport = transport
+        self._loop = loop
+        self._held: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        if not self._held:
+            # The end of this turn at the latest, should the answer not complete in it.
+            self._loop.call_soon(self.flush)
+        self._held.append(data)
+
+    def flush(self) -> None:
+        held = self._held
+        if held:
+            self._held = []
+            # Written after a close: dropped, as the connection is going (uvloop would raise).
+            if not self.transport.is_closing():
+                self.transport.write(held[0] if len(held) == 1 else b"".join(held))
+
+    def close(self) -> None:
+        self.flush()
+        self.transport.close()
+
+    def is_closing(self) -> bool:
+        return self.transport.is_closing()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.transport, name)
+
+
 class LimitedHttpTools(HttpToolsProtocol):
     def __init__(self, *args: Any, limits: Limits, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -48,25 +97,34 @@ class LimitedHttpTools(HttpToolsProtocol):
         self._in_head = True
         self._head_bytes = 0
         self._heads_done = 0
+        #: The loop time by which the head or body being read must be complete; None: none is.
+        self._deadline: float | None = None
+        #: The connection's one timer, checking ``_deadline`` (None: not armed).
         self._timer: asyncio.TimerHandle | None = None
+        self._corked: _Corked | None = None
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
-        self._arm()
+        self._corked = _Corked(transport, self.loop)
+        self.transport = self._corked  # type: ignore[assignment]
+        self._start_read()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
+        self._deadline = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self._in_head and self._timer is None:
-            self._arm()  # the first bytes of a kept-alive connection's next request
+        if self._in_head and self._deadline is None:
+            self._start_read()  # the first bytes of a kept-alive connection's next request
         heads_before = self._heads_done
         super().data_received(data)
         if self._in_head and self._heads_done == heads_before:
             self._head_bytes += len(data)
             if self._head_bytes > self._limits.head_bytes and not self.transport.is_closing():
-                self._disarm()
+                self._deadline = None
                 self.transport.write(_too_large_answer(self._limits.head_bytes))
                 self.transport.close()
 
@@ -74,33 +132,40 @@ class LimitedHttpTools(HttpToolsProtocol):
         self._in_head = False
         self._head_bytes = 0
         self._heads_done += 1
-        self._disarm()
+        self._deadline = None
         super().on_headers_complete()
         if not self.transport.is_closing() and self.cycle is not None and self.cycle.more_body:
-            self._arm()  # the body's time-out
+            self._start_read()  # the body's time-out
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
-        self._disarm()
+        self._deadline = None
         # The next head's clock starts with its first byte (idle time is keep-alive's).
         self._in_head = True
 
-    def _arm(self) -> None:
-        self._disarm()
-        self._timer = self.loop.call_later(self._limits.read_timeout, self._read_timed_out)
+    def on_response_complete(self) -> None:
+        # The answer's last write was just made: send it now rather than at the turn's end.
+        if self._corked is not None:
+            self._corked.flush()
+        super().on_response_complete()
 
-    def _disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+    def _start_read(self) -> None:
+        self._deadline = self.loop.time() + self._limits.read_timeout
+        if self._timer is None:
+            self._timer = self.loop.call_later(self._limits.read_timeout, self._check)
 
-    def _read_timed_out(self) -> None:
+    def _check(self) -> None:
         self._timer = None
-        if self.transport.is_closing():
+        deadline = self._deadline
+        if deadline is None or self.transport.is_closing():
+            return  # nothing is being read: the next read arms the timer again
+        now = self.loop.time()
+        if now < deadline:
+            self._timer = self.loop.call_later(deadline - now, self._check)
             return
         cycle = self.cycle
         if self._in_head and cycle is not None and not cycle.response_complete:
             # Bytes of a pipelined request arrived while this one is answered: let it finish.
-            self._arm()
+            self._start_read()
             return
         self.transport.close()

@@ -112,6 +112,9 @@ def serve(
         log_config=None,  # configure_logging above
         log_level=settings.level,
         access_log=False,  # ours (web.observe) has the route and the time
+        # X-Forwarded-* would only rewrite the client address and scheme, which nothing here
+        # reads; uvicorn's middleware for them cost 1.5% of the sink's samples (CHANGES 19).
+        proxy_headers=False,
         lifespan="off",
         timeout_keep_alive=30,
         timeout_graceful_shutdown=GRACEFUL_SECONDS,
