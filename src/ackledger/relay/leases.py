@@ -126,23 +126,30 @@ class PartitionLeases:
         *,
         attempted: bool = False,
         durable: bool = True,
-    ) -> None:
-        """Mark several events in one transaction: all of them, or none."""
+        then_pending: int = 0,
+    ) -> list[dict[str, Any]]:
+        """Mark several events in one transaction: all of them, or none.
+
+        With ``then_pending`` > 0, the same transaction then reads up to that many of the
+        partition's pending events (what ``pending_in_partition`` would return right after),
+        and returns them: the relay's next selection, without a round trip of its own.
+        """
         ids = list(event_ids)
         for event_id in ids:
             if not isinstance(event_id, str):
                 raise TypeError(f"event_id: must be a string, got {type(event_id).__name__}")
-        now = time.time()
+        if then_pending:
+            check_limit(then_pending)
         with self.outbox.backend.write(durable=durable) as tx:
-            for event_id in ids:
-                outcome = tx.lease_mark_sent(
-                    lease.partition, lease.owner, lease.token, event_id,
-                    ttl=self.ttl, attempted=attempted, now=now,
-                )  # fmt: skip
-                if outcome == "lost":
-                    raise _lost(lease)
-                if outcome == "unknown":
-                    raise KeyError(event_id)
+            outcome = tx.lease_mark_sent_many(
+                lease.partition, lease.owner, lease.token, ids,
+                ttl=self.ttl, attempted=attempted, now=time.time(),
+            )  # fmt: skip
+            if outcome == "lost":
+                raise _lost(lease)
+            if outcome == "unknown":
+                raise KeyError(tx.lease_first_stranger(lease.partition, ids))
+            return tx.lease_pending(lease.partition, then_pending) if then_pending else []
 
     def leases(self) -> list[dict[str, Any]]:
         """Every lease row (live or ended) of this outbox, by partition."""
@@ -170,32 +177,51 @@ class LeasedPartition:
         self.lease = lease
         #: How many events this view has marked sent (also when a later mark failed).
         self.marked = 0
+        # A full batch's marks read the next selection in their own transaction (the relay's
+        # next ``pending`` call then costs no round trip): (limit, events), used once.
+        self._ahead: tuple[int, list[dict[str, Any]]] | None = None
+        self._limit = 0
 
     @property
     def partition(self) -> str:
         return self.lease.partition
 
     def pending(self, limit: int = 16) -> list[dict[str, Any]]:
+        ahead, self._ahead = self._ahead, None
+        self._limit = limit
+        if ahead is not None and ahead[0] == limit:
+            return ahead[1]
         return self.leases.pending_in_partition(self.lease.partition, limit)
 
     def mark_sent(self, event_id: str, *, attempted: bool = False, durable: bool = True) -> None:
+        self._ahead = None
         self.leases.mark_sent(self.lease, event_id, attempted=attempted, durable=durable)
         self.marked += 1
 
     def mark_sent_many(
         self, event_ids: Sequence[str], *, attempted: bool = False, durable: bool = True
     ) -> None:
-        self.leases.mark_sent_many(self.lease, event_ids, attempted=attempted, durable=durable)
+        self._ahead = None
+        # Only a batch as long as the last selection's limit can have more behind it.
+        limit = self._limit if len(event_ids) == self._limit else 0
+        ahead = self.leases.mark_sent_many(
+            self.lease, event_ids, attempted=attempted, durable=durable, then_pending=limit
+        )
         self.marked += len(event_ids)
+        if limit:
+            self._ahead = (limit, ahead)
 
     def record_failure(self, event_id: str, error: str) -> None:
+        self._ahead = None
         self.leases.outbox.record_failure(event_id, error)
 
     # The relay's poison policy: the outbox's own operations (an operator's hold needs no lease).
     def amend_error(self, event_id: str, error: str) -> None:
+        self._ahead = None
         self.leases.outbox.amend_error(event_id, error)
 
     def quarantine(self, event_id: str, reason: str) -> int:
+        self._ahead = None
         return self.leases.outbox.quarantine(event_id, reason)
 
     def renew(self, ttl: float | None = None) -> None:

@@ -6,7 +6,7 @@ The loop (``relay.loop``) asks its picker for a *pick*, runs dispatch rounds on 
 - :class:`WholeOutbox` (SQLite, or ``--single`` on PostgreSQL): one pick, the outbox itself,
   one round at a time; a failure makes the loop wait out the backoff before the next round.
 - :class:`LeasedPartitions` (one of N relays): each pick is a partition leased for up to
-  ``BATCHES_PER_LEASE`` rounds (renewed between them), released when drained. A failure
+  ``BATCHES_PER_LEASE`` rounds (each mark renews it), released when drained. A failure
   *parks* the partition (its lease kept, unrenewed, for its own backoff) and the loop turns
   to other partitions at once, so a failing partition never stops the others. A crashed
   relay's leases end by expiry (``lease_ttl``).
@@ -212,10 +212,8 @@ class _Partition:
 
     def again(self, marked: list[str]) -> bool:
         self._rounds += 1
-        if len(marked) < self._picker.settings.limit or self._rounds >= BATCHES_PER_LEASE:
-            return False  # drained (for now), or busy partitions take turns
-        self.view.renew()  # raises LeaseLost if it ended while we were sending
-        return True
+        # No renewal here: every mark under the lease renewed it in the statement that marked.
+        return len(marked) >= self._picker.settings.limit and self._rounds < BATCHES_PER_LEASE
 
     def release(self) -> None:
         self.view.release()

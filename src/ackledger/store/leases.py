@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import abc
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 from .counters import CounterQueries
@@ -78,6 +79,8 @@ SELECT partition_key, owner, token, acquired_at, renewed_at, expires_at,
     CASE WHEN expires_at > {now} THEN 1 ELSE 0 END
 FROM partition_leases ORDER BY partition_key
 """
+
+_IN_PARTITION = "SELECT 1 FROM outbox WHERE id = ? AND partition_key = ?"
 
 LEASE_COLUMNS = ("partition", "owner", "token", "acquired_at", "renewed_at", "expires_at", "live")
 
@@ -148,11 +151,60 @@ class LeaseQueries(CounterQueries):
             return "marked"
         return "unknown" if self.lease_is_live(key, owner, token) else "lost"
 
+    def lease_mark_sent_many(
+        self,
+        key: str,
+        owner: str,
+        token: int,
+        event_ids: Sequence[str],
+        *,
+        ttl: float,
+        attempted: bool,
+        now: float,
+    ) -> str:
+        """``lease_mark_sent`` for several events of the partition. Returns ``"marked"``
+        only if every one was marked; otherwise the caller must roll back, as some may be."""
+        wanted = len(set(event_ids))
+        marked = self._mark_many_under_lease(
+            key, owner, token, event_ids, ttl=ttl, bump=1 if attempted else 0, now=now
+        )
+        if marked == wanted:
+            return "marked"
+        return "unknown" if self.lease_is_live(key, owner, token) else "lost"
+
+    def lease_first_stranger(self, key: str, event_ids: Sequence[str]) -> str:
+        """The first of ``event_ids`` that is no event of the partition (a failed mark's
+        KeyError names it); the first id if all of them are."""
+        for event_id in event_ids:
+            if self.one(_IN_PARTITION, (event_id, key)) is None:
+                return event_id
+        return event_ids[0]
+
     @abc.abstractmethod
     def _mark_under_lease(
         self, key: str, owner: str, token: int, event_id: str, *, ttl: float, bump: int, now: float
     ) -> bool:
         """Mark the event and renew the lease if the lease is live; True if it was marked."""
+
+    def _mark_many_under_lease(
+        self,
+        key: str,
+        owner: str,
+        token: int,
+        event_ids: Sequence[str],
+        *,
+        ttl: float,
+        bump: int,
+        now: float,
+    ) -> int:
+        """How many of the (distinct) events were marked, the lease renewed with them; stops
+        at the first one that was not. A dialect may do it in one statement."""
+        marked = 0
+        for event_id in dict.fromkeys(event_ids):
+            if not self._mark_under_lease(key, owner, token, event_id, ttl=ttl, bump=bump, now=now):
+                break
+            marked += 1
+        return marked
 
     @abc.abstractmethod
     def lease_ensure_partition_index(self) -> bool:

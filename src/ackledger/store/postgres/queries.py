@@ -17,23 +17,31 @@ NEXT_FENCE = "nextval('partition_lease_tokens')"
 # Lock + check + renew the lease and mark the event, in one statement. The UPDATE of the lease
 # row locks it until commit: a takeover waits for the mark to commit, and a mark that comes
 # after a takeover re-reads the row, finds another owner and marks nothing.
-MARK_UNDER_LEASE = (
-    """
+def _mark_under_lease(which: str) -> str:
+    return (
+        """
 WITH lease AS (
     UPDATE partition_leases SET renewed_at = {now}, expires_at = {now} + ?
     WHERE partition_key = ? AND owner = ? AND token = ? AND expires_at > {now}
     RETURNING partition_key
 )
 UPDATE outbox SET """
-    + SENT_UNLESS_HELD  # unqualified names are the outbox's: the lease row has none of them
-    + """,
+        + SENT_UNLESS_HELD  # unqualified names are the outbox's: the lease row has none of them
+        + """,
     attempts = outbox.attempts + ?,
     last_attempt_at = CASE WHEN ? = 1 THEN ? ELSE outbox.last_attempt_at END
 FROM lease
-WHERE outbox.id = ? AND outbox.partition_key = lease.partition_key
+WHERE """
+        + which
+        + """ AND outbox.partition_key = lease.partition_key
 RETURNING outbox.seq
 """
-)
+    )
+
+
+MARK_UNDER_LEASE = _mark_under_lease("outbox.id = ?")
+#: A whole acknowledged batch (a text array of ids): the lease checked and renewed once.
+MARK_MANY_UNDER_LEASE = _mark_under_lease("outbox.id = ANY(?::text[])")
 
 #: The first key of the advisory locks that serialise enqueues per partition.
 PARTITION_LOCK_CLASS = 0x6F627078  # "obpx"
