@@ -14,7 +14,7 @@ import math
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -26,6 +26,8 @@ DEFAULT_TTL = 30.0
 MAX_TTL = 3600.0
 #: Claimers that race for the same partition: the losers look again this many times.
 CLAIM_TRIES = 3
+#: A leased partition's read takes this many selections at once (``LeasedPartition``).
+READ_AHEAD = 4
 
 
 def check_owner(value: object) -> str:
@@ -101,13 +103,25 @@ class PartitionLeases:
         with self.outbox.backend.write() as tx:
             return tx.lease_release(lease.partition, lease.owner, lease.token)
 
-    def pending_in_partition(self, partition: str, limit: int = 16) -> list[dict[str, Any]]:
-        """A partition's unsent, unquarantined events in seq order. Writes nothing."""
+    def pending_in_partition(
+        self, partition: str, limit: int = 16, skip: Collection[str] = ()
+    ) -> list[dict[str, Any]]:
+        """A partition's unsent, unquarantined events in seq order, without those in ``skip``
+        (sent, their marks still being committed: a pipelining relay's). Writes nothing."""
         check_limit(limit)
         if not isinstance(partition, str):
             raise TypeError(f"partition: must be a string, got {type(partition).__name__}")
+        return self.read_ahead(partition, limit, skip)
+
+    def read_ahead(
+        self, partition: str, count: int, skip: Collection[str] = ()
+    ) -> list[dict[str, Any]]:
+        """``pending_in_partition`` for any ``count`` (a view's read of several selections)."""
         with self.outbox.backend.read() as tx:
-            return tx.lease_pending(partition, limit)
+            rows = tx.lease_pending(partition, count + len(skip))
+        if not skip:
+            return rows
+        return [row for row in rows if row["id"] not in skip][:count]
 
     def mark_sent(
         self, lease: Lease, event_id: str, *, attempted: bool = False, durable: bool = True
@@ -126,20 +140,12 @@ class PartitionLeases:
         *,
         attempted: bool = False,
         durable: bool = True,
-        then_pending: int = 0,
-    ) -> list[dict[str, Any]]:
-        """Mark several events in one transaction: all of them, or none.
-
-        With ``then_pending`` > 0, the same transaction then reads up to that many of the
-        partition's pending events (what ``pending_in_partition`` would return right after),
-        and returns them: the relay's next selection, without a round trip of its own.
-        """
+    ) -> None:
+        """Mark several events in one transaction and one statement: all of them, or none."""
         ids = list(event_ids)
         for event_id in ids:
             if not isinstance(event_id, str):
                 raise TypeError(f"event_id: must be a string, got {type(event_id).__name__}")
-        if then_pending:
-            check_limit(then_pending)
         with self.outbox.backend.write(durable=durable) as tx:
             outcome = tx.lease_mark_sent_many(
                 lease.partition, lease.owner, lease.token, ids,
@@ -149,7 +155,6 @@ class PartitionLeases:
                 raise _lost(lease)
             if outcome == "unknown":
                 raise KeyError(tx.lease_first_stranger(lease.partition, ids))
-            return tx.lease_pending(lease.partition, then_pending) if then_pending else []
 
     def leases(self) -> list[dict[str, Any]]:
         """Every lease row (live or ended) of this outbox, by partition."""
@@ -170,6 +175,11 @@ class LeasedPartition:
     ``dispatch(LeasedPartition(leases, lease), send)`` keeps every rule of dispatch (order,
     copies, exact ACK, stop at the first failure) and adds one: a mark raises LeaseLost when
     the lease is gone, so a relay that lost its partition stops at its next mark.
+
+    One read takes up to ``READ_AHEAD`` selections; the next ones come from it for as long as
+    every event handed out was marked (or is being marked, ``skip``). Nobody else sends this
+    partition's events while the lease holds, so those rows stay pending; an operator's
+    quarantine in between may let one of them be sent once more (its mark then leaves it held).
     """
 
     def __init__(self, leases: PartitionLeases, lease: Lease) -> None:
@@ -177,51 +187,50 @@ class LeasedPartition:
         self.lease = lease
         #: How many events this view has marked sent (also when a later mark failed).
         self.marked = 0
-        # A full batch's marks read the next selection in their own transaction (the relay's
-        # next ``pending`` call then costs no round trip): (limit, events), used once.
-        self._ahead: tuple[int, list[dict[str, Any]]] | None = None
-        self._limit = 0
+        self._ahead: list[dict[str, Any]] = []
+        # Handed out, neither marked nor known to be in flight: a read ahead is only good
+        # while this is empty (else the next selection must start at them again).
+        self._owed: set[str] = set()
 
     @property
     def partition(self) -> str:
         return self.lease.partition
 
     def pending(self, limit: int = 16) -> list[dict[str, Any]]:
-        ahead, self._ahead = self._ahead, None
-        self._limit = limit
-        if ahead is not None and ahead[0] == limit:
-            return ahead[1]
-        return self.leases.pending_in_partition(self.lease.partition, limit)
+        return self.pending_beyond((), limit)
+
+    def pending_beyond(self, skip: Collection[str], limit: int = 16) -> list[dict[str, Any]]:
+        """``pending(limit)`` without the events in ``skip`` (see ``pending_in_partition``)."""
+        check_limit(limit)
+        if self._owed.difference(skip) or len(self._ahead) < limit:
+            self._ahead = self.leases.read_ahead(self.lease.partition, limit * READ_AHEAD, skip)
+        chosen, self._ahead = self._ahead[:limit], self._ahead[limit:]
+        self._owed = {item["id"] for item in chosen}
+        return chosen
 
     def mark_sent(self, event_id: str, *, attempted: bool = False, durable: bool = True) -> None:
-        self._ahead = None
         self.leases.mark_sent(self.lease, event_id, attempted=attempted, durable=durable)
+        self._owed.discard(event_id)
         self.marked += 1
 
     def mark_sent_many(
         self, event_ids: Sequence[str], *, attempted: bool = False, durable: bool = True
     ) -> None:
-        self._ahead = None
-        # Only a batch as long as the last selection's limit can have more behind it.
-        limit = self._limit if len(event_ids) == self._limit else 0
-        ahead = self.leases.mark_sent_many(
-            self.lease, event_ids, attempted=attempted, durable=durable, then_pending=limit
-        )
+        self.leases.mark_sent_many(self.lease, event_ids, attempted=attempted, durable=durable)
+        self._owed.difference_update(event_ids)
         self.marked += len(event_ids)
-        if limit:
-            self._ahead = (limit, ahead)
 
     def record_failure(self, event_id: str, error: str) -> None:
-        self._ahead = None
+        self._ahead = []
         self.leases.outbox.record_failure(event_id, error)
 
     # The relay's poison policy: the outbox's own operations (an operator's hold needs no lease).
     def amend_error(self, event_id: str, error: str) -> None:
-        self._ahead = None
+        self._ahead = []
         self.leases.outbox.amend_error(event_id, error)
 
     def quarantine(self, event_id: str, reason: str) -> int:
-        self._ahead = None
+        self._ahead = []
         return self.leases.outbox.quarantine(event_id, reason)
 
     def renew(self, ttl: float | None = None) -> None:

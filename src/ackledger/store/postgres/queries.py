@@ -14,6 +14,7 @@ CLOCK = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
 #: A new lease's token: a sequence, larger than every token before it.
 NEXT_FENCE = "nextval('partition_lease_tokens')"
 
+
 # Lock + check + renew the lease and mark the event, in one statement. The UPDATE of the lease
 # row locks it until commit: a takeover waits for the mark to commit, and a mark that comes
 # after a takeover re-reads the row, finds another owner and marks nothing.
