@@ -77,9 +77,10 @@ class PartitionLeases:
 
         Returns None when every partition with pending events is held by a live lease.
         """
-        # A claim or a release need not wait for the disk: if a server crash forgets one, the
-        # relay's next mark (a durable commit that checks the lease) finds the lease row as it
-        # was and marks nothing, and that commit makes every earlier one durable too.
+        # A claim or a release need not wait for the disk (a durable commit costs the relay a
+        # WAL flush each): if a server crash forgets one, the relay's next mark, a durable
+        # commit that checks the lease, finds the lease row as it was and marks nothing; and
+        # that commit makes every earlier one durable too.
         for _ in range(CLAIM_TRIES):
             with self.outbox.backend.write(durable=False) as tx:
                 found = tx.lease_claim(self.owner, self.ttl)
@@ -95,7 +96,7 @@ class PartitionLeases:
     def renew(self, lease: Lease, ttl: float | None = None) -> Lease:
         """Extend the lease to now + ttl (default: this relay's ttl); raises LeaseLost."""
         seconds = self.ttl if ttl is None else check_ttl(ttl, "ttl")
-        with self.outbox.backend.write() as tx:
+        with self.outbox.backend.statements() as tx:  # one statement, all or nothing
             expires_at = tx.lease_renew(lease.partition, lease.owner, lease.token, seconds)
         if expires_at is None:
             raise _lost(lease)
@@ -149,7 +150,9 @@ class PartitionLeases:
         for event_id in ids:
             if not isinstance(event_id, str):
                 raise TypeError(f"event_id: must be a string, got {type(event_id).__name__}")
-        with self.outbox.backend.write(durable=durable) as tx:
+        backend = self.outbox.backend
+        # A relaxed mark needs its transaction (to commit without waiting for the disk).
+        with backend.statements() if durable else backend.write(durable=False) as tx:
             outcome = tx.lease_mark_sent_many(
                 lease.partition, lease.owner, lease.token, ids,
                 ttl=self.ttl, attempted=attempted, now=time.time(),

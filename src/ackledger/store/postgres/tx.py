@@ -165,8 +165,10 @@ class PostgresTx(Tx):
         now: float,
     ) -> int:
         # One statement for a whole acknowledged batch: one lease check, one renewal, one
-        # round trip (a statement per event took half the partition relay's time).
-        params = (ttl, key, owner, token, now, bump, bump, now, list(dict.fromkeys(event_ids)))
+        # round trip (a statement per event took half the partition relay's time). It marks
+        # all of them or none, so it needs no transaction around it (``statements``).
+        ids = list(dict.fromkeys(event_ids))
+        params = (ids, key, ttl, key, owner, token, now, bump, bump, now)
         return len(self.execute(self._lease_sql(q.MARK_MANY_UNDER_LEASE), params))
 
     def lease_ensure_partition_index(self) -> bool:
