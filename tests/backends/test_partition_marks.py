@@ -5,7 +5,6 @@ relay that never sleeps while it has work. Every lease rule must hold through al
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,7 +18,7 @@ from ackledger.source.dispatch import dispatch_batch_marking
 from ..events import lab
 from ..sends import partition_worker
 from .conftest import Target
-from .test_partitions import expire, fill
+from .test_partitions import _run_until_drained, expire, fill
 
 
 def pending_ids(target: Target) -> list[str]:
@@ -69,18 +68,10 @@ def test_a_read_ahead_never_skips_an_event_that_was_handed_out_and_not_marked(
         assert [e["id"] for e in view.pending(4)] == ["late-p"]
 
 
-@pytest.fixture
-def readers(target: Target) -> Iterator[tuple[Outbox, Outbox]]:
-    reader, marker = Outbox(target.ref), Outbox(target.ref)
-    yield reader, marker
-    reader.close()
-    marker.close()
-
-
 def test_marks_behind_a_lost_lease_mark_nothing_and_surface_at_the_next_hand_over(
-    target: Target, readers: tuple[Outbox, Outbox]
+    target: Target, pair: tuple[Outbox, Outbox]
 ) -> None:
-    reader, marker = readers
+    reader, marker = pair
     ids = fill(reader, ["p"], 6)["p"]
     one, two = PartitionLeases(reader, "one", ttl=60), PartitionLeases(reader, "two", ttl=60)
     lease = one.claim()
@@ -111,45 +102,6 @@ def test_marks_behind_a_lost_lease_mark_nothing_and_surface_at_the_next_hand_ove
     assert view.marked == 2
 
 
-def test_pipelined_workers_send_each_partition_in_order_and_everything_once(
-    target: Target,
-) -> None:
-    keys = [f"p{n}" for n in range(5)]
-    with Outbox(target.ref) as ob:
-        ids = fill(ob, keys, 40)
-    arrivals: list[str] = []
-    lock = threading.Lock()
-    stop = threading.Event()
-
-    def send_batch(events: list[dict[str, Any]]) -> int:
-        with lock:
-            arrivals.extend(e["id"] for e in events)
-        return len(events)
-
-    def work(owner: str) -> None:
-        with Outbox(target.ref) as mine, Outbox(target.ref) as marker:
-            worker = partition_worker(
-                mine, owner=owner, send_batch=send_batch, stop=stop, poll_interval=0.05,
-                log=lambda _: None, pipeline=True, marker=marker,
-            )  # fmt: skip
-            worker.run()
-
-    threads = [threading.Thread(target=work, args=(f"w{n}",)) for n in range(2)]
-    for thread in threads:
-        thread.start()
-    with Outbox(target.ref) as ob:
-        while ob.pending(1) and not stop.wait(0.05):
-            pass
-    stop.set()
-    for thread in threads:
-        thread.join(timeout=120)
-    assert sorted(arrivals) == sorted(i for key in keys for i in ids[key])  # each once
-    for key in keys:
-        assert [i for i in arrivals if i.endswith(f"-{key}")] == ids[key]
-    with Outbox(target.ref) as ob:
-        assert not any(row["live"] for row in PartitionLeases(ob, "observer").leases())
-
-
 def test_a_worker_with_pending_events_never_waits_between_rounds(target: Target) -> None:
     """Every idle wait of a lone worker draining many partitions comes after the last event
     (counted on the relay's own wait, with the outbox read from another connection)."""
@@ -170,11 +122,6 @@ def test_a_worker_with_pending_events_never_waits_between_rounds(target: Target)
             wait(seconds)
 
         idle.wait = counted  # type: ignore[method-assign]
-        thread = threading.Thread(target=worker.run)
-        thread.start()
-        while ob.pending(1) and not worker.stop.wait(0.01):
-            pass
-        worker.stop.set()
-        thread.join(timeout=60)
+        _run_until_drained(ob, worker)
     assert worker.picker.report.sent == 24 * 20
     assert [n for n in pending_at_waits if n > 0] == []

@@ -129,28 +129,6 @@ class LeaseQueries(CounterQueries):
     def lease_is_live(self, key: str, owner: str, token: int) -> bool:
         return self.one(self._lease_sql(_IS_LIVE), (key, owner, token)) is not None
 
-    def lease_mark_sent(
-        self,
-        key: str,
-        owner: str,
-        token: int,
-        event_id: str,
-        *,
-        ttl: float,
-        attempted: bool,
-        now: float,
-    ) -> str:
-        """Mark one event of the partition sent if the lease is live (and renew it).
-
-        Returns ``"marked"``, ``"lost"`` (the lease is not live: nothing was marked) or
-        ``"unknown"`` (no such event in this partition).
-        """
-        if self._mark_under_lease(
-            key, owner, token, event_id, ttl=ttl, bump=1 if attempted else 0, now=now
-        ):
-            return "marked"
-        return "unknown" if self.lease_is_live(key, owner, token) else "lost"
-
     def lease_mark_sent_many(
         self,
         key: str,
@@ -162,8 +140,12 @@ class LeaseQueries(CounterQueries):
         attempted: bool,
         now: float,
     ) -> str:
-        """``lease_mark_sent`` for several events of the partition. Returns ``"marked"``
-        only if every one was marked; otherwise the caller must roll back, as some may be."""
+        """Mark events of the partition sent if the lease is live (and renew it).
+
+        Returns ``"marked"`` if every one was marked, ``"lost"`` (the lease is not live) or
+        ``"unknown"`` (an id is no event of this partition); the caller rolls back on either,
+        as a dialect that marks one statement at a time may have marked some.
+        """
         wanted = len(set(event_ids))
         marked = self._mark_many_under_lease(
             key, owner, token, event_ids, ttl=ttl, bump=1 if attempted else 0, now=now
@@ -181,11 +163,6 @@ class LeaseQueries(CounterQueries):
         return event_ids[0]
 
     @abc.abstractmethod
-    def _mark_under_lease(
-        self, key: str, owner: str, token: int, event_id: str, *, ttl: float, bump: int, now: float
-    ) -> bool:
-        """Mark the event and renew the lease if the lease is live; True if it was marked."""
-
     def _mark_many_under_lease(
         self,
         key: str,
@@ -197,14 +174,8 @@ class LeaseQueries(CounterQueries):
         bump: int,
         now: float,
     ) -> int:
-        """How many of the (distinct) events were marked, the lease renewed with them; stops
-        at the first one that was not. A dialect may do it in one statement."""
-        marked = 0
-        for event_id in dict.fromkeys(event_ids):
-            if not self._mark_under_lease(key, owner, token, event_id, ttl=ttl, bump=bump, now=now):
-                break
-            marked += 1
-        return marked
+        """Mark the (distinct) events and renew the lease if it is live; how many were marked
+        (each dialect's ``MARK_UNDER_LEASE``)."""
 
     @abc.abstractmethod
     def lease_ensure_partition_index(self) -> bool:
