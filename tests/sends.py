@@ -48,11 +48,13 @@ def partition_worker(
     stop: threading.Event | None = None,
     log: Callable[[str], None] | None = None,
     after_delivery: Callable[[str], object] | None = None,
+    marker: Any = None,
     **settings: Any,
 ) -> PartitionWorker:
-    """A worker on ``outbox``; ``settings`` are RelaySettings fields (``owner`` at least)."""
+    """A worker on ``outbox``; ``settings`` are RelaySettings fields (``owner`` at least);
+    ``marker``: the second Outbox of ``pipeline=True``."""
     told = RelaySettings(url=UNUSED_URL, batch=send_batch is not None, **settings)
     return PartitionWorker(
         outbox, told, FakeSender(send, send_batch), stop=stop, log=log,
-        after_delivery=after_delivery,
+        after_delivery=after_delivery, marker=marker,
     )  # fmt: skip

@@ -87,6 +87,7 @@ def _rabbit_round(results: Results, rep: int, total: int, with_peer: bool) -> No
         ("batch", lambda: _ours_rabbit(results, rep, total, batch=True)),
         ("peer.best", lambda: _peer(results, rep, total, peer.BEST)),
         ("pipeline", lambda: _ours_rabbit(results, rep, total, batch=True, pipeline=True)),
+        ("leased", lambda: _ours_rabbit(results, rep, total, batch=True, leased=True)),
     ]
     for name, run in runs:
         if name.startswith("peer") and not with_peer:
@@ -95,16 +96,18 @@ def _rabbit_round(results: Results, rep: int, total: int, with_peer: bool) -> No
 
 
 def _ours_rabbit(
-    results: Results, rep: int, total: int, *, batch: bool, pipeline: bool = False
-) -> float:
-    kind = "pipeline" if pipeline else "batch" if batch else "item"
-    # --pipeline is the single loop's: marks commit on a second connection during the next send.
-    extra = ("--single", "--pipeline") if pipeline else ()
+    results: Results, rep: int, total: int, *, batch: bool, pipeline: bool = False,
+    leased: bool = False,
+) -> float:  # fmt: skip
+    kind = "pipeline" if pipeline else "leased" if leased else "batch" if batch else "item"
+    # --pipeline: marks commit on a second connection during the next send; "pipeline" is the
+    # single loop's, "leased" the partition relay's (its marks still check the lease).
+    extra = ("--single", "--pipeline") if pipeline else ("--pipeline",) if leased else ()
     with database() as source, rabbit.route(f"ours-{kind}") as where:
         fill.pending_events(source, f"r{rep}{kind}", total, _event)
         value = ours.rate(source, where.url(), total, batch, *extra)
         modes = rabbit.facts(where.queue).modes
-    flag = " --batch --single --pipeline" if pipeline else " --batch" if batch else ""
+    flag = (" --batch" if batch else "") + "".join(f" {word}" for word in extra)
     _add(results, f"broker.ours.{kind}", f"ours: `ackledger relay{flag}` -> RabbitMQ", value)
     _modes(results, f"ours.{kind}", modes)
     return value
@@ -187,6 +190,12 @@ RATIOS: tuple[tuple[str, str, str, float | None], ...] = (
     ("ours --batch / faststream-outbox at its best", "broker.ours.batch", "broker.peer.best", 3.0),
     ("ours --batch / RabbitMQ floor, window 16", "broker.ours.batch", "broker.floor.rabbit.w16",
      0.8),
+    ("ours --batch --pipeline / faststream-outbox at its defaults", "broker.ours.leased",
+     "broker.peer.default", None),
+    ("ours --batch --pipeline / faststream-outbox at its best", "broker.ours.leased",
+     "broker.peer.best", None),
+    ("ours --batch --pipeline / RabbitMQ floor, window 16", "broker.ours.leased",
+     "broker.floor.rabbit.w16", None),
     ("ours --batch --single --pipeline / RabbitMQ floor, window 16", "broker.ours.pipeline",
      "broker.floor.rabbit.w16", None),
     ("ours --batch --single --pipeline / faststream-outbox at its best", "broker.ours.pipeline",

@@ -32,8 +32,10 @@ INTRO = (
     "subscriber), its table filled through `publish_batch`; timed from the first row deleted "
     "to the last, counted every 20 ms from another connection. Defaults: 1 worker, fetch 10, "
     "flush 1, `persist=False` (its publisher's default); best: 4 workers, fetch 500, flush "
-    "500, `persist=True`. Also ours as `--batch --single --pipeline` (the single loop, marks "
-    "committed on a second connection while the next batch is sent). Floors: pika publishing "
+    "500, `persist=True`. Also ours as `--batch --pipeline` (the partition relay, each "
+    "batch's lease-checked marks committed on a second connection while the next batch is "
+    "sent) and `--batch --single --pipeline` (the same in the single loop, no leases). Floors: "
+    "pika publishing "
     "persistent `mandatory` messages to a durable queue on a confirm channel, one at a time "
     "and in windows of 16 and 256; nats-py "
     "publishing to a file-backed stream and awaiting each PubAck, alone or in windows."
@@ -41,18 +43,20 @@ INTRO = (
 
 
 #: Written by hand from ``py-spy record --idle`` of one ``ackledger relay --batch`` process
-#: (PostgreSQL -> RabbitMQ, 3,000 events) on the loaded machine, 2026-12-01; see the report.
+#: (PostgreSQL -> RabbitMQ, 3,000 events) on the loaded machine, 2026-12-01; bench/CHANGES.md
+#: item 20 has the commands.
 WHERE_THE_TIME_GOES = (
-    "Where our relay's time goes (py-spy, `--idle`, one `ackledger relay --batch` process, "
-    "PostgreSQL -> RabbitMQ, 3,000 events, load average about 12 on 2 cores): of the main "
-    "thread's wall time, about 43% is waiting on PostgreSQL (the mark under the lease, "
-    "`lease_mark_sent`, and the selection), about 23% is the loop's own poll wait "
-    "(`Relay._wait` after a round with nothing to pick, although events were pending: the "
-    "partition picker), about 13% is pika waiting for the confirm of a batch, the rest is "
-    "Python. The AMQP sender is not where the time goes, so `wire/amqp.py` is unchanged; "
-    "overlapping the mark with the next send (`--single --pipeline`) is the measured gain, "
-    "and the partition relay's idle waits and its per-batch mark commit are the next places "
-    "to look (relay/loop.py, relay/leases.py)."
+    "Where our relay's time goes (py-spy `--idle`, the main thread of one `ackledger relay "
+    "--batch` process, PostgreSQL -> RabbitMQ, 3,000 events, load average 5-8 on 2 cores). "
+    "Before bench/CHANGES.md item 20: 55% in the marks (a lease-checked statement per event, "
+    "then a commit), 18% waiting for RabbitMQ's confirms, 7% renewing the lease between "
+    "rounds, 6% selecting, 8% claiming and releasing partitions, and no idle wait while "
+    "events were pending (0 of 4,069 samples; an earlier reading of 23% came from the "
+    "connection pool's idle threads). After: 23% in the marks (one statement per batch, the "
+    "WAL flush of its commit is most of it), 37% waiting for the confirms, 12% reading "
+    "(one read serves four selections), 12% claiming and releasing, 9% building and checking "
+    "the messages. With marks inline, the commit of each batch's marks comes between two "
+    "publishes; `--pipeline` overlaps it with the next batch's confirm wait."
 )
 
 

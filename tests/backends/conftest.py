@@ -80,3 +80,14 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
         yield Target("sqlite", str(tmp_path / "store.db"))
     else:
         yield Target("postgres", request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+def pair(target: Target) -> Iterator[tuple[Any, Any]]:
+    """Two Outbox objects on the target (two connections): a reader and a marker."""
+    from ackledger import Outbox
+
+    reader, marker = Outbox(target.ref), Outbox(target.ref)
+    yield reader, marker
+    reader.close()
+    marker.close()

@@ -41,14 +41,6 @@ def acknowledging() -> tuple[list[str], Callable[[list[dict[str, Any]]], int]]:
 
 
 @pytest.fixture
-def pair(target: Target) -> Iterator[tuple[Outbox, Outbox]]:
-    reader, marker = Outbox(target.ref), Outbox(target.ref)
-    yield reader, marker
-    reader.close()
-    marker.close()
-
-
-@pytest.fixture
 def behind(pair: tuple[Outbox, Outbox]) -> Iterator[MarksBehind]:
     """Marks behind, reading from ``behind.reader``; closed (its last marks waited for) at the
     end of the test if the test did not close it."""

@@ -174,10 +174,12 @@ def test_concurrent_claimers_never_share_a_partition(target: Target) -> None:
     assert sorted(claimed) == keys  # every partition once, none twice
 
 
-@pytest.mark.parametrize("mark_sync", ["each", "last"])
+@pytest.mark.parametrize("mode", ["each", "last", "pipeline"])
 def test_workers_send_each_partition_in_seq_order_and_everything_once(
-    target: Target, mark_sync: str
+    target: Target, mode: str
 ) -> None:
+    """Per item (every mark durable, or the last of a round), or in batches whose marks are
+    committed behind the next send (``pipeline``: still lease-checked)."""
     keys = [f"p{n}" for n in range(6)]
     with Outbox(target.ref) as ob:
         ids = fill(ob, keys, 30)
@@ -190,12 +192,19 @@ def test_workers_send_each_partition_in_seq_order_and_everything_once(
             arrivals.append(event["id"])
         return True
 
+    def send_batch(events: list[dict[str, Any]]) -> int:
+        return sum(send(event) for event in events)
+
     def work(owner: str) -> None:
-        with Outbox(target.ref) as mine:
+        with Outbox(target.ref) as mine, Outbox(target.ref) as marker:
+            how: dict[str, Any] = (
+                {"send_batch": send_batch, "pipeline": True, "marker": marker, "limit": 4}
+                if mode == "pipeline"
+                else {"send": send, "mark_sync": mode}
+            )
             partition_worker(
-                mine, owner=owner, send=send, stop=stop, poll_interval=0.05, log=lambda _: None,
-                mark_sync=mark_sync,
-            ).run()  # fmt: skip
+                mine, owner=owner, stop=stop, poll_interval=0.05, log=lambda _: None, **how
+            ).run()
 
     threads = [threading.Thread(target=work, args=(f"w{n}",)) for n in range(3)]
     for thread in threads:

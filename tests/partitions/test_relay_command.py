@@ -53,7 +53,7 @@ def stop(process: subprocess.Popen[str]) -> int:
     return process.wait(30)
 
 
-def test_two_relays_share_the_partitions_and_keep_their_order(
+def test_three_relays_share_the_partitions_and_keep_their_order(
     pg_url: str, sink_service: Service, sink_db: Path, tmp_path: Path
 ) -> None:
     skus = [f"sku-{i}" for i in range(8)]
@@ -61,17 +61,19 @@ def test_two_relays_share_the_partitions_and_keep_their_order(
         for n in range(400):
             outbox.accept({"id": f"e-{n:04d}", "sku": skus[n % 8], "qty": 1})
     url = sink_service.base_url + "/events"
-    logs = [tmp_path / "a.log", tmp_path / "b.log"]
+    logs = [tmp_path / "a.log", tmp_path / "b.log", tmp_path / "c.log"]
     relays = [
         start_relay(pg_url, url, "relay-a", logs[0], "--batch", "--limit", "4"),
         start_relay(pg_url, url, "relay-b", logs[1]),
+        # Marks behind the next send, still checking the lease.
+        start_relay(pg_url, url, "relay-c", logs[2], "--batch", "--limit", "4", "--pipeline"),
     ]
     try:
         with Outbox(pg_url) as outbox:
             wait_until(lambda: outbox.stats()["pending"] == 0, "the outbox to drain")
     finally:
         codes = [stop(relay) for relay in relays]
-    assert codes == [0, 0], [log.read_text()[-2000:] for log in logs]
+    assert codes == [0, 0, 0], [log.read_text()[-2000:] for log in logs]
     reports = [json.loads(log.read_text().strip().splitlines()[-1]) for log in logs]
     assert sum(r["sent"] for r in reports) >= 400
     arrivals = raw_rows(sink_db, "SELECT id FROM inbox ORDER BY arrival")

@@ -49,7 +49,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     relay.add_argument(
         "--pipeline", action="store_true",
         help="with --batch: commit a batch's marks on a second connection while the next "
-        "batch is sent (single loop only)",
+        "batch is sent (a leasing relay's marks still check its lease)",
     )  # fmt: skip
     relay.add_argument("--limit", type=limit_arg, default=16, help="events per round, 1-16")
     relay.add_argument(
@@ -121,8 +121,6 @@ def cmd_relay(args: argparse.Namespace) -> int:
     # A name given is checked even where it is not used (a SQLite source, --single).
     owner = check_owner(args.owner) if args.owner is not None else None
     leasing = is_postgres(args.source) and not args.single
-    if leasing and args.pipeline:
-        raise UsageError("--pipeline: only the single loop overlaps marks (SQLite, or --single)")
     settings = RelaySettings(
         url=args.to,
         batch=args.batch,

@@ -14,7 +14,7 @@ import math
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -26,6 +26,8 @@ DEFAULT_TTL = 30.0
 MAX_TTL = 3600.0
 #: Claimers that race for the same partition: the losers look again this many times.
 CLAIM_TRIES = 3
+#: A leased partition's read takes this many selections at once (``LeasedPartition``).
+READ_AHEAD = 4
 
 
 def check_owner(value: object) -> str:
@@ -75,8 +77,12 @@ class PartitionLeases:
 
         Returns None when every partition with pending events is held by a live lease.
         """
+        # A claim or a release need not wait for the disk (a durable commit costs the relay a
+        # WAL flush each): if a server crash forgets one, the relay's next mark, a durable
+        # commit that checks the lease, finds the lease row as it was and marks nothing; and
+        # that commit makes every earlier one durable too.
         for _ in range(CLAIM_TRIES):
-            with self.outbox.backend.write() as tx:
+            with self.outbox.backend.write(durable=False) as tx:
                 found = tx.lease_claim(self.owner, self.ttl)
                 # Nothing taken: either there is nothing to take, or another relay took the
                 # candidate first (then look again, a few times).
@@ -90,7 +96,7 @@ class PartitionLeases:
     def renew(self, lease: Lease, ttl: float | None = None) -> Lease:
         """Extend the lease to now + ttl (default: this relay's ttl); raises LeaseLost."""
         seconds = self.ttl if ttl is None else check_ttl(ttl, "ttl")
-        with self.outbox.backend.write() as tx:
+        with self.outbox.backend.statements() as tx:  # one statement, all or nothing
             expires_at = tx.lease_renew(lease.partition, lease.owner, lease.token, seconds)
         if expires_at is None:
             raise _lost(lease)
@@ -98,16 +104,28 @@ class PartitionLeases:
 
     def release(self, lease: Lease) -> bool:
         """Let the partition go now; False if the lease had already ended."""
-        with self.outbox.backend.write() as tx:
+        with self.outbox.backend.write(durable=False) as tx:  # see claim
             return tx.lease_release(lease.partition, lease.owner, lease.token)
 
-    def pending_in_partition(self, partition: str, limit: int = 16) -> list[dict[str, Any]]:
-        """A partition's unsent, unquarantined events in seq order. Writes nothing."""
+    def pending_in_partition(
+        self, partition: str, limit: int = 16, skip: Collection[str] = ()
+    ) -> list[dict[str, Any]]:
+        """A partition's unsent, unquarantined events in seq order, without those in ``skip``
+        (sent, their marks still being committed: a pipelining relay's). Writes nothing."""
         check_limit(limit)
         if not isinstance(partition, str):
             raise TypeError(f"partition: must be a string, got {type(partition).__name__}")
+        return self.read_ahead(partition, limit, skip)
+
+    def read_ahead(
+        self, partition: str, count: int, skip: Collection[str] = ()
+    ) -> list[dict[str, Any]]:
+        """``pending_in_partition`` for any ``count`` (a view's read of several selections)."""
         with self.outbox.backend.read() as tx:
-            return tx.lease_pending(partition, limit)
+            rows = tx.lease_pending(partition, count + len(skip))
+        if not skip:
+            return rows
+        return [row for row in rows if row["id"] not in skip][:count]
 
     def mark_sent(
         self, lease: Lease, event_id: str, *, attempted: bool = False, durable: bool = True
@@ -127,22 +145,22 @@ class PartitionLeases:
         attempted: bool = False,
         durable: bool = True,
     ) -> None:
-        """Mark several events in one transaction: all of them, or none."""
+        """Mark several events in one transaction and one statement: all of them, or none."""
         ids = list(event_ids)
         for event_id in ids:
             if not isinstance(event_id, str):
                 raise TypeError(f"event_id: must be a string, got {type(event_id).__name__}")
-        now = time.time()
-        with self.outbox.backend.write(durable=durable) as tx:
-            for event_id in ids:
-                outcome = tx.lease_mark_sent(
-                    lease.partition, lease.owner, lease.token, event_id,
-                    ttl=self.ttl, attempted=attempted, now=now,
-                )  # fmt: skip
-                if outcome == "lost":
-                    raise _lost(lease)
-                if outcome == "unknown":
-                    raise KeyError(event_id)
+        backend = self.outbox.backend
+        # A relaxed mark needs its transaction (to commit without waiting for the disk).
+        with backend.statements() if durable else backend.write(durable=False) as tx:
+            outcome = tx.lease_mark_sent_many(
+                lease.partition, lease.owner, lease.token, ids,
+                ttl=self.ttl, attempted=attempted, now=time.time(),
+            )  # fmt: skip
+            if outcome == "lost":
+                raise _lost(lease)
+            if outcome == "unknown":
+                raise KeyError(tx.lease_first_stranger(lease.partition, ids))
 
     def leases(self) -> list[dict[str, Any]]:
         """Every lease row (live or ended) of this outbox, by partition."""
@@ -163,6 +181,11 @@ class LeasedPartition:
     ``dispatch(LeasedPartition(leases, lease), send)`` keeps every rule of dispatch (order,
     copies, exact ACK, stop at the first failure) and adds one: a mark raises LeaseLost when
     the lease is gone, so a relay that lost its partition stops at its next mark.
+
+    One read takes up to ``READ_AHEAD`` selections; the next ones come from it for as long as
+    every event handed out was marked (or is being marked, ``skip``). Nobody else sends this
+    partition's events while the lease holds, so those rows stay pending; an operator's
+    quarantine in between may let one of them be sent once more (its mark then leaves it held).
     """
 
     def __init__(self, leases: PartitionLeases, lease: Lease) -> None:
@@ -170,32 +193,50 @@ class LeasedPartition:
         self.lease = lease
         #: How many events this view has marked sent (also when a later mark failed).
         self.marked = 0
+        self._ahead: list[dict[str, Any]] = []
+        # Handed out, neither marked nor known to be in flight: a read ahead is only good
+        # while this is empty (else the next selection must start at them again).
+        self._owed: set[str] = set()
 
     @property
     def partition(self) -> str:
         return self.lease.partition
 
     def pending(self, limit: int = 16) -> list[dict[str, Any]]:
-        return self.leases.pending_in_partition(self.lease.partition, limit)
+        return self.pending_beyond((), limit)
+
+    def pending_beyond(self, skip: Collection[str], limit: int = 16) -> list[dict[str, Any]]:
+        """``pending(limit)`` without the events in ``skip`` (see ``pending_in_partition``)."""
+        check_limit(limit)
+        if self._owed.difference(skip) or len(self._ahead) < limit:
+            self._ahead = self.leases.read_ahead(self.lease.partition, limit * READ_AHEAD, skip)
+        chosen, self._ahead = self._ahead[:limit], self._ahead[limit:]
+        self._owed = {item["id"] for item in chosen}
+        return chosen
 
     def mark_sent(self, event_id: str, *, attempted: bool = False, durable: bool = True) -> None:
         self.leases.mark_sent(self.lease, event_id, attempted=attempted, durable=durable)
+        self._owed.discard(event_id)
         self.marked += 1
 
     def mark_sent_many(
         self, event_ids: Sequence[str], *, attempted: bool = False, durable: bool = True
     ) -> None:
         self.leases.mark_sent_many(self.lease, event_ids, attempted=attempted, durable=durable)
+        self._owed.difference_update(event_ids)
         self.marked += len(event_ids)
 
     def record_failure(self, event_id: str, error: str) -> None:
+        self._ahead = []
         self.leases.outbox.record_failure(event_id, error)
 
     # The relay's poison policy: the outbox's own operations (an operator's hold needs no lease).
     def amend_error(self, event_id: str, error: str) -> None:
+        self._ahead = []
         self.leases.outbox.amend_error(event_id, error)
 
     def quarantine(self, event_id: str, reason: str) -> int:
+        self._ahead = []
         return self.leases.outbox.quarantine(event_id, reason)
 
     def renew(self, ttl: float | None = None) -> None:

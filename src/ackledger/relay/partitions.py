@@ -32,7 +32,8 @@ class PartitionWorker:
 
     ``settings.owner`` names it in lease rows; ``wire`` sends (``wire.sender`` shape);
     setting ``stop`` ends it after the send in flight, its lease released; ``log``, if given,
-    gets each line as ``"OWNER: text"``; ``after_delivery`` as in :class:`Relay`.
+    gets each line as ``"OWNER: text"``; ``after_delivery`` as in :class:`Relay`; ``marker``
+    (another Outbox on the same database) commits the marks with ``settings.pipeline``.
     """
 
     def __init__(
@@ -44,8 +45,9 @@ class PartitionWorker:
         stop: Stop | None = None,
         log: Callable[[str], None] | None = None,
         after_delivery: Callable[[str], object] | None = None,
+        marker: Outbox | None = None,
     ) -> None:
-        self.picker = LeasedPartitions(outbox, settings)
+        self.picker = LeasedPartitions(outbox, settings, marker)
         self.settings = settings
         if log is not None:
             log = _prefixed(f"{settings.owner}: ", log)

@@ -6,7 +6,7 @@ The loop (``relay.loop``) asks its picker for a *pick*, runs dispatch rounds on 
 - :class:`WholeOutbox` (SQLite, or ``--single`` on PostgreSQL): one pick, the outbox itself,
   one round at a time; a failure makes the loop wait out the backoff before the next round.
 - :class:`LeasedPartitions` (one of N relays): each pick is a partition leased for up to
-  ``BATCHES_PER_LEASE`` rounds (renewed between them), released when drained. A failure
+  ``BATCHES_PER_LEASE`` rounds (each mark renews it), released when drained. A failure
   *parks* the partition (its lease kept, unrenewed, for its own backoff) and the loop turns
   to other partitions at once, so a failing partition never stops the others. A crashed
   relay's leases end by expiry (``lease_ttl``).
@@ -24,6 +24,7 @@ from ..errors import LeaseLost
 from ..source.dispatch import Source
 from ..source.marking import Marking, MarksBehind, marking_for
 from ..source.outbox import Outbox
+from .leased_marks import LeasedMarksBehind
 from .leases import Lease, LeasedPartition, PartitionLeases
 from .policy import Failure
 from .settings import RelaySettings
@@ -157,9 +158,13 @@ class WorkerReport:
 class LeasedPartitions:
     """One of N relays: picks are leased partitions (``settings.owner`` names the leases)."""
 
-    def __init__(self, outbox: Outbox, settings: RelaySettings) -> None:
+    def __init__(
+        self, outbox: Outbox, settings: RelaySettings, marker: Outbox | None = None
+    ) -> None:
         if settings.owner is None:
             raise ValueError("owner: a partition worker needs a name for its lease rows")
+        if settings.pipeline and marker is None:
+            raise ValueError("pipeline: needs a marker Outbox")
         self.settings = settings
         self.outbox = outbox
         self.leases = PartitionLeases(outbox, settings.owner, settings.lease_ttl)
@@ -169,6 +174,9 @@ class LeasedPartitions:
         # One schedule per parked partition (a success forgets it), one for the database.
         self.parked: dict[str, Backoff] = {}
         self._database = self.new_backoff()
+        self._marker = marker
+        #: The marking strategy handed to the loop (a pick settles it before its release).
+        self.marks: Marking = marking_for(settings.mark_sync)
 
     def new_backoff(self) -> Backoff:
         return self.settings.backoff(self._rng)
@@ -177,8 +185,11 @@ class LeasedPartitions:
         return f"leasing partitions of {self.outbox.backend.location}", {}
 
     def marking(self) -> Marking:
-        # Inline marks only (each, last): a mark must check the lease, so none can land behind.
-        return marking_for(self.settings.mark_sync)
+        # Inline (each, last), or behind the next send with --pipeline; every mark checks the
+        # lease either way.
+        if self._marker is not None and self.settings.pipeline:
+            self.marks = LeasedMarksBehind(self.leases, self._marker)
+        return self.marks
 
     def pick(self) -> _Partition | None:
         lease = self.leases.claim()
@@ -212,12 +223,12 @@ class _Partition:
 
     def again(self, marked: list[str]) -> bool:
         self._rounds += 1
-        if len(marked) < self._picker.settings.limit or self._rounds >= BATCHES_PER_LEASE:
-            return False  # drained (for now), or busy partitions take turns
-        self.view.renew()  # raises LeaseLost if it ended while we were sending
-        return True
+        # No renewal here: every mark under the lease renewed it in the statement that marked.
+        return len(marked) >= self._picker.settings.limit and self._rounds < BATCHES_PER_LEASE
 
     def release(self) -> None:
+        # Marks still being committed need the lease: they land (or fail) before it goes.
+        self._picker.marks.settle()
         self.view.release()
 
     def park(self, delay: float, note: Note) -> float:

@@ -21,7 +21,7 @@ from .._core.logline import install
 from ..ops.probe import base_url
 from ..source.outbox import Outbox
 from ..store import without_password
-from ..wire.sender import Sender, sender
+from ..wire.sender import sender
 from .loop import Relay, RelayCounts, logger
 from .partitions import PartitionWorker
 from .pickers import WholeOutbox
@@ -63,10 +63,14 @@ def run(
         with Outbox(source, synchronous=synchronous) as outbox:
             outbox.record_target(settings.url)
             after = _pause_after(pause_after_acks)
-            if settings.owner is not None:
-                return _leasing(settings, outbox, wire, (metrics_at, early), after)
+            # --pipeline: the marks' own connection (a second Outbox on the same database).
             marker = Outbox(source, synchronous=synchronous) if settings.pipeline else None
             try:
+                if settings.owner is not None:
+                    worker = PartitionWorker(
+                        outbox, settings, wire, after_delivery=after, marker=marker
+                    )
+                    return _leasing(worker, outbox, (metrics_at, early))
                 relay = Relay(
                     WholeOutbox(outbox, settings, marker), wire=wire, after_delivery=after
                 )
@@ -93,14 +97,9 @@ def run(
 
 
 def _leasing(
-    settings: RelaySettings,
-    outbox: Outbox,
-    wire: Sender,
-    serving: tuple[Address | None, threading.Event],
-    after_delivery: Callable[[str], object] | None,
+    worker: PartitionWorker, outbox: Outbox, serving: tuple[Address | None, threading.Event]
 ) -> int:
     """One of N relays: the partition worker, its report printed as one JSON line."""
-    worker = PartitionWorker(outbox, settings, wire, after_delivery=after_delivery)
     report = _serving(outbox, worker.counts, worker.relay.request_stop, worker.run, serving)
     print(json.dumps(asdict(report)), flush=True)
     if report.poisoned is not None:

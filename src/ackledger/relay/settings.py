@@ -43,7 +43,7 @@ class RelaySettings:
     #: ``dispatch``). A batch round's marks are one transaction either way.
     mark_sync: str = "each"
     #: Batch rounds: commit a batch's marks on a second connection while the next batch is
-    #: sent (``marks_behind``). Needs ``batch``; only the single loop does it.
+    #: sent (``marks_behind``; on leased partitions, lease-checked). Needs ``batch``.
     pipeline: bool = False
     #: After the n-th failure in a row, wait a time drawn from
     #: [0, min(max_backoff, base_backoff * 2**n)]; ``seed`` makes the draws reproducible.
@@ -82,10 +82,6 @@ class RelaySettings:
             check_ttl(self.lease_ttl)
             check_ttl(self.max_backoff, "max_backoff")
             check_ttl(self.base_backoff, "base_backoff")
-            if self.pipeline:
-                raise ValueError(
-                    "pipeline: only the single loop overlaps marks, not a leasing relay"
-                )
 
     def backoff(self, rng: random.Random | None = None) -> Backoff:
         """A fresh schedule; give the relay's one ``rng`` to each of its schedules."""

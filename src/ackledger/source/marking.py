@@ -106,13 +106,21 @@ class MarksBehind(Marking):
         self._thread.start()
 
     def _work(self) -> None:
-        while (ids := self._jobs.get()) is not _STOP:
+        while (job := self._jobs.get()) is not _STOP:
             try:
-                self.marker.mark_sent_many(ids, attempted=True)
+                self._commit(job)
             except BaseException as exc:  # handed to the sending thread, which re-raises it
                 self._done.put(exc)
             else:
                 self._done.put(None)
+
+    def _job(self, ids: list[str]) -> Any:
+        """What the marking thread is handed for these ids (a subclass adds its source)."""
+        return ids
+
+    def _commit(self, job: Any) -> None:
+        """On the marking thread: commit one handed-over batch's marks."""
+        self.marker.mark_sent_many(job, attempted=True)
 
     @property
     def inflight(self) -> frozenset[str]:
@@ -141,7 +149,7 @@ class MarksBehind(Marking):
         ids = list(event_ids)
         if ids:
             self._inflight = frozenset(ids)
-            self._jobs.put(ids)
+            self._jobs.put(self._job(ids))
 
     def wait(self) -> None:
         """Return once the marks in flight are committed; raises what failed them."""

@@ -84,6 +84,12 @@ class Backend(abc.ABC):
     def read(self) -> AbstractContextManager[Tx]:
         """A consistent read; the transaction is over when the block ends."""
 
+    def statements(self) -> AbstractContextManager[Tx]:
+        """Durable writes where each statement is a transaction of its own, for callers whose
+        every statement is all or nothing by itself: on PostgreSQL one round trip each, where
+        ``write`` adds a BEGIN and a COMMIT. By default (SQLite: no round trips) ``write``."""
+        return self.write()
+
     @abc.abstractmethod
     def close(self) -> None: ...
 

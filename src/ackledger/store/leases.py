@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import abc
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 from .counters import CounterQueries
@@ -79,6 +80,8 @@ SELECT partition_key, owner, token, acquired_at, renewed_at, expires_at,
 FROM partition_leases ORDER BY partition_key
 """
 
+_IN_PARTITION = "SELECT 1 FROM outbox WHERE id = ? AND partition_key = ?"
+
 LEASE_COLUMNS = ("partition", "owner", "token", "acquired_at", "renewed_at", "expires_at", "live")
 
 
@@ -126,33 +129,53 @@ class LeaseQueries(CounterQueries):
     def lease_is_live(self, key: str, owner: str, token: int) -> bool:
         return self.one(self._lease_sql(_IS_LIVE), (key, owner, token)) is not None
 
-    def lease_mark_sent(
+    def lease_mark_sent_many(
         self,
         key: str,
         owner: str,
         token: int,
-        event_id: str,
+        event_ids: Sequence[str],
         *,
         ttl: float,
         attempted: bool,
         now: float,
     ) -> str:
-        """Mark one event of the partition sent if the lease is live (and renew it).
+        """Mark events of the partition sent if the lease is live (and renew it).
 
-        Returns ``"marked"``, ``"lost"`` (the lease is not live: nothing was marked) or
-        ``"unknown"`` (no such event in this partition).
+        Returns ``"marked"`` if every one was marked, ``"lost"`` (the lease is not live) or
+        ``"unknown"`` (an id is no event of this partition); the caller rolls back on either,
+        as a dialect that marks one statement at a time may have marked some.
         """
-        if self._mark_under_lease(
-            key, owner, token, event_id, ttl=ttl, bump=1 if attempted else 0, now=now
-        ):
+        wanted = len(set(event_ids))
+        marked = self._mark_many_under_lease(
+            key, owner, token, event_ids, ttl=ttl, bump=1 if attempted else 0, now=now
+        )
+        if marked == wanted:
             return "marked"
         return "unknown" if self.lease_is_live(key, owner, token) else "lost"
 
+    def lease_first_stranger(self, key: str, event_ids: Sequence[str]) -> str:
+        """The first of ``event_ids`` that is no event of the partition (a failed mark's
+        KeyError names it); the first id if all of them are."""
+        for event_id in event_ids:
+            if self.one(_IN_PARTITION, (event_id, key)) is None:
+                return event_id
+        return event_ids[0]
+
     @abc.abstractmethod
-    def _mark_under_lease(
-        self, key: str, owner: str, token: int, event_id: str, *, ttl: float, bump: int, now: float
-    ) -> bool:
-        """Mark the event and renew the lease if the lease is live; True if it was marked."""
+    def _mark_many_under_lease(
+        self,
+        key: str,
+        owner: str,
+        token: int,
+        event_ids: Sequence[str],
+        *,
+        ttl: float,
+        bump: int,
+        now: float,
+    ) -> int:
+        """Mark the (distinct) events and renew the lease if it is live; how many were marked
+        (each dialect's ``MARK_UNDER_LEASE``)."""
 
     @abc.abstractmethod
     def lease_ensure_partition_index(self) -> bool:

@@ -137,6 +137,13 @@ class PostgresBackend(Backend):
             yield PostgresTx(conn)
 
     @contextmanager
+    def statements(self) -> Iterator[Tx]:
+        # The pool's connections are in autocommit: each statement commits (synchronously, as
+        # the session's synchronous_commit says) when it is done.
+        with self._connection() as conn:
+            yield PostgresTx(conn)
+
+    @contextmanager
     def read(self) -> Iterator[Tx]:
         # A snapshot for the whole block, like SQLite's read transaction, and never a write.
         with self._connection() as conn:

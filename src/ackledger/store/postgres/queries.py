@@ -14,14 +14,23 @@ CLOCK = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
 #: A new lease's token: a sequence, larger than every token before it.
 NEXT_FENCE = "nextval('partition_lease_tokens')"
 
-# Lock + check + renew the lease and mark the event, in one statement. The UPDATE of the lease
-# row locks it until commit: a takeover waits for the mark to commit, and a mark that comes
-# after a takeover re-reads the row, finds another owner and marks nothing.
+
+# Lock + check + renew the lease and mark the events (a text array of distinct ids), in one
+# statement. The UPDATE of the lease row locks it until commit: a takeover waits for the mark
+# to commit, and a mark that comes after a takeover re-reads the row, finds another owner and
+# marks nothing. All or nothing by itself, the renewal too: it writes only if every id is an
+# event of the partition, so it needs no transaction around it (``Backend.statements``).
 MARK_UNDER_LEASE = (
     """
-WITH lease AS (
+WITH wanted AS (SELECT ?::text[] AS ids),
+known AS (
+    SELECT count(*) AS n FROM outbox o, wanted
+    WHERE o.id = ANY(wanted.ids) AND o.partition_key = ?
+),
+lease AS (
     UPDATE partition_leases SET renewed_at = {now}, expires_at = {now} + ?
     WHERE partition_key = ? AND owner = ? AND token = ? AND expires_at > {now}
+      AND (SELECT n FROM known) = (SELECT cardinality(ids) FROM wanted)
     RETURNING partition_key
 )
 UPDATE outbox SET """
@@ -29,8 +38,8 @@ UPDATE outbox SET """
     + """,
     attempts = outbox.attempts + ?,
     last_attempt_at = CASE WHEN ? = 1 THEN ? ELSE outbox.last_attempt_at END
-FROM lease
-WHERE outbox.id = ? AND outbox.partition_key = lease.partition_key
+FROM lease, wanted
+WHERE outbox.id = ANY(wanted.ids) AND outbox.partition_key = lease.partition_key
 RETURNING outbox.seq
 """
 )

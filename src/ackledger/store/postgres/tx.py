@@ -147,11 +147,23 @@ class PostgresTx(Tx):
 
     # --- partition leases ------------------------------------------------------------------
 
-    def _mark_under_lease(
-        self, key: str, owner: str, token: int, event_id: str, *, ttl: float, bump: int, now: float
-    ) -> bool:
-        params = (ttl, key, owner, token, now, bump, bump, now, event_id)
-        return bool(self.execute(self._lease_sql(q.MARK_UNDER_LEASE), params))
+    def _mark_many_under_lease(
+        self,
+        key: str,
+        owner: str,
+        token: int,
+        event_ids: Sequence[str],
+        *,
+        ttl: float,
+        bump: int,
+        now: float,
+    ) -> int:
+        # One statement for a whole acknowledged batch: one lease check, one renewal, one
+        # round trip (a statement per event took half the partition relay's time). It marks
+        # all of them or none, so it needs no transaction around it (``statements``).
+        ids = list(dict.fromkeys(event_ids))
+        params = (ids, key, ttl, key, owner, token, now, bump, bump, now)
+        return len(self.execute(self._lease_sql(q.MARK_UNDER_LEASE), params))
 
     def lease_ensure_partition_index(self) -> bool:
         return False  # kept from the first migration on

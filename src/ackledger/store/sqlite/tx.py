@@ -112,14 +112,28 @@ class SqliteTx(Tx):
     def _lease_token_taken(self, token: int) -> None:
         self.execute(q.STORE_FENCE, (token,))
 
-    def _mark_under_lease(
-        self, key: str, owner: str, token: int, event_id: str, *, ttl: float, bump: int, now: float
-    ) -> bool:
-        params = (now, bump, bump, now, event_id, key, owner, token)
-        if not self.execute(self._lease_sql(q.MARK_UNDER_LEASE), params):
-            return False
-        self.lease_renew(key, owner, token, ttl)
-        return True
+    def _mark_many_under_lease(
+        self,
+        key: str,
+        owner: str,
+        token: int,
+        event_ids: Sequence[str],
+        *,
+        ttl: float,
+        bump: int,
+        now: float,
+    ) -> int:
+        # One statement per event (in-process, no round trips), up to the first one that was
+        # not marked; the caller's transaction rolls back a partial mark.
+        marked = 0
+        for event_id in dict.fromkeys(event_ids):
+            params = (now, bump, bump, now, event_id, key, owner, token)
+            if not self.execute(self._lease_sql(q.MARK_UNDER_LEASE), params):
+                break
+            marked += 1
+        if marked:
+            self.lease_renew(key, owner, token, ttl)
+        return marked
 
     def lease_ensure_partition_index(self) -> bool:
         if self.one(q.FIND_PARTITION_INDEX, (q.PARTITION_INDEX,)):
