@@ -41,6 +41,9 @@ class EventTypes:
         from . import warehouse
 
         self._checks: dict[str, Check] = {warehouse.TYPE: warehouse.check_data}
+        # Kept, not imported again per event: an import statement in a function cost more
+        # than the schema's own check on the sink's per-event path (bench/CHANGES.md 19).
+        self._reference: Check = warehouse.check_data
 
     def register(self, name: str, check: Check) -> None:
         """Give the type ``name`` the schema ``check``. A name is registered once: a second
@@ -56,9 +59,7 @@ class EventTypes:
     def builds_fresh(self, name: str) -> bool:
         """True when the schema of ``name`` is the reference type's, whose answer is always
         a new dict of plain values (the fast path need not copy it again)."""
-        from . import warehouse
-
-        return self._checks.get(name) is warehouse.check_data
+        return self._checks.get(name) is self._reference
 
     def __contains__(self, name: object) -> bool:
         return name in self._checks
