@@ -13,7 +13,6 @@ sink's from ``/proc``): on a shared machine it swings far less than the wall clo
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import time
 from pathlib import Path
@@ -23,14 +22,8 @@ from ackledger.source.dispatch import dispatch
 from ackledger.wire.http import close_connections, send_http
 
 from . import fill
-from .common import Plan, Results, scratch, timed_loop
+from .common import Plan, Results, cpu_seconds, scratch, timed_loop
 from .relay import start_sink
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (``/proc/PID/stat``), in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _per_event(seconds: float, count: int) -> float:
@@ -91,13 +84,13 @@ def measure(plan: Plan, results: Results) -> None:
                     start, cpu, sink_cpu = (
                         time.perf_counter(),
                         time.process_time(),
-                        _cpu_seconds(pid),
+                        cpu_seconds(pid),
                     )
                     for event in events:
                         send_http(event, url)
                     wall = time.perf_counter() - start
                     cpu = time.process_time() - cpu
-                    sink_cpu = _cpu_seconds(pid) - sink_cpu
+                    sink_cpu = cpu_seconds(pid) - sink_cpu
                     what = "a new event" if kind == "new" else "the same event again"
                     key = f"step.sink_{kind}"
                     count = len(events)

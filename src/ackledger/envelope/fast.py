@@ -26,7 +26,9 @@ _FAST = frozenset({"specversion", "id", "source", "type", "datacontenttype", "da
 _FAST_WITH_KEY = _FAST | {"partitionkey"}
 #: Sources repeat (one per producer): each is matched against RFC 3986 once.
 _SOURCES: set[str] = set()
-_MAX_SOURCES = 1024
+#: Types repeat too: each is matched against the type pattern once.
+_KINDS: set[str] = set()
+_MAX_KNOWN = 1024
 
 
 class _Slow(Exception):
@@ -51,14 +53,17 @@ def _checked(obj: dict[str, Any], types: EventTypes) -> dict[str, Any]:
         raise _Slow
     if type(event_id) is not str or len(event_id) > 128 or not _ID_RE.fullmatch(event_id):
         raise _Slow
-    if type(kind) is not str or not _TYPE_NAME.fullmatch(kind):
-        raise _Slow
+    if type(kind) is not str or kind not in _KINDS:
+        if type(kind) is not str or not _TYPE_NAME.fullmatch(kind):
+            raise _Slow
+        if len(_KINDS) < _MAX_KNOWN:
+            _KINDS.add(kind)
     if type(source) is not str or source not in _SOURCES:
         if type(source) is not str or not 1 <= len(source) <= 256:
             raise _Slow
         if not is_uri_reference(source):
             raise _Slow
-        if len(_SOURCES) < _MAX_SOURCES:
+        if len(_SOURCES) < _MAX_KNOWN:
             _SOURCES.add(source)
     event: dict[str, Any] = {
         "specversion": "1.0",
@@ -86,7 +91,10 @@ def _checked(obj: dict[str, Any], types: EventTypes) -> dict[str, Any]:
     for name in ("subject", "partitionkey"):
         if name in obj:
             text = obj[name]
-            if type(text) is not str or not 1 <= len(text) <= 256 or _UNPRINTABLE.search(text):
+            if type(text) is not str or not 1 <= len(text) <= 256:
+                raise _Slow
+            # Printable ASCII (no control character) holds none of the pattern's characters.
+            if not (text.isascii() and text.isprintable()) and _UNPRINTABLE.search(text):
                 raise _Slow
             event[name] = text
     return event
