@@ -178,6 +178,7 @@ def plot(results: Results) -> None:
         ("broker.peer.best", "faststream-\noutbox\nbest", "#d62728"),
         ("broker.ours.item", "ours\nper item", "#1f77b4"),
         ("broker.ours.batch", "ours\n--batch", "#2ca02c"),
+        ("broker.ours.leased", "ours --batch\n--pipeline", "#bcbd22"),
         ("broker.ours.pipeline", "ours --batch\n--single\n--pipeline", "#98df8a"),
         ("broker.floor.nats.w1", "nats-py\nwindow 1", "#bbbbbb"),
         ("broker.floor.nats.w16", "nats-py\nwindow 16", "#888888"),
