@@ -47,8 +47,11 @@ def _folder(source: str | None) -> str | None:
 
 
 def _database(stack: ExitStack, server: str) -> str:
-    from ...store.postgres.scratch import create_scratch, database_url, drop_scratch
+    from ...store.postgres.scratch import create_scratch, database_url, drop_scratch, scratch_name
 
-    name = create_scratch(server, PREFIX)
+    name = scratch_name(PREFIX)
+    # The drop is arranged before the CREATE: a Ctrl-C while the server creates it must not
+    # leave the database behind (DROP ... IF EXISTS is harmless if it never came to be).
     stack.callback(drop_scratch, server, name)
+    create_scratch(server, name)
     return database_url(server, name)

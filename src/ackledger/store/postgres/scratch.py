@@ -25,12 +25,16 @@ def _admin(server: str) -> Any:
     )
 
 
-def create_scratch(server: str, prefix: str) -> str:
-    """Create an empty database named ``prefix`` + a random suffix; returns its name."""
-    name = prefix + secrets.token_hex(5)
+def scratch_name(prefix: str) -> str:
+    """``prefix`` + a random suffix: chosen before the database is made, so that its drop
+    can be arranged first (an interrupt during the CREATE then leaves nothing behind)."""
+    return prefix + secrets.token_hex(5)
+
+
+def create_scratch(server: str, name: str) -> None:
+    """Create the empty database ``name``."""
     with _admin(server) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-    return name
 
 
 def drop_scratch(server: str, name: str) -> None:
