@@ -128,7 +128,9 @@ def test_sqlite_sources_keep_the_single_loop(source_db: Path, tmp_path: Path) ->
     Outbox(source_db).close()
     log = tmp_path / "relay.log"
     relay = start_relay(str(source_db), "http://127.0.0.1:9/events", "ignored", log)
-    time.sleep(1.0)
+    # Stopped once it runs (a fixed sleep stopped it while it still imported, on a loaded
+    # machine: killed by the signal, exit -15).
+    wait_until(lambda: "relaying to" in log.read_text(), "the single loop to start")
     assert stop(relay) == 0
     assert "leasing partitions" not in log.read_text()
 
