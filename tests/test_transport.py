@@ -470,3 +470,80 @@ def test_the_request_is_a_well_formed_http_1_1_post() -> None:
     assert fields[b"Content-Length"] == b"%d" % len(body)
     assert fields[b"Content-Type"] == b"application/cloudevents+json"
     assert body == canonical_json(EVENT).encode()
+
+
+# The kept socket is non-blocking: a request larger than what the socket buffers take at
+# once is written as the server reads it, and that wait is bounded by the call's time-out too.
+
+
+def _slow_reader(then: float | None) -> tuple[socket.socket, list[bytes]]:
+    """A server that acks its first request at once, then waits ``then`` seconds before it
+    reads the second one (never reads it, if None)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    bodies: list[bytes] = []
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            got = b""
+            for turn in range(2):
+                if turn == 1:
+                    if then is None:
+                        time.sleep(3)
+                        return
+                    time.sleep(then)
+                while b"\r\n\r\n" not in got:
+                    got += conn.recv(65536)
+                head, got = got.split(b"\r\n\r\n", 1)
+                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                while len(got) < length:
+                    got += conn.recv(65536)
+                body, got = got[:length], got[length:]
+                bodies.append(body)
+                conn.sendall(ack_for(body))
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener, bodies
+
+
+BIG = {
+    "specversion": "1.0",
+    "id": "big-1",
+    "source": SOURCE,
+    "type": "com.example.note",
+    "data": {"note": "x" * 60_000},
+}
+
+
+def _small_send_buffer(url: str) -> None:
+    """Connect with one small request, then shrink the kept socket's send buffer so that a
+    big request cannot be taken in one write (on loopback it grows to megabytes)."""
+    assert send_http(EVENT, url) is True
+    port = int(url.split(":")[2].partition("/")[0])
+    wire_http._pool()[("127.0.0.1", port)].sock.setsockopt(
+        socket.SOL_SOCKET, socket.SO_SNDBUF, 4096
+    )
+
+
+def test_a_request_larger_than_the_socket_buffers_is_written_as_the_server_reads() -> None:
+    listener, bodies = _slow_reader(then=0.3)
+    try:
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/events"
+        _small_send_buffer(url)
+        assert send_http(BIG, url, timeout=5) is True
+        assert bodies[1] == canonical_json(BIG).encode()
+    finally:
+        listener.close()
+
+
+def test_a_server_that_never_reads_times_the_send_out() -> None:
+    listener, _ = _slow_reader(then=None)
+    try:
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/events"
+        _small_send_buffer(url)
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            send_http(BIG, url, timeout=0.4)
+        assert time.monotonic() - started < 2.5  # bounded by the time-out, with slack
+    finally:
+        listener.close()
