@@ -16,7 +16,8 @@ import os
 import socket
 import sqlite3
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from .common import Plan, Results, scratch, timed_loop
@@ -118,6 +119,19 @@ def raw_round_trip_rate(url: str, seconds: float, after: Callable[[], None] | No
     return _round_trips(exchange, conn.close, seconds, after)
 
 
+@contextmanager
+def handover_floor(folder: Path) -> Iterator[Callable[[float], float]]:
+    """The zero-code hand-over as a probe: ``probe(seconds)`` runs it for that long and
+    returns its rate (a receiver process of its own, started once)."""
+    from ackledger._dev.procs import start_listener
+
+    rawserver = Path(__file__).with_name("rawserver.py")
+    command = [sys.executable, str(rawserver), "--commit", str(folder / "handover-sink.db")]
+    with start_listener(command) as durable:
+        mark = one_row_committer(str(folder / "handover-source.db"))
+        yield lambda seconds: raw_round_trip_rate(durable.base_url, seconds, after=mark)
+
+
 def measure(plan: Plan, results: Results) -> None:
     print("floors", flush=True)
     from ackledger._dev.procs import start_listener
@@ -199,7 +213,9 @@ def measure(plan: Plan, results: Results) -> None:
         "floor.http",
         "floor.http_raw",
         "floor.relay",
+        "floor.relay_raw",
         "floor.handover",
+        "floor.handover_http",
     ):
         figure = results.figures[key]
         print(f"  {figure.label}: {figure.median:,.0f}/s", flush=True)

@@ -3,7 +3,9 @@ floor of what it does, measured in the same run.
 
 - the relay's own step: ``dispatch`` over a FULL outbox with a ``send`` that returns True at
   once (the ``pending`` read, amortised over its selection, and the mark's commit), beside one
-  FULL one-row commit;
+  FULL one-row commit and beside the same mark done on bare ``sqlite3`` (the mark's UPDATE
+  on a real outbox file, one FULL commit each: it moves the row between two partial indexes,
+  so it writes three or four pages where the one-row floor writes one);
 - ``send_http`` to ``serve sink``, a new event, beside a raw round trip plus a FULL commit;
 - the same event again (a duplicate), beside a raw round trip plus a read by key.
 
@@ -43,6 +45,36 @@ def relay_own_step(folder: Path, count: int, tag: str) -> tuple[float, float]:
     return _per_event(wall, total), _per_event(cpu, total)
 
 
+#: The per-item mark as the product makes it (``store/outbox.py``), written out here so that
+#: the floor stays the same for every checkout that ``bench.compare`` measures.
+_BARE_MARK = (
+    "UPDATE outbox SET sent = CASE WHEN quarantined = 0 THEN 1 ELSE sent END, "
+    "sent_at = CASE WHEN quarantined = 0 THEN COALESCE(sent_at, ?) ELSE sent_at END, "
+    "attempts = attempts + 1, last_attempt_at = ? WHERE id = ? RETURNING id"
+)
+
+
+def bare_mark_step(folder: Path, count: int, tag: str) -> tuple[float, float]:
+    """(wall, CPU) µs per event of the relay's step without ackledger: the pending ids read
+    once, then each one's mark in a FULL transaction of its own, on bare ``sqlite3``."""
+    path = folder / f"bare-{tag}.db"
+    fill.pending_events(path, tag, count)
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA synchronous = FULL")
+        ids = [row[0] for row in conn.execute("SELECT id FROM outbox WHERE sent = 0 ORDER BY seq")]
+        start, cpu = time.perf_counter(), time.process_time()
+        for event_id in ids:
+            conn.execute("BEGIN IMMEDIATE")
+            now = time.time()
+            conn.execute(_BARE_MARK, (now, now, event_id)).fetchall()
+            conn.execute("COMMIT")
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    finally:
+        conn.close()
+    return _per_event(wall, len(ids)), _per_event(cpu, len(ids))
+
+
 def read_by_key_seconds(folder: Path, seconds: float) -> float:
     """One indexed read of a row by its key on bare ``sqlite3`` (a duplicate's least work)."""
     conn = sqlite3.connect(folder / "read-floor.db", isolation_level=None)
@@ -75,6 +107,11 @@ def measure(plan: Plan, results: Results) -> None:
                 wall, cpu = relay_own_step(folder, plan.relay_events, f"o{rep}")
                 results.add("step.relay_own", "relay's own step (pending + mark)", "µs", wall)
                 results.add("step.relay_own_cpu", "relay's own step, CPU", "µs", cpu)
+                wall, cpu = bare_mark_step(folder, plan.relay_events, f"b{rep}")
+                results.add(
+                    "floor.step_mark", "the same mark on bare sqlite3 (one FULL commit)", "µs", wall
+                )
+                results.add("floor.step_mark_cpu", "the same mark on bare sqlite3, CPU", "µs", cpu)
                 events = [
                     fill.lab_event(f"st{rep}-{n}", f"s{n % 64}", 1)
                     for n in range(plan.relay_events)
@@ -119,10 +156,41 @@ def measure(plan: Plan, results: Results) -> None:
         finally:
             sink.stop()
     _derive(results)
-    for key in ("step.relay_own", "step.sink_new", "step.sink_dup"):
-        figure = results.figures.get(key)
-        if figure is not None:
-            print(f"  {figure.label}: {figure.median:,.0f} µs", flush=True)
+    _print_table(results)
+
+
+#: The issue's table: (step, its CPU keys, its floor, the floor's words).
+_TABLE = (
+    ("step.relay_own", ("step.relay_own_cpu",), "floor.step_commit", "one FULL commit"),
+    ("step.relay_own", ("step.relay_own_cpu",), "floor.step_mark", "the mark on bare sqlite3"),
+    (
+        "step.sink_new",
+        ("step.sink_new_cpu", "step.sink_new_sink_cpu"),
+        "floor.step_new",
+        "raw round trip + FULL commit",
+    ),
+    (
+        "step.sink_dup",
+        ("step.sink_dup_cpu", "step.sink_dup_sink_cpu"),
+        "floor.step_dup",
+        "raw round trip + read by key",
+    ),
+)
+
+
+def _print_table(results: Results) -> None:
+    """Each step per event (wall, then CPU: the sender's, and the sink's where it has one)
+    beside its floor in the same run, and the ratio of the two."""
+    for key, cpu_keys, floor_key, floor_words in _TABLE:
+        step, floor = results.figures.get(key), results.get(floor_key)
+        if step is None or floor is None:
+            continue
+        cpus = " + ".join(f"{results.get(cpu) or 0:,.0f}" for cpu in cpu_keys)
+        print(
+            f"  {step.label}: {step.median:,.0f} µs (CPU {cpus} µs); {floor_words}: "
+            f"{floor:,.0f} µs; {step.median / floor:.2f}x",
+            flush=True,
+        )
 
 
 def _derive(results: Results) -> None:
