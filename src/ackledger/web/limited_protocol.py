@@ -25,12 +25,14 @@ for the reads, bench/CHANGES.md item 19, and uvicorn's own keep-alive timer, ite
 The connection's writes also go out together: uvicorn writes an answer's head and its body
 with two ``transport.write`` calls, i.e. two ``send`` system calls and two TCP segments on a
 ``TCP_NODELAY`` socket. ``_Corked`` holds what is written during one turn of the event loop and
-writes it as one piece when the answer is complete, or at the end of that turn at the latest.
+writes it as one piece when the answer is complete, or at the end of that turn at the latest:
+one callback per turn of the loop (``_TurnEnd``) serves every connection that wrote in it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import weakref
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -54,6 +56,39 @@ def _too_large_answer(cap: int) -> bytes:
     return _TOO_LARGE % (len(body), body)
 
 
+class _TurnEnd:
+    """The corked connections of one event loop that wrote during this turn, flushed at its
+    end by one callback: with many clients a turn answers many, and a callback per answer
+    was one more handle for the loop to run per request."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._writers: list[_Corked] = []
+
+    def add(self, corked: _Corked) -> None:
+        if not self._writers:
+            self._loop.call_soon(self._flush)
+        self._writers.append(corked)
+
+    def _flush(self) -> None:
+        writers, self._writers = self._writers, []
+        for corked in writers:
+            corked.flush()  # nothing left for most: their answers completed and were sent
+
+
+#: One per loop (tests run several), gone with its loop.
+_TURN_ENDS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _TurnEnd] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _turn_end(loop: asyncio.AbstractEventLoop) -> _TurnEnd:
+    found = _TURN_ENDS.get(loop)
+    if found is None:
+        found = _TURN_ENDS[loop] = _TurnEnd(loop)
+    return found
+
+
 class _Corked:
     """A transport whose writes of one turn of the event loop are sent as one write.
 
@@ -64,13 +99,13 @@ class _Corked:
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self.transport = transport
-        self._loop = loop
+        self._turn_end = _turn_end(loop)
         self._held: list[bytes] = []
 
     def write(self, data: bytes) -> None:
         if not self._held:
             # The end of this turn at the latest, should the answer not complete in it.
-            self._loop.call_soon(self.flush)
+            self._turn_end.add(self)
         self._held.append(data)
 
     def flush(self) -> None:
