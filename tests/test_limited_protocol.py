@@ -133,3 +133,27 @@ def test_an_answer_completed_in_a_later_turn_has_its_head_sent_meanwhile() -> No
             chunk = sock.recv(65536)
             assert chunk, "closed before the body"
             got += chunk
+
+
+def test_idle_time_starts_after_the_body_of_a_request_refused_before_it(port: int) -> None:
+    """An event over the body cap is refused from its head (413) before its body is sent;
+    the body that follows must not leave the connection without an idle limit."""
+    body = b"x" * (70 * 1024)
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(
+            f"POST /events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            "Content-Type: application/cloudevents+json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n".encode()
+        )
+        sock.settimeout(20)
+        got = b""
+        while b"\r\n\r\n" not in got:
+            chunk = sock.recv(65536)
+            assert chunk, "closed before the refusal"
+            got += chunk
+        assert got.startswith(b"HTTP/1.1 413 ")
+        sock.sendall(body)
+        sent = time.monotonic()
+        while sock.recv(65536):
+            pass  # the rest of the refusal; then the close
+        assert time.monotonic() - sent < 4.0
