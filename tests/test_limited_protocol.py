@@ -54,6 +54,16 @@ def port(tmp_path: Path) -> Iterator[int]:
         yield found
 
 
+def _until_head_end(sock: socket.socket) -> bytes:
+    """What ``sock`` received up to the end of an answer's head at least."""
+    got = b""
+    while b"\r\n\r\n" not in got:
+        chunk = sock.recv(65536)
+        assert chunk, "the server closed the connection before an answer's head"
+        got += chunk
+    return got
+
+
 def _post(sock: socket.socket, port: int, event_id: str) -> bytes:
     """One event on ``sock``; returns its answer's status line (the answer is read whole)."""
     body = json.dumps(lab(event_id, "s1", 1)).encode()
@@ -63,12 +73,7 @@ def _post(sock: socket.socket, port: int, event_id: str) -> bytes:
         f"Content-Length: {len(body)}\r\n\r\n"
     )
     sock.sendall(request.encode() + body)
-    got = b""
-    while b"\r\n\r\n" not in got:
-        chunk = sock.recv(65536)
-        assert chunk, "the server closed the connection instead of answering"
-        got += chunk
-    head, _, rest = got.partition(b"\r\n\r\n")
+    head, _, rest = _until_head_end(sock).partition(b"\r\n\r\n")
     length = next(
         int(line.split(b":", 1)[1])
         for line in head.split(b"\r\n")
@@ -121,11 +126,7 @@ def test_an_answer_completed_in_a_later_turn_has_its_head_sent_meanwhile() -> No
     ):
         sock.settimeout(20)
         sock.sendall(f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{served_port}\r\n\r\n".encode())
-        got = b""
-        while b"\r\n\r\n" not in got:
-            chunk = sock.recv(65536)
-            assert chunk, "closed before the head"
-            got += chunk
+        got = _until_head_end(sock)
         assert got.startswith(b"HTTP/1.1 200 OK")
         assert got.endswith(b"\r\n\r\n"), "the body came before it was sent"
         release.set()
@@ -146,12 +147,7 @@ def test_idle_time_starts_after_the_body_of_a_request_refused_before_it(port: in
             f"Content-Length: {len(body)}\r\n\r\n".encode()
         )
         sock.settimeout(20)
-        got = b""
-        while b"\r\n\r\n" not in got:
-            chunk = sock.recv(65536)
-            assert chunk, "closed before the refusal"
-            got += chunk
-        assert got.startswith(b"HTTP/1.1 413 ")
+        assert _until_head_end(sock).startswith(b"HTTP/1.1 413 ")
         sock.sendall(body)
         sent = time.monotonic()
         while sock.recv(65536):
