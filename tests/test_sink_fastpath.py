@@ -207,3 +207,27 @@ def test_group_commit_failure_reaches_every_member() -> None:
     outcomes = asyncio.run(scenario())
     assert len(outcomes) == 3
     assert all(isinstance(o, OSError) for o in outcomes)
+
+
+def test_group_commit_serves_one_loop_after_another() -> None:
+    """The remembered loop (no ``getpid`` per submit) is the running one: a group used on a
+    second loop in this thread, then on a third in another thread, still gathers there."""
+    calls: list[list[int]] = []
+
+    def apply_all(items: Sequence[int]) -> list[int]:
+        calls.append(list(items))
+        return [item + 1 for item in items]
+
+    group: GroupCommit[int, int] = GroupCommit(apply_all)
+
+    async def scenario(base: int) -> list[int]:
+        return list(await asyncio.gather(*(group.submit(base + n) for n in range(3))))
+
+    assert asyncio.run(scenario(0)) == [1, 2, 3]
+    assert asyncio.run(scenario(10)) == [11, 12, 13]
+    found: list[list[int]] = []
+    thread = threading.Thread(target=lambda: found.append(asyncio.run(scenario(20))))
+    thread.start()
+    thread.join(30)
+    assert found == [[21, 22, 23]]
+    assert calls == [[0, 1, 2], [10, 11, 12], [20, 21, 22]]

@@ -14,6 +14,7 @@ commit that made it durable.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -77,9 +78,22 @@ class GroupCommit(Generic[Item, Result]):
         self._apply_all = apply_all
         self._waiting: list[tuple[Item, asyncio.Future[Result]]] = []
         self._scheduled = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = 0
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        """The running loop, remembered: ``asyncio.get_running_loop`` makes a ``getpid``
+        system call each time (CPython 3.11), one per request here. A remembered loop that
+        is running in this very thread is the running one (a thread runs one loop at a time,
+        and a thread's id is reused only once it has ended, its loop stopped with it)."""
+        loop = self._loop
+        if loop is None or self._thread != threading.get_ident() or not loop.is_running():
+            loop = self._loop = asyncio.get_running_loop()
+            self._thread = threading.get_ident()
+        return loop
 
     async def submit(self, item: Item) -> Result:
-        loop = asyncio.get_running_loop()
+        loop = self._running_loop()
         future: asyncio.Future[Result] = loop.create_future()
         self._waiting.append((item, future))
         if not self._scheduled:

@@ -14,20 +14,25 @@ protocol's own callbacks:
   is closed (a request already being answered is left to finish).
 
 Per request this costs a few attribute writes, not timers: each connection holds one deadline
-(the loop time by which the read in progress must be done, or None) and at most one timer,
-which on firing closes the connection if the deadline has passed and otherwise re-arms itself
-for the deadline. A kept-alive connection re-arms it about once per ``read_timeout`` instead
-of creating and cancelling two timers per request (bench/CHANGES.md item 19).
+(the loop time by which the read in progress must be done, or by which an idle kept-alive
+connection must have sent its next request; None: neither) and at most one timer, which on
+firing closes the connection if the deadline has passed and otherwise re-arms itself, for the
+deadline or one ``_tick`` (the shorter time-out), whichever comes first: so a read deadline set
+while the timer waits for a later idle one is still kept. A busy kept-alive connection re-arms
+it about once per ``_tick`` instead of creating and cancelling three timers per request (two
+for the reads, bench/CHANGES.md item 19, and uvicorn's own keep-alive timer, item 31).
 
 The connection's writes also go out together: uvicorn writes an answer's head and its body
 with two ``transport.write`` calls, i.e. two ``send`` system calls and two TCP segments on a
 ``TCP_NODELAY`` socket. ``_Corked`` holds what is written during one turn of the event loop and
-writes it as one piece when the answer is complete, or at the end of that turn at the latest.
+writes it as one piece when the answer is complete, or at the end of that turn at the latest:
+one callback per turn of the loop (``_TurnEnd``) serves every connection that wrote in it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import weakref
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -51,6 +56,39 @@ def _too_large_answer(cap: int) -> bytes:
     return _TOO_LARGE % (len(body), body)
 
 
+class _TurnEnd:
+    """The corked connections of one event loop that wrote during this turn, flushed at its
+    end by one callback: with many clients a turn answers many, and a callback per answer
+    was one more handle for the loop to run per request."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._writers: list[_Corked] = []
+
+    def add(self, corked: _Corked) -> None:
+        if not self._writers:
+            self._loop.call_soon(self._flush)
+        self._writers.append(corked)
+
+    def _flush(self) -> None:
+        writers, self._writers = self._writers, []
+        for corked in writers:
+            corked.flush()  # nothing left for most: their answers completed and were sent
+
+
+#: One per loop (tests run several), gone with its loop.
+_TURN_ENDS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _TurnEnd] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _turn_end(loop: asyncio.AbstractEventLoop) -> _TurnEnd:
+    found = _TURN_ENDS.get(loop)
+    if found is None:
+        found = _TURN_ENDS[loop] = _TurnEnd(loop)
+    return found
+
+
 class _Corked:
     """A transport whose writes of one turn of the event loop are sent as one write.
 
@@ -61,13 +99,13 @@ class _Corked:
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self.transport = transport
-        self._loop = loop
+        self._turn_end = _turn_end(loop)
         self._held: list[bytes] = []
 
     def write(self, data: bytes) -> None:
         if not self._held:
             # The end of this turn at the latest, should the answer not complete in it.
-            self._loop.call_soon(self.flush)
+            self._turn_end.add(self)
         self._held.append(data)
 
     def flush(self) -> None:
@@ -97,8 +135,13 @@ class LimitedHttpTools(HttpToolsProtocol):
         self._in_head = True
         self._head_bytes = 0
         self._heads_done = 0
-        #: The loop time by which the head or body being read must be complete; None: none is.
+        #: The loop time by which the head or body being read must be complete, or by which an
+        #: idle connection must begin its next request; None: neither is awaited.
         self._deadline: float | None = None
+        #: The deadline is keep-alive's (an answer was completed and nothing read since).
+        self._idle = False
+        #: The longest the timer waits at once: never past a read deadline set meanwhile.
+        self._tick = min(limits.read_timeout, limits.keep_alive)
         #: The connection's one timer, checking ``_deadline`` (None: not armed).
         self._timer: asyncio.TimerHandle | None = None
         self._corked: _Corked | None = None
@@ -117,7 +160,7 @@ class LimitedHttpTools(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self._in_head and self._deadline is None:
+        if self._in_head and (self._deadline is None or self._idle):
             self._start_read()  # the first bytes of a kept-alive connection's next request
         heads_before = self._heads_done
         super().data_received(data)
@@ -142,17 +185,37 @@ class LimitedHttpTools(HttpToolsProtocol):
         self._deadline = None
         # The next head's clock starts with its first byte (idle time is keep-alive's).
         self._in_head = True
+        cycle = self.cycle
+        if cycle is not None and cycle.response_complete and not self.transport.is_closing():
+            # Answered before its body was all in (a refusal): idle from here.
+            self._set_deadline(self._limits.keep_alive)
+            self._idle = True
 
     def on_response_complete(self) -> None:
         # The answer's last write was just made: send it now rather than at the turn's end.
         if self._corked is not None:
             self._corked.flush()
-        super().on_response_complete()
+        # uvicorn's own, but for its keep-alive timer, armed and cancelled per request there:
+        # here the idle time is the connection's deadline, checked by its one timer.
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+        elif self._deadline is None:  # else the next head is being read, on its own clock
+            self._set_deadline(self._limits.keep_alive)
+            self._idle = True
 
     def _start_read(self) -> None:
-        self._deadline = self.loop.time() + self._limits.read_timeout
+        self._set_deadline(self._limits.read_timeout)
+
+    def _set_deadline(self, seconds: float) -> None:
+        self._idle = False
+        self._deadline = self.loop.time() + seconds
         if self._timer is None:
-            self._timer = self.loop.call_later(self._limits.read_timeout, self._check)
+            self._timer = self.loop.call_later(min(seconds, self._tick), self._check)
 
     def _check(self) -> None:
         self._timer = None
@@ -161,7 +224,7 @@ class LimitedHttpTools(HttpToolsProtocol):
             return  # nothing is being read: the next read arms the timer again
         now = self.loop.time()
         if now < deadline:
-            self._timer = self.loop.call_later(deadline - now, self._check)
+            self._timer = self.loop.call_later(min(deadline - now, self._tick), self._check)
             return
         cycle = self.cycle
         if self._in_head and cycle is not None and not cycle.response_complete:

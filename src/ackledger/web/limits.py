@@ -13,6 +13,8 @@ from typing import Any
 #: Enough for any head our clients send (a few hundred bytes) and for proxies' additions.
 MAX_HEAD_BYTES = 64 * 1024
 READ_TIMEOUT_S = 10.0
+#: How long a kept-alive connection may sit idle between an answer and its next request.
+KEEP_ALIVE_S = 30.0
 #: Connections (and requests in flight) beyond which uvicorn answers 503 at once.
 MAX_CONNECTIONS = 1000
 
@@ -21,6 +23,7 @@ MAX_CONNECTIONS = 1000
 class Limits:
     head_bytes: int = MAX_HEAD_BYTES
     read_timeout: float = READ_TIMEOUT_S
+    keep_alive: float = KEEP_ALIVE_S
     max_connections: int = MAX_CONNECTIONS
 
     def protocol(self) -> Any:

@@ -116,7 +116,8 @@ def serve(
         # reads; uvicorn's middleware for them cost 1.5% of the sink's samples (CHANGES 19).
         proxy_headers=False,
         lifespan="off",
-        timeout_keep_alive=30,
+        # Enforced by web.limited_protocol with the read time-outs (one timer a connection).
+        timeout_keep_alive=max(1, int(limits.keep_alive)),
         timeout_graceful_shutdown=GRACEFUL_SECONDS,
         # The head cap and the read time-outs (web.limits); h11's own cap, should it be used.
         http=limits.protocol(),

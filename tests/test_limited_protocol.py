@@ -1,0 +1,155 @@
+"""``web.limited_protocol`` on uvicorn serving on a loopback socket in this process: the
+keep-alive idle limit kept by the connection's one timer, on a real sink app (the only way to
+give the idle limit a test-sized value: the command line keeps uvicorn's 30 s), and the held
+writes of an answer that does not complete in one turn of the loop. Bounds on time are
+generous: they tell "closed by the limit" from "never closed" and "kept" from "cut"."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ackledger import Inbox
+from ackledger.web.limits import Limits
+from ackledger.web.server import bind
+from tests.events import lab
+
+IDLE = 0.5
+
+
+@contextlib.contextmanager
+def _served(app: ASGIApp, limits: Limits) -> Iterator[int]:
+    """``app`` served by uvicorn with our protocol on a free loopback port, in a thread."""
+    sock = bind("127.0.0.1", 0)
+    config = uvicorn.Config(app, log_config=None, lifespan="off", http=limits.protocol())
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.01)
+        yield sock.getsockname()[1]
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()
+
+
+@pytest.fixture
+def port(tmp_path: Path) -> Iterator[int]:
+    limits = Limits(read_timeout=5.0, keep_alive=IDLE)
+    with Inbox(tmp_path / "sink.db") as inbox, _served(inbox.asgi(), limits) as found:
+        yield found
+
+
+def _until_head_end(sock: socket.socket) -> bytes:
+    """What ``sock`` received up to the end of an answer's head at least."""
+    got = b""
+    while b"\r\n\r\n" not in got:
+        chunk = sock.recv(65536)
+        assert chunk, "the server closed the connection before an answer's head"
+        got += chunk
+    return got
+
+
+def _post(sock: socket.socket, port: int, event_id: str) -> bytes:
+    """One event on ``sock``; returns its answer's status line (the answer is read whole)."""
+    body = json.dumps(lab(event_id, "s1", 1)).encode()
+    request = (
+        f"POST /events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        "Content-Type: application/cloudevents+json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    sock.sendall(request.encode() + body)
+    head, _, rest = _until_head_end(sock).partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    while len(rest) < length:
+        rest += sock.recv(65536)
+    assert json.loads(rest)["id"] == event_id
+    return head.split(b"\r\n", 1)[0]
+
+
+def test_an_idle_kept_alive_connection_is_closed_after_the_idle_limit(port: int) -> None:
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        assert _post(sock, port, "idle-1") == b"HTTP/1.1 200 OK"
+        answered = time.monotonic()
+        sock.settimeout(10 * IDLE + 10)
+        assert sock.recv(1) == b"", "the server sent bytes on an idle connection"
+        # Closed by the idle limit, not by the read time-out (5 s) or never.
+        assert time.monotonic() - answered < 4.0
+
+
+def test_a_connection_used_within_the_idle_limit_is_kept(port: int) -> None:
+    """Requests 0.2 s apart for 6 idle limits: each answer starts a fresh idle time, so the
+    timer, firing meanwhile, must never find the connection overdue."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        started, number = time.monotonic(), 0
+        while time.monotonic() - started < 6 * IDLE:
+            assert _post(sock, port, f"kept-{number}") == b"HTTP/1.1 200 OK"
+            number += 1
+            time.sleep(IDLE * 0.4)
+        assert number >= 6
+
+
+def test_an_answer_completed_in_a_later_turn_has_its_head_sent_meanwhile() -> None:
+    """A head written while the body waits (a streamed answer) leaves at the end of the
+    loop's turn, not only when the answer completes: the client sees it before the body
+    exists, and then the body."""
+    release = threading.Event()
+
+    async def streaming(scope: Scope, receive: Receive, send: Send) -> None:
+        headers = [(b"content-type", b"text/plain"), (b"content-length", b"4")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        while not release.is_set():
+            await asyncio.sleep(0.01)
+        await send({"type": "http.response.body", "body": b"done"})
+
+    with (
+        _served(streaming, Limits()) as served_port,
+        socket.create_connection(("127.0.0.1", served_port)) as sock,
+    ):
+        sock.settimeout(20)
+        sock.sendall(f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{served_port}\r\n\r\n".encode())
+        got = _until_head_end(sock)
+        assert got.startswith(b"HTTP/1.1 200 OK")
+        assert got.endswith(b"\r\n\r\n"), "the body came before it was sent"
+        release.set()
+        while not got.endswith(b"done"):
+            chunk = sock.recv(65536)
+            assert chunk, "closed before the body"
+            got += chunk
+
+
+def test_idle_time_starts_after_the_body_of_a_request_refused_before_it(port: int) -> None:
+    """An event over the body cap is refused from its head (413) before its body is sent;
+    the body that follows must not leave the connection without an idle limit."""
+    body = b"x" * (70 * 1024)
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(
+            f"POST /events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            "Content-Type: application/cloudevents+json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n".encode()
+        )
+        sock.settimeout(20)
+        assert _until_head_end(sock).startswith(b"HTTP/1.1 413 ")
+        sock.sendall(body)
+        sent = time.monotonic()
+        while sock.recv(65536):
+            pass  # the rest of the refusal; then the close
+        assert time.monotonic() - sent < 4.0
