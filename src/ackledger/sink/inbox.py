@@ -87,7 +87,9 @@ def _apply_together(tx: Tx, runs: Sequence[Sequence[_Item]], now: float) -> list
     exactly those of ``_apply_one_by_one`` (tests/backends/test_inbox_claim_all.py).
     """
     wanted = sum(len(run) for run in runs)
-    first_arrival = tx.inbox_reserve_arrivals(wanted) + 1
+    # Counted as applied with the arrival numbers, in one statement; corrected at the end
+    # when some were duplicates (the transaction's committed counts are the true ones).
+    first_arrival = tx.inbox_reserve_arrivals(wanted, {_APPLIED_COUNTER: wanted}) + 1
     # One claim row per identity, from its first event in the group; a later event with that
     # identity is a duplicate of it (same content) or a conflict (other content).
     firsts: dict[tuple[str, str], str] = {}
@@ -111,6 +113,8 @@ def _apply_together(tx: Tx, runs: Sequence[Sequence[_Item]], now: float) -> list
             raise _OneByOne
         if outcome is Outcome.APPLIED:
             fresh.add((row[0], row[1]))
+    if not fresh:
+        raise _OnlyDuplicates  # no conflict either: not one note is worth writing durably
     stock: dict[str, int] = {}
     handler_tx = HandlerTransaction(tx)
     results: list[BatchResult] = []
@@ -133,7 +137,8 @@ def _apply_together(tx: Tx, runs: Sequence[Sequence[_Item]], now: float) -> list
         tally.update(statuses)
         results.append(BatchResult(statuses))
     tx.inventory_add(stock)
-    tx.counters_bump({COUNTER_PREFIX + name: count for name, count in tally.items()})
+    tally[_APPLIED] -= wanted
+    tx.counters_bump({COUNTER_PREFIX + name: count for name, count in tally.items() if count})
     return results
 
 
@@ -164,6 +169,7 @@ def _run_handler(
 
 _APPLIED = Outcome.APPLIED.value
 _DUPLICATE = Outcome.DUPLICATE.value
+_APPLIED_COUNTER = COUNTER_PREFIX + _APPLIED
 
 
 def _apply_one_by_one(tx: Tx, runs: Sequence[Sequence[_Item]], now: float) -> list[BatchResult]:
@@ -181,7 +187,7 @@ def _apply_one_by_one(tx: Tx, runs: Sequence[Sequence[_Item]], now: float) -> li
     wanted = sum(len(run) for run in runs)
     # Arrival numbers are taken as one block; the counter row stays locked until commit, so
     # they follow commit order on every backend (numbers of unclaimed items are skipped).
-    arrival = tx.inbox_reserve_arrivals(wanted) if wanted else 0
+    arrival = tx.inbox_reserve_arrivals(wanted, {_APPLIED_COUNTER: wanted}) if wanted else 0
     for run in runs:
         result = BatchResult([])
         for item in run:
@@ -219,7 +225,13 @@ def _apply_one_by_one(tx: Tx, runs: Sequence[Sequence[_Item]], now: float) -> li
             result.statuses.append(outcome.value)
         results.append(result)
     tx.inventory_add(stock)
-    tx.counters_bump(tally)
+    applied = tally[_APPLIED_COUNTER]
+    tally[_APPLIED_COUNTER] -= wanted  # counted as applied with the arrival numbers
+    tx.counters_bump({name: count for name, count in tally.items() if count})
+    if wanted and not applied:
+        # Nothing was applied: a failing handler or a conflict records nothing, not even a
+        # counter row that the optimistic count made (zero reads as absent anyway).
+        tx.counter_drop_if_zero(_APPLIED_COUNTER)
     return results
 
 
@@ -246,12 +258,11 @@ def _note_duplicates(tx: Tx, runs: Sequence[Sequence[_Item]], now: float) -> lis
     """Runs of duplicates only: each takes its arrival number and is counted again, as
     ``_apply_one_by_one`` would count it, and nothing runs."""
     wanted = sum(len(run) for run in runs)
-    arrival = tx.inbox_reserve_arrivals(wanted)
+    arrival = tx.inbox_reserve_arrivals(wanted, {COUNTER_PREFIX + _DUPLICATE: wanted})
     for run in runs:
         for item in run:
             arrival += 1
             tx.inbox_note_receipt(*item.identity, now, arrival)
-    tx.counters_bump({COUNTER_PREFIX + _DUPLICATE: wanted})
     return [BatchResult([_DUPLICATE] * len(run)) for run in runs]
 
 
@@ -361,6 +372,10 @@ class Inbox(Database):
         applies nothing, so it does not count)."""
         now = time.time()
         items = [item for run in runs for item in run]
+        if len(items) == 1 and self._stored_alike(items[0]):
+            # A lone re-send, answered from a read: no write lock taken to find it out.
+            with self._db.write(durable=False) as tx:
+                return _note_duplicates(tx, runs, now)
         try:
             # One event costs the same statements either way, and less Python one by one. A
             # user's handler always goes one by one, in its savepoint: applying the group
@@ -384,6 +399,21 @@ class Inbox(Database):
         # those counts: the receipt and the effect were made durable by the first arrival.
         with self._db.write(durable=False) as tx:
             return _note_duplicates(tx, runs, now)
+
+    def _stored_alike(self, item: _Item) -> bool:
+        """True when ``item``'s identity is in the inbox with its content (a duplicate).
+
+        One read by key: a lone new event pays it (one statement and no lock beyond the
+        read's), a lone duplicate is spared a write transaction that would only be rolled
+        back. A claim racing this read is still told apart by the write path's own claim."""
+        with self._db.lookup() as tx:
+            stored = tx.inbox_fingerprint(*item.identity)
+        if stored is None:
+            return False
+        if stored == item.fingerprint:
+            return True
+        legacy = warehouse.v1_fingerprint(item.event)
+        return legacy is not None and legacy == stored
 
     def stock(self, sku: str) -> int:
         check_identifier(sku, "sku", 64)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -9,7 +11,7 @@ from .._core.idempotency import Claim, Outcome
 from .claims import claim_all, claim_once
 from .counters import CounterQueries
 from .executor import Params
-from .keys import INBOX
+from .keys import INBOX, MANY
 
 RECEIPT_COLUMNS = (
     "source", "id", "type", "fingerprint", "first_received_at", "last_received_at", "receipts",
@@ -34,6 +36,34 @@ INVENTORY_ADD = (
 )
 
 
+_RESERVE = (
+    "INSERT INTO counters (name, value) VALUES ('sink.arrival', ?) "
+    "ON CONFLICT (name) DO UPDATE SET value = counters.value + excluded.value "
+    "RETURNING value"
+)
+
+
+@functools.lru_cache(maxsize=8)
+def _reserve_and_count_sql(count: int) -> str:
+    return (
+        "INSERT INTO counters (name, value) VALUES "
+        + ", ".join(["(?, ?)"] * (count + 1))
+        + " ON CONFLICT (name) DO UPDATE SET value = counters.value + excluded.value "
+        "RETURNING name, value"
+    )
+
+
+@functools.lru_cache(maxsize=MANY)
+def _inventory_add_sql(count: int) -> str:
+    # One multi-row upsert; the skus of one call are distinct (a mapping's keys), as
+    # PostgreSQL needs of the rows of one ON CONFLICT DO UPDATE.
+    return (
+        "INSERT INTO inventory (sku, qty) VALUES "
+        + ", ".join(["(?, ?)"] * count)
+        + " ON CONFLICT (sku) DO UPDATE SET qty = inventory.qty + excluded.qty"
+    )
+
+
 class InboxQueries(CounterQueries):
     def inbox_claim(
         self, source: str, event_id: str, fingerprint: str, *, type: str, now: float, arrival: int
@@ -56,17 +86,19 @@ class InboxQueries(CounterQueries):
         )
         return None if found is None else str(found)
 
-    def inbox_reserve_arrivals(self, count: int) -> int:
+    def inbox_reserve_arrivals(self, count: int, counts: Mapping[str, int] | None = None) -> int:
         """Take ``count`` numbers of the sink's arrival sequence; returns the one before the
         first. The counter row stays locked until the transaction ends, so the numbers follow
-        commit order on every backend."""
-        last = self.scalar(
-            "INSERT INTO counters (name, value) VALUES ('sink.arrival', ?) "
-            "ON CONFLICT (name) DO UPDATE SET value = counters.value + excluded.value "
-            "RETURNING value",
-            (count,),
-        )
-        return int(last) - count
+        commit order on every backend. ``counts`` are added to their counters (never
+        ``sink.arrival``) by the same statement: the sink counts a group's expected outcomes
+        here, and corrects them only when the group ends otherwise."""
+        if not counts:
+            return int(self.scalar(_RESERVE, (count,))) - count
+        rows = ("sink.arrival", count, *itertools.chain.from_iterable(counts.items()))
+        for name, value in self.execute(_reserve_and_count_sql(len(counts)), rows):
+            if name == "sink.arrival":
+                return int(value) - count
+        raise RuntimeError("sink.arrival: the reserving upsert returned no row")  # pragma: no cover
 
     def inbox_note_receipt(self, source: str, event_id: str, now: float, arrival: int) -> None:
         """Count another arrival of an event that was already there (a duplicate)."""
@@ -104,9 +136,13 @@ class InboxQueries(CounterQueries):
         return None if found is None else float(found)
 
     def inventory_add(self, added: Mapping[str, int]) -> None:
-        """Add ``added[sku]`` to each sku's stock (one statement, run once per sku)."""
-        if added:
-            self.executemany(INVENTORY_ADD, list(added.items()))
+        """Add ``added[sku]`` to each sku's stock: one statement for up to 64 skus."""
+        items = list(added.items())
+        for start in range(0, len(items), MANY):
+            chunk = items[start : start + MANY]
+            self.execute(
+                _inventory_add_sql(len(chunk)), tuple(itertools.chain.from_iterable(chunk))
+            )
 
     # A user's handler runs inside a savepoint when it may fail on its own: its failure then
     # undoes its claim and its writes, and nothing else of the transaction.

@@ -113,6 +113,7 @@ class SqliteBackend(Backend):
         self.synchronous = mode
         self._write = _WriteTransaction(self._conn, self._lock, relaxed=False)
         self._relaxed_write = _WriteTransaction(self._conn, self._lock, relaxed=mode == "FULL")
+        self._lookup = SqliteTx(self._conn)
 
     def _configure(self, mode: str) -> None:
         self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
@@ -136,6 +137,13 @@ class SqliteBackend(Backend):
         # Reentrant per thread like the lock it takes: a nested write fails at BEGIN (SQLite
         # has no nested transactions) and leaves the outer one as it was.
         return self._write if durable else self._relaxed_write
+
+    @contextmanager
+    def lookup(self) -> Iterator[Tx]:
+        # The connection is in autocommit between transactions (isolation_level=None): each
+        # statement is a read transaction of its own, without a BEGIN and a COMMIT to run.
+        with self._lock:
+            yield self._lookup
 
     @contextmanager
     def read(self) -> Iterator[Tx]:
