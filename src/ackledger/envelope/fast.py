@@ -91,19 +91,19 @@ def _checked(obj: dict[str, Any], types: EventTypes) -> tuple[dict[str, Any], st
     # ``canonical_json``).
     head = ""
     if "data" in obj:
-        data = _copy(obj["data"], 0)
-        if data is None:
-            raise _Slow  # a null member is absent: the full way says what that means
-        if kind in types:
-            checked = types.check(kind, data)
-            # The reference schema builds its answer of fresh plain values ({"sku", "qty"}:
-            # an identifier and an int), so it needs neither a copy nor the encoder; any
-            # other may hold on to what it returned, so that is copied.
-            if types.builds_fresh(kind):
-                data = checked
-                head = f'{{"data":{{"qty":{int.__repr__(data["qty"])},"sku":"{data["sku"]}"}}'
-            else:
-                data = _copy(checked, 0)
+        if types.builds_fresh(kind):
+            # The reference schema only reads what it is given and answers with fresh plain
+            # values ({"sku", "qty"}: an identifier and an int): no copy before it or after
+            # it, and no encoder for its text.
+            data = types.check(kind, obj["data"])
+            head = f'{{"data":{{"qty":{int.__repr__(data["qty"])},"sku":"{data["sku"]}"}}'
+        else:
+            data = _copy(obj["data"], 0)
+            if data is None:
+                raise _Slow  # a null member is absent: the full way says what that means
+            if kind in types:
+                # Any other schema may hold on to what it returned, so that is copied.
+                data = _copy(types.check(kind, data), 0)
         event["data"] = data
         if not head:
             head = '{"data":' + _ENCODE(data)
