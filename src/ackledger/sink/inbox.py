@@ -87,9 +87,7 @@ def _apply_together(tx: Tx, runs: Sequence[Sequence[_Item]], now: float) -> list
     exactly those of ``_apply_one_by_one`` (tests/backends/test_inbox_claim_all.py).
     """
     wanted = sum(len(run) for run in runs)
-    # Counted as applied with the arrival numbers, in one statement; corrected at the end
-    # when some were duplicates (the transaction's committed counts are the true ones).
-    first_arrival = tx.inbox_reserve_arrivals(wanted, {_APPLIED_COUNTER: wanted}) + 1
+    first_arrival = tx.inbox_reserve_arrivals(wanted) + 1
     # One claim row per identity, from its first event in the group; a later event with that
     # identity is a duplicate of it (same content) or a conflict (other content).
     firsts: dict[tuple[str, str], str] = {}
@@ -137,8 +135,7 @@ def _apply_together(tx: Tx, runs: Sequence[Sequence[_Item]], now: float) -> list
         tally.update(statuses)
         results.append(BatchResult(statuses))
     tx.inventory_add(stock)
-    tally[_APPLIED] -= wanted
-    tx.counters_bump({COUNTER_PREFIX + name: count for name, count in tally.items() if count})
+    tx.counters_bump({COUNTER_PREFIX + name: count for name, count in tally.items()})
     return results
 
 
@@ -169,7 +166,6 @@ def _run_handler(
 
 _APPLIED = Outcome.APPLIED.value
 _DUPLICATE = Outcome.DUPLICATE.value
-_APPLIED_COUNTER = COUNTER_PREFIX + _APPLIED
 
 
 def _apply_one_by_one(tx: Tx, runs: Sequence[Sequence[_Item]], now: float) -> list[BatchResult]:
@@ -187,7 +183,7 @@ def _apply_one_by_one(tx: Tx, runs: Sequence[Sequence[_Item]], now: float) -> li
     wanted = sum(len(run) for run in runs)
     # Arrival numbers are taken as one block; the counter row stays locked until commit, so
     # they follow commit order on every backend (numbers of unclaimed items are skipped).
-    arrival = tx.inbox_reserve_arrivals(wanted, {_APPLIED_COUNTER: wanted}) if wanted else 0
+    arrival = tx.inbox_reserve_arrivals(wanted) if wanted else 0
     for run in runs:
         result = BatchResult([])
         for item in run:
@@ -225,13 +221,7 @@ def _apply_one_by_one(tx: Tx, runs: Sequence[Sequence[_Item]], now: float) -> li
             result.statuses.append(outcome.value)
         results.append(result)
     tx.inventory_add(stock)
-    applied = tally[_APPLIED_COUNTER]
-    tally[_APPLIED_COUNTER] -= wanted  # counted as applied with the arrival numbers
-    tx.counters_bump({name: count for name, count in tally.items() if count})
-    if wanted and not applied:
-        # Nothing was applied: a failing handler or a conflict records nothing, not even a
-        # counter row that the optimistic count made (zero reads as absent anyway).
-        tx.counter_drop_if_zero(_APPLIED_COUNTER)
+    tx.counters_bump(tally)
     return results
 
 
@@ -258,11 +248,12 @@ def _note_duplicates(tx: Tx, runs: Sequence[Sequence[_Item]], now: float) -> lis
     """Runs of duplicates only: each takes its arrival number and is counted again, as
     ``_apply_one_by_one`` would count it, and nothing runs."""
     wanted = sum(len(run) for run in runs)
-    arrival = tx.inbox_reserve_arrivals(wanted, {COUNTER_PREFIX + _DUPLICATE: wanted})
+    arrival = tx.inbox_reserve_arrivals(wanted)
     for run in runs:
         for item in run:
             arrival += 1
             tx.inbox_note_receipt(*item.identity, now, arrival)
+    tx.counters_bump({COUNTER_PREFIX + _DUPLICATE: wanted})
     return [BatchResult([_DUPLICATE] * len(run)) for run in runs]
 
 

@@ -37,10 +37,6 @@ class CounterQueries(Executor):
                 _bump_sql(len(counts)), tuple(itertools.chain.from_iterable(counts.items()))
             )
 
-    def counter_drop_if_zero(self, name: str) -> None:
-        """Delete the row of counter ``name`` if it holds 0 (it reads as 0 without one)."""
-        self.execute("DELETE FROM counters WHERE name = ? AND value = 0", (name,))
-
     @abc.abstractmethod
     def counter_bump_spread(self, name: str) -> None:
         """Add one to a counter that many transactions bump at once, without making them

@@ -36,21 +36,14 @@ INVENTORY_ADD = (
 )
 
 
+# Folding a group's outcome counts into this upsert was tried and dropped: a two-row upsert
+# with RETURNING costs SQLite more than this one and a plain upsert after it (5.8 against
+# 3.1 + 1.3 us), RETURNING being most of a row's cost (bench/CHANGES.md, item 36).
 _RESERVE = (
     "INSERT INTO counters (name, value) VALUES ('sink.arrival', ?) "
     "ON CONFLICT (name) DO UPDATE SET value = counters.value + excluded.value "
     "RETURNING value"
 )
-
-
-@functools.lru_cache(maxsize=8)
-def _reserve_and_count_sql(count: int) -> str:
-    return (
-        "INSERT INTO counters (name, value) VALUES "
-        + ", ".join(["(?, ?)"] * (count + 1))
-        + " ON CONFLICT (name) DO UPDATE SET value = counters.value + excluded.value "
-        "RETURNING name, value"
-    )
 
 
 @functools.lru_cache(maxsize=MANY)
@@ -86,19 +79,11 @@ class InboxQueries(CounterQueries):
         )
         return None if found is None else str(found)
 
-    def inbox_reserve_arrivals(self, count: int, counts: Mapping[str, int] | None = None) -> int:
+    def inbox_reserve_arrivals(self, count: int) -> int:
         """Take ``count`` numbers of the sink's arrival sequence; returns the one before the
         first. The counter row stays locked until the transaction ends, so the numbers follow
-        commit order on every backend. ``counts`` are added to their counters (never
-        ``sink.arrival``) by the same statement: the sink counts a group's expected outcomes
-        here, and corrects them only when the group ends otherwise."""
-        if not counts:
-            return int(self.scalar(_RESERVE, (count,))) - count
-        rows = ("sink.arrival", count, *itertools.chain.from_iterable(counts.items()))
-        for name, value in self.execute(_reserve_and_count_sql(len(counts)), rows):
-            if name == "sink.arrival":
-                return int(value) - count
-        raise RuntimeError("sink.arrival: the reserving upsert returned no row")  # pragma: no cover
+        commit order on every backend."""
+        return int(self.scalar(_RESERVE, (count,))) - count
 
     def inbox_note_receipt(self, source: str, event_id: str, now: float, arrival: int) -> None:
         """Count another arrival of an event that was already there (a duplicate)."""
