@@ -96,13 +96,8 @@ class _Lookup(AbstractContextManager[Tx]):
         self._lock.acquire()
         return self._tx
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._lock.release()
+    def __exit__(self, *exc_info: object) -> None:
+        self._lock.release()  # nothing to end: the statement was its own transaction
 
 
 class SqliteBackend(Backend):
