@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ackledger import EventTypes, InvalidEvent, warehouse
-from ackledger.envelope import fast, validate
-from ackledger.envelope.fast import fast_event
+from ackledger.envelope import canonical_json, fast, validate
+from ackledger.envelope.fast import fast_encoded, fast_event
 from ackledger.envelope.validate import _validate_fully
 
 TYPES = EventTypes()
@@ -50,9 +50,11 @@ def test_fast_never_accepts_what_the_full_rules_refuse(
     obj.update(attributes)
     if with_data:
         obj["data"] = data
-    quick = fast_event(obj, TYPES)
+    quick = fast_encoded(obj, TYPES)
     if quick is not None:
-        assert quick == full(obj)
+        assert quick[0] == full(obj)
+        # The text made in the same pass is the sorting encoder's, byte for byte.
+        assert quick[1] == canonical_json(quick[0])
 
 
 @settings(max_examples=200, deadline=None)
@@ -80,9 +82,34 @@ def test_the_warehouse_schema_on_the_fast_path(data: dict[str, Any], accepted: b
     obj = {
         "specversion": "1.0", "id": "e-1", "source": "/s", "type": warehouse.TYPE, "data": data,
     }  # fmt: skip
-    quick = fast_event(obj, TYPES)
+    quick = fast_encoded(obj, TYPES)
     assert (quick is not None) == accepted
     assert (full(obj) is not None) == accepted
+    if quick is not None:
+        assert quick[1] == canonical_json(quick[0])
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [
+        {"source": "https://u:p@[::1]:8080/a;b=c/%7E?q=1&r=(2)*+,!$'#frag"},
+        {"source": "urn:shop:orders", "subject": 'say "hi" \\ back', "partitionkey": "ké-ü"},
+        {"datacontenttype": "application/json", "subject": "\u00e9\u4e2d"},
+        {"datacontenttype": "application/json", "data": {"b": [1.5, -0.0, 10**20], "a": '"'}},
+        {"type": warehouse.TYPE, "data": {"sku": "tea:1.x_y-z", "qty": 1_000_000}},
+        {
+            "type": warehouse.TYPE,
+            "data": {"qty": 7, "sku": "t"},
+            "datacontenttype": "application/json",
+        },
+    ],
+)
+def test_the_fast_text_is_the_canonical_json(attributes: dict[str, Any]) -> None:
+    obj = {"specversion": "1.0", "id": "A.b:c_d-9", "source": "/s", "type": "t", **attributes}
+    quick = fast_encoded(obj, TYPES)
+    assert quick is not None
+    assert quick[0] == full(obj)
+    assert quick[1] == canonical_json(quick[0])
 
 
 def test_the_printable_rule_is_the_same_pattern() -> None:

@@ -17,7 +17,7 @@ from .. import event as v1
 from ..errors import InvalidEvent
 from ..event_types import EventTypes, check_type_name
 from .content import MAX_EVENT_BYTES, canonical_json
-from .fast import fast_event
+from .fast import fast_encoded
 from .json_value import check_text, copy_json, shown_name
 from .timestamp import is_rfc3339
 from .trace_context import is_traceparent, is_tracestate
@@ -62,11 +62,11 @@ def validate_encoded(obj: object, *, types: EventTypes | None = None) -> tuple[d
     anyway: the callers that store, send or fingerprint the event reuse it."""
     kinds = types if types is not None else _reference_types()
     if type(obj) is dict:
-        event = fast_event(obj, kinds)
-        if event is not None:
-            text = canonical_json(event)
+        found = fast_encoded(obj, kinds)
+        if found is not None:
+            text = found[1]
             if len(text) <= MAX_EVENT_BYTES // 4 or len(text.encode("utf-8")) <= MAX_EVENT_BYTES:
-                return event, text
+                return found
     return _validate_fully(obj, kinds)
 
 

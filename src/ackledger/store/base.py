@@ -84,6 +84,12 @@ class Backend(abc.ABC):
     def read(self) -> AbstractContextManager[Tx]:
         """A consistent read; the transaction is over when the block ends."""
 
+    def lookup(self) -> AbstractContextManager[Tx]:
+        """Reads of one statement each, every statement its own snapshot (no BEGIN and no
+        COMMIT around them): for a caller that decides on one row, such as the inbox's check
+        of a lone re-send. By default ``read``."""
+        return self.read()
+
     def statements(self) -> AbstractContextManager[Tx]:
         """Durable writes where each statement is a transaction of its own, for callers whose
         every statement is all or nothing by itself: on PostgreSQL one round trip each, where

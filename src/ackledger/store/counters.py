@@ -7,14 +7,23 @@ upsert, so a counter needs no row before its first use.
 from __future__ import annotations
 
 import abc
+import functools
+import itertools
 from collections.abc import Mapping
 
 from .executor import Executor
 
 _BUMP = (
-    "INSERT INTO counters (name, value) VALUES (?, ?) "
+    "INSERT INTO counters (name, value) VALUES {rows} "
     "ON CONFLICT (name) DO UPDATE SET value = counters.value + excluded.value"
 )
+
+
+@functools.lru_cache(maxsize=16)
+def _bump_sql(count: int) -> str:
+    # One multi-row upsert: the names of one bump are distinct (a mapping's keys), which is
+    # what PostgreSQL needs of the rows of one ON CONFLICT DO UPDATE.
+    return _BUMP.format(rows=", ".join(["(?, ?)"] * count))
 
 
 class CounterQueries(Executor):
@@ -22,9 +31,11 @@ class CounterQueries(Executor):
         self.counters_bump({name: by})
 
     def counters_bump(self, counts: Mapping[str, int]) -> None:
-        """Add each ``counts[name]`` to its counter (one statement, run once per name)."""
+        """Add each ``counts[name]`` to its counter, all in one statement."""
         if counts:
-            self.executemany(_BUMP, list(counts.items()))
+            self.execute(
+                _bump_sql(len(counts)), tuple(itertools.chain.from_iterable(counts.items()))
+            )
 
     @abc.abstractmethod
     def counter_bump_spread(self, name: str) -> None:

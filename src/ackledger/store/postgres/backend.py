@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -142,6 +142,10 @@ class PostgresBackend(Backend):
         # the session's synchronous_commit says) when it is done.
         with self._connection() as conn:
             yield PostgresTx(conn)
+
+    def lookup(self) -> AbstractContextManager[Tx]:
+        # Autocommit, as for statements: one round trip per read instead of three.
+        return self.statements()
 
     @contextmanager
     def read(self) -> Iterator[Tx]:

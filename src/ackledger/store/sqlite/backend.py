@@ -81,6 +81,25 @@ class _WriteTransaction(AbstractContextManager[Tx]):
                 self._lock.release()
 
 
+class _Lookup(AbstractContextManager[Tx]):
+    """``SqliteBackend.lookup``: the connection is in autocommit between transactions
+    (isolation_level=None), so each statement is a read transaction of its own, without a
+    BEGIN and a COMMIT to run. A plain class, as for ``_WriteTransaction``."""
+
+    __slots__ = ("_lock", "_tx")
+
+    def __init__(self, conn: sqlite3.Connection, lock: threading.RLock) -> None:
+        self._lock = lock
+        self._tx = SqliteTx(conn)
+
+    def __enter__(self) -> Tx:
+        self._lock.acquire()
+        return self._tx
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._lock.release()  # nothing to end: the statement was its own transaction
+
+
 class SqliteBackend(Backend):
     dialect = "sqlite"
 
@@ -113,6 +132,7 @@ class SqliteBackend(Backend):
         self.synchronous = mode
         self._write = _WriteTransaction(self._conn, self._lock, relaxed=False)
         self._relaxed_write = _WriteTransaction(self._conn, self._lock, relaxed=mode == "FULL")
+        self._lookup = _Lookup(self._conn, self._lock)
 
     def _configure(self, mode: str) -> None:
         self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
@@ -136,6 +156,9 @@ class SqliteBackend(Backend):
         # Reentrant per thread like the lock it takes: a nested write fails at BEGIN (SQLite
         # has no nested transactions) and leaves the outer one as it was.
         return self._write if durable else self._relaxed_write
+
+    def lookup(self) -> AbstractContextManager[Tx]:
+        return self._lookup
 
     @contextmanager
     def read(self) -> Iterator[Tx]:

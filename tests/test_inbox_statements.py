@@ -1,0 +1,122 @@
+"""What the inbox asks of SQLite per group (issue 18, bench/CHANGES.md item 36): the
+statements SQLite runs, read from its own trace, with the outcome of each call checked too.
+
+A new lone event takes one read by key and one write transaction of four statements; a lone
+re-send is answered from that read and noted in one write transaction, with no write attempt
+rolled back; a group's stock is one statement whatever its skus; a group of re-sends stops its
+durable attempt at the claim."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ackledger import Inbox, warehouse
+from tests.conftest import raw_rows
+
+SOURCE = "/tests/statements"
+
+
+def _event(event_id: str, sku: str = "tea", qty: int = 1) -> dict[str, object]:
+    return warehouse.event(event_id, sku, qty, source=SOURCE)
+
+
+@pytest.fixture
+def traced(tmp_path: Path) -> Iterator[tuple[Inbox, list[str]]]:
+    inbox = Inbox(tmp_path / "inbox.db")
+    seen: list[str] = []
+    conn = inbox._db._conn  # type: ignore[attr-defined]
+    assert isinstance(conn, sqlite3.Connection)
+    conn.set_trace_callback(seen.append)
+    yield inbox, seen
+    conn.set_trace_callback(None)
+    inbox.close()
+
+
+def _verbs(seen: list[str]) -> list[str]:
+    return [statement.split()[0].upper() for statement in seen]
+
+
+def test_a_lone_new_event_is_one_read_and_four_writes(traced: tuple[Inbox, list[str]]) -> None:
+    inbox, seen = traced
+    assert inbox.receive(_event("n-1", qty=3)) == "applied"
+    # The read by key, then the arrival number, the claim, the stock, the applied count.
+    assert _verbs(seen) == ["SELECT", "BEGIN", "INSERT", "INSERT", "INSERT", "INSERT", "COMMIT"]
+    assert inbox.stock("tea") == 3
+    assert inbox.counters() == {"applied": 1, "duplicate": 0, "conflict": 0}
+
+
+def test_a_lone_resend_is_answered_from_a_read(
+    traced: tuple[Inbox, list[str]], tmp_path: Path
+) -> None:
+    inbox, seen = traced
+    inbox.receive(_event("d-1", qty=2))
+    seen.clear()
+    assert inbox.receive(_event("d-1", qty=2)) == "duplicate"
+    verbs = _verbs(seen)
+    assert verbs[0] == "SELECT"
+    assert "ROLLBACK" not in verbs
+    assert verbs.count("BEGIN") == 1  # the note's own transaction, committed without fsync
+    assert inbox.stock("tea") == 2
+    assert inbox.counters() == {"applied": 1, "duplicate": 1, "conflict": 0}
+    # The note is in the file for any other connection: receipts, last arrival, counters.
+    rows = raw_rows(
+        tmp_path / "inbox.db",
+        "SELECT receipts, arrival, last_arrival FROM inbox WHERE id = ?",
+        ("d-1",),
+    )
+    assert rows == [(2, 1, 2)]
+
+
+def test_a_lone_resend_with_other_content_is_still_refused(
+    traced: tuple[Inbox, list[str]],
+) -> None:
+    inbox, _ = traced
+    inbox.receive(_event("c-1", qty=2))
+    result = inbox.receive_batch([_event("c-1", qty=5)])
+    assert result.statuses == []
+    assert type(result.error).__name__ == "Conflict"
+    assert inbox.stock("tea") == 2
+    assert inbox.counters() == {"applied": 1, "duplicate": 0, "conflict": 1}
+
+
+def test_a_group_of_new_events_is_four_writes_whatever_its_skus(
+    traced: tuple[Inbox, list[str]],
+) -> None:
+    inbox, seen = traced
+    runs = [[_event(f"g-{n}", f"sku-{n % 8}", 1 + n % 3)] for n in range(16)]
+    results = inbox.receive_runs(runs)
+    assert [r.statuses for r in results] == [["applied"]] * 16
+    assert _verbs(seen) == ["BEGIN", "INSERT", "INSERT", "INSERT", "INSERT", "COMMIT"]
+    assert sum(inbox.stock(f"sku-{n}") for n in range(8)) == sum(1 + n % 3 for n in range(16))
+    assert inbox.counters() == {"applied": 16, "duplicate": 0, "conflict": 0}
+
+
+def test_a_group_of_resends_stops_its_durable_attempt_at_the_claim(
+    traced: tuple[Inbox, list[str]],
+) -> None:
+    inbox, seen = traced
+    runs = [[_event(f"r-{n}")] for n in range(4)]
+    inbox.receive_runs(runs)
+    seen.clear()
+    results = inbox.receive_runs(runs)
+    assert [r.statuses for r in results] == [["duplicate"]] * 4
+    verbs = _verbs(seen)
+    attempt = verbs[: verbs.index("ROLLBACK")]
+    assert "UPDATE" not in attempt  # nothing written only to be undone
+    assert verbs.count("UPDATE") == 4  # then each receipt's note, in the lazy commit
+    assert inbox.stock("tea") == 4
+    assert inbox.counters() == {"applied": 4, "duplicate": 4, "conflict": 0}
+
+
+def test_a_mixed_group_counts_each_outcome(traced: tuple[Inbox, list[str]]) -> None:
+    inbox, _ = traced
+    inbox.receive(_event("m-0"))
+    runs = [[_event("m-0")], [_event("m-1")], [_event("m-2")]]
+    results = inbox.receive_runs(runs)
+    assert [r.statuses for r in results] == [["duplicate"], ["applied"], ["applied"]]
+    assert inbox.counters() == {"applied": 3, "duplicate": 1, "conflict": 0}
+    assert inbox.stock("tea") == 3
