@@ -1,5 +1,6 @@
 """The seeded kill -9 campaign through a real broker: ``python -m bench.broker_campaign
---broker amqp|nats [--schedules 20] [--events 500] [--first-seed 1] [--seed N]``.
+--broker amqp|nats [--schedules 20] [--events 500] [--first-seed 1] [--seed N]
+[--leased-pipeline]``.
 
 One schedule: a SQLite outbox fed with EVENTS lab orders while ``ackledger relay --batch``
 publishes them to the broker and ``ackledger consume`` applies them into a SQLite inbox; the
@@ -16,6 +17,12 @@ consumer is stopped with SIGTERM and everything is read back from other connecti
   flight"): they are what the next relay publishes again. No kill may leave more than the one
   batch in flight, and the re-sends cannot exceed what the kills left in flight.
 
+``--leased-pipeline``: the outbox is a fresh PostgreSQL database instead and the relay runs
+``--batch --pipeline`` on leased partitions (a batch's marks committed on a second connection
+while the next batch is sent; leases of 3 s, so that a killed relay's partition is free again
+soon): a kill may then leave two batches in flight, the one being sent and the one whose marks
+were being committed.
+
 The schedule (kill points and targets) is drawn from the seed alone, so ``--seed N`` replays it;
 where a kill lands in the work is up to the machine. The test suite runs a small version
 (tests/test_broker_campaign.py); this runs the full one and prints a table.
@@ -24,6 +31,7 @@ where a kill lands in the work is up to the machine. The test suite runs a small
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import random
 import sqlite3
@@ -40,6 +48,7 @@ from ackledger.ops.verify.judge import judge, read_sides
 
 from .broker_routes import BROKERS, Route, open_route
 from .common import scratch
+from .postgres import database
 
 LIMIT = 16  # the relay's batch: the most one kill may leave in flight
 TARGETS = ("relay", "consumer", "both")
@@ -48,6 +57,9 @@ DRAIN_S = 90.0
 RELAY_PATIENCE_S = 10.0
 CONSUMING = "INFO    consuming:"
 BACKOFF = ("--base-backoff", "0.05", "--max-backoff", "0.5")
+#: The relay's flags and the most one kill may leave in flight, per kind of relay.
+PLAIN = (("--batch",), LIMIT)
+LEASED_PIPELINE = (("--batch", "--pipeline", "--lease-ttl", "3"), 2 * LIMIT)
 
 
 @dataclass(frozen=True)
@@ -85,13 +97,15 @@ class Outcome:
     inbox_duplicates: int = 0
     consumer_exit: int | None = None
     seconds: float = 0.0
+    #: The most one relay kill may leave in flight (one batch; two behind ``--pipeline``).
+    bound: int = LIMIT
 
     @property
     def problems(self) -> list[str]:
         counts = {"lost": self.lost, "double-applied": self.double_applied, "stuck": self.stuck}
         found = [f"{name} {value}" for name, value in counts.items() if value]
-        if self.in_flight and max(self.in_flight) > LIMIT:
-            found.append(f"a kill left {max(self.in_flight)} in flight, more than {LIMIT}")
+        if self.in_flight and max(self.in_flight) > self.bound:
+            found.append(f"a kill left {max(self.in_flight)} in flight, more than {self.bound}")
         if self.resends > sum(self.in_flight):
             found.append(f"{self.resends} re-sends, more than the {sum(self.in_flight)} in flight")
         if self.consumer_exit != 0:
@@ -99,8 +113,13 @@ class Outcome:
         return found
 
 
-def _read(db: Path, sql: str) -> list[tuple[object, ...]]:
+def _read(db: Path | str, sql: str) -> list[tuple[object, ...]]:
     """One query on a connection of its own, read-only: what is on disk now."""
+    if str(db).startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(str(db), autocommit=True) as pg:
+            return list(pg.execute(sql).fetchall())
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
     try:
         return conn.execute(sql).fetchall()
@@ -108,7 +127,7 @@ def _read(db: Path, sql: str) -> list[tuple[object, ...]]:
         conn.close()
 
 
-def pending_ids(source: Path) -> set[str]:
+def pending_ids(source: Path | str) -> set[str]:
     return {str(row[0]) for row in _read(source, "SELECT id FROM outbox WHERE sent = 0")}
 
 
@@ -127,7 +146,7 @@ def order_id(n: int) -> str:
     return f"{ORDER_PREFIX}{n:05d}"
 
 
-def _feed(source: Path, events: int, seconds: float) -> None:
+def _feed(source: Path | str, events: int, seconds: float) -> None:
     """Write the orders in transactions of FEED_CHUNK, spread over ``seconds``, as producers
     would; fast enough that the relay mostly has a backlog to work through."""
     chunks = max(1, -(-events // FEED_CHUNK))
@@ -145,14 +164,20 @@ def order(n: int, source: str) -> dict[str, object]:
     return new_event("warehouse.stock.added", data, source=source, id=order_id(n))
 
 
-def run_schedule(broker: str, seed: int, events: int, workdir: Path) -> Outcome:
+def run_schedule(
+    broker: str, seed: int, events: int, workdir: Path, *, leased_pipeline: bool = False
+) -> Outcome:
     kills = schedule(seed)
-    outcome = Outcome(broker, seed, events)
-    source, sink = workdir / "source.db", workdir / "sink.db"
-    Outbox(source).close()  # made before the relay opens it
+    flags, bound = LEASED_PIPELINE if leased_pipeline else PLAIN
+    outcome = Outcome(broker, seed, events, bound=bound)
+    sink = workdir / "sink.db"
     started = time.perf_counter()
-    with open_route(broker) as route:
-        relay_args = ["relay", "--source", str(source), "--to", route.relay_url, "--batch",
+    with contextlib.ExitStack() as stack, open_route(broker) as route:
+        source: Path | str = stack.enter_context(database()) if leased_pipeline else (
+            workdir / "source.db"
+        )  # fmt: skip
+        Outbox(source).close()  # made before the relay opens it
+        relay_args = ["relay", "--source", str(source), "--to", route.relay_url, *flags,
                       "--limit", str(LIMIT), "--poll-interval", "0.05", "--timeout", "2",
                       "--seed", str(seed), *BACKOFF]  # fmt: skip
         consume_args = ["consume", "--from", route.consume_url, "--db", str(sink), *BACKOFF]
@@ -196,11 +221,11 @@ def run_schedule(broker: str, seed: int, events: int, workdir: Path) -> Outcome:
     return outcome
 
 
-def sent_count(source: Path) -> int:
+def sent_count(source: Path | str) -> int:
     return int(str(_read(source, "SELECT count(*) FROM outbox WHERE sent = 1")[0][0]))
 
 
-def _wait_for(kill: Kill, source: Path, events: int) -> None:
+def _wait_for(kill: Kill, source: Path | str, events: int) -> None:
     """A consumer's kill comes after its time; a relay's once it has marked its count more
     (a relay takes a second or more to start on a loaded machine, so a time alone would
     mostly find it importing), or when nothing is left to mark, or after a safety bound."""
@@ -214,12 +239,12 @@ def _wait_for(kill: Kill, source: Path, events: int) -> None:
         time.sleep(0.005)
 
 
-def _in_flight(route: Route, source: Path) -> int:
+def _in_flight(route: Route, source: Path | str) -> int:
     seen = route.seen_settled()
     return sum(1 for event_id in pending_ids(source) if seen[event_id] > 0)
 
 
-def _drain(source: Path, sink: Path, events: int, route: Route) -> None:
+def _drain(source: Path | str, sink: Path, events: int, route: Route) -> None:
     """Until nothing is pending, every order was applied and the broker holds nothing the
     consumer has not acked: a re-send after a relay's kill may reach the queue after its
     first copy was applied, and is consumed (as a duplicate) only later. Stopping the
@@ -231,7 +256,7 @@ def _drain(source: Path, sink: Path, events: int, route: Route) -> None:
         time.sleep(0.1)
 
 
-def _judge(outcome: Outcome, route: Route, source: Path, sink: Path) -> None:
+def _judge(outcome: Outcome, route: Route, source: Path | str, sink: Path) -> None:
     # The judge of ``ackledger verify``: each order is a sku of its own whose stock says how
     # often it was applied. Its "reordered" is not asked: a broker redelivers a killed
     # consumer's messages after newer ones, and order across a redelivery is not promised.
@@ -259,12 +284,14 @@ def row(o: Outcome) -> str:
     )
 
 
-def campaign(broker: str, seeds: list[int], events: int) -> list[Outcome]:
+def campaign(
+    broker: str, seeds: list[int], events: int, *, leased_pipeline: bool = False
+) -> list[Outcome]:
     outcomes = []
     print(HEADER, flush=True)
     for seed in seeds:
         with scratch(f"campaign-{broker}-{seed}") as workdir:
-            outcome = run_schedule(broker, seed, events, workdir)
+            outcome = run_schedule(broker, seed, events, workdir, leased_pipeline=leased_pipeline)
             if outcome.problems:
                 _keep_logs(workdir, broker, seed)
         outcomes.append(outcome)
@@ -285,13 +312,14 @@ def summary(outcomes: list[Outcome]) -> str:
     kills = sum(o.relay_kills for o in outcomes)
     most = max((max(o.in_flight, default=0) for o in outcomes), default=0)
     resends = sum(o.resends for o in outcomes)
+    bound = max((o.bound for o in outcomes), default=LIMIT)
     return (
         f"{len(outcomes)} schedules x {outcomes[0].events if outcomes else 0} events: "
         f"lost {sum(o.lost for o in outcomes)}, "
         f"double-applied {sum(o.double_applied for o in outcomes)}, "
         f"stuck {sum(o.stuck for o in outcomes)}; {kills} relay kills and "
         f"{sum(o.consumer_kills for o in outcomes)} consumer kills; {resends} re-sends "
-        f"(at most {most} after one kill, batch {LIMIT}); "
+        f"(at most {most} after one kill, batch {LIMIT}, bound {bound}); "
         f"{sum(o.inbox_duplicates for o in outcomes)} duplicates absorbed by the inbox"
     )
 
@@ -303,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=500)
     parser.add_argument("--first-seed", type=int, default=1)
     parser.add_argument("--seed", type=int, help="replay this one schedule")
+    parser.add_argument("--leased-pipeline", action="store_true",
+                        help="PostgreSQL outbox, relay --batch --pipeline")  # fmt: skip
     args = parser.parse_args(argv)
     if args.schedules < 1 or args.events < 1:
         parser.error("--schedules and --events: 1 or more")
@@ -311,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.seed is not None
         else list(range(args.first_seed, args.first_seed + args.schedules))
     )
-    outcomes = campaign(args.broker, seeds, args.events)
+    outcomes = campaign(args.broker, seeds, args.events, leased_pipeline=args.leased_pipeline)
     print(summary(outcomes), flush=True)
     return 1 if any(o.problems for o in outcomes) else 0
 

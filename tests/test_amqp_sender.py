@@ -6,9 +6,11 @@ after. What counts as sent is the broker's publisher confirm with no return befo
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import uuid
@@ -21,17 +23,20 @@ import pika
 import pytest
 
 import ackledger
-from ackledger import NotAcknowledged, Outbox, UnsafeTarget, dispatch, dispatch_batch
+from ackledger import InvalidEvent, NotAcknowledged, Outbox, UnsafeTarget, dispatch, dispatch_batch
 from ackledger._dev.faultproxy import FaultProxy
 from ackledger._dev.procs import run_cli, start_service
 from ackledger.envelope import canonical_json, validate_cloudevent
 from ackledger.relay.policy import PERMANENT, TRANSIENT, failure_of
 from ackledger.relay.settings import RelaySettings
+from ackledger.source.dispatch import own_stored
 from ackledger.wire.amqp import AmqpSender
 from ackledger.wire.sender import Sender
+from ackledger.wire.stored import stored_sender
 from tests.events import SOURCE, lab
 from tests.opshelp import start_relay, wait_until
 from tests.rawserver import forbid_network
+from tests.stored_events import LOOSE_ID, loosen, stored_events, stored_outbox
 
 BROKER_PORT = 5672
 TYPE = "warehouse.stock.added"
@@ -492,3 +497,137 @@ def test_partition_relays_on_postgresql_publish_each_partition_in_order(
     for sku in skus:
         in_queue = [event_id for key, event_id in arrived if key == sku]
         assert in_queue == sorted(in_queue)
+
+
+# -- the stored path (wire/stored.py): the outbox's text, not a copy -------------------------
+
+#: Every event to the test's queue, whatever its type.
+ROUTED = "&routing_key=warehouse.stock.added"
+
+
+def test_the_stored_text_is_what_the_sender_would_encode(tmp_path: Path) -> None:
+    with stored_outbox(tmp_path / "o.db") as outbox:
+        selection = outbox.pending()
+        assert [item["id"] for item in selection] == [e["id"] for e in stored_events()]
+        for item in selection:
+            event = {name: value for name, value in item.items() if name != "seq"}
+            assert item.text == canonical_json(validate_cloudevent(event))  # type: ignore[attr-defined]
+
+
+def test_only_an_own_unwrapped_send_batch_takes_stored_events(
+    broker: Broker, closing: list[Sender]
+) -> None:
+    wire = amqp(broker.url(extra=ROUTED), closing)
+    assert isinstance(wire, AmqpSender)
+    assert own_stored(wire.send_batch) == wire.send_stored
+    assert own_stored(lambda events: wire.send_batch(events)) is None  # noqa: PLW0108
+    assert own_stored(wire.send) is None
+
+    class Edited(AmqpSender):
+        def send_batch(self, events: list[dict[str, Any]]) -> int:
+            return super().send_batch(events)
+
+    edited = Edited(broker.url(extra=ROUTED))
+    closing.append(edited)
+    # A subclass or a patch that changes send_batch may do anything to the events: copies.
+    assert own_stored(edited.send_batch) is None
+    assert stored_sender(edited) is None
+    patched = AmqpSender(broker.url(extra=ROUTED))
+    closing.append(patched)
+    patched.send_batch = edited.send_batch  # type: ignore[method-assign]
+    assert stored_sender(patched) is None
+    assert stored_sender(wire) is wire
+
+
+def _by_id(broker: Broker) -> dict[str, tuple[Any, bytes]]:
+    return {props.message_id: (props, body) for props, body in broker.messages()}
+
+
+def test_the_stored_path_sends_the_stored_bytes_with_the_same_headers(
+    broker: Broker, closing: list[Sender], tmp_path: Path
+) -> None:
+    wire = amqp(broker.url(extra=ROUTED), closing)
+    ids = [e["id"] for e in stored_events()]
+    # The copy path first (a wrapper), then the stored path (the own method), same events.
+    with stored_outbox(tmp_path / "copies.db") as outbox:
+        loose = loosen(tmp_path / "copies.db")
+        assert dispatch_batch(outbox, lambda events: wire.send_batch(events)) == ids  # noqa: PLW0108
+    copied = _by_id(broker)
+    with stored_outbox(tmp_path / "stored.db") as outbox:
+        assert loosen(tmp_path / "stored.db") == loose
+        assert dispatch_batch(outbox, wire.send_batch) == ids
+        assert outbox.pending() == []
+    stored = _by_id(broker)
+    assert stored.keys() == copied.keys()
+    for event_id, (props, body) in stored.items():
+        copy_props, copy_body = copied[event_id]
+        # The same headers (no ``seq``: it is the outbox's, not an attribute) and properties.
+        assert props.headers == copy_props.headers
+        assert "cloudEvents:seq" not in props.headers
+        assert props.delivery_mode == copy_props.delivery_mode == 2
+        assert (props.content_type, props.type) == (copy_props.content_type, copy_props.type)
+        assert json.loads(body) == json.loads(copy_body)
+        if event_id == LOOSE_ID:
+            assert body == loose  # the stored bytes, as they are
+            assert copy_body == canonical_json(json.loads(loose)).encode()
+        else:
+            assert body == copy_body
+
+
+def test_a_wrapper_gets_copies_and_what_it_changes_is_validated_before_any_publish(
+    broker: Broker, closing: list[Sender], tmp_path: Path
+) -> None:
+    wire = amqp(broker.url(extra=ROUTED), closing)
+
+    def edits(events: list[dict[str, Any]]) -> int:
+        for event in events:
+            event["data"]["qty"] = 99
+        return wire.send_batch(events)
+
+    def breaks(events: list[dict[str, Any]]) -> int:
+        del events[-1]["type"]
+        return wire.send_batch(events)
+
+    with stored_outbox(tmp_path / "o.db") as outbox:
+        dispatch_batch(outbox, edits)
+        assert {json.loads(body)["data"]["qty"] for _, body in broker.messages()} == {99}
+        for event in stored_events():
+            outbox.publish({**event, "id": "x" + event["id"]})
+        with pytest.raises(InvalidEvent):
+            dispatch_batch(outbox, breaks)
+        # Checked before the first publish: nothing went, nothing was marked.
+        assert broker.messages() == []
+        assert len(outbox.pending()) == len(stored_events())
+
+
+@pytest.mark.parametrize("flags", [("--batch",), ("--batch", "--pipeline")])
+def test_the_batch_relay_sends_the_stored_text_and_the_item_relay_a_copy(
+    broker: Broker, tmp_path: Path, flags: tuple[str, ...]
+) -> None:
+    """``relay --batch`` (also behind marks) takes the stored path; the per-item relay, whose
+    ``send`` has none, sends what its copy encodes to."""
+    source = tmp_path / "source.db"
+    ids = [e["id"] for e in stored_events()]
+    stored_outbox(source).close()
+    loose = loosen(source)
+    for args in (flags, ()):
+        relay = start_relay(source, broker.url(extra=ROUTED), tmp_path / "relay.log", *args)
+        try:
+            wait_until(lambda: _pending(source) == 0, "the relay to drain the outbox")
+        finally:
+            assert relay.stop(signal.SIGTERM) == 0
+        bodies = _by_id(broker)
+        assert list(bodies) == ids
+        expected = loose if args else canonical_json(json.loads(loose)).encode()
+        assert bodies[LOOSE_ID][1] == expected
+        _requeue(source)
+
+
+def _requeue(source: Path) -> None:
+    """Every event pending again, for the next relay of the same outbox."""
+    conn = sqlite3.connect(source)
+    try:
+        conn.execute("UPDATE outbox SET sent = 0, sent_at = NULL")
+        conn.commit()
+    finally:
+        conn.close()

@@ -59,3 +59,29 @@ def test_relay_and_consumer_killed_at_random_lose_nothing_and_apply_once(
         # redeliveries after a consumer kill on top).
         assert outcome.inbox_duplicates >= outcome.resends
     assert outcome.problems == []
+
+
+def test_a_pipelined_relay_may_leave_two_batches_in_flight_and_no_more() -> None:
+    two = Outcome("amqp", 1, 10, in_flight=[2 * LIMIT], resends=2 * LIMIT, consumer_exit=0,
+                  bound=2 * LIMIT)  # fmt: skip
+    assert two.problems == []
+    assert Outcome("amqp", 1, 10, in_flight=[2 * LIMIT + 1], consumer_exit=0,
+                   bound=2 * LIMIT).problems  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", (2, 4))
+@pytest.mark.parametrize("broker", ["amqp", "nats"])
+def test_the_leased_pipeline_killed_at_random_loses_nothing_and_applies_once(
+    tmp_path: Path, broker: str, seed: int
+) -> None:
+    """``relay --batch --pipeline`` on a PostgreSQL outbox's leased partitions: a kill leaves
+    at most the batch being sent and the one whose marks were being committed."""
+    outcome = run_schedule(broker, seed, EVENTS, tmp_path, leased_pipeline=True)
+    kills = schedule(seed)
+    assert outcome.relay_kills == sum(kill.target in ("relay", "both") for kill in kills)
+    assert (outcome.lost, outcome.double_applied, outcome.stuck) == (0, 0, 0)
+    assert len(outcome.in_flight) == outcome.relay_kills
+    assert all(count <= 2 * LIMIT for count in outcome.in_flight)
+    assert outcome.resends <= sum(outcome.in_flight)
+    assert outcome.problems == []

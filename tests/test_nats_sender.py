@@ -27,10 +27,11 @@ from ackledger._dev.procs import run_cli
 from ackledger.envelope import canonical_json
 from ackledger.errors import AckledgerError
 from ackledger.relay.policy import PERMANENT, TRANSIENT, failure_of
-from ackledger.source.dispatch import dispatch_batch
+from ackledger.source.dispatch import dispatch_batch, own_stored
 from ackledger.wire.nats import MissingExtra, NatsSender
 from tests.opshelp import free_port, start_relay, wait_until
 from tests.rawserver import forbid_network
+from tests.stored_events import LOOSE_ID, loosen, stored_events, stored_outbox
 
 SERVER = "nats://127.0.0.1:4222"
 SOURCE = "urn:test:nats"
@@ -469,3 +470,34 @@ def test_a_puback_too_late_is_a_transient_time_out_and_the_resend_is_stored_once
             wire.close()
         assert proxy.connections == 2
     assert stream.ids() == ["s1", "s2"]
+
+
+def test_the_stored_path_sends_the_stored_bytes_with_the_same_headers(
+    stream: Stream, other_stream: Stream, tmp_path: Path
+) -> None:
+    """Copies through a wrapper to one stream, the stored path to another (JetStream would drop
+    the second as duplicates in one stream: same Nats-Msg-Id), then message by message."""
+    count = len(stored_events())
+    copies, stored = sender(stream.url(), timeout=5), sender(other_stream.url(), timeout=5)
+    assert isinstance(stored, NatsSender)
+    try:
+        with stored_outbox(tmp_path / "copies.db") as outbox:
+            loose = loosen(tmp_path / "copies.db")
+            assert len(dispatch_batch(outbox, lambda events: copies.send_batch(events))) == count  # noqa: PLW0108
+        with stored_outbox(tmp_path / "stored.db") as outbox:
+            loosen(tmp_path / "stored.db")
+            assert own_stored(stored.send_batch) == stored.send_stored
+            assert len(dispatch_batch(outbox, stored.send_batch)) == count
+    finally:
+        copies.close()
+        stored.close()
+    assert stream.count() == other_stream.count() == count
+    for n in range(1, count + 1):
+        copied, sent = stream.message(n), other_stream.message(n)
+        assert sent.headers == copied.headers
+        assert "ce-seq" not in sent.headers
+        if json.loads(copied.data)["id"] == LOOSE_ID:
+            assert sent.data == loose
+            assert copied.data == canonical_json(json.loads(loose)).encode()
+        else:
+            assert sent.data == copied.data

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 import ackledger
-from ackledger import NotAcknowledged, UnsafeTarget
+from ackledger import NotAcknowledged, UnsafeTarget, dispatch_batch
+from ackledger.envelope import canonical_json
 from ackledger.wire import sender as sender_module
 from ackledger.wire.http import close_connections
-from ackledger.wire.sender import HttpSender, Refusal
+from ackledger.wire.sender import HttpSender, Refusal, Sender
 from tests.events import SOURCE, lab
 from tests.rawserver import RawServer, forbid_network, http_answer
+from tests.stored_events import loosen, stored_events, stored_outbox
 
 BATCH = [lab(f"b-{i}", "s", 1) for i in range(3)]
 
@@ -176,3 +180,41 @@ def test_a_non_string_url_and_a_bad_timeout_are_refused() -> None:
         ackledger.sender(b"http://127.0.0.1/events")
     with pytest.raises(ValueError, match="timeout"):
         ackledger.sender("http://127.0.0.1/events", timeout=0)
+
+
+def _acks_all(body: bytes) -> bytes:
+    """A sink's batch answer acknowledging every event of the batch, in order."""
+    acks = [{"ack": True, "id": e["id"], "source": e["source"]} for e in json.loads(body)]
+    return http_answer(200, json.dumps({"acks": acks}).encode())
+
+
+def test_an_http_batch_from_the_outbox_carries_the_stored_text_and_a_wrapper_copies(
+    tmp_path: Path,
+) -> None:
+    """``relay --batch``'s own HTTP sender posts the outbox's stored text as it is (one
+    event's was rewritten with a space: the same JSON, other bytes); a wrapper gets copies,
+    which the sender validates and encodes."""
+    ids = [e["id"] for e in stored_events()]
+    with RawServer(_acks_all) as server:
+        wire = ackledger.sender(server.url)
+        try:
+            for name, send in (("stored", wire.send_batch), ("copies", _wrapped(wire))):
+                path = tmp_path / f"{name}.db"
+                with stored_outbox(path) as outbox:
+                    loose = loosen(path)
+                    assert dispatch_batch(outbox, send) == ids
+                    assert outbox.pending() == []
+        finally:
+            wire.close()
+        stored_body, copied_body = server.requests
+    assert json.loads(stored_body) == json.loads(copied_body)
+    assert loose in stored_body
+    assert loose not in copied_body
+    assert canonical_json(json.loads(loose)).encode() in copied_body
+
+
+def _wrapped(wire: Sender) -> Callable[[list[dict[str, Any]]], int]:
+    def send(events: list[dict[str, Any]]) -> int:
+        return wire.send_batch(events)
+
+    return send

@@ -32,6 +32,7 @@ from .._core.telemetry import RoundSpan
 from ..errors import LeaseLost, NotAcknowledged
 from ..source.dispatch import StopRequested, dispatch_batch_marking, dispatch_marking
 from ..wire.sender import Sender, sender
+from ..wire.stored import Stored, StoredSender, stored_sender
 from .pickers import Pick, Picker, RelaySource
 from .policy import (
     EXIT_POISON,
@@ -106,6 +107,8 @@ class _Sends:
 
     def __init__(self, wire: Sender, stopping: Callable[[], bool]) -> None:
         self.wire = wire
+        #: The same sender when it is one of ackledger's own (wire/stored.py), else None.
+        self.wire_stored: StoredSender | None = stored_sender(wire)
         self._stopping = stopping
         self.acked = 0
         self.error: BaseException | None = None
@@ -141,6 +144,20 @@ class _Sends:
         self.acked += acked
         return acked
 
+    def stored(self, events: list[Stored]) -> int:
+        """``many`` for an own sender: the events as the outbox stored them (handed to
+        dispatch only when ``wire_stored`` is set)."""
+        if self.wire_stored is None:
+            raise TypeError("the sender does not take stored events")
+        self.round.sending(events[0].attributes.get("partitionkey"))
+        try:
+            acked = self.wire_stored.send_stored(events)
+        except Exception as exc:
+            self.error, self.failed_id = exc, events[0].id
+            raise
+        self.acked += acked
+        return acked
+
 
 class Relay:
     """Relays from ``picker`` (its ``settings`` say how) with ``wire`` (built from the
@@ -172,6 +189,8 @@ class Relay:
                 token=settings.token,
             )
         self._sends = _Sends(wire, self._stopping)
+        # ackledger's own senders take the stored text (wire/stored.py); others get copies.
+        self._send_stored = None if self._sends.wire_stored is None else self._sends.stored
         #: The wait when nothing is pending: the poll, or a PostgreSQL notification first.
         self.idle = IdleWait(
             picker.outbox.backend, self.stop, listen=settings.listen, note=self._note
@@ -265,7 +284,7 @@ class Relay:
             if self.settings.batch:
                 return dispatch_batch_marking(
                     source, self._sends.many, self.settings.limit, self._after_batch,
-                    self._marking,
+                    self._marking, send_stored=self._send_stored,
                 )  # fmt: skip
             return dispatch_marking(
                 source, self._sends.one, self.settings.limit, self._after_one, self._marking

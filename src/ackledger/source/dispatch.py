@@ -15,10 +15,14 @@ from typing import Any, Protocol
 from .._core.exact import is_int
 from .._core.telemetry import span
 from ..errors import NotAcknowledged
+from ..store.pending import PendingEvent
+from ..wire.stored import Stored, stored_sender
 from .marking import EACH, Marking, MarksBehind, marking_for
 
 Send = Callable[[dict[str, Any]], object]
 SendBatch = Callable[[list[dict[str, Any]]], object]
+#: An own sender's ``send_stored`` (``wire/stored.py``): the stored text instead of copies.
+SendStored = Callable[[list[Stored]], object]
 
 
 class Source(Protocol):
@@ -148,7 +152,32 @@ def dispatch_batch(
     then handled here as always. See ``marks_behind``."""
     if behind is not None and behind.reader is not outbox:
         raise ValueError("behind: must read from the same Outbox that is given as outbox")
-    return dispatch_batch_marking(outbox, send_batch, limit, after_delivery, behind or EACH)
+    return dispatch_batch_marking(
+        outbox, send_batch, limit, after_delivery, behind or EACH,
+        send_stored=own_stored(send_batch),
+    )  # fmt: skip
+
+
+def own_stored(send_batch: object) -> SendStored | None:
+    """The ``send_stored`` of the sender whose own, unwrapped ``send_batch`` this is, or None.
+
+    Only then may the stored text go instead of copies: any other callable (a lambda, a user's
+    wrapper that may change the events before it sends them) gets the copies."""
+    owner = stored_sender(getattr(send_batch, "__self__", None))
+    method = getattr(send_batch, "__func__", None)
+    if owner is None or method is None or getattr(type(owner), "send_batch", None) is not method:
+        return None
+    return owner.send_stored
+
+
+def _as_stored(selection: list[dict[str, Any]]) -> list[Stored] | None:
+    """The selection as stored events, or None if one of them was not read from an outbox."""
+    stored: list[Stored] = []
+    for item in selection:
+        if type(item) is not PendingEvent:
+            return None
+        stored.append(Stored(item, item.text))
+    return stored
 
 
 def dispatch_batch_marking(
@@ -157,18 +186,26 @@ def dispatch_batch_marking(
     limit: int,
     after_delivery: Callable[[list[str]], object] | None,
     marking: Marking,
+    *,
+    send_stored: SendStored | None = None,
 ) -> list[str]:
-    """``dispatch_batch`` with its marking strategy given as an object (``source.marking``)."""
+    """``dispatch_batch`` with its marking strategy given as an object (``source.marking``).
+    With ``send_stored`` (an own sender's), the selection goes to it as the outbox stored it
+    (``wire/stored.py``) rather than as copies to ``send_batch``."""
     selection = marking.select(outbox, limit)
     if not selection:
         marking.settle()  # nothing more to send: let the last marks land before going idle
         return []
     ids = [item["id"] for item in selection]
+    stored = None if send_stored is None else _as_stored(selection)
     try:
         with span(
             "send batch", kind="producer", attributes={"messaging.batch.message_count": len(ids)}
         ):
-            answer = send_batch([_copy(item) for item in selection])
+            if stored is not None and send_stored is not None:
+                answer = send_stored(stored)
+            else:
+                answer = send_batch([_copy(item) for item in selection])
     except Exception as exc:
         # The earlier batch's marks come first; if they failed, its events stay pending and
         # go again. The send's failure is what the caller must see.

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .counters import CounterQueries
-from .outbox import pending_events
+from .pending import pending_events
 
 # The partition of the oldest pending event that has no live lease. Reading the pending index
 # in seq order, rows of held partitions are skipped one by one: with a few held partitions

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import abc
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,6 +11,7 @@ from ..envelope import canonical_json
 from .claims import claim_once
 from .counters import CounterQueries
 from .keys import OUTBOX
+from .pending import pending_events
 
 EVENT_COLUMNS = (
     "seq", "id", "source", "type", "subject", "partitionkey", "partition_key", "fingerprint",
@@ -52,16 +52,6 @@ _MARK_ONE = _MARK_SET + "WHERE id = ? RETURNING id"
 
 #: Sent rows old enough to purge; matches the partial index outbox_sent_at.
 SENT_BEFORE = "WHERE sent = 1 AND sent_at < ?"
-
-
-def pending_events(rows: Sequence[tuple[Any, ...]]) -> list[dict[str, Any]]:
-    """Rows of (seq, event text) as the events with their ``seq``."""
-    found: list[dict[str, Any]] = []
-    for seq, text in rows:
-        event = json.loads(text)
-        event["seq"] = seq
-        found.append(event)
-    return found
 
 
 class OutboxQueries(CounterQueries):

@@ -24,13 +24,14 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..envelope import validate_encoded
 from ..errors import NotAcknowledged
 from .ack import BatchAnswer, acked_prefix, answer_json, exact_ack
 from .framing import MAX_ANSWER_BYTES
+from .stored import Stored
 from .targets import Target, check_target, check_timeout
 from .token import Token, as_token
 
@@ -311,11 +312,45 @@ def post_batch(
     if not 1 <= len(events) <= MAX_BATCH:
         raise ValueError(f"events: must hold 1-{MAX_BATCH} events, got {len(events)}")
     encoded = [validate_encoded(item) for item in events]
-    clean = [event for event, _ in encoded]
-    target = check_target(url, "/events/batch", allowed_hosts)
     body = "[" + ",".join(text for _, text in encoded) + "]"
+    sent = [event for event, _ in encoded]
+    return _post_batch_body(
+        body, sent, url, timeout=timeout, allowed_hosts=allowed_hosts, token=token
+    )
+
+
+def post_stored_batch(
+    events: Sequence[Stored],
+    url: str,
+    *,
+    timeout: float = 5.0,
+    allowed_hosts: Iterable[str] | None = None,
+    token: Token | str | None = None,
+) -> BatchAnswer:
+    """``post_batch`` of events as the outbox stored them (``wire/stored.py``): their stored
+    text, validated when they were published, is the batch's body as it is."""
+    if not 1 <= len(events) <= MAX_BATCH:
+        raise ValueError(f"events: must hold 1-{MAX_BATCH} events, got {len(events)}")
+    body = "[" + ",".join(event.text for event in events) + "]"
+    sent = [event.attributes for event in events]
+    return _post_batch_body(
+        body, sent, url, timeout=timeout, allowed_hosts=allowed_hosts, token=token
+    )
+
+
+def _post_batch_body(
+    body: str,
+    sent: Sequence[Mapping[str, Any]],
+    url: str,
+    *,
+    timeout: float,
+    allowed_hosts: Iterable[str] | None,
+    token: Token | str | None,
+) -> BatchAnswer:
+    """POST a batch's JSON ``body``; the answer is judged against the events ``sent``."""
+    target = check_target(url, "/events/batch", allowed_hosts)
     status, answer = _post_json(target, body.encode(), timeout, BATCH, as_token(token))
-    return acked_prefix(status, answer, clean)
+    return acked_prefix(status, answer, sent)
 
 
 def send_http_batch(

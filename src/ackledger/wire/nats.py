@@ -27,15 +27,16 @@ import contextlib
 import itertools
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..envelope import canonical_json, validate_cloudevent
 from ..errors import AckledgerError, NotAcknowledged
 from .loop_thread import LoopThread
-from .nats_target import check_nats_target, headers_of, subject_of
+from .nats_target import STORED_SKIP, check_nats_target, headers_of, subject_of
 from .sender import Refusal
+from .stored import Stored
 from .targets import check_timeout
 
 if TYPE_CHECKING:
@@ -137,16 +138,36 @@ class NatsSender:
         if not isinstance(events, list) or not 1 <= len(events) <= MAX_BATCH:
             raise ValueError(f"events: must be a list of 1-{MAX_BATCH} events")
         messages = [self._message(validate_cloudevent(item)) for item in events]
+        return self._batch([str(item.get("id")) for item in events], messages)
+
+    def send_stored(self, events: Sequence[Stored]) -> int:
+        """``send_batch`` of events as the outbox stored them (``wire/stored.py``): the body
+        is the stored text, validated when it was published, not validated again here."""
+        self.refusal = None
+        if not 1 <= len(events) <= MAX_BATCH:
+            raise ValueError(f"events: must be 1-{MAX_BATCH} stored events")
+        prefix, stream = self.target.prefix, self.target.stream
+        messages = [
+            (
+                subject_of(prefix, event.attributes),
+                event.text.encode(),
+                headers_of(event.attributes, stream, STORED_SKIP),
+            )
+            for event in events
+        ]
+        return self._batch([event.id for event in events], messages)
+
+    def _batch(self, ids: list[str], messages: list[Message]) -> int:
         errors = self._loop.run(self._round(messages))
         acked = next((n for n, error in enumerate(errors) if error is not None), len(errors))
-        if acked < len(events):
+        if acked < len(ids):
             error = errors[acked]
             if acked == 0 and not isinstance(error, NotAcknowledged):
                 # Nothing confirmed and no answer from the broker: a failure, as over HTTP.
                 assert error is not None
                 raise error
             status = error.status if isinstance(error, NotAcknowledged) else None
-            self.refusal = Refusal(events[acked]["id"], status, str(error), protocol="JetStream")
+            self.refusal = Refusal(ids[acked], status, str(error), protocol="JetStream")
         return acked
 
     def close(self) -> None:

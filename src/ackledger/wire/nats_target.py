@@ -9,7 +9,7 @@ headers and ``Nats-Msg-Id = "<source> <id>"`` (JetStream's duplicate window drop
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, unquote
@@ -107,7 +107,7 @@ def _query(query: str) -> tuple[str, str | None]:
     return prefix, stream
 
 
-def subject_of(prefix: str, event: dict[str, Any]) -> str:
+def subject_of(prefix: str, event: Mapping[str, Any]) -> str:
     """``PREFIX.<type>``; a type with an empty token (``a..b``, ``a.``) makes no subject."""
     kind = event["type"]
     if "" in kind.split("."):
@@ -130,14 +130,22 @@ def _header_value(value: object) -> str:
     )
 
 
-def headers_of(event: dict[str, Any], stream: str | None = None) -> dict[str, str]:
+#: The names of a given event that are not ``ce-`` headers; a stored one has the outbox's
+#: ``seq`` besides (``wire/stored.py``).
+GIVEN_SKIP = frozenset({"data"})
+STORED_SKIP = frozenset({"data", "seq"})
+
+
+def headers_of(
+    event: Mapping[str, Any], stream: str | None = None, skip: frozenset[str] = GIVEN_SKIP
+) -> dict[str, str]:
     """The message headers: the dedup id, the content type, and every attribute as ``ce-``."""
     headers = {
         "Nats-Msg-Id": _header_value(f"{event['source']} {event['id']}"),
         "content-type": STRUCTURED,
     }
     for name, value in event.items():
-        if name != "data":
+        if name not in skip:
             headers[f"ce-{name}"] = _header_value(value)
     # The W3C header names too, so a consumer's tracing finds them where it looks.
     for name in ("traceparent", "tracestate"):

@@ -8,15 +8,17 @@ next ``send_batch``, because the count alone cannot say whether the refusal is p
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from ..errors import UnsafeTarget
+from .ack import BatchAnswer
 from .amqp_target import check_amqp_target
-from .http import close_connections, post_batch, send_http
+from .http import close_connections, post_batch, post_stored_batch, send_http
 from .nats_target import check_nats_target
+from .stored import Stored
 from .targets import check_target, check_timeout
 from .token import Token, as_token
 
@@ -85,12 +87,27 @@ class HttpSender:
             allowed_hosts=self.allowed_hosts,
             token=self.token,
         )
-        if answer.acked < len(events):
+        return self._prefix(answer, [str(event.get("id")) for event in events])
+
+    def send_stored(self, events: Sequence[Stored]) -> int:
+        """``send_batch`` of events as the outbox stored them (``wire/stored.py``)."""
+        self.refusal = None
+        answer = post_stored_batch(
+            events,
+            self.batch_url,
+            timeout=self.timeout,
+            allowed_hosts=self.allowed_hosts,
+            token=self.token,
+        )
+        return self._prefix(answer, [event.id for event in events])
+
+    def _prefix(self, answer: BatchAnswer, ids: list[str]) -> int:
+        if answer.acked < len(ids):
             problem = answer.error or {}
             status = problem.get("status")
             status = status if type(status) is int else None
             detail = problem.get("detail") or problem.get("title") or "not acknowledged"
-            self.refusal = Refusal(events[answer.acked]["id"], status, str(detail))
+            self.refusal = Refusal(ids[answer.acked], status, str(detail))
         return answer.acked
 
     def close(self) -> None:
