@@ -23,7 +23,7 @@ from .._core.exact import is_int, is_number
 from .._core.idempotency import Outcome
 from .._core.telemetry import with_trace_context
 from ..envelope import fingerprint_of, validate_cloudevent, validate_encoded
-from ..errors import Conflict
+from ..errors import Conflict, InvalidEvent
 from ..event import check_identifier
 from ..event_types import EventTypes
 from ..store import Tx
@@ -55,6 +55,14 @@ def _publish(
     if isinstance(given, Mapping) and not ("source" in given and "specversion" in given):
         given = {"specversion": "1.0", "source": default_source, **given}
     event, text = validate_encoded(given, types=types)
+    if "seq" in event:
+        # CONTRACT section 3: pending() adds the row's number to each event under this name,
+        # and the copy a sender gets leaves it out, so an extension of that name would be lost.
+        raise InvalidEvent(
+            "seq: reserved by the outbox for each pending event's row number; "
+            "name the extension otherwise",
+            field="seq",
+        )
     fp = fingerprint_of(event, text)
     partition_key = event.get("partitionkey", SHARED_PARTITION)
     tx.outbox_lock_partition(partition_key)
