@@ -94,7 +94,10 @@ def _checked(obj: dict[str, Any], types: EventTypes) -> tuple[dict[str, Any], st
         if types.builds_fresh(kind):
             # The reference schema only reads what it is given and answers with fresh plain
             # values ({"sku", "qty"}: an identifier and an int): no copy before it or after
-            # it, and no encoder for its text.
+            # it, and no encoder for its text. Only an exact dict: a subclass's ``[]`` (what
+            # the schema reads) could say other than its items (what a copy reads).
+            if type(obj["data"]) is not dict:
+                raise _Slow
             data = types.check(kind, obj["data"])
             head = f'{{"data":{{"qty":{int.__repr__(data["qty"])},"sku":"{data["sku"]}"}}'
         else:
