@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ackledger import send_http
+from ackledger import send_http, send_http_batch
 from ackledger._dev.procs import Service, start_service
 from tests.events import lab
 
@@ -157,4 +157,22 @@ def test_a_slow_server_cannot_hold_send_http_past_its_timeout() -> None:
         server.close()
     # Per read, each byte arriving within a second would reset a 2 s time-out (the answer
     # would take over 200 s); the whole call is bounded by 2 s (slack for a loaded machine).
+    assert took < 20, took
+
+
+@pytest.mark.slow
+def test_a_slow_server_cannot_hold_a_batch_past_its_timeout() -> None:
+    """The batch's kept-connection path has the same one deadline for the whole call."""
+    server = _DripServer()
+    try:
+        started = time.monotonic()
+        with pytest.raises(OSError):
+            send_http_batch(
+                [lab("drip-2", "s", 1), lab("drip-3", "s", 1)],
+                f"http://127.0.0.1:{server.port}/events/batch",
+                timeout=2,
+            )
+        took = time.monotonic() - started
+    finally:
+        server.close()
     assert took < 20, took
