@@ -124,3 +124,23 @@ def test_a_subclass_or_a_null_member_goes_the_full_way() -> None:
     assert fast_event({**base, "id": Text("e-1")}, TYPES) is None
     assert fast_event({**base, "subject": None}, TYPES) is None
     assert fast_event({**base, "time": "2026-12-01T00:00:00Z"}, TYPES) is None
+
+
+class _TwoFaced(dict[str, Any]):
+    """A mapping whose items (what a copy and the encoder read) and whose ``[]`` (what a
+    schema reads) disagree."""
+
+    def __getitem__(self, key: str) -> Any:
+        return 500 if key == "qty" else super().__getitem__(key)
+
+
+def test_the_reference_schema_is_given_only_an_exact_dict_on_the_fast_path() -> None:
+    # The full rules copy ``data`` to plain values before the schema sees it; a subclass
+    # handed to the schema as it is could make the fast path return another event.
+    obj = {
+        "specversion": "1.0", "id": "e-1", "source": "/s", "type": warehouse.TYPE,
+        "data": _TwoFaced(sku="tea", qty=1),
+    }  # fmt: skip
+    assert fast_encoded(obj, TYPES) is None
+    assert validate.validate_encoded(obj, types=TYPES) == _validate_fully(obj, TYPES)
+    assert validate.validate_encoded(obj, types=TYPES)[0]["data"] == {"sku": "tea", "qty": 1}

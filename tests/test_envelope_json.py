@@ -241,3 +241,16 @@ def _scramble(value: object) -> None:
         for item in value:
             _scramble(item)
         value.append("scrambled")
+
+
+def test_an_integer_too_long_to_write_as_text_is_refused_naming_its_place() -> None:
+    # json.dumps cannot write an int of more than sys.get_int_max_str_digits() digits (4300
+    # by default): validation says so as InvalidEvent, never as a bare ValueError of the
+    # encoder, on the fast path (plain data) and the full one (an extension) alike.
+    assert refused({**BASE, "data": {"n": [1, 10**5000]}}).field == "data.n[1]"
+    assert refused({**BASE, "big": -(10**5000)}).field == "big"
+    # The longest that can be written is carried, as the encoder writes it.
+    longest = 10**4299
+    event = validate_cloudevent({**BASE, "data": {"n": longest}, "big": longest})
+    assert event["data"] == {"n": longest} and event["big"] == longest
+    assert canonical_json(event).count(str(longest)) == 2

@@ -153,3 +153,43 @@ def test_idle_time_starts_after_the_body_of_a_request_refused_before_it(port: in
         while sock.recv(65536):
             pass  # the rest of the refusal; then the close
         assert time.monotonic() - sent < 4.0
+
+
+def test_a_slow_answer_does_not_cut_the_pipelined_request_behind_it() -> None:
+    """A request answered in 1.5 s, with a second one pipelined behind it whose body ends
+    0.3 s later, inside the 0.5 s read time-out: both are answered, in order. The second's
+    body deadline runs while the first is answered and must not close the connection."""
+
+    async def echo(scope: Scope, receive: Receive, send: Send) -> None:
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        if scope["path"] == "/slow":
+            await asyncio.sleep(1.5)
+        headers = [(b"content-length", b"%d" % len(body))]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    with (
+        _served(echo, Limits(read_timeout=0.5, keep_alive=5.0)) as served_port,
+        socket.create_connection(("127.0.0.1", served_port)) as sock,
+    ):
+        host = f"Host: 127.0.0.1:{served_port}\r\n"
+        sock.sendall(
+            f"POST /slow HTTP/1.1\r\n{host}Content-Length: 2\r\n\r\nab".encode()
+            + f"POST /fast HTTP/1.1\r\n{host}Content-Length: 4\r\n\r\ncd".encode()
+        )
+        time.sleep(0.3)
+        sock.sendall(b"ef")
+        sock.settimeout(20)
+        got = b""
+        while not got.endswith(b"cdef"):
+            chunk = sock.recv(65536)
+            assert chunk, f"closed after {got!r}"
+            got += chunk
+    first, second = got.split(b"HTTP/1.1 ")[1:]
+    assert first.startswith(b"200") and first.endswith(b"\r\n\r\nab")
+    assert second.startswith(b"200") and second.endswith(b"\r\n\r\ncdef")

@@ -8,12 +8,12 @@ import http.client
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from ackledger import send_http
+from ackledger import send_http, send_http_batch
 from ackledger._dev.procs import Service, start_service
 from tests.events import lab
 
@@ -145,13 +145,24 @@ class _DripServer:
         self.thread.join(5)
 
 
+def _one(port: int) -> object:
+    return send_http(lab("drip-1", "s", 1), f"http://127.0.0.1:{port}/events", timeout=2)
+
+
+def _batch(port: int) -> object:
+    # The batch's kept-connection path shares the per-item one's single deadline.
+    events = [lab("drip-2", "s", 1), lab("drip-3", "s", 1)]
+    return send_http_batch(events, f"http://127.0.0.1:{port}/events/batch", timeout=2)
+
+
 @pytest.mark.slow
-def test_a_slow_server_cannot_hold_send_http_past_its_timeout() -> None:
+@pytest.mark.parametrize("send", [_one, _batch], ids=["one", "batch"])
+def test_a_slow_server_cannot_hold_a_sender_past_its_timeout(send: Callable[[int], object]) -> None:
     server = _DripServer()
     try:
         started = time.monotonic()
         with pytest.raises(OSError):
-            send_http(lab("drip-1", "s", 1), f"http://127.0.0.1:{server.port}/events", timeout=2)
+            send(server.port)
         took = time.monotonic() - started
     finally:
         server.close()

@@ -105,3 +105,47 @@ def test_pipelined_requests_are_answered_whole_and_in_order(sink: Service) -> No
         answers = _answers(sock, 3)
     assert [answer["id"] for _, answer in answers] == ["p-1", "p-2", "p-1"]
     assert [answer["status"] for _, answer in answers] == ["applied", "applied", "duplicate"]
+
+
+def _raw(port: int, body: bytes) -> bytes:
+    return (
+        f"POST /events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"Content-Type: application/cloudevents+json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+@pytest.mark.slow
+def test_pipelined_requests_of_every_outcome_are_answered_in_order(sink: Service) -> None:
+    """A new event, its re-send (answered from the lone read), the same identity with other
+    content, a malformed body and another new event, in one write: five answers in their
+    order, the refusals leave the connection usable, and only the two new events apply."""
+    port = sink.port
+    other = json.dumps(lab("q-1", "s1", 9)).encode()
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(
+            _request(port, "q-1")
+            + _request(port, "q-1")
+            + _raw(port, other)
+            + _raw(port, b'{"specversion": "1.0", "id": ')
+            + _request(port, "q-2")
+        )
+        answers = _answers(sock, 5)
+        statuses = [line.split(b" ")[1] for line, _ in answers]
+        assert statuses == [b"200", b"200", b"422", b"400", b"200"]
+        assert [answers[i][1]["status"] for i in (0, 1, 4)] == ["applied", "duplicate", "applied"]
+        assert [answers[i][1]["id"] for i in (0, 1, 4)] == ["q-1", "q-1", "q-2"]
+        sock.sendall(_request(port, "q-2"))  # still kept after the refusals
+        ((line, answer),) = _answers(sock, 1)
+        assert line.split(b" ")[1] == b"200" and answer["status"] == "duplicate"
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(
+            f"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n".encode()
+        )
+        text = b""
+        while chunk := sock.recv(65536):
+            text += chunk
+    assert b"200 OK" in text.split(b"\r\n", 1)[0]
+    # Each outcome counted once: the lone re-sends as duplicates, the other content as one
+    # conflict, the 400 as nothing.
+    for name, count in (("applied", 2), ("duplicates", 2), ("conflicts", 1)):
+        assert f'ackledger_sink_{name}_total{{scope="database"}} {count}.0'.encode() in text

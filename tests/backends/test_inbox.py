@@ -148,3 +148,35 @@ def test_concurrent_duplicates_are_applied_exactly_once(target: Target) -> None:
     assert sorted(answers) == ["applied"] + ["duplicate"] * (workers - 1)
     assert target.rows("SELECT sku, qty FROM inventory") == [("apple", 3)]
     assert target.rows("SELECT receipts FROM inbox WHERE id = 'same'") == [(workers,)]
+
+
+def test_a_race_of_one_identity_with_two_contents_applies_one_and_refuses_the_other(
+    target: Target,
+) -> None:
+    """32 connections receive one identity at once, half with qty 3 and half with qty 5: the
+    lone re-send's read-only check and the claim together apply exactly one content, answer
+    its twins "duplicate" and every other-content copy Conflict, never "duplicate"."""
+    workers = 32
+    with Inbox(target.ref):
+        pass
+    inboxes = [Inbox(target.ref) for _ in range(workers)]
+
+    def receive(index: int, inbox: Inbox) -> tuple[int, str]:
+        qty = 3 if index % 2 else 5
+        try:
+            return qty, inbox.receive(ev("twin", qty=qty))
+        except Conflict:
+            return qty, "conflict"
+
+    try:
+        answers = at_once(inboxes, receive, ready=lambda inbox: inbox.stock("apple"))
+    finally:
+        for inbox in inboxes:
+            inbox.close()
+    (won,) = [qty for qty, status in answers if status == "applied"]
+    assert sorted(status for qty, status in answers if qty == won) == ["applied"] + [
+        "duplicate"
+    ] * (workers // 2 - 1)
+    assert {status for qty, status in answers if qty != won} == {"conflict"}
+    assert target.rows("SELECT sku, qty FROM inventory") == [("apple", won)]
+    assert target.rows("SELECT receipts FROM inbox WHERE id = 'twin'") == [(workers // 2,)]

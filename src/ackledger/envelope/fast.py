@@ -20,7 +20,7 @@ from ..errors import InvalidEvent
 from ..event import _ID_RE
 from ..event_types import _TYPE_NAME, EventTypes
 from .content import canonical_json
-from .json_value import _SURROGATE, MAX_DEPTH
+from .json_value import _SURROGATE, MAX_DEPTH, SAFE_INT_BITS
 from .uri_reference import is_uri_reference
 
 #: Attributes the fast path knows; any other name sends the event the full way.
@@ -94,7 +94,10 @@ def _checked(obj: dict[str, Any], types: EventTypes) -> tuple[dict[str, Any], st
         if types.builds_fresh(kind):
             # The reference schema only reads what it is given and answers with fresh plain
             # values ({"sku", "qty"}: an identifier and an int): no copy before it or after
-            # it, and no encoder for its text.
+            # it, and no encoder for its text. Only an exact dict: a subclass's ``[]`` (what
+            # the schema reads) could say other than its items (what a copy reads).
+            if type(obj["data"]) is not dict:
+                raise _Slow
             data = types.check(kind, obj["data"])
             head = f'{{"data":{{"qty":{int.__repr__(data["qty"])},"sku":"{data["sku"]}"}}'
         else:
@@ -155,7 +158,11 @@ def _copy(value: Any, depth: int) -> Any:
         if not value.isascii() and _SURROGATE.search(value):
             raise _Slow
         return value
-    if kind is int or kind is bool or value is None:
+    if kind is bool or value is None:
+        return value
+    if kind is int:
+        if value.bit_length() > SAFE_INT_BITS:
+            raise _Slow  # maybe too long to write: the full way tells
         return value
     if kind is float:
         if not math.isfinite(value):

@@ -66,7 +66,8 @@ def _copy(value: object, depth: int) -> Any:
         return _text(value)
     if isinstance(value, int):
         # The base class's own conversion: a subclass's __int__ cannot change the number.
-        return int.__int__(value)
+        whole = int.__int__(value)
+        return whole if whole.bit_length() <= SAFE_INT_BITS else _writable(whole)
     if isinstance(value, float):
         number = float.__float__(value)
         if not math.isfinite(number):
@@ -79,6 +80,21 @@ def _copy(value: object, depth: int) -> Any:
     if isinstance(value, list | tuple):
         return _copy_array(value, depth + 1)
     raise _Refused(f"{kind.__name__} is not a JSON value")
+
+
+#: Fewer bits than this make fewer than 4,300 digits, the default limit of CPython's int to
+#: text conversion (``sys.get_int_max_str_digits``): only a longer int is tried.
+SAFE_INT_BITS = 14_000
+
+
+def _writable(number: int) -> int:
+    """``number`` if the JSON encoder can write it, else refused (it would raise ValueError
+    when the canonical JSON is made, after validation said yes)."""
+    try:
+        int.__repr__(number)
+    except ValueError:
+        raise _Refused("an integer with more digits than can be written as JSON text") from None
+    return number
 
 
 def _text(value: str) -> str:
