@@ -231,3 +231,35 @@ def test_group_commit_serves_one_loop_after_another() -> None:
     thread.join(30)
     assert found == [[21, 22, 23]]
     assert calls == [[0, 1, 2], [10, 11, 12], [20, 21, 22]]
+
+
+def test_a_flush_a_stopped_loop_never_ran_does_not_stall_the_next_loop() -> None:
+    """A loop that stops between a submit and its flush (a server shut down mid-request)
+    leaves a flush that will never run: the next loop's submits must still be applied, and
+    the dead loop's item must not be (its request was never answered)."""
+    calls: list[list[int]] = []
+
+    def apply_all(items: Sequence[int]) -> list[int]:
+        calls.append(list(items))
+        return [item + 1 for item in items]
+
+    group: GroupCommit[int, int] = GroupCommit(apply_all)
+    first = asyncio.new_event_loop()
+
+    left: list[asyncio.Future[int]] = []
+
+    async def leave_one_behind() -> None:
+        # The submit's task runs in the loop's last turn; the flush it schedules never does.
+        left.append(asyncio.ensure_future(group.submit(1)))
+
+    try:
+        first.run_until_complete(leave_one_behind())
+    finally:
+        first.close()
+    assert calls == [] and not left[0].done()
+
+    async def next_loop() -> int:
+        return await asyncio.wait_for(group.submit(2), 5)
+
+    assert asyncio.run(next_loop()) == 3
+    assert calls == [[2]]

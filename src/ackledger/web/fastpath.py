@@ -80,6 +80,8 @@ class GroupCommit(Generic[Item, Result]):
         self._scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = 0
+        #: The loop the pending flush was scheduled on.
+        self._flush_loop: asyncio.AbstractEventLoop | None = None
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
         """The running loop, remembered: ``asyncio.get_running_loop`` makes a ``getpid``
@@ -94,10 +96,17 @@ class GroupCommit(Generic[Item, Result]):
 
     async def submit(self, item: Item) -> Result:
         loop = self._running_loop()
+        if self._scheduled and self._flush_loop is not loop:
+            # The flush was scheduled on a loop that stopped before running it (a server shut
+            # down mid-request): it will never run. Its items' requests were never answered,
+            # so they are dropped, not applied (their senders send them again).
+            self._waiting = [entry for entry in self._waiting if entry[1].get_loop() is loop]
+            self._scheduled = False
         future: asyncio.Future[Result] = loop.create_future()
         self._waiting.append((item, future))
         if not self._scheduled:
             self._scheduled = True
+            self._flush_loop = loop
             loop.call_soon(self._flush)
         return await future
 
