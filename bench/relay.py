@@ -143,6 +143,12 @@ def measure_relay(plan: Plan, results: Results) -> None:
     daemon = relay_daemon_has_batch()
     if not daemon:
         results.skip("relay.daemon", "`ackledger relay --batch` is not available on this branch")
+    # Checkouts older than ackledger.sender (bench.compare NAME=SRC) skip the own-sender runs.
+    own_runs = (
+        (("own", fill.event, "lab"), ("gown", fill.generic, "generic"))
+        if hasattr(ackledger, "sender")
+        else ()
+    )
     with scratch("relay") as folder, handover_floor(folder) as probe:
         sink = start_sink(folder, "sink", "--handlers", "bench.handlers:HANDLERS")
         try:
@@ -206,10 +212,7 @@ def measure_relay(plan: Plan, results: Results) -> None:
                     "/s",
                     value,
                 )
-                for kind, make, what in (
-                    ("own", fill.event, "lab"),
-                    ("gown", fill.generic, "generic"),
-                ):
+                for kind, make, what in own_runs:
                     source = folder / f"{kind}-{rep}.db"
                     fill.pending_events(source, f"{kind[0]}o{rep}", plan.relay_events, make)
                     _, value, cpu = relay_rate(source, sink.base_url, batch=False, own=True)
