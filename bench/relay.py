@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import ackledger
 from ackledger import Outbox
 from ackledger._dev.procs import Service, cli_command, run_cli, start_service
 from ackledger.source.dispatch import dispatch, dispatch_batch
@@ -43,10 +44,23 @@ def start_sink(folder: Path, name: str, *extra: str) -> Service:
 
 
 def relay_rate(
-    source: Path, url: str, *, batch: bool, mark_sync: str = "each"
-) -> tuple[int, float]:
-    """Drain ``source`` into the sink at ``url``; returns (events, events per second)."""
+    source: Path, url: str, *, batch: bool, mark_sync: str = "each", own: bool = False
+) -> tuple[int, float, float]:
+    """Drain ``source`` into the sink at ``url``; returns (events, events per second, this
+    process's CPU µs per event). ``own``: one at a time through the relay's own sender
+    (``ackledger.sender(url).send``, as ``ackledger relay`` sends) instead of a wrapper of
+    ``send_http``: where a checkout has it, the stored text goes as it is."""
     total = 0
+    cpu = time.process_time()
+    if own:
+        wire = ackledger.sender(url + "/events")
+        start = end = time.perf_counter()
+        with Outbox(source, synchronous="FULL") as outbox:
+            while marked := dispatch(outbox, wire.send, 16, mark_sync=mark_sync):
+                total += len(marked)
+                end = time.perf_counter()
+        wire.close()
+        return total, rate(total, end - start), _cpu_per_event(cpu, total)
     with Outbox(source, synchronous="FULL") as outbox:
         if batch:
             target = url + "/events/batch"
@@ -71,7 +85,11 @@ def relay_rate(
                 total += len(marked)
                 end = time.perf_counter()
     close_connections()
-    return total, rate(total, end - start)
+    return total, rate(total, end - start), _cpu_per_event(cpu, total)
+
+
+def _cpu_per_event(started: float, count: int) -> float:
+    return 1e6 * (time.process_time() - started) / count if count else float("nan")
 
 
 def relay_daemon_has_batch() -> bool:
@@ -125,6 +143,12 @@ def measure_relay(plan: Plan, results: Results) -> None:
     daemon = relay_daemon_has_batch()
     if not daemon:
         results.skip("relay.daemon", "`ackledger relay --batch` is not available on this branch")
+    # Checkouts older than ackledger.sender (bench.compare NAME=SRC) skip the own-sender runs.
+    own_runs = (
+        (("own", fill.event, "lab"), ("gown", fill.generic, "generic"))
+        if hasattr(ackledger, "sender")
+        else ()
+    )
     with scratch("relay") as folder, handover_floor(folder) as probe:
         sink = start_sink(folder, "sink", "--handlers", "bench.handlers:HANDLERS")
         try:
@@ -152,9 +176,12 @@ def measure_relay(plan: Plan, results: Results) -> None:
                 # The floor right before and right after the run: on a shared machine the
                 # floors section's figure is minutes away from this one.
                 before = probe(plan.floor_seconds)
-                _, value = relay_rate(source, sink.base_url, batch=False)
+                _, value, cpu = relay_rate(source, sink.base_url, batch=False)
                 around = (before + probe(plan.floor_seconds)) / 2
                 results.add("relay.item", "per-item relay (dispatch + send_http)", "/s", value)
+                results.add(
+                    "relay.item_cpu", "per-item relay: the relay's CPU per event", "µs", cpu
+                )
                 results.add(
                     "relay.item_handover",
                     "per-item relay / the zero-code hand-over floor measured around it",
@@ -163,7 +190,7 @@ def measure_relay(plan: Plan, results: Results) -> None:
                 )
                 source = folder / f"last-{rep}.db"
                 fill.pending_events(source, f"l{rep}", plan.relay_events)
-                _, value = relay_rate(source, sink.base_url, batch=False, mark_sync="last")
+                _, value, _ = relay_rate(source, sink.base_url, batch=False, mark_sync="last")
                 results.add(
                     "relay.item_last",
                     "per-item relay, one mark fsync per call (dispatch mark_sync='last')",
@@ -172,16 +199,30 @@ def measure_relay(plan: Plan, results: Results) -> None:
                 )
                 source = folder / f"generic-{rep}.db"
                 fill.pending_events(source, f"g{rep}", plan.relay_events, fill.generic)
-                _, value = relay_rate(source, sink.base_url, batch=False)
+                _, value, cpu = relay_rate(source, sink.base_url, batch=False)
+                results.add(
+                    "relay.item_generic_cpu",
+                    "per-item relay of a generic event: the relay's CPU per event",
+                    "µs",
+                    cpu,
+                )
                 results.add(
                     "relay.item_generic",
                     "per-item relay of a generic event (1 KiB nested data, a user handler)",
                     "/s",
                     value,
                 )
+                for kind, make, what in own_runs:
+                    source = folder / f"{kind}-{rep}.db"
+                    fill.pending_events(source, f"{kind[0]}o{rep}", plan.relay_events, make)
+                    _, value, cpu = relay_rate(source, sink.base_url, batch=False, own=True)
+                    key = "relay.item_own" if what == "lab" else "relay.item_generic_own"
+                    words = f"per-item relay, own sender (dispatch + sender(url).send), {what}"
+                    results.add(key, words, "/s", value)
+                    results.add(f"{key}_cpu", f"{words}: the relay's CPU per event", "µs", cpu)
                 source = folder / f"batch-{rep}.db"
                 fill.pending_events(source, f"b{rep}", plan.batch_events)
-                _, value = relay_rate(source, sink.base_url, batch=True)
+                _, value, _ = relay_rate(source, sink.base_url, batch=True)
                 results.add(
                     "relay.batch", "batch relay (dispatch_batch + send_http_batch)", "/s", value
                 )
@@ -207,3 +248,9 @@ def measure_relay(plan: Plan, results: Results) -> None:
     print(f"  batch relay: {batch or 0:,.0f} events/s", flush=True)
     generic = results.get("relay.item_generic")
     print(f"  per-item relay, generic 1 KiB events: {generic or 0:,.0f}/s", flush=True)
+    for what, key in (("lab", "relay.item"), ("generic", "relay.item_generic")):
+        print(
+            f"  per-item relay CPU per event, {what}: wrapper {results.get(key + '_cpu') or 0:,.0f}"
+            f" µs, own sender {results.get(key + '_own_cpu') or 0:,.0f} µs",
+            flush=True,
+        )

@@ -8,11 +8,13 @@ path (a user's wrapper: deep copies, validated and encoded by the sender) its ca
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import ackledger
-from ackledger import Outbox
+from ackledger import Outbox, dispatch, dispatch_batch
+from ackledger.wire.sender import Sender
 from tests.events import SOURCE, lab
 
 LOOSE_ID = "s-02"
@@ -49,3 +51,20 @@ def loosen(path: Path) -> bytes:
     finally:
         conn.close()
     return loose.encode()
+
+
+Dispatcher = Callable[[Outbox], list[str]]
+
+
+def dispatchers(wire: Sender, per: str) -> tuple[Dispatcher, Dispatcher]:
+    """``dispatch_batch`` (``per="batch"``) or ``dispatch`` (``"item"``) of an outbox to
+    ``wire``: with its own method (the stored path), and with a wrapper of it (copies)."""
+    if per == "batch":
+        return (
+            lambda outbox: dispatch_batch(outbox, wire.send_batch),
+            lambda outbox: dispatch_batch(outbox, lambda events: wire.send_batch(events)),  # noqa: PLW0108
+        )
+    return (
+        lambda outbox: dispatch(outbox, wire.send),
+        lambda outbox: dispatch(outbox, lambda event: wire.send(event)),  # noqa: PLW0108
+    )

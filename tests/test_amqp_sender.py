@@ -29,14 +29,14 @@ from ackledger._dev.procs import run_cli, start_service
 from ackledger.envelope import canonical_json, validate_cloudevent
 from ackledger.relay.policy import PERMANENT, TRANSIENT, failure_of
 from ackledger.relay.settings import RelaySettings
-from ackledger.source.dispatch import own_stored
+from ackledger.source.dispatch import own_stored, own_stored_event
 from ackledger.wire.amqp import AmqpSender
 from ackledger.wire.sender import Sender
 from ackledger.wire.stored import stored_sender
 from tests.events import SOURCE, lab
 from tests.opshelp import start_relay, wait_until
 from tests.rawserver import forbid_network
-from tests.stored_events import LOOSE_ID, loosen, stored_events, stored_outbox
+from tests.stored_events import LOOSE_ID, dispatchers, loosen, stored_events, stored_outbox
 
 BROKER_PORT = 5672
 TYPE = "warehouse.stock.added"
@@ -231,6 +231,18 @@ def test_the_dispatch_command_publishes_and_exits_0(broker: Broker, tmp_path: Pa
     assert broker.ids() == ["c-1", "c-2"]
     with Outbox(source) as outbox:
         assert outbox.pending() == []
+
+
+def test_the_dispatch_command_publishes_the_stored_text(broker: Broker, tmp_path: Path) -> None:
+    """``ackledger dispatch`` (one event at a time) sends each event as the outbox stored it."""
+    source = tmp_path / "source.db"
+    stored_outbox(source).close()
+    loose = loosen(source)
+    done = run_cli("dispatch", "--source", str(source), "--to", broker.url(extra=ROUTED))
+    assert done.returncode == 0, done.stderr
+    bodies = _by_id(broker)
+    assert list(bodies) == [e["id"] for e in stored_events()]
+    assert bodies[LOOSE_ID][1] == loose
 
 
 def test_the_dispatch_command_stops_on_a_return_with_exit_1(broker: Broker, tmp_path: Path) -> None:
@@ -522,6 +534,8 @@ def test_only_an_own_unwrapped_send_batch_takes_stored_events(
     assert own_stored(wire.send_batch) == wire.send_stored
     assert own_stored(lambda events: wire.send_batch(events)) is None  # noqa: PLW0108
     assert own_stored(wire.send) is None
+    assert own_stored_event(wire.send) == wire.send_stored_event
+    assert own_stored_event(lambda event: wire.send(event)) is None  # noqa: PLW0108
 
     class Edited(AmqpSender):
         def send_batch(self, events: list[dict[str, Any]]) -> int:
@@ -531,6 +545,8 @@ def test_only_an_own_unwrapped_send_batch_takes_stored_events(
     closing.append(edited)
     # A subclass or a patch that changes send_batch may do anything to the events: copies.
     assert own_stored(edited.send_batch) is None
+    # Only send_batch was changed: send still takes the stored event.
+    assert own_stored_event(edited.send) == edited.send_stored_event
     assert stored_sender(edited) is None
     patched = AmqpSender(broker.url(extra=ROUTED))
     closing.append(patched)
@@ -543,19 +559,21 @@ def _by_id(broker: Broker) -> dict[str, tuple[Any, bytes]]:
     return {props.message_id: (props, body) for props, body in broker.messages()}
 
 
+@pytest.mark.parametrize("per", ["batch", "item"])
 def test_the_stored_path_sends_the_stored_bytes_with_the_same_headers(
-    broker: Broker, closing: list[Sender], tmp_path: Path
+    broker: Broker, closing: list[Sender], tmp_path: Path, per: str
 ) -> None:
     wire = amqp(broker.url(extra=ROUTED), closing)
+    own, wrapped = dispatchers(wire, per)
     ids = [e["id"] for e in stored_events()]
     # The copy path first (a wrapper), then the stored path (the own method), same events.
     with stored_outbox(tmp_path / "copies.db") as outbox:
         loose = loosen(tmp_path / "copies.db")
-        assert dispatch_batch(outbox, lambda events: wire.send_batch(events)) == ids  # noqa: PLW0108
+        assert wrapped(outbox) == ids
     copied = _by_id(broker)
     with stored_outbox(tmp_path / "stored.db") as outbox:
         assert loosen(tmp_path / "stored.db") == loose
-        assert dispatch_batch(outbox, wire.send_batch) == ids
+        assert own(outbox) == ids
         assert outbox.pending() == []
     stored = _by_id(broker)
     assert stored.keys() == copied.keys()
@@ -601,11 +619,11 @@ def test_a_wrapper_gets_copies_and_what_it_changes_is_validated_before_any_publi
 
 
 @pytest.mark.parametrize("flags", [("--batch",), ("--batch", "--pipeline")])
-def test_the_batch_relay_sends_the_stored_text_and_the_item_relay_a_copy(
+def test_the_batch_relay_and_the_item_relay_send_the_stored_text(
     broker: Broker, tmp_path: Path, flags: tuple[str, ...]
 ) -> None:
-    """``relay --batch`` (also behind marks) takes the stored path; the per-item relay, whose
-    ``send`` has none, sends what its copy encodes to."""
+    """``relay --batch`` (also behind marks) and the per-item relay both take the stored path:
+    the rewritten row goes as its stored bytes, not as what a copy would encode to."""
     source = tmp_path / "source.db"
     ids = [e["id"] for e in stored_events()]
     stored_outbox(source).close()
@@ -618,8 +636,7 @@ def test_the_batch_relay_sends_the_stored_text_and_the_item_relay_a_copy(
             assert relay.stop(signal.SIGTERM) == 0
         bodies = _by_id(broker)
         assert list(bodies) == ids
-        expected = loose if args else canonical_json(json.loads(loose)).encode()
-        assert bodies[LOOSE_ID][1] == expected
+        assert bodies[LOOSE_ID][1] == loose
         _requeue(source)
 
 

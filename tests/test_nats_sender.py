@@ -27,11 +27,11 @@ from ackledger._dev.procs import run_cli
 from ackledger.envelope import canonical_json
 from ackledger.errors import AckledgerError
 from ackledger.relay.policy import PERMANENT, TRANSIENT, failure_of
-from ackledger.source.dispatch import dispatch_batch, own_stored
+from ackledger.source.dispatch import dispatch_batch, own_stored, own_stored_event
 from ackledger.wire.nats import MissingExtra, NatsSender
 from tests.opshelp import free_port, start_relay, wait_until
 from tests.rawserver import forbid_network
-from tests.stored_events import LOOSE_ID, loosen, stored_events, stored_outbox
+from tests.stored_events import LOOSE_ID, dispatchers, loosen, stored_events, stored_outbox
 
 SERVER = "nats://127.0.0.1:4222"
 SOURCE = "urn:test:nats"
@@ -472,22 +472,24 @@ def test_a_puback_too_late_is_a_transient_time_out_and_the_resend_is_stored_once
     assert stream.ids() == ["s1", "s2"]
 
 
+@pytest.mark.parametrize("per", ["batch", "item"])
 def test_the_stored_path_sends_the_stored_bytes_with_the_same_headers(
-    stream: Stream, other_stream: Stream, tmp_path: Path
+    stream: Stream, other_stream: Stream, tmp_path: Path, per: str
 ) -> None:
     """Copies through a wrapper to one stream, the stored path to another (JetStream would drop
     the second as duplicates in one stream: same Nats-Msg-Id), then message by message."""
     count = len(stored_events())
     copies, stored = sender(stream.url(), timeout=5), sender(other_stream.url(), timeout=5)
     assert isinstance(stored, NatsSender)
+    assert own_stored(stored.send_batch) == stored.send_stored
+    assert own_stored_event(stored.send) == stored.send_stored_event
     try:
         with stored_outbox(tmp_path / "copies.db") as outbox:
             loose = loosen(tmp_path / "copies.db")
-            assert len(dispatch_batch(outbox, lambda events: copies.send_batch(events))) == count  # noqa: PLW0108
+            assert len(dispatchers(copies, per)[1](outbox)) == count
         with stored_outbox(tmp_path / "stored.db") as outbox:
             loosen(tmp_path / "stored.db")
-            assert own_stored(stored.send_batch) == stored.send_stored
-            assert len(dispatch_batch(outbox, stored.send_batch)) == count
+            assert len(dispatchers(stored, per)[0](outbox)) == count
     finally:
         copies.close()
         stored.close()

@@ -12,12 +12,14 @@ import pytest
 import ackledger
 from ackledger import NotAcknowledged, UnsafeTarget, dispatch_batch
 from ackledger.envelope import canonical_json
+from ackledger.source.dispatch import own_stored, own_stored_event
 from ackledger.wire import sender as sender_module
 from ackledger.wire.http import close_connections
 from ackledger.wire.sender import HttpSender, Refusal, Sender
+from ackledger.wire.stored import stored_event_sender
 from tests.events import SOURCE, lab
-from tests.rawserver import RawServer, forbid_network, http_answer
-from tests.stored_events import loosen, stored_events, stored_outbox
+from tests.rawserver import RawServer, forbid_network, header, http_answer
+from tests.stored_events import LOOSE_ID, loosen, stored_events, stored_outbox
 
 BATCH = [lab(f"b-{i}", "s", 1) for i in range(3)]
 
@@ -218,3 +220,137 @@ def _wrapped(wire: Sender) -> Callable[[list[dict[str, Any]]], int]:
         return wire.send_batch(events)
 
     return send
+
+
+# -- the per-item stored path: ``dispatch`` with an own ``send`` ------------------------------
+
+
+def _ack_one(body: bytes) -> bytes:
+    """A sink's exact ACK of the one event posted."""
+    event = json.loads(body)
+    return answer({"ack": True, "id": event["id"], "source": event["source"]})
+
+
+def test_an_item_from_the_outbox_carries_the_stored_text_and_a_wrapper_copies(
+    tmp_path: Path,
+) -> None:
+    """``dispatch`` with the own HTTP sender's ``send`` posts each event's stored text as it
+    is, with the same trace headers; a wrapper gets a copy, which the sender validates and
+    encodes."""
+    ids = [e["id"] for e in stored_events()]
+    with RawServer(_ack_one) as server:
+        wire = ackledger.sender(server.url)
+        try:
+            for name, send in (("stored", wire.send), ("copies", lambda e: wire.send(e))):  # noqa: PLW0108
+                path = tmp_path / f"{name}.db"
+                with stored_outbox(path) as outbox:
+                    loose = loosen(path)
+                    assert ackledger.dispatch(outbox, send) == ids
+                    assert outbox.pending() == []
+        finally:
+            wire.close()
+    stored, copied = server.requests[: len(ids)], server.requests[len(ids) :]
+    loose_at = ids.index(LOOSE_ID)
+    assert stored[loose_at] == loose
+    assert copied[loose_at] == canonical_json(json.loads(loose)).encode()
+    for n, (sent, copy) in enumerate(zip(stored, copied, strict=True)):
+        assert json.loads(sent) == json.loads(copy)
+        if n != loose_at:
+            assert sent == copy
+    heads = server.heads
+    for n in range(len(ids)):
+        assert header(heads[n], "traceparent") == header(heads[n + len(ids)], "traceparent")
+    assert (
+        header(heads[ids.index("s-03")], "traceparent") == f"00-{'1' * 32}-{'2' * 16}-01".encode()
+    )
+
+
+def test_only_an_own_unwrapped_send_takes_a_stored_event() -> None:
+    wire = HttpSender("http://127.0.0.1:9/events")
+    assert own_stored_event(wire.send) == wire.send_stored_event
+    assert stored_event_sender(wire) is wire
+    assert own_stored_event(lambda event: wire.send(event)) is None  # noqa: PLW0108
+    assert own_stored_event(wire.send_batch) is None
+    assert own_stored(wire.send) is None
+
+    class Edited(HttpSender):
+        def send(self, event: dict[str, Any]) -> bool:
+            event["data"] = {"qty": 99}
+            return super().send(event)
+
+    class Plain(HttpSender):
+        pass
+
+    edited = Edited(wire.url)
+    # A subclass or a patch that changes send may do anything to the event: a copy.
+    assert own_stored_event(edited.send) is None
+    assert stored_event_sender(edited) is None
+    patched = HttpSender(wire.url)
+    patched.send = edited.send  # type: ignore[method-assign]
+    assert stored_event_sender(patched) is None
+    assert own_stored_event(patched.send) is None
+    plain = Plain(wire.url)
+    assert own_stored_event(plain.send) == plain.send_stored_event
+
+
+def test_an_item_wrapper_gets_a_copy_and_its_edit_is_validated_before_any_send(
+    tmp_path: Path,
+) -> None:
+    def edits(event: dict[str, Any]) -> bool:
+        event["data"]["qty"] = 99
+        return wire.send(event)
+
+    def breaks(event: dict[str, Any]) -> bool:
+        del event["type"]
+        return wire.send(event)
+
+    with RawServer(_ack_one) as server:
+        wire = ackledger.sender(server.url)
+        try:
+            with stored_outbox(tmp_path / "o.db") as outbox:
+                selected = outbox.pending()
+                assert len(ackledger.dispatch(outbox, edits)) == len(stored_events())
+                assert {json.loads(body)["data"]["qty"] for body in server.requests} == {99}
+                # The selection's own events were not changed by the edits.
+                assert 99 not in {item["data"].get("qty") for item in selected}
+                sent = len(server.requests)
+                outbox.publish({**stored_events()[0], "id": "x-1"})
+                with pytest.raises(ackledger.InvalidEvent):
+                    ackledger.dispatch(outbox, breaks)
+                assert len(server.requests) == sent  # refused before any send
+                assert [item["id"] for item in outbox.pending()] == ["x-1"]
+        finally:
+            wire.close()
+
+
+@pytest.mark.parametrize(
+    "wrong", [{"id": "s-01"}, {"source": SOURCE + "/other"}, {"ack": "true"}],
+    ids=["other-id", "other-source", "ack-not-true"],
+)  # fmt: skip
+def test_a_stored_item_counts_only_the_exact_ack_of_its_id_and_source(
+    tmp_path: Path, wrong: dict[str, object]
+) -> None:
+    """The stored path judges the answer as ``send`` does: an ACK naming another event (or
+    not an ACK) stops the batch at that event, which stays pending with the failure noted."""
+
+    def answers(body: bytes) -> bytes:
+        event = json.loads(body)
+        ack = {"ack": True, "id": event["id"], "source": event["source"]}
+        return answer({**ack, **wrong} if event["id"] == "s-00" else ack)
+
+    with RawServer(answers) as server:
+        wire = ackledger.sender(server.url)
+        try:
+            with stored_outbox(tmp_path / "o.db") as outbox:
+                assert own_stored_event(wire.send) is not None
+                with pytest.raises(NotAcknowledged):
+                    ackledger.dispatch(outbox, wire.send)
+                assert len(server.requests) == 1  # the first failure stops the batch
+                pending = outbox.pending()
+                assert [item["id"] for item in pending] == [e["id"] for e in stored_events()]
+                stats = outbox.stats()
+                assert stats["attempts"] == 1
+                assert stats["last_error"]["id"] == "s-00"
+                assert stats["last_error"]["error"].startswith("NotAcknowledged: ")
+        finally:
+            wire.close()

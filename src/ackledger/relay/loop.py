@@ -23,16 +23,22 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from .._core.logline import abridged_ids, log_event
 from .._core.telemetry import RoundSpan
 from ..errors import LeaseLost, NotAcknowledged
 from ..source.dispatch import StopRequested, dispatch_batch_marking, dispatch_marking
 from ..wire.sender import Sender, sender
-from ..wire.stored import Stored, StoredSender, stored_sender
+from ..wire.stored import (
+    Stored,
+    StoredEventSender,
+    StoredSender,
+    stored_event_sender,
+    stored_sender,
+)
 from .pickers import Pick, Picker, RelaySource
 from .policy import (
     EXIT_POISON,
@@ -101,6 +107,10 @@ class RelayCounts:
     backoff_s: float = 0.0
 
 
+#: What one send takes: a copy of the event, or the event as stored.
+_E = TypeVar("_E")
+
+
 class _Sends:
     """The send callbacks given to dispatch. They remember what they sent and how it failed,
     because dispatch re-raises the send's exception without saying which event it was for."""
@@ -109,6 +119,7 @@ class _Sends:
         self.wire = wire
         #: The same sender when it is one of ackledger's own (wire/stored.py), else None.
         self.wire_stored: StoredSender | None = stored_sender(wire)
+        self.wire_stored_event: StoredEventSender | None = stored_event_sender(wire)
         self._stopping = stopping
         self.acked = 0
         self.error: BaseException | None = None
@@ -123,13 +134,23 @@ class _Sends:
         self.round.new_round()
 
     def one(self, event: dict[str, Any]) -> bool:
+        return self._one(event, self.wire.send, event)
+
+    def stored_one(self, event: Stored) -> bool:
+        """``one`` for an own sender: the event as the outbox stored it (handed to dispatch
+        only when ``wire_stored_event`` is set)."""
+        if self.wire_stored_event is None:
+            raise TypeError("the sender does not take stored events")
+        return self._one(event.attributes, self.wire_stored_event.send_stored_event, event)
+
+    def _one(self, attributes: Mapping[str, Any], send: Callable[[_E], bool], event: _E) -> bool:
         if self._stopping():
             raise StopRequested
-        self.round.sending(event.get("partitionkey"))
+        self.round.sending(attributes.get("partitionkey"))
         try:
-            answer = self.wire.send(event)
+            answer = send(event)
         except Exception as exc:
-            self.error, self.failed_id = exc, event["id"]
+            self.error, self.failed_id = exc, attributes["id"]
             raise
         self.acked += 1
         return answer
@@ -191,6 +212,9 @@ class Relay:
         self._sends = _Sends(wire, self._stopping)
         # ackledger's own senders take the stored text (wire/stored.py); others get copies.
         self._send_stored = None if self._sends.wire_stored is None else self._sends.stored
+        self._send_stored_event = (
+            None if self._sends.wire_stored_event is None else self._sends.stored_one
+        )
         #: The wait when nothing is pending: the poll, or a PostgreSQL notification first.
         self.idle = IdleWait(
             picker.outbox.backend, self.stop, listen=settings.listen, note=self._note
@@ -287,8 +311,9 @@ class Relay:
                     self._marking, send_stored=self._send_stored,
                 )  # fmt: skip
             return dispatch_marking(
-                source, self._sends.one, self.settings.limit, self._after_one, self._marking
-            )
+                source, self._sends.one, self.settings.limit, self._after_one, self._marking,
+                send_stored=self._send_stored_event,
+            )  # fmt: skip
         finally:
             self.counts.succeeded = before + self._sends.acked
             self.counts.attempted += self._sends.acked

@@ -16,13 +16,15 @@ from .._core.exact import is_int
 from .._core.telemetry import span
 from ..errors import NotAcknowledged
 from ..store.pending import PendingEvent
-from ..wire.stored import Stored, stored_sender
+from ..wire.stored import Stored, stored_event_sender, stored_sender
 from .marking import EACH, Marking, MarksBehind, marking_for
 
 Send = Callable[[dict[str, Any]], object]
 SendBatch = Callable[[list[dict[str, Any]]], object]
 #: An own sender's ``send_stored`` (``wire/stored.py``): the stored text instead of copies.
 SendStored = Callable[[list[Stored]], object]
+#: An own sender's ``send_stored_event``: one event's stored text instead of a copy.
+SendStoredEvent = Callable[[Stored], object]
 
 
 class Source(Protocol):
@@ -89,7 +91,10 @@ def dispatch(
     sink's inbox acknowledges them as duplicates; a process crash loses nothing. It saves one
     fsync per event but the last; the default ``"each"`` makes every mark durable on its own.
     """
-    return dispatch_marking(outbox, send, limit, after_delivery, marking_for(mark_sync))
+    return dispatch_marking(
+        outbox, send, limit, after_delivery, marking_for(mark_sync),
+        send_stored=own_stored_event(send),
+    )  # fmt: skip
 
 
 def dispatch_marking(
@@ -98,8 +103,12 @@ def dispatch_marking(
     limit: int,
     after_delivery: Callable[[str], object] | None,
     marking: Marking,
+    *,
+    send_stored: SendStoredEvent | None = None,
 ) -> list[str]:
-    """``dispatch`` with its marking strategy given as an object (``source.marking``)."""
+    """``dispatch`` with its marking strategy given as an object (``source.marking``). With
+    ``send_stored`` (an own sender's), an event read from the outbox goes to it as stored
+    (``wire/stored.py``) rather than as a copy to ``send``."""
     lazy = not marking.durable_each
     selection = marking.select(outbox, limit)
     marked: list[str] = []
@@ -111,7 +120,10 @@ def dispatch_marking(
             try:
                 # A child of the producer's span (its context is stored with the event).
                 with span(f"send {item['type']}", item, kind="producer"):
-                    answer = send(_copy(item))
+                    if send_stored is not None and type(item) is PendingEvent:
+                        answer = send_stored(Stored(item, item.text))
+                    else:
+                        answer = send(_copy(item))
             except Exception as exc:
                 if _note_failure(outbox, event_id, exc):
                     unsynced = None
@@ -164,10 +176,23 @@ def own_stored(send_batch: object) -> SendStored | None:
     Only then may the stored text go instead of copies: any other callable (a lambda, a user's
     wrapper that may change the events before it sends them) gets the copies."""
     owner = stored_sender(getattr(send_batch, "__self__", None))
-    method = getattr(send_batch, "__func__", None)
-    if owner is None or method is None or getattr(type(owner), "send_batch", None) is not method:
+    if owner is None or not _is_own_method(send_batch, owner, "send_batch"):
         return None
     return owner.send_stored
+
+
+def own_stored_event(send: object) -> SendStoredEvent | None:
+    """The ``send_stored_event`` of the sender whose own, unwrapped ``send`` this is, or None
+    (``own_stored`` for ``dispatch``: anything else gets a copy)."""
+    owner = stored_event_sender(getattr(send, "__self__", None))
+    if owner is None or not _is_own_method(send, owner, "send"):
+        return None
+    return owner.send_stored_event
+
+
+def _is_own_method(bound: object, owner: object, name: str) -> bool:
+    method = getattr(bound, "__func__", None)
+    return method is not None and getattr(type(owner), name, None) is method
 
 
 def _as_stored(selection: list[dict[str, Any]]) -> list[Stored] | None:

@@ -237,12 +237,15 @@ class AmqpSender:
         with self._lock:
             self.refusal = None
             publish = self._publish(self._messages([event]))[0]
-        if publish.outcome == ACKED:
-            return True
-        refusal = self._refusal_of(str(event.get("id")), publish)
-        raise NotAcknowledged(
-            f"event {event.get('id')!r}: {refusal.detail}", permanent=refusal.permanent
-        )
+        return self._confirmed(str(event.get("id")), publish)
+
+    def send_stored_event(self, event: Stored) -> bool:
+        """``send`` of an event as the outbox stored it (``wire/stored.py``): the body is
+        the stored text, validated when it was published, not validated again here."""
+        with self._lock:
+            self.refusal = None
+            publish = self._publish([self._stored_message(event)])[0]
+        return self._confirmed(event.id, publish)
 
     def send_batch(self, events: list[dict[str, Any]]) -> int:
         if not isinstance(events, list) or not 1 <= len(events) <= MAX_BATCH:
@@ -259,7 +262,7 @@ class AmqpSender:
             raise ValueError(f"events: must be 1-{MAX_BATCH} stored events")
         with self._lock:
             self.refusal = None
-            messages = [self._message(event.attributes, event.text.encode()) for event in events]
+            messages = [self._stored_message(event) for event in events]
             publishes = self._publish(messages)
             return self._prefix([event.id for event in events], publishes)
 
@@ -268,6 +271,16 @@ class AmqpSender:
             self._discard()
 
     # -- inside ------------------------------------------------------------------------------
+
+    def _confirmed(self, event_id: str, publish: _Publish) -> bool:
+        """True for a confirmed publish; else NotAcknowledged with the broker's reason."""
+        if publish.outcome == ACKED:
+            return True
+        refusal = self._refusal_of(event_id, publish)
+        raise NotAcknowledged(f"event {event_id!r}: {refusal.detail}", permanent=refusal.permanent)
+
+    def _stored_message(self, event: Stored) -> Message:
+        return self._message(event.attributes, event.text.encode())
 
     def _prefix(self, ids: list[str], publishes: list[_Publish]) -> int:
         """The acknowledged prefix; the first refused one's reason kept as ``refusal``."""

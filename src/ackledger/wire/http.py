@@ -194,7 +194,7 @@ def _authorization(token: Token | None) -> bytes:
     return b"" if token is None else b"Authorization: " + token.header() + b"\r\n"
 
 
-def _trace_headers(event: dict[str, Any]) -> bytes:
+def _trace_headers(event: Mapping[str, Any]) -> bytes:
     """The event's W3C trace context as HTTP headers (CONTRACT §10), so a tracing proxy or
     server finds it where it looks; the values were checked as W3C values (printable ASCII)."""
     lines = b""
@@ -291,11 +291,40 @@ def send_http(
     exact ACK of its identity. ``timeout`` bounds the whole call; ``token`` is sent as
     ``Authorization: Bearer``."""
     clean, text = validate_encoded(event)
+    return _post_event(clean, text, url, timeout=timeout, allowed_hosts=allowed_hosts, token=token)
+
+
+def send_stored_http(
+    event: Stored,
+    url: str,
+    *,
+    timeout: float = 5.0,
+    allowed_hosts: Iterable[str] | None = None,
+    token: Token | str | None = None,
+) -> bool:
+    """``send_http`` of an event as the outbox stored it (``wire/stored.py``): its stored
+    text, validated when it was published, is the body as it is."""
+    return _post_event(
+        event.attributes, event.text, url, timeout=timeout, allowed_hosts=allowed_hosts,
+        token=token,
+    )  # fmt: skip
+
+
+def _post_event(
+    event: Mapping[str, Any],
+    text: str,
+    url: str,
+    *,
+    timeout: float,
+    allowed_hosts: Iterable[str] | None,
+    token: Token | str | None,
+) -> bool:
+    """POST one event whose JSON is ``text``; True only for the exact ACK of ``event``."""
     target = check_target(url, "/events", allowed_hosts)
     status, answer = _post_json(
-        target, text.encode(), timeout, STRUCTURED, as_token(token), extra=_trace_headers(clean)
+        target, text.encode(), timeout, STRUCTURED, as_token(token), extra=_trace_headers(event)
     )
-    return exact_ack(status, answer, clean)
+    return exact_ack(status, answer, event)
 
 
 def post_batch(

@@ -127,7 +127,15 @@ class NatsSender:
         return f"NatsSender({self.target.server}, subject={self.target.prefix!r})"
 
     def send(self, event: dict[str, Any]) -> bool:
-        (error,) = self._loop.run(self._round([self._message(validate_cloudevent(event))]))
+        return self._one(self._message(validate_cloudevent(event)))
+
+    def send_stored_event(self, event: Stored) -> bool:
+        """``send`` of an event as the outbox stored it (``wire/stored.py``): the body is
+        the stored text, validated when it was published, not validated again here."""
+        return self._one(self._stored_message(event))
+
+    def _one(self, message: Message) -> bool:
+        (error,) = self._loop.run(self._round([message]))
         if error is not None:
             raise error
         return True
@@ -146,15 +154,7 @@ class NatsSender:
         self.refusal = None
         if not 1 <= len(events) <= MAX_BATCH:
             raise ValueError(f"events: must be 1-{MAX_BATCH} stored events")
-        prefix, stream = self.target.prefix, self.target.stream
-        messages = [
-            (
-                subject_of(prefix, event.attributes),
-                event.text.encode(),
-                headers_of(event.attributes, stream, STORED_SKIP),
-            )
-            for event in events
-        ]
+        messages = [self._stored_message(event) for event in events]
         return self._batch([event.id for event in events], messages)
 
     def _batch(self, ids: list[str], messages: list[Message]) -> int:
@@ -174,6 +174,14 @@ class NatsSender:
         if self._loop.running:
             self._loop.run(self._disconnect())
         self._loop.stop()
+
+    def _stored_message(self, event: Stored) -> Message:
+        attributes = event.attributes
+        return (
+            subject_of(self.target.prefix, attributes),
+            event.text.encode(),
+            headers_of(attributes, self.target.stream, STORED_SKIP),
+        )
 
     def _message(self, event: dict[str, Any]) -> Message:
         subject = subject_of(self.target.prefix, event)

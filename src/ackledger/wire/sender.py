@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from ..errors import UnsafeTarget
 from .ack import BatchAnswer
 from .amqp_target import check_amqp_target
-from .http import close_connections, post_batch, post_stored_batch, send_http
+from .http import close_connections, post_batch, post_stored_batch, send_http, send_stored_http
 from .nats_target import check_nats_target
 from .stored import Stored
 from .targets import check_target, check_timeout
@@ -69,6 +69,16 @@ class HttpSender:
 
     def send(self, event: dict[str, Any]) -> bool:
         return send_http(
+            event,
+            self.url,
+            timeout=self.timeout,
+            allowed_hosts=self.allowed_hosts,
+            token=self.token,
+        )
+
+    def send_stored_event(self, event: Stored) -> bool:
+        """``send`` of an event as the outbox stored it (``wire/stored.py``)."""
+        return send_stored_http(
             event,
             self.url,
             timeout=self.timeout,

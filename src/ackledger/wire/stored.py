@@ -35,19 +35,36 @@ class StoredSender(Protocol):
     def send_stored(self, events: Sequence[Stored]) -> int: ...
 
 
-def stored_sender(sender: object) -> StoredSender | None:
-    """``sender`` if its ``send_stored`` may stand in for its ``send_batch``, else None.
+@runtime_checkable
+class StoredEventSender(Protocol):
+    """A sender that also sends one stored event: True only on its exact ACK, as ``send``."""
 
-    Only when one class defines both, and the instance replaces neither: a subclass or a patch
-    that changes ``send_batch`` may do anything to the events it is given, so it gets copies."""
-    if not isinstance(sender, StoredSender) or {"send_batch", "send_stored"} & _vars_of(sender):
+    def send_stored_event(self, event: Stored) -> bool: ...
+
+
+def stored_sender(sender: object) -> StoredSender | None:
+    """``sender`` if its ``send_stored`` may stand in for its ``send_batch``, else None."""
+    if not isinstance(sender, StoredSender):
         return None
+    return sender if _own_pair(sender, "send_batch", "send_stored") else None
+
+
+def stored_event_sender(sender: object) -> StoredEventSender | None:
+    """``sender`` if its ``send_stored_event`` may stand in for its ``send``, else None."""
+    if not isinstance(sender, StoredEventSender):
+        return None
+    return sender if _own_pair(sender, "send", "send_stored_event") else None
+
+
+def _own_pair(sender: object, public: str, stored: str) -> bool:
+    """Whether one class defines both methods and the instance replaces neither: a subclass
+    or a patch that changes ``public`` may do anything to the events it is given, so it gets
+    copies."""
+    pair = {public, stored}
+    if pair & set(getattr(sender, "__dict__", ())):
+        return False
     for klass in type(sender).__mro__:
         names = set(vars(klass))
-        if "send_batch" in names or "send_stored" in names:
-            return sender if {"send_batch", "send_stored"} <= names else None
-    return None
-
-
-def _vars_of(obj: object) -> set[str]:
-    return set(getattr(obj, "__dict__", ()))
+        if pair & names:
+            return pair <= names
+    return False
