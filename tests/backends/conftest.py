@@ -16,7 +16,7 @@ from .. import pg
 #: Tables whose full content a "writes nothing" check compares (everything but migrations).
 TABLES = (
     "orders", "outbox", "inbox", "inventory", "counters", "partition_leases", "deliveries",
-    "attempts", "ackledger_meta",
+    "attempts", "ackledger_meta", "inbox_oldest",
 )  # fmt: skip
 
 

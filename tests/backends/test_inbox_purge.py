@@ -65,7 +65,7 @@ def test_purge_deletes_only_receipts_older_than_the_horizon(target: Target) -> N
         assert again.retention()["purged"] == 2
 
 
-def test_purge_goes_a_chunk_per_transaction_oldest_first(target: Target) -> None:
+def test_purge_goes_a_window_per_transaction(target: Target) -> None:
     with Inbox(target.ref) as inbox:
         ids = [f"c-{n:02d}" for n in range(25)]
         _receive(inbox, *ids)

@@ -28,6 +28,7 @@ from ..event_types import EventTypes, check_type_name
 from ..store import Tx
 from ..store.inbox import PURGED
 from .handler_tx import Handler, HandlerTransaction
+from .retention import OldestReceipt, purge_windows
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
@@ -41,7 +42,8 @@ DEFAULT_RETENTION_SECONDS = 30 * 86400.0
 #: A shorter horizon needs ``force``: a receipt purged while its event can still be re-sent
 #: turns that re-send into a second apply.
 MIN_RETENTION_SECONDS = 3600.0
-#: Receipts per transaction of ``purge()``.
+#: Keys per window of ``purge()``'s walk: at most this many receipts read, and deleted, in one
+#: transaction (bench/CHANGES.md, item 64, says why this many).
 PURGE_CHUNK = 1000
 
 
@@ -300,6 +302,7 @@ class Inbox(Database):
             raise TypeError(f"types: must be an EventTypes, got {type(types).__name__}")
         self._handlers = _check_handlers(handlers)
         self._types = types if types is not None else EventTypes()
+        self._oldest = OldestReceipt()
         super().__init__(target, synchronous=synchronous)
 
     @property
@@ -444,6 +447,10 @@ class Inbox(Database):
         be longer than any event can stay unmarked at its source (docs/postgres.md, "Inbox
         retention", says how to choose it). Below one hour it is refused unless ``force``.
         The counters do not change; ``retention()["purged"]`` grows by what was deleted.
+
+        One pass over the inbox's key, ``chunk`` keys a window, each window with receipts to
+        delete a short write transaction of its own; at the end the oldest receipt kept is
+        recorded for ``retention()`` (``retention.purge_windows``).
         """
         age = check_age(older_than_seconds, "older_than_seconds")
         if isinstance(chunk, bool) or not isinstance(chunk, int) or not 1 <= chunk <= 100_000:
@@ -456,31 +463,17 @@ class Inbox(Database):
                 "its event can still be re-sent turns the re-send into a second apply "
                 "(pass force=True to go below it)"
             )
-        cutoff = time.time() - age
-        # Each chunk commits on its own: a service writing the same database waits for one
-        # chunk at most, never for the whole purge, and what is done stays done if it stops.
-        # SQLite has one writer, and a waiting one sleeps between its tries (up to 100 ms):
-        # taking the lock again at once would starve it for many chunks, so the purge leaves
-        # the lock free for as long as its chunk held it (bench/inbox_purge.py measures it).
-        one_writer = self._db.dialect == "sqlite"
-        total = 0
-        while True:
-            began = time.monotonic()
-            with self._db.write() as tx:
-                gone = tx.inbox_purge_chunk(cutoff, chunk)
-            total += gone
-            if gone < chunk:
-                return total
-            if one_writer:
-                time.sleep(time.monotonic() - began)
+        return purge_windows(self._db, time.time() - age, chunk)
 
     def retention(self) -> dict[str, Any]:
         """``purged``: receipts deleted by ``purge`` over the database's life, by any process
-        (a durable counter); ``oldest_receipt_age_s``: seconds since the oldest receipt still
-        kept first arrived, None for an empty inbox."""
+        (a durable counter); ``oldest_receipt_age_s``: seconds since the oldest receipt kept
+        by the last purge first arrived (before any purge, the first receipt), None for an
+        empty inbox. Receipts deleted since by hand, or by a purge that stopped half-way, are
+        not seen: the age is then too old, never too young (``retention.OldestReceipt``)."""
         with self._db.read() as tx:
             purged = tx.counters_read(PURGED).get("", 0)
-            oldest = tx.inbox_oldest_receipt()
+        oldest = self._oldest.read(self._db)
         age = None if oldest is None else max(0.0, time.time() - oldest)
         return {"purged": purged, "oldest_receipt_age_s": age}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from .._core.idempotency import Claim, Outcome
 from .claims import claim_all, claim_once
@@ -21,13 +21,61 @@ RECEIPT_COLUMNS = (
 #: The durable count of receipts that retention deleted (``Inbox.purge``, any process).
 PURGED = "sink.purged"
 
-# Oldest first through the inbox_first_received index (migration 0009), at most a chunk: on
-# SQLite the one writer's lock, on PostgreSQL the rows' locks, are held for one chunk only.
-# Counted from what this DELETE removed, so two purges at once never count a receipt twice.
-_PURGE_CHUNK = (
-    "DELETE FROM inbox WHERE (id, source) IN (SELECT id, source FROM inbox "
-    "WHERE first_received_at < ? ORDER BY first_received_at LIMIT ?) RETURNING 1"
+#: Where a purge before every key starts its walk (ids and sources are never empty).
+BEFORE_ALL = ("", "")
+
+# The purge walks the inbox's key, (id, source), a window of keys at a time: the first
+# statement finds the window's last key, the second what the window holds (the oldest receipt
+# it keeps, how many it would delete) without writing, so a window with nothing to delete
+# takes no write lock. Each reads at most one window of the key's B-tree, whatever the table's
+# size: there is no index on the time of first arrival (migration 0010 dropped it).
+_WINDOW_END = (
+    "SELECT id, source FROM inbox WHERE (id, source) > (?, ?) ORDER BY id, source LIMIT 1 OFFSET ?"
 )
+_IN_WINDOW = "(id, source) > (?, ?)"
+_TO_WINDOW_END = " AND (id, source) <= (?, ?)"
+_WINDOW_HOLDS = (
+    "SELECT MIN(CASE WHEN first_received_at >= ? THEN first_received_at END), "
+    "COUNT(CASE WHEN first_received_at < ? THEN 1 END) FROM inbox WHERE "
+)
+# Counted from what this DELETE removed, so two purges at once never count a receipt twice;
+# a receipt that arrived in the window since it was read is newer than the cutoff and stays.
+_WINDOW_DELETE = "DELETE FROM inbox WHERE first_received_at < ? AND "
+
+# A purge records the oldest receipt it kept unless one with a later cutoff already did: of two
+# purges at once, the later cutoff's walk saw what both kept (store/migrations/*/0010).
+_RECORD_OLDEST = (
+    "INSERT INTO inbox_oldest (slot, first_received_at, cutoff, generation) "
+    "VALUES (1, ?, ?, 1) ON CONFLICT (slot) DO UPDATE SET "
+    "first_received_at = excluded.first_received_at, cutoff = excluded.cutoff, "
+    "generation = inbox_oldest.generation + 1 "
+    "WHERE inbox_oldest.cutoff IS NULL OR inbox_oldest.cutoff <= excluded.cutoff"
+)
+
+
+class PurgeWindow(NamedTuple):
+    """What one window of a purge's walk holds."""
+
+    #: The window's last key, where the next window starts; None: it ran to the table's end.
+    last: tuple[str, str] | None
+    #: The oldest first arrival among the receipts the purge keeps here (None: none).
+    kept_oldest: float | None
+    #: How many receipts older than the cutoff it held when read (the DELETE counts).
+    old: int
+
+
+class RecordedOldest(NamedTuple):
+    """The ``inbox_oldest`` row: what the last purge recorded."""
+
+    first_received_at: float | None
+    generation: int
+
+
+def _window_range(after: tuple[str, str], last: tuple[str, str] | None) -> tuple[str, Params]:
+    if last is None:
+        return _IN_WINDOW, after
+    return _IN_WINDOW + _TO_WINDOW_END, (*after, *last)
+
 
 #: The reference handler's one statement (``warehouse.apply``): add to a sku's stock.
 INVENTORY_ADD = (
@@ -107,16 +155,40 @@ class InboxQueries(CounterQueries):
             )
         return [dict(zip(RECEIPT_COLUMNS, row, strict=True)) for row in rows]
 
-    def inbox_purge_chunk(self, cutoff: float, limit: int) -> int:
-        """Delete up to ``limit`` receipts first received before ``cutoff``, oldest first, and
-        add them to the durable ``PURGED`` counter; returns how many."""
-        gone = len(self.execute(_PURGE_CHUNK, (cutoff, limit)))
+    def inbox_purge_window(self, after: tuple[str, str], size: int, cutoff: float) -> PurgeWindow:
+        """Read the window of up to ``size`` keys after ``after`` (``BEFORE_ALL`` first)."""
+        found = self.one(_WINDOW_END, (*after, size - 1))
+        last = None if found is None else (str(found[0]), str(found[1]))
+        where, keys = _window_range(after, last)
+        row = self.one(_WINDOW_HOLDS + where, (cutoff, cutoff, *keys))
+        kept, old = (None, 0) if row is None else row
+        return PurgeWindow(last, None if kept is None else float(kept), int(old))
+
+    def inbox_purge_delete(
+        self, after: tuple[str, str], last: tuple[str, str] | None, cutoff: float
+    ) -> int:
+        """Delete the window's receipts first received before ``cutoff`` and add them to the
+        durable ``PURGED`` counter; returns how many."""
+        where, keys = _window_range(after, last)
+        gone = len(self.execute(_WINDOW_DELETE + where + " RETURNING 1", (cutoff, *keys)))
         if gone:
             self.counter_bump(PURGED, gone)
         return gone
 
-    def inbox_oldest_receipt(self) -> float | None:
-        """When the oldest receipt still kept first arrived, or None for an empty inbox."""
+    def inbox_record_oldest(self, oldest: float | None, cutoff: float) -> None:
+        """Record the oldest receipt a purge with this ``cutoff`` kept (None: it kept none)."""
+        self.execute(_RECORD_OLDEST, (oldest, cutoff))
+
+    def inbox_recorded_oldest(self) -> RecordedOldest | None:
+        """What the last purge recorded (None: the row is missing)."""
+        row = self.one("SELECT first_received_at, generation FROM inbox_oldest WHERE slot = 1")
+        if row is None:
+            return None
+        return RecordedOldest(None if row[0] is None else float(row[0]), int(row[1]))
+
+    def inbox_scan_oldest(self) -> float | None:
+        """The oldest receipt's first arrival by a scan of the whole inbox (no index has that
+        order): for when nothing is recorded. None for an empty inbox."""
         found = self.scalar("SELECT MIN(first_received_at) FROM inbox")
         return None if found is None else float(found)
 
