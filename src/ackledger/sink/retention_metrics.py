@@ -12,9 +12,11 @@ from .._core.metric_families import database_counter, database_gauge
 
 
 class RetentionMetrics(Collector):
-    """``read`` answers like ``Inbox.retention``. The age grows until a purge runs, then falls
-    back to about the horizon (0 for an empty inbox): one that keeps growing past the horizon
-    says the scheduled purge is not running. ``purged`` counts every process's purges."""
+    """``read`` answers like ``Inbox.retention``. The age is the oldest receipt's as of the last
+    purge (which records it; before any purge, the first receipt's): it grows until a purge
+    runs, then falls back to about the horizon (0 for an empty inbox); one that keeps growing
+    past the horizon says the scheduled purge is not running. ``purged`` counts every
+    process's purges."""
 
     def __init__(self, read: Callable[[], Mapping[str, float | None]]) -> None:
         self._read = read
@@ -29,6 +31,7 @@ class RetentionMetrics(Collector):
         )
         yield database_gauge(
             "ackledger_sink_oldest_receipt_age_seconds",
-            "Seconds since the oldest receipt still in the inbox first arrived (0 if none).",
+            "Seconds since the oldest receipt kept by the last inbox purge first arrived (before "
+            "any purge, the first receipt; 0 if none).",
             value=found["oldest_receipt_age_s"] or 0.0,
         )
