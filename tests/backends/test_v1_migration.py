@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,6 +138,25 @@ def test_the_inbox_keeps_its_receipts_inventory_and_counters(v1: V1Databases) ->
         assert inbox.stock("snack-7") == 7
         assert inbox.counters() == {"applied": 2, "duplicate": 1, "conflict": 0}
     assert v1.sink.rows("SELECT source, id FROM inbox ORDER BY id") == [(V1, "o-1"), (V1, "o-2")]
+
+
+def test_the_inbox_records_its_oldest_receipt_and_a_purge_walks_it(v1: V1Databases) -> None:
+    """Migration 0010 on a v1 inbox: its first receipt recorded (through 0009's index, before
+    dropping it), the index gone, and the purge's windows take both receipts."""
+    with Inbox(v1.sink.ref) as inbox:
+        [(first,)] = v1.sink.rows("SELECT MIN(first_received_at) FROM inbox")
+        assert v1.sink.rows("SELECT first_received_at, cutoff FROM inbox_oldest") == [(first, None)]
+        age = inbox.retention()["oldest_receipt_age_s"]
+        assert age is not None and abs(age - (time.time() - first)) < 60
+        indexes = (
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'inbox'"
+            if v1.sink.dialect == "postgres"
+            else "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'inbox'"
+        )
+        assert "inbox_first_received" not in {row[0] for row in v1.sink.rows(indexes)}
+        assert inbox.purge(0.001, chunk=1, force=True) == 2
+        assert inbox.retention() == {"purged": 2, "oldest_receipt_age_s": None}
+        assert inbox.counters() == {"applied": 2, "duplicate": 1, "conflict": 0}
 
 
 def test_a_migrated_event_the_inbox_applied_is_a_duplicate_not_a_conflict(v1: V1Databases) -> None:
