@@ -11,6 +11,7 @@ from ackledger import Inbox, Outbox
 from ackledger._dev.procs import Service, run_cli
 from ackledger.ops.probe import scrape
 
+from .conftest import raw_rows
 from .events import lab
 
 DAY = 86400.0
@@ -61,3 +62,38 @@ def test_a_running_sink_shows_purges_by_another_process(
     sink = json.loads(done.stdout)["sink"]
     assert sink["purged"] == 1
     assert sink["oldest_receipt_age_seconds"] >= 20 * DAY
+
+
+def test_a_purge_deletes_at_most_a_window_a_transaction_and_joins_sparse_windows(
+    tmp_path: Path,
+) -> None:
+    """SQLite's own trace of the purge's writes: a write transaction never deletes more than a
+    window's worth, and windows with few old receipts are deleted from together (at most ten
+    windows a transaction), not one commit per window (bench/CHANGES.md, item 64)."""
+    db = tmp_path / "sink.db"
+    ids = [f"p{n:03d}" for n in range(200)]
+    old = ids[:30] + ids[40:200:20]  # three full windows of 10, then one in 20
+    with Inbox(db) as inbox:
+        for start in range(0, len(ids), 50):
+            inbox.receive_batch([lab(event_id, "pen", 1) for event_id in ids[start : start + 50]])
+    for event_id in old:
+        _age(db, 40 * DAY, event_id)
+    with Inbox(db) as inbox:
+        seen: list[str] = []
+        conn = inbox._db._conn  # type: ignore[attr-defined]
+        assert isinstance(conn, sqlite3.Connection)
+        conn.set_trace_callback(seen.append)
+        assert inbox.purge(30 * DAY, chunk=10) == len(old)
+        conn.set_trace_callback(None)
+        deletes = [statement for statement in seen if statement.startswith("DELETE")]
+        # Each deleting transaction bumps the purged counter once, by what it deleted.
+        bumps = [
+            int(statement.split("VALUES ('sink.purged', ")[1].split(")")[0])
+            for statement in seen
+            if "'sink.purged'" in statement and statement.startswith("INSERT")
+        ]
+        assert bumps == [10, 10, 10, 5, 3]
+        assert len(deletes) == len(bumps)
+        assert sorted(str(row[0]) for row in raw_rows(db, "SELECT id FROM inbox")) == sorted(
+            set(ids) - set(old)
+        )

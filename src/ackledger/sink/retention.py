@@ -10,41 +10,75 @@ import time
 from ..store import Backend
 from ..store.inbox import BEFORE_ALL
 
+#: A span of windows whose old receipts are deleted together reaches at most this many windows:
+#: a DELETE then scans at most ``SPAN_WINDOWS * window`` keys and deletes at most ``window``.
+SPAN_WINDOWS = 10
+
 
 def purge_windows(backend: Backend, cutoff: float, window: int) -> int:
     """Delete every receipt first received before ``cutoff``, walking the key ``window`` keys
     at a time in one pass; record the oldest receipt kept; return how many were deleted.
 
-    Each window is read without a write lock and, if it holds receipts to delete, deleted in
-    a short write transaction of its own: a service writing the same database waits for one
-    window at most, never for the whole purge, and what is done stays done if the purge stops
-    (a crash leaves the last purge's record, an older receipt than any kept: the gauge then
-    says too old, never too young, until the next purge). The record is written last.
+    Each window is read without a write lock. Consecutive windows are deleted from together,
+    in one short write transaction, while they hold at most ``window`` old receipts and span
+    at most ``SPAN_WINDOWS`` windows: a write transaction deletes at most ``window`` receipts
+    and scans a bounded range, and a purge that finds few old receipts commits a tenth as
+    often (bench/CHANGES.md, item 64). A service writing the same database waits for one such
+    transaction at most, never for the whole purge, and what is done stays done if the purge
+    stops (a crash leaves the last purge's record, an older receipt than any kept: the gauge
+    then says too old, never too young, until the next purge). The record is written last.
     """
-    # SQLite has one writer, and a waiting one sleeps between its tries (up to 100 ms): taking
-    # the lock again at once would starve it for many windows, so the purge leaves the lock
-    # free for as long as its window held it (bench/inbox_purge.py measures it).
-    one_writer = backend.dialect == "sqlite"
+    span = _Span(backend, cutoff)
     after = BEFORE_ALL
     kept: float | None = None
-    total = 0
     while True:
         with backend.read() as tx:
             found = tx.inbox_purge_window(after, window, cutoff)
-        if found.old:
-            began = time.monotonic()
-            with backend.write() as tx:
-                total += tx.inbox_purge_delete(after, found.last, cutoff)
-            if one_writer:
-                time.sleep(time.monotonic() - began)
+        if span.old + found.old > window or span.windows == SPAN_WINDOWS:
+            span.delete_to(after)
+        span.add(found.old)
         if found.kept_oldest is not None and (kept is None or found.kept_oldest < kept):
             kept = found.kept_oldest
         if found.last is None:
+            span.delete_to(None)
             break
         after = found.last
     with backend.write() as tx:
         tx.inbox_record_oldest(kept, cutoff)
-    return total
+    return span.deleted
+
+
+class _Span:
+    """Windows read but not yet deleted from: the keys after ``start`` up to an end."""
+
+    def __init__(self, backend: Backend, cutoff: float) -> None:
+        self._backend = backend
+        self._cutoff = cutoff
+        self.start = BEFORE_ALL
+        self.old = 0
+        self.windows = 0
+        self.deleted = 0
+
+    def add(self, old: int) -> None:
+        self.old += old
+        self.windows += 1
+
+    def delete_to(self, end: tuple[str, str] | None) -> None:
+        """Delete the span's old receipts (up to ``end``, None: to the table's end) and start
+        the next span there."""
+        if self.old:
+            began = time.monotonic()
+            with self._backend.write() as tx:
+                self.deleted += tx.inbox_purge_delete(self.start, end, self._cutoff)
+            # SQLite has one writer, and a waiting one sleeps between its tries (up to 100
+            # ms): taking the lock again at once would starve it for many windows, so the
+            # purge leaves the lock free for as long as it held it (bench/inbox_purge.py).
+            if self._backend.dialect == "sqlite":
+                time.sleep(time.monotonic() - began)
+        if end is not None:
+            self.start = end
+        self.old = 0
+        self.windows = 0
 
 
 class OldestReceipt:
