@@ -15,8 +15,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "purge",
         help="delete receipts older than a horizon (retention)",
         description="Delete the receipts first received longer ago than --older-than, walking "
-        "the inbox in windows of 1,000 keys, each window's old receipts deleted in a "
-        "transaction of its own (a sink on the same database waits for one window at most); "
+        "the inbox in windows of 1,000 keys and deleting the old receipts in transactions of "
+        "at most 1,000 (a sink on the same database waits for one of them at most); "
         "the oldest receipt kept is recorded for the sink's /metrics. A re-send "
         "that arrives after its receipt is gone is applied AGAIN: the horizon must be longer "
         "than any event can stay unmarked at its source (relay back-off cap x attempts, broker "

@@ -42,8 +42,8 @@ DEFAULT_RETENTION_SECONDS = 30 * 86400.0
 #: A shorter horizon needs ``force``: a receipt purged while its event can still be re-sent
 #: turns that re-send into a second apply.
 MIN_RETENTION_SECONDS = 3600.0
-#: Keys per window of ``purge()``'s walk: at most this many receipts read, and deleted, in one
-#: transaction (bench/CHANGES.md, item 64, says why this many).
+#: Keys per window of ``purge()``'s walk, and the most receipts one of its write transactions
+#: deletes (bench/CHANGES.md, item 64, says why this many).
 PURGE_CHUNK = 1000
 
 
@@ -448,9 +448,9 @@ class Inbox(Database):
         retention", says how to choose it). Below one hour it is refused unless ``force``.
         The counters do not change; ``retention()["purged"]`` grows by what was deleted.
 
-        One pass over the inbox's key, ``chunk`` keys a window, each window with receipts to
-        delete a short write transaction of its own; at the end the oldest receipt kept is
-        recorded for ``retention()`` (``retention.purge_windows``).
+        One pass over the inbox's key, ``chunk`` keys a window, the old receipts deleted in
+        short write transactions of at most ``chunk`` each; at the end the oldest receipt kept
+        is recorded for ``retention()`` (``retention.purge_windows``).
         """
         age = check_age(older_than_seconds, "older_than_seconds")
         if isinstance(chunk, bool) or not isinstance(chunk, int) or not 1 <= chunk <= 100_000:
