@@ -26,9 +26,10 @@ BEFORE_ALL = ("", "")
 
 # The purge walks the inbox's key, (id, source), a window of keys at a time: the first
 # statement finds the window's last key, the second what the window holds (the oldest receipt
-# it keeps, how many it would delete) without writing, so a window with nothing to delete
-# takes no write lock. Each reads at most one window of the key's B-tree, whatever the table's
-# size: there is no index on the time of first arrival (migration 0010 dropped it).
+# it keeps, how many it would delete), both without writing, so the purge takes the write
+# lock only to delete (sink/retention.py). Each reads at most one window of the key's B-tree,
+# whatever the table's size: there is no index on the time of first arrival (migration 0010
+# dropped it).
 _WINDOW_END = (
     "SELECT id, source FROM inbox WHERE (id, source) > (?, ?) ORDER BY id, source LIMIT 1 OFFSET ?"
 )
@@ -167,8 +168,9 @@ class InboxQueries(CounterQueries):
     def inbox_purge_delete(
         self, after: tuple[str, str], last: tuple[str, str] | None, cutoff: float
     ) -> int:
-        """Delete the window's receipts first received before ``cutoff`` and add them to the
-        durable ``PURGED`` counter; returns how many."""
+        """Delete the receipts after the key ``after`` up to ``last`` (None: to the table's
+        end) first received before ``cutoff``, and add them to the durable ``PURGED`` counter;
+        returns how many."""
         where, keys = _window_range(after, last)
         gone = len(self.execute(_WINDOW_DELETE + where + " RETURNING 1", (cutoff, *keys)))
         if gone:
