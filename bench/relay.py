@@ -211,6 +211,14 @@ def measure_relay(plan: Plan, results: Results) -> None:
                 _, value, cpu = relay_rate(source, sink.base_url, batch=False)
                 around = (before + probe(plan.floor_seconds)) / 2
                 results.add("relay.item", "per-item relay (dispatch + send_http)", "/s", value)
+                # The paired floor's own rate too, to set beside the floors section's (taken
+                # minutes earlier, with the machine in another state; bench/CHANGES.md item 61).
+                results.add(
+                    "relay.item_floor",
+                    "the zero-code hand-over floor measured around each per-item run",
+                    "/s",
+                    around,
+                )
                 results.add(
                     "relay.item_cpu", "per-item relay: the relay's CPU per event", "µs", cpu
                 )
@@ -293,7 +301,8 @@ def measure_relay(plan: Plan, results: Results) -> None:
         # Issue 18's goal: at least 0.7 of the same three steps done with no ackledger code.
         print(
             f"  per-item relay / zero-code hand-over floor ({handover:,.0f}/s): "
-            f"{item / handover:.2f}; paired with the floor measured around each run: "
+            f"{item / handover:.2f}; paired with the floor measured around each run "
+            f"({results.get('relay.item_floor') or 0:,.0f}/s): "
             f"{results.get('relay.item_handover') or 0:.2f}",
             flush=True,
         )
