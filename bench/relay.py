@@ -6,6 +6,7 @@ with synchronous=FULL. The clock runs from the first dispatch to the last mark.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import sqlite3
@@ -211,14 +212,23 @@ def measure_relay(plan: Plan, results: Results) -> None:
                 _, value, cpu = relay_rate(source, sink.base_url, batch=False)
                 around = (before + probe(plan.floor_seconds)) / 2
                 results.add("relay.item", "per-item relay (dispatch + send_http)", "/s", value)
-                # The paired floor's own rate too, to set beside the floors section's (taken
-                # minutes earlier, with the machine in another state; bench/CHANGES.md item 61).
+                # The paired floor's own rate too, to set beside the floors section's, and the
+                # same pinned on one CPU: unpinned, the floor swings with where the scheduler
+                # puts its two processes (bench/CHANGES.md item 61).
                 results.add(
                     "relay.item_floor",
                     "the zero-code hand-over floor measured around each per-item run",
                     "/s",
                     around,
                 )
+                together = probe(plan.floor_seconds, "together")
+                if not math.isnan(together):  # NaN: the pair could not be pinned here
+                    results.add(
+                        "relay.item_floor_together",
+                        "the same floor right after the run, its two processes on one CPU",
+                        "/s",
+                        together,
+                    )
                 results.add(
                     "relay.item_cpu", "per-item relay: the relay's CPU per event", "µs", cpu
                 )
@@ -302,7 +312,8 @@ def measure_relay(plan: Plan, results: Results) -> None:
         print(
             f"  per-item relay / zero-code hand-over floor ({handover:,.0f}/s): "
             f"{item / handover:.2f}; paired with the floor measured around each run "
-            f"({results.get('relay.item_floor') or 0:,.0f}/s): "
+            f"({results.get('relay.item_floor') or 0:,.0f}/s; on one CPU "
+            f"{results.get('relay.item_floor_together') or 0:,.0f}/s): "
             f"{results.get('relay.item_handover') or 0:.2f}",
             flush=True,
         )
