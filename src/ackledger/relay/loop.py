@@ -102,7 +102,8 @@ class StopFlag:
         return self._set
 
 
-Write = Callable[..., None]
+#: How a line is written: (level, event, message, **fields).
+_Write = Callable[..., None]
 
 
 class _SentLines:
@@ -113,7 +114,7 @@ class _SentLines:
     order), when a round comes from another pick (other fields), once it is due (the loop
     asks between rounds and wakes from an idle wait for it) and when the relay stops."""
 
-    def __init__(self, write: Write, every: float) -> None:
+    def __init__(self, write: _Write, every: float) -> None:
         self._write = write
         self._every = every
         self._count = 0
