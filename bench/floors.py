@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .common import Plan, Results, scratch, timed_loop
+from .placement import PLACEMENTS, placed
 from .rawserver import ANSWER, one_row_committer
 
 BODY = b'{"id":"floor","qty":1,"sku":"floor"}'
@@ -119,17 +120,31 @@ def raw_round_trip_rate(url: str, seconds: float, after: Callable[[], None] | No
     return _round_trips(exchange, conn.close, seconds, after)
 
 
+#: A hand-over probe: ``probe(seconds)`` as the scheduler places it, or ``probe(seconds,
+#: "together")`` / ``"apart"`` pinned (``bench.placement``); returns the rate, or NaN if the
+#: placement could not be made.
+Probe = Callable[..., float]
+
+
 @contextmanager
-def handover_floor(folder: Path) -> Iterator[Callable[[float], float]]:
-    """The zero-code hand-over as a probe: ``probe(seconds)`` runs it for that long and
-    returns its rate (a receiver process of its own, started once)."""
+def handover_floor(folder: Path) -> Iterator[Probe]:
+    """The zero-code hand-over as a probe (a receiver process of its own, started once)."""
     from ackledger._dev.procs import start_listener
 
     rawserver = Path(__file__).with_name("rawserver.py")
     command = [sys.executable, str(rawserver), "--commit", str(folder / "handover-sink.db")]
     with start_listener(command) as durable:
         mark = one_row_committer(str(folder / "handover-source.db"))
-        yield lambda seconds: raw_round_trip_rate(durable.base_url, seconds, after=mark)
+
+        def probe(seconds: float, how: str | None = None) -> float:
+            if how is None:
+                return raw_round_trip_rate(durable.base_url, seconds, after=mark)
+            with placed(how, durable.process.pid) as pinned:
+                if not pinned:
+                    return float("nan")
+                return raw_round_trip_rate(durable.base_url, seconds, after=mark)
+
+        yield probe
 
 
 def measure(plan: Plan, results: Results) -> None:
@@ -200,6 +215,15 @@ def measure(plan: Plan, results: Results) -> None:
                 "/s",
                 raw_round_trip_rate(durable.base_url, plan.floor_seconds, after=mark),
             )
+            for how, where in PLACEMENTS.items():
+                with placed(how, durable.process.pid) as pinned:
+                    if pinned:
+                        results.add(
+                            f"floor.handover_{how}",
+                            f"the zero-code hand-over, its two processes pinned {where}",
+                            "/s",
+                            raw_round_trip_rate(durable.base_url, plan.floor_seconds, after=mark),
+                        )
             results.add(
                 "floor.handover_http",
                 "the same hand-over with http.client as the client",
@@ -215,7 +239,11 @@ def measure(plan: Plan, results: Results) -> None:
         "floor.relay",
         "floor.relay_raw",
         "floor.handover",
+        "floor.handover_together",
+        "floor.handover_apart",
         "floor.handover_http",
     ):
-        figure = results.figures[key]
+        figure = results.figures.get(key)
+        if figure is None:
+            continue  # a placement this machine cannot make
         print(f"  {figure.label}: {figure.median:,.0f}/s", flush=True)

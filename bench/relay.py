@@ -6,6 +6,7 @@ with synchronous=FULL. The clock runs from the first dispatch to the last mark.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import sqlite3
@@ -21,7 +22,7 @@ from ackledger.source.dispatch import dispatch, dispatch_batch
 from ackledger.wire.http import close_connections, send_http, send_http_batch
 
 from . import fill
-from .common import Plan, Results, marks_rate, rate, scratch
+from .common import Plan, Results, cpu_seconds, marks_rate, rate, scratch
 from .floors import handover_floor
 
 
@@ -124,6 +125,38 @@ def daemon_rate(source: Path, url: str, total: int, *extra: str) -> float:
         process.wait(30)
 
 
+def item_daemon_run(
+    source: Path, url: str, total: int, sink_pid: int
+) -> tuple[float, float, float]:
+    """``ackledger relay`` one event a request (no ``--batch``, its own HTTP sender), as an
+    operator runs it: (events/s from its first mark to its last, the relay process's and the
+    sink's CPU µs per event over the same marks)."""
+    process = subprocess.Popen(
+        cli_command("relay", "--source", str(source), "--to", url + "/events"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    conn = sqlite3.connect(f"file:{source}?mode=ro", uri=True, isolation_level=None)
+    try:
+        # The CPU clocks start at the first mark, like the rate: the interpreter's start-up
+        # and the outbox's opening are not per-event work.
+        deadline = time.monotonic() + 60
+        while not conn.execute("SELECT 1 FROM outbox WHERE sent = 1 LIMIT 1").fetchall():
+            if time.monotonic() > deadline or process.poll() is not None:
+                return float("nan"), float("nan"), float("nan")
+            time.sleep(0.002)
+        relay_cpu, sink_cpu = cpu_seconds(process.pid), cpu_seconds(sink_pid)
+        (marked,) = conn.execute("SELECT count(*) FROM outbox WHERE sent = 1").fetchone()
+        value = marks_rate(lambda sql, params: conn.execute(sql, params).fetchall(), total, 300)
+        relay_cpu, sink_cpu = cpu_seconds(process.pid) - relay_cpu, cpu_seconds(sink_pid) - sink_cpu
+    finally:
+        conn.close()
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
+    count = total - marked
+    return value, 1e6 * relay_cpu / count, 1e6 * sink_cpu / count
+
+
 def measure_accept(plan: Plan, results: Results) -> None:
     print("accept", flush=True)
     with scratch("accept") as folder:
@@ -179,6 +212,23 @@ def measure_relay(plan: Plan, results: Results) -> None:
                 _, value, cpu = relay_rate(source, sink.base_url, batch=False)
                 around = (before + probe(plan.floor_seconds)) / 2
                 results.add("relay.item", "per-item relay (dispatch + send_http)", "/s", value)
+                # The paired floor's own rate too, to set beside the floors section's, and the
+                # same pinned on one CPU: unpinned, the floor swings with where the scheduler
+                # puts its two processes (bench/CHANGES.md item 61).
+                results.add(
+                    "relay.item_floor",
+                    "the zero-code hand-over floor measured around each per-item run",
+                    "/s",
+                    around,
+                )
+                together = probe(plan.floor_seconds, "together")
+                if not math.isnan(together):  # NaN: the pair could not be pinned here
+                    results.add(
+                        "relay.item_floor_together",
+                        "the same floor right after the run, its two processes on one CPU",
+                        "/s",
+                        together,
+                    )
                 results.add(
                     "relay.item_cpu", "per-item relay: the relay's CPU per event", "µs", cpu
                 )
@@ -187,6 +237,28 @@ def measure_relay(plan: Plan, results: Results) -> None:
                     "per-item relay / the zero-code hand-over floor measured around it",
                     "x",
                     value / around,
+                )
+                source = folder / f"itemd-{rep}.db"
+                fill.pending_events(source, f"id{rep}", plan.relay_events)
+                before = probe(plan.floor_seconds)
+                value, cpu, sink_cpu = item_daemon_run(
+                    source, sink.base_url, plan.relay_events, sink.process.pid
+                )
+                around = (before + probe(plan.floor_seconds)) / 2
+                words = "per-item relay daemon (`ackledger relay`, its own sender)"
+                results.add("relay.item_daemon", words, "/s", value)
+                results.add(
+                    "relay.item_daemon_handover",
+                    f"{words} / the zero-code hand-over floor measured around it",
+                    "x",
+                    value / around,
+                )
+                results.add("relay.item_daemon_cpu", f"{words}: its CPU per event", "µs", cpu)
+                results.add(
+                    "relay.item_daemon_sink_cpu",
+                    f"{words}: the sink's CPU per event",
+                    "µs",
+                    sink_cpu,
                 )
                 source = folder / f"last-{rep}.db"
                 fill.pending_events(source, f"l{rep}", plan.relay_events)
@@ -239,10 +311,20 @@ def measure_relay(plan: Plan, results: Results) -> None:
         # Issue 18's goal: at least 0.7 of the same three steps done with no ackledger code.
         print(
             f"  per-item relay / zero-code hand-over floor ({handover:,.0f}/s): "
-            f"{item / handover:.2f}; paired with the floor measured around each run: "
+            f"{item / handover:.2f}; paired with the floor measured around each run "
+            f"({results.get('relay.item_floor') or 0:,.0f}/s; on one CPU "
+            f"{results.get('relay.item_floor_together') or 0:,.0f}/s): "
             f"{results.get('relay.item_handover') or 0:.2f}",
             flush=True,
         )
+    daemon_item = results.get("relay.item_daemon")
+    print(
+        f"  per-item relay daemon (`ackledger relay`): {daemon_item or 0:,.0f}/s, / hand-over "
+        f"floor around it {results.get('relay.item_daemon_handover') or 0:.2f}; CPU per event: "
+        f"relay {results.get('relay.item_daemon_cpu') or 0:,.0f} µs, "
+        f"sink {results.get('relay.item_daemon_sink_cpu') or 0:,.0f} µs",
+        flush=True,
+    )
     last = results.get("relay.item_last")
     print(f"  per-item relay, mark_sync='last': {last or 0:,.0f}/s", flush=True)
     print(f"  batch relay: {batch or 0:,.0f} events/s", flush=True)

@@ -48,6 +48,10 @@ def targets(results: Results, plan: Plan) -> list[Target]:
         # shared machine the floors section's figure is minutes away from the relay's.
         Target("per-item relay / zero-code hand-over floor measured around each run",
                results.get("relay.item_handover"), 0.7, "ratio", "x"),
+        # And against that floor with its two processes on one CPU: unpinned, the floor swings
+        # with where the scheduler puts them (bench/CHANGES.md item 61).
+        Target("per-item relay / zero-code hand-over floor on one CPU, right after each run",
+               _ratio(results, "relay.item", "relay.item_floor_together"), 0.7, "ratio", "x"),
         Target("a new event through serve sink / (raw round trip + FULL commit)",
                _ratio(results, "step.sink_new", "floor.step_new"), 1.5, "ceiling", "x"),
         Target("a duplicate through serve sink / (raw round trip + read by key)",

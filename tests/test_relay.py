@@ -284,3 +284,60 @@ def test_kill_9_mid_run_then_a_fresh_relay_applies_every_event_once(
             relay.stop()
     assert count(source, PENDING) > 0, "the relay should have been killed mid-way"
     _drain_and_check_applied_once(source, sink_db, sink_service, events, tmp_path)
+
+
+def _sent_records(log: Path) -> list[dict[str, Any]]:
+    lines = log.read_text().splitlines()
+    records = [json.loads(line) for line in lines if line.startswith("{")]
+    return [r for r in records if r["event"] in ("sent", "stopped")]
+
+
+def test_a_busy_relay_writes_one_sent_line_a_second_counting_every_event(
+    tmp_path: Path, sink_service: Service
+) -> None:
+    # One event a round (--limit 1): a line per round was a sixth of the relay's CPU per event.
+    source, log = tmp_path / "source.db", tmp_path / "relay.log"
+    events = _events(40, "busy")
+    _accept(source, *events)
+    relay = start_relay(
+        source, sink_service.base_url + "/events", log, "--limit", "1", "--log-format", "json"
+    )
+    try:
+        wait_until(lambda: count(source, "sent = 1") == 40, "the relay to drain the outbox")
+        # The line that waited for its second is written while the relay idles, not at stop.
+        wait_until(
+            lambda: (
+                sum(r.get("ids") is not None for r in _sent_records(log)) >= 2
+                and sum(int(r["message"].split()[1]) for r in _sent_records(log)) == 40
+            ),
+            "the waiting sent line",
+        )
+        sent = _sent_records(log)
+    finally:
+        relay.stop()
+    # 40 one-event rounds took well under a few seconds: a line per second, not per round.
+    assert 2 <= len(sent) <= 4
+    assert sent[0]["message"] == "sent 1 event(s)" and sent[0]["ids"] == ["busy-000"]
+    assert sent[-1]["last"] == "busy-039"
+    listed = [i for r in sent for i in r["ids"] if not i.startswith("+")]
+    assert listed == [e["id"] for e in events][: len(listed)]  # in order, the first ones
+
+
+def test_a_stop_writes_the_waiting_sent_line_before_the_stopped_line(
+    tmp_path: Path, sink_service: Service
+) -> None:
+    source, log = tmp_path / "source.db", tmp_path / "relay.log"
+    _accept(source, *_events(30, "stop"))
+    relay = start_relay(
+        source, sink_service.base_url + "/events", log, "--limit", "1", "--log-format", "json"
+    )
+    try:
+        wait_until(lambda: count(source, "sent = 1") == 30, "the relay to drain the outbox")
+        assert relay.stop() == 0  # at once: the events after the first line still wait
+    finally:
+        relay.stop()
+    records = _sent_records(log)
+    assert records[-1]["event"] == "stopped"
+    counted = [int(r["message"].split()[1]) for r in records if r["event"] == "sent"]
+    assert sum(counted) == 30
+    assert records[-2]["last"] == "stop-029"
