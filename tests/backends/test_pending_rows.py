@@ -63,5 +63,7 @@ def test_pending_rows_skips_what_it_is_told_and_keeps_the_limit(target: Target) 
         for n in range(5):
             ob.publish(lab(f"k-{n}", "pen", 1))
         assert [row.id for row in ob.pending_rows({"k-0", "k-2"}, 2)] == ["k-1", "k-3"]
+        # An id that is not pending (its mark landed meanwhile) leaves the limit as it is.
+        assert [row.id for row in ob.pending_rows({"gone", "k-1"}, 2)] == ["k-0", "k-2"]
         assert [row.id for row in ob.pending_rows((), 3)] == ["k-0", "k-1", "k-2"]
         assert [event["id"] for event in ob.pending_beyond({"k-1"}, 2)] == ["k-0", "k-2"]
