@@ -123,7 +123,7 @@ class PartitionLeases:
     ) -> list[PendingRow]:
         """``pending_in_partition`` for any ``count`` (a view's read of several selections), as
         the rows read (``Outbox.pending_rows``)."""
-        with self.outbox.backend.read() as tx:
+        with self.outbox.backend.lookup() as tx:  # one statement (Outbox.pending_rows)
             rows = tx.lease_pending(partition, count + len(skip))
         if not skip:
             return rows

@@ -156,6 +156,13 @@ class OutboxQueries(CounterQueries):
             found.update(str(row[0]) for row in rows)
         return [event_id for event_id in ids if event_id not in found]
 
+    def outbox_mark_sent_whole(self, ids: Sequence[str], attempted: bool, now: float) -> list[str]:
+        """``outbox_mark_sent`` of at most ``MARK_CHUNK`` distinct ids, for a caller with no
+        transaction around it (``Backend.statements``): it marks all of them or none, and
+        returns the unknown ids. Here, for a dialect whose ``statements`` is a transaction
+        (the caller's KeyError rolls it back), the same as ``outbox_mark_sent``."""
+        return self.outbox_mark_sent(ids, attempted, now)
+
     def outbox_record_failure(self, event_id: str, error: str, now: float) -> bool:
         rows = self.execute(
             "UPDATE outbox SET attempts = attempts + 1, last_error = ?, last_attempt_at = ? "
