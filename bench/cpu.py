@@ -18,9 +18,11 @@ It measures every version back to af01309, whose inbox and outbox take the lab o
 from __future__ import annotations
 
 import argparse
+import contextlib
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -77,16 +79,30 @@ def _fill(outbox: Any, batches: list[list[dict[str, Any]]]) -> None:
             publish(event)
 
 
-def relay_cpu_per_event(runs: int, *, batch: bool) -> float:
-    """Microseconds of CPU per event of the relay's step, the sender acknowledging at once."""
-    with tempfile.TemporaryDirectory() as folder:
-        outbox = Outbox(Path(folder) / "outbox.db", synchronous="NORMAL")
+@contextmanager
+def _outboxes(postgres: bool) -> Iterator[Callable[[str], str]]:
+    """Targets for scratch outboxes: files in a folder, or fresh PostgreSQL databases."""
+    if not postgres:
+        with tempfile.TemporaryDirectory() as folder:
+            yield lambda name: str(Path(folder) / f"{name}.db")
+        return
+    from .postgres import database
+
+    with contextlib.ExitStack() as stack:
+        yield lambda name: stack.enter_context(database())
+
+
+def relay_cpu_per_event(runs: int, *, batch: bool, postgres: bool = False) -> float:
+    """Microseconds of CPU per event of the relay's step, the sender acknowledging at once
+    (this process's CPU: on PostgreSQL the server's is not in it)."""
+    with _outboxes(postgres) as target:
+        outbox = Outbox(target("outbox"), synchronous="NORMAL")
         try:
             batches = _events(runs + 1, cloudevents=True)
             _fill(outbox, batches[:1])
         except Exception:  # an outbox from before CONTRACT v2 takes the lab order
             outbox.close()
-            outbox = Outbox(Path(folder) / "outbox-v1.db", synchronous="NORMAL")
+            outbox = Outbox(target("outbox-v1"), synchronous="NORMAL")
             batches = _events(runs + 1, cloudevents=False)
             _fill(outbox, batches[:1])
         _fill(outbox, batches[1:])
@@ -112,12 +128,20 @@ def main(argv: list[str] | None = None) -> int:
     # The least of several: other processes only ever add to a CPU time (cache misses, a
     # slower clock), so the smallest sample is the nearest to the code's own cost.
     parser.add_argument("--repeat", type=int, default=5, help="measurements; the least (5)")
+    parser.add_argument(
+        "--postgres", action="store_true", help="only the relay's step, its outbox on PostgreSQL"
+    )
     args = parser.parse_args(argv)
+    pg = args.postgres
     figures: dict[str, Callable[[], float]] = {
         "inbox receive_runs": lambda: cpu_per_event(args.runs),
-        "relay step, dispatch_batch": lambda: relay_cpu_per_event(args.runs, batch=True),
-        "relay step, dispatch": lambda: relay_cpu_per_event(args.runs, batch=False),
+        "relay step, dispatch_batch": lambda: relay_cpu_per_event(
+            args.runs, batch=True, postgres=pg
+        ),
+        "relay step, dispatch": lambda: relay_cpu_per_event(args.runs, batch=False, postgres=pg),
     }
+    if pg:
+        del figures["inbox receive_runs"]
     for label, measure in figures.items():
         samples = [measure() for _ in range(args.repeat)]
         shown = ", ".join(f"{sample:.1f}" for sample in samples)

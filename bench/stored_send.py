@@ -20,7 +20,7 @@ from typing import Any
 import ackledger
 from ackledger.envelope import canonical_json, validate_cloudevent
 from ackledger.source.dispatch import _copy  # the very copy dispatch hands a send
-from ackledger.store.pending import pending_events
+from ackledger.store.pending import pending_events, pending_rows
 from ackledger.wire.sender import HttpSender
 from ackledger.wire.stored import Stored
 
@@ -33,8 +33,9 @@ def _selection(kind: str, count: int, make: Callable[[str, int], dict[str, Any]]
     rows = []
     for n in range(count):
         valid = validate_cloudevent(make(kind, n))
-        rows.append((n + 1, canonical_json(valid)))
-    return pending_events(rows)
+        key = valid.get("partitionkey")
+        rows.append((n + 1, valid["id"], valid["source"], key, canonical_json(valid)))
+    return pending_events(pending_rows(rows))
 
 
 def _cpu_us(block: list[Any], send: Callable[[Any], object]) -> float:

@@ -238,3 +238,41 @@ def test_a_callback_mutating_nested_data_changes_nothing_stored_or_selected(
         assert after[0]["type"] == "com.example.order.placed"
     assert target.rows("SELECT id, data, event FROM outbox ORDER BY seq") == stored
     assert nested == {"lines": [{"sku": "a", "qty": 1}, {"sku": "b", "qty": 2}], "meta": {"n": 1}}
+
+
+def test_dispatch_batch_hands_a_function_dicts_it_may_edit_and_nothing_reaches_the_rows(
+    target: Target,
+) -> None:
+    nested = {"lines": [{"sku": "a", "qty": 1}, {"sku": "b", "qty": 2}], "meta": {"n": 1}}
+    with Outbox(target.ref) as ob:
+        for name in ("b-1", "b-2", "b-3"):
+            ob.publish({"type": "com.example.order.placed", "id": name, "data": nested})
+        stored = target.rows("SELECT id, data, event FROM outbox ORDER BY seq")
+        before = ob.pending()
+        arrived: list[Any] = []
+
+        def send_batch(events: list[dict[str, Any]]) -> int:
+            arrived.append(json.loads(json.dumps(events)))  # as they came, before the edits
+            for event in events:
+                assert type(event) is dict and "seq" not in event
+                event["data"]["lines"][0]["qty"] = 999
+                event["data"]["lines"].append({"sku": "ghost"})
+                event["data"]["meta"]["n"] = 2
+                event["id"] = "b-3"  # points at another pending event: marks nothing of it
+            return 1
+
+        with pytest.raises(NotAcknowledged, match="only 1 of 3"):
+            dispatch_batch(ob, send_batch)
+        # Each copy arrived as published, without seq: no edit reached another copy.
+        assert [[item["data"] for item in batch] for batch in arrived] == [[nested] * 3]
+        assert [item["id"] for item in arrived[0]] == ["b-1", "b-2", "b-3"]
+        assert sent_ids(target) == ["b-1"]
+        after = ob.pending()
+        assert after == before[1:]
+        assert [item["data"] for item in after] == [nested, nested]
+        # The next selection's copies are fresh too.
+        with pytest.raises(NotAcknowledged, match="only 1 of 2"):
+            dispatch_batch(ob, send_batch)
+        assert [item["data"] for item in arrived[1]] == [nested, nested]
+    assert target.rows("SELECT id, data, event FROM outbox ORDER BY seq") == stored
+    assert sent_ids(target) == ["b-1", "b-2"]

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ackledger import Conflict, InvalidEvent, Outbox, warehouse
+from ackledger import Conflict, InvalidEvent, Outbox, dispatch_batch, warehouse
 from ackledger.store.outbox import MARK_CHUNK
 
 from ..events import SOURCE, lab, of
@@ -273,3 +273,38 @@ def test_mark_sent_many_with_an_unknown_id_marks_nothing(target: Target) -> None
         with pytest.raises(KeyError, match="ghost"):
             ob.mark_sent_many(["known", "ghost"])
     assert target.rows("SELECT sent FROM outbox") == [(0,)]
+
+
+def test_a_batch_mark_counts_a_repeated_id_once_and_an_unknown_one_marks_none(
+    target: Target,
+) -> None:
+    # A batch's mark is one statement without a transaction on PostgreSQL (all or none by
+    # itself): the same rules as the transaction it replaced.
+    with Outbox(target.ref) as ob:
+        for name in ("a", "b", "c"):
+            ob.accept(ev(name))
+        with pytest.raises(KeyError, match="ghost"):
+            ob.mark_sent_many(["a", "b", "a", "ghost", "b"], attempted=True)
+        assert target.rows("SELECT id, sent, attempts FROM outbox ORDER BY seq") == [
+            ("a", 0, 0), ("b", 0, 0), ("c", 0, 0),
+        ]  # fmt: skip
+        ob.mark_sent_many(["b", "a", "b"], attempted=True)
+        ob.mark_sent_many(["a", "b"], attempted=False)  # again: idempotent, no attempt
+    assert target.rows("SELECT id, sent, attempts FROM outbox ORDER BY seq") == [
+        ("a", 1, 1), ("b", 1, 1), ("c", 0, 0),
+    ]  # fmt: skip
+
+
+def test_pending_inside_the_outboxs_own_transaction_is_refused(target: Target) -> None:
+    # The selection is one statement without a BEGIN of its own: inside a transaction of the
+    # same outbox it would read (and a dispatch would send) what is not committed yet.
+    with Outbox(target.ref) as ob:
+        ob.accept(ev("committed"))
+        with pytest.raises((RuntimeError, sqlite3.OperationalError)), ob.transaction() as tx:
+            tx.enqueue(lab("uncommitted", "sku-1", 1, source=ob.source))
+            ob.pending()
+        with pytest.raises((RuntimeError, sqlite3.OperationalError)), ob.transaction() as tx:
+            tx.enqueue(lab("uncommitted", "sku-1", 1, source=ob.source))
+            dispatch_batch(ob, len)
+        assert [item["id"] for item in ob.pending()] == ["committed"]
+    assert target.rows("SELECT id, sent FROM outbox") == [("committed", 0)]

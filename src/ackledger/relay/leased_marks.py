@@ -14,6 +14,7 @@ marks leave one. Both are re-sent and the consumer's inbox answers them as dupli
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..source.marking import MarksBehind
@@ -33,13 +34,19 @@ class LeasedMarksBehind(MarksBehind):
         self._marks = PartitionLeases(marker, leases.owner, leases.ttl)
         self._view: LeasedPartition | None = None
 
-    def select(self, outbox: Source, limit: int) -> list[dict[str, Any]]:
+    def _picked(self, outbox: Source) -> LeasedPartition:
         if not isinstance(outbox, LeasedPartition):
             raise TypeError("LeasedMarksBehind: the source must be a LeasedPartition")
         if outbox is not self._view:
             self.wait()  # another pick: the last one's marks first (its release settled them)
             self._view = outbox
-        return outbox.pending_beyond(self.inflight, limit)
+        return outbox
+
+    def select(self, outbox: Source, limit: int) -> list[dict[str, Any]]:
+        return self._picked(outbox).pending_beyond(self.inflight, limit)
+
+    def select_rows(self, outbox: Source, limit: int) -> Sequence[Mapping[str, Any]]:
+        return self._picked(outbox).pending_rows(self.inflight, limit)
 
     def _job(self, ids: list[str]) -> Any:
         return (self._view, ids)

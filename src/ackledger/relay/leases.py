@@ -21,6 +21,7 @@ from typing import Any
 from .._core.exact import is_number
 from ..errors import LeaseLost
 from ..source.outbox import Outbox, check_limit
+from ..store.pending import PendingRow, pending_events
 
 DEFAULT_TTL = 30.0
 MAX_TTL = 3600.0
@@ -115,17 +116,18 @@ class PartitionLeases:
         check_limit(limit)
         if not isinstance(partition, str):
             raise TypeError(f"partition: must be a string, got {type(partition).__name__}")
-        return self.read_ahead(partition, limit, skip)
+        return pending_events(self.read_ahead(partition, limit, skip))
 
     def read_ahead(
         self, partition: str, count: int, skip: Collection[str] = ()
-    ) -> list[dict[str, Any]]:
-        """``pending_in_partition`` for any ``count`` (a view's read of several selections)."""
-        with self.outbox.backend.read() as tx:
+    ) -> list[PendingRow]:
+        """``pending_in_partition`` for any ``count`` (a view's read of several selections), as
+        the rows read (``Outbox.pending_rows``)."""
+        with self.outbox.backend.lookup() as tx:  # one statement (Outbox.pending_rows)
             rows = tx.lease_pending(partition, count + len(skip))
         if not skip:
             return rows
-        return [row for row in rows if row["id"] not in skip][:count]
+        return [row for row in rows if row.id not in skip][:count]
 
     def mark_sent(
         self, lease: Lease, event_id: str, *, attempted: bool = False, durable: bool = True
@@ -193,7 +195,7 @@ class LeasedPartition:
         self.lease = lease
         #: How many events this view has marked sent (also when a later mark failed).
         self.marked = 0
-        self._ahead: list[dict[str, Any]] = []
+        self._ahead: list[PendingRow] = []
         # Handed out, neither marked nor known to be in flight: a read ahead is only good
         # while this is empty (else the next selection must start at them again).
         self._owed: set[str] = set()
@@ -207,11 +209,15 @@ class LeasedPartition:
 
     def pending_beyond(self, skip: Collection[str], limit: int = 16) -> list[dict[str, Any]]:
         """``pending(limit)`` without the events in ``skip`` (see ``pending_in_partition``)."""
+        return pending_events(self.pending_rows(skip, limit))
+
+    def pending_rows(self, skip: Collection[str], limit: int = 16) -> list[PendingRow]:
+        """``pending_beyond`` as the rows read (``Outbox.pending_rows``)."""
         check_limit(limit)
         if self._owed.difference(skip) or len(self._ahead) < limit:
             self._ahead = self.leases.read_ahead(self.lease.partition, limit * READ_AHEAD, skip)
         chosen, self._ahead = self._ahead[:limit], self._ahead[limit:]
-        self._owed = {item["id"] for item in chosen}
+        self._owed = {item.id for item in chosen}
         return chosen
 
     def mark_sent(self, event_id: str, *, attempted: bool = False, durable: bool = True) -> None:

@@ -9,13 +9,13 @@ failure stops the batch and is re-raised as the same object.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from .._core.exact import is_int
 from .._core.telemetry import span
 from ..errors import NotAcknowledged
-from ..store.pending import PendingEvent
+from ..store.pending import PendingEvent, PendingRow
 from ..wire.stored import Stored, stored_event_sender, stored_sender
 from .marking import EACH, Marking, MarksBehind, marking_for
 
@@ -48,7 +48,7 @@ class StopRequested(BaseException):
     sent."""
 
 
-def _copy(item: dict[str, Any]) -> dict[str, Any]:
+def _copy(item: Mapping[str, Any]) -> dict[str, Any]:
     """The event without its ``seq``, nested values copied too: nothing the sender does to
     it reaches the selection (a JSON value's copy; cheaper than ``copy.deepcopy``)."""
     return {name: _copy_json(value) for name, value in item.items() if name != "seq"}
@@ -195,14 +195,20 @@ def _is_own_method(bound: object, owner: object, name: str) -> bool:
     return method is not None and getattr(type(owner), name, None) is method
 
 
-def _as_stored(selection: list[dict[str, Any]]) -> list[Stored] | None:
+def _as_stored(selection: Sequence[Mapping[str, Any]]) -> list[Stored] | None:
     """The selection as stored events, or None if one of them was not read from an outbox."""
     stored: list[Stored] = []
     for item in selection:
-        if type(item) is not PendingEvent:
+        if type(item) is not PendingRow:
             return None
         stored.append(Stored(item, item.text))
     return stored
+
+
+def _copies(selection: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A user's ``send_batch`` gets fresh deep copies: of a row, its stored text parsed anew
+    (one parse, where the parsed event and a copy of it were two walks of the event)."""
+    return [item.copy_event() if type(item) is PendingRow else _copy(item) for item in selection]
 
 
 def dispatch_batch_marking(
@@ -217,11 +223,11 @@ def dispatch_batch_marking(
     """``dispatch_batch`` with its marking strategy given as an object (``source.marking``).
     With ``send_stored`` (an own sender's), the selection goes to it as the outbox stored it
     (``wire/stored.py``) rather than as copies to ``send_batch``."""
-    selection = marking.select(outbox, limit)
+    selection = marking.select_rows(outbox, limit)
     if not selection:
         marking.settle()  # nothing more to send: let the last marks land before going idle
         return []
-    ids = [item["id"] for item in selection]
+    ids: list[str] = [item["id"] for item in selection]
     stored = None if send_stored is None else _as_stored(selection)
     try:
         with span(
@@ -230,7 +236,7 @@ def dispatch_batch_marking(
             if stored is not None and send_stored is not None:
                 answer = send_stored(stored)
             else:
-                answer = send_batch([_copy(item) for item in selection])
+                answer = send_batch(_copies(selection))
     except Exception as exc:
         # The earlier batch's marks come first; if they failed, its events stay pending and
         # go again. The send's failure is what the caller must see.

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -49,6 +49,15 @@ class Marking:
     def select(self, outbox: Source, limit: int) -> list[dict[str, Any]]:
         """The next selection of a dispatch call."""
         return outbox.pending(limit)
+
+    def select_rows(self, outbox: Source, limit: int) -> Sequence[Mapping[str, Any]]:
+        """``select`` for ``dispatch_batch``: the rows as read (``PendingRow``, parsed only
+        when asked) from a source that has them, else its events."""
+        rows = getattr(outbox, "pending_rows", None)
+        if rows is None:
+            return outbox.pending(limit)
+        found: Sequence[Mapping[str, Any]] = rows((), limit)
+        return found
 
     def hand_over(self, event_ids: Sequence[str]) -> bool:
         """A wholly acknowledged batch: True if its marks were taken over (``MarksBehind``),
@@ -133,6 +142,9 @@ class MarksBehind(Marking):
 
     def select(self, outbox: Source, limit: int) -> list[dict[str, Any]]:
         return self.pending(limit)
+
+    def select_rows(self, outbox: Source, limit: int) -> Sequence[Mapping[str, Any]]:
+        return self.reader.pending_rows(self._inflight, limit)
 
     def hand_over(self, event_ids: Sequence[str]) -> bool:
         self.submit(event_ids)

@@ -28,7 +28,8 @@ from ..event import check_identifier
 from ..event_types import EventTypes
 from ..store import Tx
 from ..store.borrowed import borrow, same_database
-from ..store.outbox import SOURCE_KEY, TARGET_KEY
+from ..store.outbox import MARK_CHUNK, SOURCE_KEY, TARGET_KEY
+from ..store.pending import PendingRow, pending_events
 from ..wire.sender import shown
 
 MAX_BATCH = 16
@@ -245,17 +246,24 @@ class Outbox(Database):
         with self._db.read() as tx:
             rows = tx.outbox_pending(limit)
             total, _ = tx.outbox_pending_summary()
-        return rows, total
+        return pending_events(rows), total
 
     def pending_beyond(self, skip: Collection[str], limit: int = MAX_BATCH) -> list[dict[str, Any]]:
         """``pending(limit)`` without the events in ``skip`` (those whose marks are still being
         committed on another connection: ``MarksBehind``). Writes nothing."""
+        return pending_events(self.pending_rows(skip, limit))
+
+    def pending_rows(self, skip: Collection[str], limit: int = MAX_BATCH) -> list[PendingRow]:
+        """``pending_beyond`` as the rows read, each parsed only when asked (``dispatch_batch``:
+        store/pending.py). Writes nothing."""
         check_limit(limit)
-        with self._db.read() as tx:
+        # One statement is its own snapshot: on PostgreSQL one round trip instead of a
+        # BEGIN, the SELECT and a COMMIT for every batch.
+        with self._db.lookup() as tx:
             rows = tx.outbox_pending(limit + len(skip))
         if not skip:
             return rows
-        return [row for row in rows if row["id"] not in skip][:limit]
+        return [row for row in rows if row.id not in skip][:limit]
 
     def mark_sent(self, event_id: str, *, attempted: bool = False, durable: bool = True) -> None:
         """Set ``sent = 1``; idempotent. ``attempted`` also counts the send that earned it.
@@ -270,8 +278,17 @@ class Outbox(Database):
         for event_id in ids:
             if not isinstance(event_id, str):
                 raise TypeError(f"event_id: must be a string, got {type(event_id).__name__}")
+        now = time.time()
+        if durable and len(ids) <= MARK_CHUNK:
+            # All or none in one statement: on PostgreSQL one round trip without a BEGIN and a
+            # COMMIT around it (on SQLite, statements are a write transaction as well).
+            with self._db.statements() as tx:
+                unknown = tx.outbox_mark_sent_whole(ids, attempted, now)
+                if unknown:
+                    raise KeyError(unknown[0])
+            return
         with self._db.write(durable=durable) as tx:
-            unknown = tx.outbox_mark_sent(ids, attempted, time.time())
+            unknown = tx.outbox_mark_sent(ids, attempted, now)
             if unknown:
                 raise KeyError(unknown[0])
 

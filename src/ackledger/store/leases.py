@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .counters import CounterQueries
-from .pending import pending_events
+from .pending import PENDING_SELECT, PendingRow, pending_rows
 
 # The partition of the oldest pending event that has no live lease. Reading the pending index
 # in seq order, rows of held partitions are skipped one by one: with a few held partitions
@@ -182,15 +182,15 @@ class LeaseQueries(CounterQueries):
         """Build the index that ``lease_pending`` and ``lease_claim`` read if the database
         lacks it; True if it was built. A write transaction: one building is seen by all."""
 
-    def lease_pending(self, key: str, limit: int) -> list[dict[str, Any]]:
+    def lease_pending(self, key: str, limit: int) -> list[PendingRow]:
         """A partition's unsent, unquarantined events in seq order."""
         # The WHERE clause matches the partial index outbox_partition_pending exactly.
         rows = self.execute(
-            "SELECT seq, event FROM outbox "
+            f"SELECT {PENDING_SELECT} FROM outbox "
             "WHERE partition_key = ? AND sent = 0 AND quarantined = 0 ORDER BY seq LIMIT ?",
             (key, limit),
         )
-        return pending_events(rows)
+        return pending_rows(rows)
 
     def lease_rows(self) -> list[dict[str, Any]]:
         """Every lease row, live or not, by partition."""

@@ -11,7 +11,7 @@ from ..envelope import canonical_json
 from .claims import claim_once
 from .counters import CounterQueries
 from .keys import OUTBOX
-from .pending import pending_events
+from .pending import PENDING_SELECT, PendingRow, pending_rows
 
 EVENT_COLUMNS = (
     "seq", "id", "source", "type", "subject", "partitionkey", "partition_key", "fingerprint",
@@ -128,13 +128,14 @@ class OutboxQueries(CounterQueries):
         row = self.one("SELECT id, sku, qty, created_at FROM orders WHERE id = ?", (event_id,))
         return None if row is None else dict(zip(ORDER_COLUMNS, row, strict=True))
 
-    def outbox_pending(self, limit: int) -> list[dict[str, Any]]:
+    def outbox_pending(self, limit: int) -> list[PendingRow]:
         # The WHERE clause matches the partial index outbox_pending exactly.
         rows = self.execute(
-            "SELECT seq, event FROM outbox WHERE sent = 0 AND quarantined = 0 ORDER BY seq LIMIT ?",
+            f"SELECT {PENDING_SELECT} FROM outbox WHERE sent = 0 AND quarantined = 0 "
+            "ORDER BY seq LIMIT ?",
             (limit,),
         )
-        return pending_events(rows)
+        return pending_rows(rows)
 
     def outbox_mark_sent(self, ids: Sequence[str], attempted: bool, now: float) -> list[str]:
         """Mark ids sent (a batch in one statement); returns the ids that are unknown, in order."""
@@ -154,6 +155,13 @@ class OutboxQueries(CounterQueries):
             )
             found.update(str(row[0]) for row in rows)
         return [event_id for event_id in ids if event_id not in found]
+
+    def outbox_mark_sent_whole(self, ids: Sequence[str], attempted: bool, now: float) -> list[str]:
+        """``outbox_mark_sent`` of at most ``MARK_CHUNK`` distinct ids, for a caller with no
+        transaction around it (``Backend.statements``): it marks all of them or none, and
+        returns the unknown ids. Here, for a dialect whose ``statements`` is a transaction
+        (the caller's KeyError rolls it back), the same as ``outbox_mark_sent``."""
+        return self.outbox_mark_sent(ids, attempted, now)
 
     def outbox_record_failure(self, event_id: str, error: str, now: float) -> bool:
         rows = self.execute(

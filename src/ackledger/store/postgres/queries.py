@@ -44,6 +44,18 @@ RETURNING outbox.seq
 """
 )
 
+# Mark a batch in one statement, all of it or nothing (an unknown id marks none): with no
+# transaction around it, one round trip where BEGIN, UPDATE and COMMIT were three.
+MARK_ALL_OR_NONE = (
+    "WITH wanted AS (SELECT ?::text[] AS ids), "
+    "known AS (SELECT count(*) AS n FROM outbox, wanted WHERE outbox.id = ANY(wanted.ids)) "
+    f"UPDATE outbox SET {SENT_UNLESS_HELD}, attempts = outbox.attempts + ?, "
+    "last_attempt_at = CASE WHEN ? = 1 THEN ? ELSE outbox.last_attempt_at END "
+    "FROM wanted WHERE outbox.id = ANY(wanted.ids) "
+    "AND (SELECT n FROM known) = cardinality(wanted.ids) RETURNING outbox.id"
+)
+KNOWN_IDS = "SELECT id FROM outbox WHERE id = ANY(?::text[])"
+
 #: The first key of the advisory locks that serialise enqueues per partition.
 PARTITION_LOCK_CLASS = 0x6F627078  # "obpx"
 LOCK_PARTITION = "SELECT pg_advisory_xact_lock(?, hashtext(?))"

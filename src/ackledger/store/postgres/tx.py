@@ -66,6 +66,20 @@ class PostgresTx(Tx):
         # (publish using=) it rides in the caller's transaction like the event's row.
         self.execute(NOTIFY_PUBLISHED)
 
+    def outbox_mark_sent_whole(self, ids: Sequence[str], attempted: bool, now: float) -> list[str]:
+        unique = list(dict.fromkeys(ids))
+        if len(unique) == 1:
+            return self.outbox_mark_sent(unique, attempted, now)  # one row: all or none
+        bump = 1 if attempted else 0
+        marked = self.execute(q.MARK_ALL_OR_NONE, (unique, now, bump, bump, now))
+        if len(marked) == len(unique):
+            return []
+        known = {str(row[0]) for row in self.execute(q.KNOWN_IDS, (unique,))}
+        unknown = [event_id for event_id in ids if event_id not in known]
+        # All known by now (none can have been marked: the count was short when it ran):
+        # the plain UPDATE of known ids is one statement, all or nothing as well.
+        return unknown or self.outbox_mark_sent(unique, attempted, now)
+
     def _delete_sent_before(self, cutoff: float) -> tuple[int, int]:
         row = self.one(q.DELETE_SENT, (cutoff,))
         return (0, 0) if row is None else (int(row[0]), int(row[1]))

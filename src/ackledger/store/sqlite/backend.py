@@ -86,14 +86,20 @@ class _Lookup(AbstractContextManager[Tx]):
     (isolation_level=None), so each statement is a read transaction of its own, without a
     BEGIN and a COMMIT to run. A plain class, as for ``_WriteTransaction``."""
 
-    __slots__ = ("_lock", "_tx")
+    __slots__ = ("_conn", "_lock", "_tx")
 
     def __init__(self, conn: sqlite3.Connection, lock: threading.RLock) -> None:
+        self._conn = conn
         self._lock = lock
         self._tx = SqliteTx(conn)
 
     def __enter__(self) -> Tx:
         self._lock.acquire()
+        if self._conn.in_transaction:
+            # Inside this thread's own open transaction the statement would read what that
+            # transaction has not committed; refused, as ``read`` refuses it (its BEGIN).
+            self._lock.release()
+            raise sqlite3.OperationalError("cannot start a transaction within a transaction")
         return self._tx
 
     def __exit__(self, *exc_info: object) -> None:
