@@ -31,11 +31,14 @@ from .._core.logline import abridged_ids, log_event
 from .._core.telemetry import RoundSpan
 from ..errors import LeaseLost, NotAcknowledged
 from ..source.dispatch import StopRequested, dispatch_batch_marking, dispatch_marking
+from ..source.inflight import dispatch_inflight
 from ..wire.sender import Sender, sender
 from ..wire.stored import (
+    SplitSender,
     Stored,
     StoredEventSender,
     StoredSender,
+    split_sender,
     stored_event_sender,
     stored_sender,
 )
@@ -58,6 +61,9 @@ logger = logging.getLogger("ackledger.relay")
 
 # How often a wait looks at the stop flag: short enough to stop promptly, long enough not to spin.
 _WAIT_SLICE = 0.05
+#: ``--inflight``: batches one round sends at most before it lets its window drain (a leased
+#: partition's whole turn; the single loop then logs and looks at the stop flag again).
+BATCHES_PER_STEP = 16
 
 
 class Stop(Protocol):
@@ -120,6 +126,7 @@ class _Sends:
         #: The same sender when it is one of ackledger's own (wire/stored.py), else None.
         self.wire_stored: StoredSender | None = stored_sender(wire)
         self.wire_stored_event: StoredEventSender | None = stored_event_sender(wire)
+        self.wire_split: SplitSender | None = split_sender(wire)
         self._stopping = stopping
         self.acked = 0
         self.error: BaseException | None = None
@@ -179,6 +186,29 @@ class _Sends:
         self.acked += acked
         return acked
 
+    def publish(self, events: list[Stored]) -> object:
+        """The first half of ``stored`` (``--inflight``): publish now, judge later."""
+        if self.wire_split is None:
+            raise TypeError("the sender does not send in two halves")
+        self.round.sending(events[0].attributes.get("partitionkey"))
+        try:
+            return self.wire_split.publish_stored(events)
+        except Exception as exc:
+            self.error, self.failed_id = exc, events[0].id
+            raise
+
+    def confirm(self, flight: object, ids: list[str]) -> int:
+        """The second half: the acknowledged prefix of the batch published as ``flight``."""
+        if self.wire_split is None:
+            raise TypeError("the sender does not send in two halves")
+        try:
+            acked = self.wire_split.confirmed(flight)
+        except Exception as exc:
+            self.error, self.failed_id = exc, ids[0]
+            raise
+        self.acked += acked
+        return acked
+
 
 class Relay:
     """Relays from ``picker`` (its ``settings`` say how) with ``wire`` (built from the
@@ -210,6 +240,11 @@ class Relay:
                 token=settings.token,
             )
         self._sends = _Sends(wire, self._stopping)
+        if settings.inflight > 1 and self._sends.wire_split is None:
+            raise ValueError(
+                f"inflight: {wire!r} cannot keep batches in flight (only ackledger's own "
+                "amqp:// and nats:// senders publish and confirm in two halves)"
+            )
         # ackledger's own senders take the stored text (wire/stored.py); others get copies.
         self._send_stored = None if self._sends.wire_stored is None else self._sends.stored
         self._send_stored_event = (
@@ -305,6 +340,13 @@ class Relay:
         self._sends.new_round()
         before = self.counts.succeeded
         try:
+            if self.settings.inflight > 1:
+                return dispatch_inflight(
+                    source, source.pending_beyond, self._sends.publish, self._sends.confirm,
+                    limit=self.settings.limit, inflight=self.settings.inflight,
+                    batches=BATCHES_PER_STEP,
+                    stopping=self._stopping, after_delivery=self._after_batch,
+                )  # fmt: skip
             if self.settings.batch:
                 return dispatch_batch_marking(
                     source, self._sends.many, self.settings.limit, self._after_batch,
