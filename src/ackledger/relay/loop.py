@@ -3,8 +3,10 @@
 One loop for every relay. Its picker (``relay.pickers``) says what it sends from: the whole
 outbox, or one leased partition at a time. Each round is one ``dispatch`` (or
 ``dispatch_batch``) call on the pick, so every rule of CONTRACT section 4 holds unchanged:
-read, then send, mark only exact ACKs, stop at the first failure. Around it the loop decides
-what to do next:
+read, then send, mark only exact ACKs, stop at the first failure (with ``--inflight N``, one
+``dispatch_inflight`` call: up to 16 batches, N of them in flight to the broker at a time, each
+marked in order on its own ACKs; ``source/inflight.py``). Around it the loop decides what to do
+next:
 
 - something was sent: go again at once (more may be pending), and forget past failures;
 - nothing was pending: poll again after ``poll_interval``;
