@@ -183,6 +183,7 @@ def run_schedule(
     inflight: int = 1,
 ) -> Outcome:
     kills = schedule(seed)
+    flags: tuple[str, ...]
     flags, bound = LEASED_PIPELINE if leased_pipeline else PLAIN
     if inflight > 1:
         flags, bound = leased_inflight(inflight)

@@ -31,6 +31,9 @@ from ackledger.envelope import canonical_json
 from ackledger.relay.loop import Relay
 from ackledger.relay.pickers import WholeOutbox
 from ackledger.relay.settings import RelaySettings
+from ackledger.wire.amqp import AmqpSender
+from ackledger.wire.nats import NatsSender
+from ackledger.wire.sender import Refusal
 from ackledger.wire.stored import Stored
 
 from . import pg
@@ -83,23 +86,46 @@ def test_amqp_batches_in_flight_are_each_judged_by_their_own_confirms(
 ) -> None:
     events = [lab(f"f-{n:02d}", "tea", 1) for n in range(48)]
     events[21] = _unrouted("f-21")  # the sixth of the middle batch
-    wire = ackledger.sender(broker.url(), timeout=5)
+    wire = AmqpSender(broker.url(), timeout=5)
     try:
-        flights = [wire.publish_stored(_stored(batch)) for batch in _batches(events)]  # type: ignore[attr-defined]
+        flights = [wire.publish_stored(_stored(batch)) for batch in _batches(events)]
         # Published at once, before any confirm was awaited: the broker has them all.
-        count = lambda: broker.channel.queue_declare(broker.queue, passive=True)  # noqa: E731
-        wait_until(lambda: count().method.message_count == 47, "all three batches queued")
-        assert wire.confirmed(flights[0]) == BATCH  # type: ignore[attr-defined]
+
+        def queued() -> int:
+            return int(
+                broker.channel.queue_declare(broker.queue, passive=True).method.message_count
+            )
+
+        wait_until(lambda: queued() == 47, "all three batches queued")
+        assert wire.confirmed(flights[0]) == BATCH
         assert wire.refusal is None
-        assert wire.confirmed(flights[1]) == 5  # type: ignore[attr-defined]
+        assert wire.confirmed(flights[1]) == 5
         assert wire.refusal is not None and wire.refusal.event_id == "f-21"
         assert wire.refusal.permanent
         # The broker confirmed the third batch: the sender says so; the relay must not mark it
         # (test_a_return_in_the_middle_batch_marks_exactly_the_prefix_before_it).
-        assert wire.confirmed(flights[2]) == BATCH  # type: ignore[attr-defined]
+        assert wire.confirmed(flights[2]) == BATCH
         assert wire.refusal is None
     finally:
         wire.close()
+
+
+def test_amqp_settled_says_without_waiting_whether_the_confirms_are_in(
+    broker: Broker,  # noqa: F811
+) -> None:
+    events = [lab(f"w-{n:02d}", "tea", 1) for n in range(2 * BATCH)]
+    with FaultProxy(5672) as proxy:
+        wire = AmqpSender(broker.url(proxy.port), timeout=5)
+        try:
+            assert wire.send_stored(_stored(events[:BATCH])) == BATCH  # connected
+            proxy.delay_responses = 0.8  # the broker's answers now come late
+            flight = wire.publish_stored(_stored(events[BATCH:]))
+            assert not wire.settled(flight)
+            wait_until(lambda: wire.settled(flight), "the confirms in")
+            proxy.delay_responses = 0
+            assert wire.confirmed(flight) == BATCH
+        finally:
+            wire.close()
 
 
 def test_nats_batches_in_flight_are_each_judged_by_their_own_pubacks(
@@ -110,14 +136,15 @@ def test_nats_batches_in_flight_are_each_judged_by_their_own_pubacks(
         ackledger.new_event(kind, {"n": n}, source=SOURCE, id=f"f-{n:02d}")
         for n, kind in enumerate(kinds)
     ]
-    wire = ackledger.sender(ok_only.url(), timeout=5)
+    wire = NatsSender(ok_only.url(), timeout=5)
     try:
-        flights = [wire.publish_stored(_stored(batch)) for batch in _batches(events)]  # type: ignore[attr-defined]
-        assert wire.confirmed(flights[0]) == BATCH  # type: ignore[attr-defined]
-        assert wire.confirmed(flights[1]) == 5  # type: ignore[attr-defined]
+        flights = [wire.publish_stored(_stored(batch)) for batch in _batches(events)]
+        wait_until(lambda: all(wire.settled(flight) for flight in flights), "every PubAck in")
+        assert wire.confirmed(flights[0]) == BATCH
+        assert wire.confirmed(flights[1]) == 5
         assert wire.refusal is not None and wire.refusal.event_id == "f-21"
         assert wire.refusal.status == 404  # no stream takes bad.x: permanent
-        assert wire.confirmed(flights[2]) == BATCH  # type: ignore[attr-defined]
+        assert wire.confirmed(flights[2]) == BATCH
         assert ok_only.count() == 47
     finally:
         wire.close()
@@ -143,11 +170,12 @@ def test_marks_land_in_order_each_batch_after_every_one_before_it(
             relay: Relay
 
             def delivered(event_id: str) -> None:
-                # Called for each acknowledged id just before its batch's marks: every event
-                # before its batch is marked already, it and everything after it is not.
+                # Called for each acknowledged id just before the marks of its batch (and of
+                # the settled batches after it, in one commit): every id before it was
+                # acknowledged already, in order; the marks are a prefix without it.
                 position = ids.index(event_id)
                 marked = _sent(db)
-                if marked != ids[: len(marked)] or not position - BATCH < len(marked) <= position:
+                if seen != ids[:position] or marked != ids[: len(marked)] or len(marked) > position:
                     wrong.append(f"{event_id}: {len(marked)} marked")
                 seen.append(event_id)
                 if event_id == ids[-1]:
@@ -299,7 +327,10 @@ def test_resends_after_a_kill_are_at_most_the_batches_in_flight(
         for event in events:
             tx.enqueue(event)
     log = tmp_path / "relay.log"
-    marked = lambda: pg.rows(pg_url, "SELECT count(*) FROM outbox WHERE sent = 1")[0][0]  # noqa: E731
+
+    def marked() -> int:
+        return int(pg.rows(pg_url, "SELECT count(*) FROM outbox WHERE sent = 1")[0][0])
+
     at = random.Random(14).randrange(200, 800)
     relay = [*cli_command("relay", "--source", pg_url, "--to", broker.url(), "--batch",
                           "--inflight", str(inflight), "--poll-interval", "0.05")]  # fmt: skip
@@ -362,7 +393,7 @@ def test_inflight_to_an_http_sink_or_a_users_sender_is_refused(tmp_path: Path) -
                              batch=True, inflight=2)  # fmt: skip
 
     class Wrapped:  # a user's sender: no split send of its own
-        refusal = None
+        refusal: Refusal | None = None
 
         def send(self, event: dict[str, Any]) -> bool:
             return True

@@ -211,6 +211,16 @@ class _Sends:
         self.acked += acked
         return acked
 
+    def settled(self, flight: object) -> bool:
+        """Whether ``confirm(flight)`` would return at once. A failure while looking says
+        yes: ``confirm`` then reports it for the right batch."""
+        if self.wire_split is None:
+            raise TypeError("the sender does not send in two halves")
+        try:
+            return self.wire_split.settled(flight)
+        except Exception:
+            return True
+
 
 class Relay:
     """Relays from ``picker`` (its ``settings`` say how) with ``wire`` (built from the
@@ -345,6 +355,7 @@ class Relay:
             if self.settings.inflight > 1:
                 return dispatch_inflight(
                     source, source.pending_beyond, self._sends.publish, self._sends.confirm,
+                    self._sends.settled,
                     limit=self.settings.limit, inflight=self.settings.inflight,
                     batches=BATCHES_PER_STEP,
                     stopping=self._stopping, after_delivery=self._after_batch,

@@ -38,6 +38,8 @@ MAX_INFLIGHT = 16
 Select = Callable[[Collection[str], int], list[dict[str, Any]]]
 Publish = Callable[[list[Stored]], object]
 Confirm = Callable[[object, list[str]], object]
+#: Whether a batch's ACKs are all in (``confirm`` would not wait for them).
+Settled = Callable[[object], bool]
 
 
 def check_inflight(value: object) -> int:
@@ -61,6 +63,7 @@ def dispatch_inflight(
     select: Select,
     publish: Publish,
     confirm: Confirm,
+    settled: Settled,
     *,
     limit: int,
     inflight: int,
@@ -93,15 +96,37 @@ def dispatch_inflight(
             published += 1
         if not window:
             return marked
-        batch = window.popleft()
-        flying.difference_update(batch.ids)
-        acked = _acked(outbox, batch, confirm)
-        ids = batch.ids[:acked]
+        ids, failure = _acknowledged(outbox, window, flying, confirm, settled)
         if ids:
             if after_delivery is not None:
                 after_delivery(ids)
             outbox.mark_sent_many(ids, attempted=True)
             marked.extend(ids)
+        if failure is not None:
+            raise failure
+
+
+def _acknowledged(
+    outbox: Source,
+    window: deque[_Batch],
+    flying: set[str],
+    confirm: Confirm,
+    settled: Settled,
+) -> tuple[list[str], Exception | None]:
+    """The oldest batch's acknowledged ids (waiting for its ACKs), then those of the batches
+    after it whose ACKs are all in already, up to the first one not wholly acknowledged; and
+    the failure that stops the round there, if any (noted in the outbox). One commit then
+    marks them all: when the marks' commit is slower than the broker, several batches share
+    it, still in order and each on its own ACKs."""
+    ids: list[str] = []
+    while True:
+        batch = window.popleft()
+        flying.difference_update(batch.ids)
+        try:
+            acked = _acked(outbox, batch, confirm)
+        except Exception as exc:
+            return ids, exc
+        ids.extend(batch.ids[:acked])
         if acked < len(batch.ids):
             later = sum(len(other.ids) for other in window)
             refusal = NotAcknowledged(
@@ -110,7 +135,12 @@ def dispatch_inflight(
                 f"pending (and {later} sent after them, unmarked)"
             )
             _note_failure(outbox, batch.ids[acked], refusal)
-            raise refusal
+            return ids, refusal
+        if not window:
+            return ids, None
+        following = window[0]
+        if following.error is None and not settled(following.flight):
+            return ids, None
 
 
 def _acked(outbox: Source, batch: _Batch, confirm: Confirm) -> int:

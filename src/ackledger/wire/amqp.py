@@ -311,6 +311,19 @@ class AmqpSender:
             self.refusal = None
             return self._prefix(flight.ids, self._finish(flight))
 
+    def settled(self, flight: Flight) -> bool:
+        """Whether ``confirmed(flight)`` would return without waiting: every publish of it
+        was answered, or its link failed, or its deadline passed. Reads what has arrived."""
+        with self._lock:
+            link = flight.link
+            if link.failure is None and not link.settled_to(flight.last_tag):
+                try:
+                    link.poll()
+                except BaseException:
+                    self._discard(link)
+                    raise
+            return link.settled_to(flight.last_tag) or time.monotonic() >= flight.deadline
+
     def _stored_flight(self, events: Sequence[Stored]) -> tuple[list[str], list[Message]]:
         if not 1 <= len(events) <= MAX_BATCH:
             raise ValueError(f"events: must be 1-{MAX_BATCH} stored events")

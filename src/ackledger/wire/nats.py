@@ -186,6 +186,13 @@ class NatsSender:
         self.refusal = None
         return self._prefix(flight.ids, self._loop.run(self._collect(flight)))
 
+    def settled(self, flight: Flight) -> bool:
+        """Whether ``confirmed(flight)`` would return without waiting: every PubAck came (or
+        the message failed already), or the deadline passed."""
+        if time.monotonic() >= flight.deadline:
+            return True
+        return all(future.done() for future in flight.futures)
+
     def _batch(self, ids: list[str], messages: list[Message]) -> int:
         return self._prefix(ids, self._loop.run(self._round(messages)))
 

@@ -47,11 +47,14 @@ class SplitSender(Protocol):
     """A sender whose stored batch send comes in two halves, so that several batches can be
     in flight at once (``relay --batch --inflight N``): ``publish_stored`` sends a batch
     and returns a handle at once; ``confirmed`` waits for that batch's ACKs and returns its
-    acknowledged prefix with the same rules as ``send_stored`` (``refusal`` kept)."""
+    acknowledged prefix with the same rules as ``send_stored`` (``refusal`` kept);
+    ``settled`` says, without waiting, whether ``confirmed`` would return at once."""
 
     def publish_stored(self, events: Sequence[Stored]) -> Any: ...
 
     def confirmed(self, flight: Any) -> int: ...
+
+    def settled(self, flight: Any) -> bool: ...
 
 
 def split_sender(sender: object) -> SplitSender | None:
