@@ -38,7 +38,7 @@ WINDOWS = (1, 16, 256)
 RETURNED_EVENTS = 200
 #: ``relay --batch --inflight N``: the batches in flight of the timed runs (the recommended N,
 #: picked with ``bench.broker_cpu`` from 2, 4 and 8: bench/CHANGES.md item 50).
-INFLIGHT = 4
+INFLIGHT = 8
 TYPE = "warehouse.stock.added"
 
 

@@ -35,7 +35,7 @@ INTRO = (
     "500, `persist=True`. Also ours as `--batch --pipeline` (the partition relay, each "
     "batch's lease-checked marks committed on a second connection while the next batch is "
     "sent), `--batch --single --pipeline` (the same in the single loop, no leases) and "
-    "`--batch --inflight 4` (the partition relay with up to four batches published before "
+    "`--batch --inflight 8` (the partition relay with up to eight batches published before "
     "the oldest one's confirms are awaited, each marked on its own confirms, in order). Floors: "
     "pika publishing "
     "persistent `mandatory` messages to a durable queue on a confirm channel, one at a time "
