@@ -198,9 +198,6 @@ class _Link:
         self._unconfirmed[self._tag] = publish
         return publish
 
-    def settled(self) -> bool:
-        return not self._unconfirmed or self.failure is not None
-
     def settled_to(self, tag: int) -> bool:
         """Whether every publish up to ``tag`` was answered (or the link failed). The dict
         keeps tags in the order they were published, so its first key is the oldest open."""
