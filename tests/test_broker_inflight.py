@@ -239,6 +239,25 @@ def test_a_return_in_the_middle_batch_marks_exactly_the_prefix_before_it(
     assert stock_by_order(sink) == {i: 1 for i in ids if i != "m-37"}
 
 
+def test_a_subject_no_stream_takes_in_the_middle_batch_marks_exactly_the_prefix_before_it(
+    tmp_path: Path,
+    ok_only: Stream,  # noqa: F811
+) -> None:
+    db = tmp_path / "outbox.db"
+    ids = [f"m-{n:02d}" for n in range(64)]
+    kinds = ["bad.x" if event_id == "m-37" else "ok.x" for event_id in ids]
+    events = [ackledger.new_event(kind, {"n": 1}, source=SOURCE, id=event_id)
+              for event_id, kind in zip(ids, kinds, strict=True)]  # fmt: skip
+    _outbox_of(db, events)
+    relay = run_cli("relay", "--source", str(db), "--to", ok_only.url(), "--batch",
+                    "--inflight", "4", "--poll-interval", "0.05")  # fmt: skip
+    assert relay.returncode == 3, relay.stderr
+    assert _sent(db) == ids[:37]
+    # JetStream stored the 26 after m-37 too (all four batches were out): none is marked.
+    assert ok_only.count() == 63
+    assert pending_ids(db) == set(ids[37:])
+
+
 @pytest.mark.parametrize("broker_kind", ["amqp", "nats"])
 def test_a_connection_cut_mid_window_marks_only_a_confirmed_prefix(
     tmp_path: Path,
