@@ -315,7 +315,7 @@ def test_a_stop_finishes_the_batches_in_flight_and_marks_every_confirmed_one(
     tmp_path: Path, kind: str
 ) -> None:
     db = tmp_path / "outbox.db"
-    ids = [f"s-{n:04d}" for n in range(4000)]
+    ids = [f"s-{n:05d}" for n in range(12_000)]
     _outbox_of(db, [lab(event_id, "tea", 1) for event_id in ids])
     with open_route(kind) as route:
         relay = Child(["relay", "--source", str(db), "--to", route.relay_url, "--batch",
@@ -340,7 +340,7 @@ def test_resends_after_a_kill_are_at_most_the_batches_in_flight(
     broker: Broker,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    inflight, total = 4, 1200
+    inflight, total = 4, 4000
     events = [lab(f"k-{n:04d}", "tea", 1) for n in range(total)]  # one leased partition
     with Outbox(pg_url) as outbox, outbox.transaction() as tx:
         for event in events:
@@ -352,7 +352,8 @@ def test_resends_after_a_kill_are_at_most_the_batches_in_flight(
 
     at = random.Random(14).randrange(200, 800)
     relay = [*cli_command("relay", "--source", pg_url, "--to", broker.url(), "--batch",
-                          "--inflight", str(inflight), "--poll-interval", "0.05")]  # fmt: skip
+                          "--inflight", str(inflight), "--poll-interval", "0.05",
+                          "--lease-ttl", "3")]  # the killed relay's lease ends soon  # fmt: skip
     with open(log, "ab") as err:
         first = subprocess.Popen(relay, stdout=subprocess.DEVNULL, stderr=err)
     try:
