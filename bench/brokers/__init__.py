@@ -37,7 +37,7 @@ WINDOWS = (1, 16, 256)
 #: Events of the unroutable runs.
 RETURNED_EVENTS = 200
 #: ``relay --batch --inflight N``: the batches in flight of the timed runs (the recommended N,
-#: picked with ``bench.broker_cpu`` from 2, 4 and 8: bench/CHANGES.md item 50).
+#: picked with ``bench.broker_cpu`` from 2, 4, 8 and 16: bench/CHANGES.md item 50).
 INFLIGHT = 8
 TYPE = "warehouse.stock.added"
 
