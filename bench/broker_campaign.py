@@ -1,6 +1,6 @@
 """The seeded kill -9 campaign through a real broker: ``python -m bench.broker_campaign
 --broker amqp|nats [--schedules 20] [--events 500] [--first-seed 1] [--seed N]
-[--leased-pipeline]``.
+[--leased-pipeline | --leased-inflight N]``.
 
 One schedule: a SQLite outbox fed with EVENTS lab orders while ``ackledger relay --batch``
 publishes them to the broker and ``ackledger consume`` applies them into a SQLite inbox; the
@@ -22,6 +22,10 @@ consumer is stopped with SIGTERM and everything is read back from other connecti
 while the next batch is sent; leases of 3 s, so that a killed relay's partition is free again
 soon): a kill may then leave two batches in flight, the one being sent and the one whose marks
 were being committed.
+
+``--leased-inflight N``: the same PostgreSQL outbox and leases, the relay running ``--batch
+--inflight N`` (up to N batches published before the oldest one's confirms are awaited): a kill
+may leave all N batches in flight, so the bound is N x 16.
 
 The schedule (kill points and targets) is drawn from the seed alone, so ``--seed N`` replays it;
 where a kill lands in the work is up to the machine. The test suite runs a small version
@@ -60,6 +64,11 @@ BACKOFF = ("--base-backoff", "0.05", "--max-backoff", "0.5")
 #: The relay's flags and the most one kill may leave in flight, per kind of relay.
 PLAIN = (("--batch",), LIMIT)
 LEASED_PIPELINE = (("--batch", "--pipeline", "--lease-ttl", "3"), 2 * LIMIT)
+
+
+def leased_inflight(n: int) -> tuple[tuple[str, ...], int]:
+    """``--leased-inflight N``: the relay's flags and its bound, N batches."""
+    return ("--batch", "--inflight", str(n), "--lease-ttl", "3"), n * LIMIT
 
 
 @dataclass(frozen=True)
@@ -165,15 +174,25 @@ def order(n: int, source: str) -> dict[str, object]:
 
 
 def run_schedule(
-    broker: str, seed: int, events: int, workdir: Path, *, leased_pipeline: bool = False
+    broker: str,
+    seed: int,
+    events: int,
+    workdir: Path,
+    *,
+    leased_pipeline: bool = False,
+    inflight: int = 1,
 ) -> Outcome:
     kills = schedule(seed)
+    flags: tuple[str, ...]
     flags, bound = LEASED_PIPELINE if leased_pipeline else PLAIN
+    if inflight > 1:
+        flags, bound = leased_inflight(inflight)
+    leased = leased_pipeline or inflight > 1
     outcome = Outcome(broker, seed, events, bound=bound)
     sink = workdir / "sink.db"
     started = time.perf_counter()
     with contextlib.ExitStack() as stack, open_route(broker) as route:
-        source: Path | str = stack.enter_context(database()) if leased_pipeline else (
+        source: Path | str = stack.enter_context(database()) if leased else (
             workdir / "source.db"
         )  # fmt: skip
         Outbox(source).close()  # made before the relay opens it
@@ -285,13 +304,20 @@ def row(o: Outcome) -> str:
 
 
 def campaign(
-    broker: str, seeds: list[int], events: int, *, leased_pipeline: bool = False
+    broker: str,
+    seeds: list[int],
+    events: int,
+    *,
+    leased_pipeline: bool = False,
+    inflight: int = 1,
 ) -> list[Outcome]:
     outcomes = []
     print(HEADER, flush=True)
     for seed in seeds:
         with scratch(f"campaign-{broker}-{seed}") as workdir:
-            outcome = run_schedule(broker, seed, events, workdir, leased_pipeline=leased_pipeline)
+            outcome = run_schedule(
+                broker, seed, events, workdir, leased_pipeline=leased_pipeline, inflight=inflight
+            )
             if outcome.problems:
                 _keep_logs(workdir, broker, seed)
         outcomes.append(outcome)
@@ -333,15 +359,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, help="replay this one schedule")
     parser.add_argument("--leased-pipeline", action="store_true",
                         help="PostgreSQL outbox, relay --batch --pipeline")  # fmt: skip
+    parser.add_argument("--leased-inflight", type=int, default=1, metavar="N",
+                        help="PostgreSQL outbox, relay --batch --inflight N (N x 16)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.schedules < 1 or args.events < 1:
         parser.error("--schedules and --events: 1 or more")
+    if not 1 <= args.leased_inflight <= 16 or (args.leased_inflight > 1 and args.leased_pipeline):
+        parser.error("--leased-inflight: 1-16, and not with --leased-pipeline")
     seeds = (
         [args.seed]
         if args.seed is not None
         else list(range(args.first_seed, args.first_seed + args.schedules))
     )
-    outcomes = campaign(args.broker, seeds, args.events, leased_pipeline=args.leased_pipeline)
+    outcomes = campaign(args.broker, seeds, args.events, leased_pipeline=args.leased_pipeline,
+                        inflight=args.leased_inflight)  # fmt: skip
     print(summary(outcomes), flush=True)
     return 1 if any(o.problems for o in outcomes) else 0
 

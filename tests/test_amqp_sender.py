@@ -54,6 +54,10 @@ class Broker:
     def url(self, port: int = BROKER_PORT, *, password: str = "guest", extra: str = "") -> str:  # noqa: S107
         return f"amqp://guest:{password}@127.0.0.1:{port}/%2F?exchange={self.exchange}{extra}"
 
+    def consume_url(self) -> str:
+        """Where ``ackledger consume --from`` reads this test's queue."""
+        return f"amqp://guest:guest@127.0.0.1:{BROKER_PORT}/%2F?queue={self.queue}"
+
     def messages(self) -> list[tuple[Any, bytes]]:
         """Everything in the queue, in order (taken off it)."""
         found: list[tuple[Any, bytes]] = []

@@ -85,3 +85,22 @@ def test_the_leased_pipeline_killed_at_random_loses_nothing_and_applies_once(
     assert all(count <= 2 * LIMIT for count in outcome.in_flight)
     assert outcome.resends <= sum(outcome.in_flight)
     assert outcome.problems == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", (3, 5))
+@pytest.mark.parametrize("broker", ["amqp", "nats"])
+def test_the_leased_relay_with_batches_in_flight_killed_at_random_loses_nothing(
+    tmp_path: Path, broker: str, seed: int
+) -> None:
+    """``relay --batch --inflight 4`` on a PostgreSQL outbox's leased partitions: a kill leaves
+    at most the four batches published and not yet marked."""
+    outcome = run_schedule(broker, seed, EVENTS, tmp_path, inflight=4)
+    kills = schedule(seed)
+    assert outcome.bound == 4 * LIMIT
+    assert outcome.relay_kills == sum(kill.target in ("relay", "both") for kill in kills)
+    assert (outcome.lost, outcome.double_applied, outcome.stuck) == (0, 0, 0)
+    assert len(outcome.in_flight) == outcome.relay_kills
+    assert all(count <= 4 * LIMIT for count in outcome.in_flight)
+    assert outcome.resends <= sum(outcome.in_flight)
+    assert outcome.problems == []

@@ -36,6 +36,9 @@ FLOOR_EVENTS = 5_000
 WINDOWS = (1, 16, 256)
 #: Events of the unroutable runs.
 RETURNED_EVENTS = 200
+#: ``relay --batch --inflight N``: the batches in flight of the timed runs (the recommended N,
+#: picked with ``bench.broker_cpu`` from 2, 4, 8 and 16: bench/CHANGES.md item 50).
+INFLIGHT = 8
 TYPE = "warehouse.stock.added"
 
 
@@ -120,6 +123,10 @@ def _rabbit_round(results: Results, rep: int, counts: Counts, with_peer: bool) -
         ("item", lambda: _ours_rabbit(results, rep, counts.item, batch=False)),
         ("peer.default", lambda: _peer(results, rep, counts.peer(peer.DEFAULT), peer.DEFAULT)),
         ("batch", lambda: _ours_rabbit(results, rep, counts.batch, batch=True)),
+        (
+            "inflight",
+            lambda: _ours_rabbit(results, rep, counts.batch, batch=True, inflight=INFLIGHT),
+        ),
         ("peer.best", lambda: _peer(results, rep, counts.peer(peer.BEST), peer.BEST)),
         ("pipeline", lambda: _ours_rabbit(results, rep, counts.batch, batch=True, pipeline=True)),
         ("leased", lambda: _ours_rabbit(results, rep, counts.batch, batch=True, leased=True)),
@@ -132,12 +139,16 @@ def _rabbit_round(results: Results, rep: int, counts: Counts, with_peer: bool) -
 
 def _ours_rabbit(
     results: Results, rep: int, total: int, *, batch: bool, pipeline: bool = False,
-    leased: bool = False,
+    leased: bool = False, inflight: int = 1,
 ) -> float:  # fmt: skip
     kind = "pipeline" if pipeline else "leased" if leased else "batch" if batch else "item"
     # --pipeline: marks commit on a second connection during the next send; "pipeline" is the
     # single loop's, "leased" the partition relay's (its marks still check the lease).
-    extra = ("--single", "--pipeline") if pipeline else ("--pipeline",) if leased else ()
+    extra: tuple[str, ...] = ("--single", "--pipeline") if pipeline else (
+        ("--pipeline",) if leased else ()
+    )  # fmt: skip
+    if inflight > 1:  # the partition relay with N batches in flight to the broker
+        kind, extra = "inflight", ("--inflight", str(inflight))
     with database() as source, rabbit.route(f"ours-{kind}") as where:
         fill.pending_events(source, f"r{rep}{kind}", total, _event)
         value = ours.rate(source, where.url(), total, batch, *extra)
@@ -205,14 +216,15 @@ def _nats_round(results: Results, rep: int, counts: Counts) -> None:
         value = jetstream.floor_rate(body, FLOOR_EVENTS, window)
         _add(results, f"broker.floor.nats.w{window}",
              f"NATS floor: nats-py JetStream publish + PubAck, window {window}", value)  # fmt: skip
-    for batch in (False, True):
-        kind = "batch" if batch else "item"
+    for kind in ("item", "batch", "inflight"):
+        batch = kind != "item"
         total = counts.batch if batch else counts.item
+        extra = ("--inflight", str(INFLIGHT)) if kind == "inflight" else ()
         with database() as source, jetstream.stream(f"ours{kind}") as where:
             fill.pending_events(source, f"n{rep}{kind}", total, _event)
-            value = ours.rate(source, where.url(), total, batch)
+            value = ours.rate(source, where.url(), total, batch, *extra)
             stored = jetstream.messages(where)
-        flag = " --batch" if batch else ""
+        flag = (" --batch" if batch else "") + "".join(f" {word}" for word in extra)
         _add(results, f"broker.nats.{kind}",
              f"ours: `ackledger relay{flag}` -> NATS JetStream", value)  # fmt: skip
         if stored < total:
@@ -226,6 +238,12 @@ RATIOS: tuple[tuple[str, str, str, float | None], ...] = (
     ("ours --batch / faststream-outbox at its best", "broker.ours.batch", "broker.peer.best", 3.0),
     ("ours --batch / RabbitMQ floor, window 16", "broker.ours.batch", "broker.floor.rabbit.w16",
      0.8),
+    (f"ours --batch --inflight {INFLIGHT} / faststream-outbox at its defaults",
+     "broker.ours.inflight", "broker.peer.default", None),
+    (f"ours --batch --inflight {INFLIGHT} / faststream-outbox at its best",
+     "broker.ours.inflight", "broker.peer.best", None),
+    (f"ours --batch --inflight {INFLIGHT} / RabbitMQ floor, window 16", "broker.ours.inflight",
+     "broker.floor.rabbit.w16", None),
     ("ours --batch --pipeline / faststream-outbox at its defaults", "broker.ours.leased",
      "broker.peer.default", None),
     ("ours --batch --pipeline / faststream-outbox at its best", "broker.ours.leased",
@@ -243,6 +261,8 @@ RATIOS: tuple[tuple[str, str, str, float | None], ...] = (
     ("ours per item / RabbitMQ floor, one at a time", "broker.ours.item",
      "broker.floor.rabbit.w1", None),
     ("ours --batch / NATS floor, window 16", "broker.nats.batch", "broker.floor.nats.w16", None),
+    (f"ours --batch --inflight {INFLIGHT} / NATS floor, window 16", "broker.nats.inflight",
+     "broker.floor.nats.w16", None),
     ("ours per item / NATS floor, one at a time", "broker.nats.item", "broker.floor.nats.w1",
      None),
 )  # fmt: skip

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..common import Figure, Results
-from . import RATIOS, ratios
+from . import INFLIGHT, RATIOS, ratios
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 BEGIN = "<!-- brokers: begin (written by bench/brokers; edits here are lost) -->"
@@ -34,7 +34,9 @@ INTRO = (
     "flush 1, `persist=False` (its publisher's default); best: 4 workers, fetch 500, flush "
     "500, `persist=True`. Also ours as `--batch --pipeline` (the partition relay, each "
     "batch's lease-checked marks committed on a second connection while the next batch is "
-    "sent) and `--batch --single --pipeline` (the same in the single loop, no leases). Floors: "
+    "sent), `--batch --single --pipeline` (the same in the single loop, no leases) and "
+    "`--batch --inflight 8` (the partition relay with up to eight batches published before "
+    "the oldest one's confirms are awaited, each marked on its own confirms, in order). Floors: "
     "pika publishing "
     "persistent `mandatory` messages to a durable queue on a confirm channel, one at a time "
     "and in windows of 16 and 256; nats-py "
@@ -178,12 +180,14 @@ def plot(results: Results) -> None:
         ("broker.peer.best", "faststream-\noutbox\nbest", "#d62728"),
         ("broker.ours.item", "ours\nper item", "#1f77b4"),
         ("broker.ours.batch", "ours\n--batch", "#2ca02c"),
+        ("broker.ours.inflight", f"ours --batch\n--inflight {INFLIGHT}", "#8c564b"),
         ("broker.ours.leased", "ours --batch\n--pipeline", "#bcbd22"),
         ("broker.ours.pipeline", "ours --batch\n--single\n--pipeline", "#98df8a"),
         ("broker.floor.nats.w1", "nats-py\nwindow 1", "#bbbbbb"),
         ("broker.floor.nats.w16", "nats-py\nwindow 16", "#888888"),
         ("broker.nats.item", "ours NATS\nper item", "#17becf"),
         ("broker.nats.batch", "ours NATS\n--batch", "#9467bd"),
+        ("broker.nats.inflight", f"ours NATS\n--batch\n--inflight {INFLIGHT}", "#c5b0d5"),
     ]
     present = [(k, name, c) for k, name, c in bars if results.get(k) is not None]
     if not present:

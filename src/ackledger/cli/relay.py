@@ -9,6 +9,7 @@ from ..relay import runner
 from ..relay.leases import check_owner, default_owner
 from ..relay.policy import POISON_POLICIES
 from ..relay.settings import RelaySettings
+from ..source.inflight import MAX_INFLIGHT
 from ..source.marking import MARK_SYNCS
 from ..store import is_postgres
 from .arguments import (
@@ -26,6 +27,10 @@ from .exposure import add_client_token, token_of
 
 def _count_arg(text: str) -> int:
     return whole_arg(text, 1)
+
+
+def _inflight_arg(text: str) -> int:
+    return whole_arg(text, 1, MAX_INFLIGHT)
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -50,6 +55,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--pipeline", action="store_true",
         help="with --batch: commit a batch's marks on a second connection while the next "
         "batch is sent (a leasing relay's marks still check its lease)",
+    )  # fmt: skip
+    relay.add_argument(
+        "--inflight", type=_inflight_arg, default=1, metavar="N",
+        help=f"with --batch to amqp:// or nats://: publish up to N batches (1-{MAX_INFLIGHT}) "
+        "before awaiting the oldest one's confirms; each is marked on its own confirms, in "
+        "order, and the first failure stops. Default 1. A kill -9 re-sends up to N x --limit "
+        "events",
     )  # fmt: skip
     relay.add_argument("--limit", type=limit_arg, default=16, help="events per round, 1-16")
     relay.add_argument(
@@ -131,6 +143,7 @@ def cmd_relay(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         mark_sync=args.mark_sync,
         pipeline=args.pipeline,
+        inflight=args.inflight,
         allowed_hosts=tuple(args.allow_host),
         token=token_of(args),
         base_backoff=args.base_backoff,

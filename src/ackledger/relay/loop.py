@@ -3,8 +3,10 @@
 One loop for every relay. Its picker (``relay.pickers``) says what it sends from: the whole
 outbox, or one leased partition at a time. Each round is one ``dispatch`` (or
 ``dispatch_batch``) call on the pick, so every rule of CONTRACT section 4 holds unchanged:
-read, then send, mark only exact ACKs, stop at the first failure. Around it the loop decides
-what to do next:
+read, then send, mark only exact ACKs, stop at the first failure (with ``--inflight N``, one
+``dispatch_inflight`` call: up to 16 batches, N of them in flight to the broker at a time, each
+marked in order on its own ACKs; ``source/inflight.py``). Around it the loop decides what to do
+next:
 
 - something was sent: go again at once (more may be pending), and forget past failures;
 - nothing was pending: poll again after ``poll_interval``;
@@ -32,11 +34,14 @@ from .._core.logline import log_event
 from .._core.telemetry import RoundSpan
 from ..errors import LeaseLost, NotAcknowledged
 from ..source.dispatch import StopRequested, dispatch_batch_marking, dispatch_marking
+from ..source.inflight import dispatch_inflight
 from ..wire.sender import Sender, sender
 from ..wire.stored import (
+    SplitSender,
     Stored,
     StoredEventSender,
     StoredSender,
+    split_sender,
     stored_event_sender,
     stored_sender,
 )
@@ -59,6 +64,9 @@ logger = logging.getLogger("ackledger.relay")
 
 # How often a wait looks at the stop flag: short enough to stop promptly, long enough not to spin.
 _WAIT_SLICE = 0.05
+#: ``--inflight``: batches one round sends at most before it lets its window drain (a leased
+#: partition's whole turn; the single loop then logs and looks at the stop flag again).
+BATCHES_PER_STEP = 16
 
 #: A busy relay writes at most one ``sent`` line per this many seconds. At one event a round
 #: (a PostgreSQL wake-up per publish) a line per round cost 60-85 µs of the relay's 370 µs of
@@ -179,6 +187,7 @@ class _Sends:
         #: The same sender when it is one of ackledger's own (wire/stored.py), else None.
         self.wire_stored: StoredSender | None = stored_sender(wire)
         self.wire_stored_event: StoredEventSender | None = stored_event_sender(wire)
+        self.wire_split: SplitSender | None = split_sender(wire)
         self._stopping = stopping
         self.acked = 0
         self.error: BaseException | None = None
@@ -238,6 +247,39 @@ class _Sends:
         self.acked += acked
         return acked
 
+    def publish(self, events: list[Stored]) -> object:
+        """The first half of ``stored`` (``--inflight``): publish now, judge later."""
+        if self.wire_split is None:
+            raise TypeError("the sender does not send in two halves")
+        self.round.sending(events[0].attributes.get("partitionkey"))
+        try:
+            return self.wire_split.publish_stored(events)
+        except Exception as exc:
+            self.error, self.failed_id = exc, events[0].id
+            raise
+
+    def confirm(self, flight: object, ids: list[str]) -> int:
+        """The second half: the acknowledged prefix of the batch published as ``flight``."""
+        if self.wire_split is None:
+            raise TypeError("the sender does not send in two halves")
+        try:
+            acked = self.wire_split.confirmed(flight)
+        except Exception as exc:
+            self.error, self.failed_id = exc, ids[0]
+            raise
+        self.acked += acked
+        return acked
+
+    def settled(self, flight: object) -> bool:
+        """Whether ``confirm(flight)`` would return at once. A failure while looking says
+        yes: ``confirm`` then reports it for the right batch."""
+        if self.wire_split is None:
+            raise TypeError("the sender does not send in two halves")
+        try:
+            return self.wire_split.settled(flight)
+        except Exception:
+            return True
+
 
 class Relay:
     """Relays from ``picker`` (its ``settings`` say how) with ``wire`` (built from the
@@ -271,6 +313,11 @@ class Relay:
                 token=settings.token,
             )
         self._sends = _Sends(wire, self._stopping)
+        if settings.inflight > 1 and self._sends.wire_split is None:
+            raise ValueError(
+                f"inflight: {wire!r} cannot keep batches in flight (only ackledger's own "
+                "amqp:// and nats:// senders publish and confirm in two halves)"
+            )
         # ackledger's own senders take the stored text (wire/stored.py); others get copies.
         self._send_stored = None if self._sends.wire_stored is None else self._sends.stored
         self._send_stored_event = (
@@ -368,6 +415,14 @@ class Relay:
         self._sends.new_round()
         before = self.counts.succeeded
         try:
+            if self.settings.inflight > 1:
+                return dispatch_inflight(
+                    source, source.pending_beyond, self._sends.publish, self._sends.confirm,
+                    self._sends.settled,
+                    limit=self.settings.limit, inflight=self.settings.inflight,
+                    batches=BATCHES_PER_STEP,
+                    stopping=self._stopping, after_delivery=self._after_batch,
+                )  # fmt: skip
             if self.settings.batch:
                 return dispatch_batch_marking(
                     source, self._sends.many, self.settings.limit, self._after_batch,

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from .._core.backoff import Backoff
 from ..errors import LeaseLost
@@ -36,6 +37,8 @@ class RelaySource(Source, Protocol):
     """What the loop reads, marks and quarantines in: an ``Outbox`` or a ``LeasedPartition``."""
 
     def amend_error(self, event_id: str, error: str) -> None: ...
+
+    def pending_beyond(self, skip: Collection[str], limit: int = ...) -> list[dict[str, Any]]: ...
 
     def quarantine(self, event_id: str, reason: str) -> int: ...
 
@@ -222,7 +225,8 @@ class _Partition:
         self._rounds = 0
 
     def again(self, marked: list[str]) -> bool:
-        self._rounds += 1
+        # A round of --inflight sends several batches: each counts as one of the turn's.
+        self._rounds += max(1, -(-len(marked) // self._picker.settings.limit))
         # No renewal here: every mark under the lease renewed it in the statement that marked.
         return len(marked) >= self._picker.settings.limit and self._rounds < BATCHES_PER_LEASE
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from .._core.backoff import Backoff
 from .._core.exact import is_number
+from ..source.inflight import check_inflight
 from ..source.marking import check_mark_sync
 from ..source.outbox import MAX_BATCH, check_limit
 from ..wire.sender import check_url
@@ -45,6 +46,10 @@ class RelaySettings:
     #: Batch rounds: commit a batch's marks on a second connection while the next batch is
     #: sent (``marks_behind``; on leased partitions, lease-checked). Needs ``batch``.
     pipeline: bool = False
+    #: Batch rounds to a broker: publish up to this many batches before awaiting the oldest
+    #: one's ACKs (``source.inflight``); 1 is ``--batch`` as it always was. A kill -9 then
+    #: leaves up to ``inflight * limit`` events sent and unmarked, all re-sent.
+    inflight: int = 1
     #: After the n-th failure in a row, wait a time drawn from
     #: [0, min(max_backoff, base_backoff * 2**n)]; ``seed`` makes the draws reproducible.
     base_backoff: float | None = None
@@ -65,6 +70,20 @@ class RelaySettings:
         check_mark_sync(self.mark_sync)
         if self.pipeline and not self.batch:
             raise ValueError("pipeline: only batch rounds can overlap their marks (add batch)")
+        if check_inflight(self.inflight) > 1:
+            if not self.batch:
+                raise ValueError("inflight: only batch rounds have batches in flight (add batch)")
+            if self.pipeline:
+                raise ValueError(
+                    "inflight: already commits each batch's marks while the next batches are "
+                    "in flight; it does not combine with pipeline"
+                )
+            scheme = self.url.partition(":")[0].lower()
+            if scheme not in ("amqp", "nats"):
+                raise ValueError(
+                    f"inflight: more than one batch in flight is for amqp:// and nats:// "
+                    f"targets, not {scheme}://"
+                )
         check_on_poison(self.on_poison)
         if not isinstance(self.listen, bool):
             raise ValueError(f"listen: must be True or False, got {self.listen!r}")

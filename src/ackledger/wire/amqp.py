@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -65,6 +66,20 @@ class _Publish:
         self.message_id = message_id
         self.outcome: str | None = None
         self.detail = ""
+
+
+class Flight:
+    """One batch published and not yet judged (``publish_stored``'s handle): its link, the
+    ids and publishes in order, its last delivery tag and the deadline for its confirms."""
+
+    __slots__ = ("deadline", "ids", "last_tag", "link", "publishes")
+
+    def __init__(self, link: _Link, ids: list[str], publishes: list[_Publish], timeout: float):
+        self.link = link
+        self.ids = ids
+        self.publishes = publishes
+        self.last_tag = link.last_tag
+        self.deadline = time.monotonic() + timeout
 
 
 class _Link:
@@ -183,8 +198,15 @@ class _Link:
         self._unconfirmed[self._tag] = publish
         return publish
 
-    def settled(self) -> bool:
-        return not self._unconfirmed or self.failure is not None
+    def settled_to(self, tag: int) -> bool:
+        """Whether every publish up to ``tag`` was answered (or the link failed). The dict
+        keeps tags in the order they were published, so its first key is the oldest open."""
+        unconfirmed = self._unconfirmed
+        return self.failure is not None or not unconfirmed or next(iter(unconfirmed)) > tag
+
+    @property
+    def last_tag(self) -> int:
+        return self._tag
 
     def coalesce(self) -> None:
         """Join the frames written so far into one buffer, so that a batch leaves in one
@@ -258,13 +280,51 @@ class AmqpSender:
     def send_stored(self, events: Sequence[Stored]) -> int:
         """``send_batch`` of events as the outbox stored them (``wire/stored.py``): the body
         is the stored text, validated when it was published, not validated again here."""
-        if not 1 <= len(events) <= MAX_BATCH:
-            raise ValueError(f"events: must be 1-{MAX_BATCH} stored events")
         with self._lock:
             self.refusal = None
-            messages = [self._stored_message(event) for event in events]
-            publishes = self._publish(messages)
-            return self._prefix([event.id for event in events], publishes)
+            flight = self._start(self._stored_flight(events))
+            return self._prefix(flight.ids, self._finish(flight))
+
+    def publish_stored(self, events: Sequence[Stored]) -> Flight:
+        """The first half of ``send_stored``: publish the batch now and return at once; its
+        confirms are collected by ``confirmed``. Batches published one after another on the
+        same channel are in flight together; each is judged only by its own confirms. Raises,
+        having published nothing, when no connection can be had."""
+        with self._lock:
+            flight = self._start(self._stored_flight(events))
+            try:
+                flight.link.poll()  # write the batch out now, not at the next wait
+            except BaseException:
+                self._discard()
+                raise
+            return flight
+
+    def confirmed(self, flight: Flight) -> int:
+        """The second half of ``send_stored``: wait (up to the time-out counted from the
+        publish) for the batch's confirms; returns its acknowledged prefix, keeping the
+        first refused one's reason as ``refusal``, or raises as ``send_stored`` does when the
+        first one got no answer. A failure of the link fails every batch still on it."""
+        with self._lock:
+            self.refusal = None
+            return self._prefix(flight.ids, self._finish(flight))
+
+    def settled(self, flight: Flight) -> bool:
+        """Whether ``confirmed(flight)`` would return without waiting: every publish of it
+        was answered, or its link failed, or its deadline passed. Reads what has arrived."""
+        with self._lock:
+            link = flight.link
+            if link.failure is None and not link.settled_to(flight.last_tag):
+                try:
+                    link.poll()
+                except BaseException:
+                    self._discard(link)
+                    raise
+            return link.settled_to(flight.last_tag) or time.monotonic() >= flight.deadline
+
+    def _stored_flight(self, events: Sequence[Stored]) -> tuple[list[str], list[Message]]:
+        if not 1 <= len(events) <= MAX_BATCH:
+            raise ValueError(f"events: must be 1-{MAX_BATCH} stored events")
+        return [event.id for event in events], [self._stored_message(e) for e in events]
 
     def close(self) -> None:
         with self._lock:
@@ -302,17 +362,35 @@ class AmqpSender:
     def _publish(self, messages: list[Message]) -> list[_Publish]:
         """Publish every message once and wait for their confirms; raises when the first one
         got no answer (connection or channel lost, time-out), else returns what each got."""
+        return self._finish(self._start(([m[3] for m in messages], messages)))
+
+    def _start(self, batch: tuple[list[str], list[Message]]) -> Flight:
+        """Publish every message of ``(ids, messages)`` once, without waiting."""
+        ids, messages = batch
         link = self._connected()
         publishes: list[_Publish] = []
         try:
             for routing_key, body, props, mid in messages:
                 publishes.append(link.publish(self.target.exchange, routing_key, body, props, mid))
             link.coalesce()
-            link.run(link.settled)
         except BaseException:
             self._discard()
             raise
-        if link.failure is None and not link.settled():
+        return Flight(link, ids, publishes, self.timeout)
+
+    def _finish(self, flight: Flight) -> list[_Publish]:
+        """Wait for a flight's confirms until its deadline; as ``_publish``."""
+        link, publishes = flight.link, flight.publishes
+
+        def answered() -> bool:
+            return link.settled_to(flight.last_tag)
+
+        try:
+            link.run(answered, max(0.0, flight.deadline - time.monotonic()))
+        except BaseException:
+            self._discard(link)
+            raise
+        if link.failure is None and not answered():
             # The deadline passed: what the broker says from now on is not counted, and a later
             # send gets a new channel rather than waiting behind these confirms.
             link.failure = TimeoutError(
@@ -320,7 +398,7 @@ class AmqpSender:
             )
         failure = link.failure
         if failure is not None:
-            self._discard()
+            self._discard(link)
             if publishes[0].outcome is None:
                 if isinstance(failure, TimeoutError):
                     raise failure
@@ -352,10 +430,16 @@ class AmqpSender:
             self._link = link
         return link
 
-    def _discard(self) -> None:
+    def _discard(self, link: _Link | None = None) -> None:
+        """Close the current link (or ``link``, if it is still the current one). A batch
+        still in flight on it is then failed, never waited for on a closed loop."""
+        if link is not None and link is not self._link:
+            return  # already discarded: a newer link is current
         link, self._link = self._link, None
         if link is not None:
             link.close()
+            if link.failure is None:
+                link.failure = ConnectionError("closed by the sender")
 
     def _message(
         self, event: Mapping[str, Any], body: bytes, skip: frozenset[str] = _NOT_HEADERS

@@ -27,6 +27,7 @@ import contextlib
 import itertools
 import json
 import math
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -99,6 +100,19 @@ def judge(reply: Msg, expected_stream: str | None) -> NotAcknowledged | None:
 
 
 @dataclass
+class Flight:
+    """One batch published and not yet judged (``publish_stored``'s handle)."""
+
+    ids: list[str]
+    #: Per message: None while its PubAck is awaited (or given), else why it failed already.
+    errors: list[BaseException | None]
+    futures: list[asyncio.Future[Msg]]
+    tokens: list[str]
+    conn: _Connection | None
+    deadline: float
+
+
+@dataclass
 class _Connection:
     client: Client
     inbox: str
@@ -157,8 +171,32 @@ class NatsSender:
         messages = [self._stored_message(event) for event in events]
         return self._batch([event.id for event in events], messages)
 
+    def publish_stored(self, events: Sequence[Stored]) -> Flight:
+        """The first half of ``send_stored``: publish the batch now and return at once; its
+        PubAcks are collected by ``confirmed``. Batches published one after another on the
+        same connection are in flight together; each is judged by its own PubAcks only."""
+        if not 1 <= len(events) <= MAX_BATCH:
+            raise ValueError(f"events: must be 1-{MAX_BATCH} stored events")
+        messages = [self._stored_message(event) for event in events]
+        return self._loop.run(self._launch([event.id for event in events], messages))
+
+    def confirmed(self, flight: Flight) -> int:
+        """The second half of ``send_stored``: wait (up to the time-out counted from the
+        publish) for the batch's PubAcks; its acknowledged prefix, as ``send_stored``."""
+        self.refusal = None
+        return self._prefix(flight.ids, self._loop.run(self._collect(flight)))
+
+    def settled(self, flight: Flight) -> bool:
+        """Whether ``confirmed(flight)`` would return without waiting: every PubAck came (or
+        the message failed already), or the deadline passed."""
+        if time.monotonic() >= flight.deadline:
+            return True
+        return all(future.done() for future in flight.futures)
+
     def _batch(self, ids: list[str], messages: list[Message]) -> int:
-        errors = self._loop.run(self._round(messages))
+        return self._prefix(ids, self._loop.run(self._round(messages)))
+
+    def _prefix(self, ids: list[str], errors: list[BaseException | None]) -> int:
         acked = next((n for n, error in enumerate(errors) if error is not None), len(errors))
         if acked < len(ids):
             error = errors[acked]
@@ -190,6 +228,11 @@ class NatsSender:
     async def _round(self, messages: list[Message]) -> list[BaseException | None]:
         """Publish in order, then wait for the PubAcks together: per message, None for an
         ACK or what it got instead."""
+        return await self._collect(await self._launch([], messages))
+
+    async def _launch(self, ids: list[str], messages: list[Message]) -> Flight:
+        """Publish in order without waiting for the PubAcks; a message that could not be
+        written has its failure in the flight's ``errors`` already."""
         errors: list[BaseException | None] = [None] * len(messages)
         futures: list[asyncio.Future[Msg]] = []
         tokens: list[str] = []
@@ -211,8 +254,13 @@ class NatsSender:
             failure = self._transport_failure(exc)
             for n in range(len(futures), len(messages)):
                 errors[n] = failure
+        return Flight(ids, errors, futures, tokens, conn, time.monotonic() + self.timeout)
+
+    async def _collect(self, flight: Flight) -> list[BaseException | None]:
+        """Wait for a flight's PubAcks until its deadline and judge each one."""
+        errors, futures, conn = flight.errors, flight.futures, flight.conn
         if futures:
-            await asyncio.wait(futures, timeout=self.timeout)
+            await asyncio.wait(futures, timeout=max(0.0, flight.deadline - time.monotonic()))
         for n, future in enumerate(futures):
             if future.done() and not future.cancelled():
                 errors[n] = judge(future.result(), self.target.stream)
@@ -221,10 +269,11 @@ class NatsSender:
                     f"no PubAck from NATS at {self.target.server} within {self.timeout:g}s"
                 )
         if conn is not None:
-            for token in tokens:
+            for token in flight.tokens:
                 conn.waiting.pop(token, None)
-        if any(isinstance(error, OSError) for error in errors):
-            # The connection's state is unknown: the next send connects afresh.
+        if any(isinstance(error, OSError) for error in errors) and conn is self._connection:
+            # The connection's state is unknown: the next send connects afresh (unless it
+            # did already: a newer connection's batches are judged on their own).
             await self._disconnect()
         return errors
 

@@ -42,6 +42,28 @@ class StoredEventSender(Protocol):
     def send_stored_event(self, event: Stored) -> bool: ...
 
 
+@runtime_checkable
+class SplitSender(Protocol):
+    """A sender whose stored batch send comes in two halves, so that several batches can be
+    in flight at once (``relay --batch --inflight N``): ``publish_stored`` sends a batch
+    and returns a handle at once; ``confirmed`` waits for that batch's ACKs and returns its
+    acknowledged prefix with the same rules as ``send_stored`` (``refusal`` kept);
+    ``settled`` says, without waiting, whether ``confirmed`` would return at once."""
+
+    def publish_stored(self, events: Sequence[Stored]) -> Any: ...
+
+    def confirmed(self, flight: Any) -> int: ...
+
+    def settled(self, flight: Any) -> bool: ...
+
+
+def split_sender(sender: object) -> SplitSender | None:
+    """``sender`` if it is an own stored sender that also sends in two halves, else None."""
+    if stored_sender(sender) is None or not isinstance(sender, SplitSender):
+        return None
+    return sender if _own_pair(sender, "publish_stored", "confirmed") else None
+
+
 def stored_sender(sender: object) -> StoredSender | None:
     """``sender`` if its ``send_stored`` may stand in for its ``send_batch``, else None."""
     if not isinstance(sender, StoredSender):
