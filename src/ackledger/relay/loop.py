@@ -417,7 +417,7 @@ class Relay:
         try:
             if self.settings.inflight > 1:
                 return dispatch_inflight(
-                    source, source.pending_beyond, self._sends.publish, self._sends.confirm,
+                    source, source.pending_rows, self._sends.publish, self._sends.confirm,
                     self._sends.settled,
                     limit=self.settings.limit, inflight=self.settings.inflight,
                     batches=BATCHES_PER_STEP,

@@ -18,13 +18,14 @@ import logging
 import random
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from .._core.backoff import Backoff
 from ..errors import LeaseLost
 from ..source.dispatch import Source
 from ..source.marking import Marking, MarksBehind, marking_for
 from ..source.outbox import Outbox
+from ..store.pending import PendingRow
 from .leased_marks import LeasedMarksBehind
 from .leases import Lease, LeasedPartition, PartitionLeases
 from .policy import Failure
@@ -38,7 +39,7 @@ class RelaySource(Source, Protocol):
 
     def amend_error(self, event_id: str, error: str) -> None: ...
 
-    def pending_beyond(self, skip: Collection[str], limit: int = ...) -> list[dict[str, Any]]: ...
+    def pending_rows(self, skip: Collection[str], limit: int = ...) -> list[PendingRow]: ...
 
     def quarantine(self, event_id: str, reason: str) -> int: ...
 

@@ -22,20 +22,19 @@ The price is the kill -9 bound: a dead relay leaves up to N batches sent and unm
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .._core.exact import is_int
 from ..errors import NotAcknowledged
-from ..store.pending import PendingEvent
 from ..wire.stored import Stored
-from .dispatch import Source, _note_failure
+from .dispatch import Source, _as_stored, _note_failure
 
 #: How many batches one call sends at most before its window is drained and it returns.
 MAX_INFLIGHT = 16
 
-Select = Callable[[Collection[str], int], list[dict[str, Any]]]
+Select = Callable[[Collection[str], int], Sequence[Mapping[str, Any]]]
 Publish = Callable[[list[Stored]], object]
 Confirm = Callable[[object, list[str]], object]
 #: Whether a batch's ACKs are all in (``confirm`` would not wait for them).
@@ -86,6 +85,10 @@ def dispatch_inflight(
             if not selection:
                 break
             stored = _as_stored(selection)
+            if stored is None:
+                raise TypeError(
+                    "inflight: the selection must be read from an outbox (its stored rows)"
+                )
             batch = _Batch([item.id for item in stored])
             try:
                 batch.flight = publish(stored)
@@ -161,12 +164,3 @@ def _acked(outbox: Source, batch: _Batch, confirm: Confirm) -> int:
         raise refusal
     assert isinstance(answer, int)
     return answer
-
-
-def _as_stored(selection: Sequence[dict[str, Any]]) -> list[Stored]:
-    stored: list[Stored] = []
-    for item in selection:
-        if type(item) is not PendingEvent:
-            raise TypeError("inflight: the selection must be read from an outbox (stored events)")
-        stored.append(Stored(item, item.text))
-    return stored
