@@ -1,19 +1,21 @@
 """The sink service: ``POST /events`` applies an event once through the inbox.
 
-The two POST routes are plain ASGI handlers (``fastpath``) and share write transactions with
+The two POST routes are answered by the HTTP protocol itself (``web.direct``; plain ASGI
+handlers, ``fastpath``, when mounted in another app) and share write transactions with
 whatever other requests are ready at the same time (group commit): one fsync then makes many
 clients' events durable, and each is answered only after it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from starlette.requests import Request
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from ..errors import AckledgerError, Conflict, InvalidEvent, NoHandler, Rejected
 from ..event import check_identifier
@@ -28,8 +30,8 @@ from ..web.answers import (
     too_large_answer,
     unavailable_answer,
 )
-from ..web.bodies import BodyTooLarge, ClientGone, read_body
 from ..web.cloudevents_http import Headers, decode_batch, decode_event
+from ..web.direct import Outcome, Pending
 from ..web.docs_page import api_routes
 from ..web.fastpath import GroupCommit, PostRoute
 from ..web.health import liveness, readiness
@@ -49,14 +51,12 @@ _JSON_TYPE = (b"content-type", b"application/json")
 
 
 class _Ack(Answer):
-    """A 200 ACK, sent as ``Answer.send`` sends it (the same headers in the same order) from
+    """A 200 ACK, with the headers ``Answer`` would send (the same in the same order) from
     header pairs made once: only the length is new per request."""
 
-    async def send(self, send: Send) -> None:
+    def header_pairs(self) -> list[tuple[bytes, bytes]]:
         length = (b"content-length", b"%d" % len(self.body))
-        headers = [_REPLAYED_HEADER, length, _JSON_TYPE] if self.headers else [length, _JSON_TYPE]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": self.body})
+        return [_REPLAYED_HEADER, length, _JSON_TYPE] if self.headers else [length, _JSON_TYPE]
 
 
 def _ack_body(event: dict[str, Any], status: str) -> bytes:
@@ -127,15 +127,13 @@ def _refusal_answer(error: Exception) -> Answer:
     return Answer(status, json.dumps(problem).encode(), "application/problem+json", headers)
 
 
-async def _decoded(scope: Scope, receive: Receive, decode: Callable[[Headers, bytes], Any]) -> Any:
-    """The request's event (or list of events), or the Answer that refuses it; raises
-    ClientGone if the client went away. The body is read before its Content-Type is judged:
-    the binding's rules need the headers and the body together (``web.cloudevents_http``)."""
-    try:
-        body = await read_body(scope, receive, check_type=None)
-        return decode(scope["headers"], body)
-    except BodyTooLarge:
+def _decoded(headers: Headers, body: bytes | None, decode: Callable[[Headers, bytes], Any]) -> Any:
+    """The request's event (or list of events), or the Answer that refuses it (``body``
+    None: over the cap)."""
+    if body is None:
         return too_large_answer()
+    try:
+        return decode(headers, body)
     except InvalidEvent as exc:
         return invalid_answer(str(exc), exc.field)
 
@@ -152,49 +150,52 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "") -> ASGIApp:
     started_at = time.time()
     group: GroupCommit[Sequence[object], BatchResult] = GroupCommit(inbox.receive_runs)
 
-    async def event_answer(scope: Scope, receive: Receive) -> Answer | None:
-        try:
-            obj = await _decoded(scope, receive, decode_event)
-        except ClientGone:
-            return None
+    def event_answer(headers: Headers, body: bytes | None) -> Outcome:
+        obj = _decoded(headers, body, decode_event)
         if isinstance(obj, Answer):
             return obj
-        try:
-            result = await group.submit([obj])
-        except database_errors() as exc:
-            return unavailable_answer(exc)
-        if result.error is not None:
-            return _refusal_answer(result.error)
-        status = result.statuses[0]
-        headers = _REPLAYED if status == "duplicate" else None
-        return _Ack(200, _ack_body(obj, status), "application/json", headers)
 
-    async def batch_answer(scope: Scope, receive: Receive) -> Answer | None:
-        try:
-            items = await _decoded(scope, receive, decode_batch)
-        except ClientGone:
-            return None
+        def finish(done: asyncio.Future[BatchResult]) -> Answer:
+            try:
+                result = done.result()
+            except database_errors() as exc:
+                return unavailable_answer(exc)
+            if result.error is not None:
+                return _refusal_answer(result.error)
+            status = result.statuses[0]
+            headers = _REPLAYED if status == "duplicate" else None
+            return _Ack(200, _ack_body(obj, status), "application/json", headers)
+
+        return Pending(group.enqueue([obj]), finish)
+
+    def batch_answer(headers: Headers, body: bytes | None) -> Outcome:
+        items = _decoded(headers, body, decode_batch)
         if isinstance(items, Answer):
             return items
         if not isinstance(items, list) or not 1 <= len(items) <= MAX_BATCH:
             return invalid_answer(f"body: must be a JSON list of 1-{MAX_BATCH} events", "body")
-        try:
-            result = await group.submit(items)
-        except database_errors() as exc:
-            return unavailable_answer(exc)
-        if result.error is None:
-            return _Ack(200, _batch_acks_body(items, result.statuses), "application/json")
-        acks = [
-            {"id": item["id"], "source": item["source"], "ack": True, "status": status}
-            for item, status in zip(items, result.statuses, strict=False)
-        ]
-        error = _refusal(result.error)
-        error["index"] = len(result.statuses)
-        return json_answer({"acks": acks, "error": error})
 
-    # Requests are counted and timed around the whole app (web.observe), these too.
-    post_event = PostRoute("/events", event_answer)
-    post_batch = PostRoute("/events/batch", batch_answer)
+        def finish(done: asyncio.Future[BatchResult]) -> Answer:
+            try:
+                result = done.result()
+            except database_errors() as exc:
+                return unavailable_answer(exc)
+            if result.error is None:
+                return _Ack(200, _batch_acks_body(items, result.statuses), "application/json")
+            acks = [
+                {"id": item["id"], "source": item["source"], "ack": True, "status": status}
+                for item, status in zip(items, result.statuses, strict=False)
+            ]
+            error = _refusal(result.error)
+            error["index"] = len(result.statuses)
+            return json_answer({"acks": acks, "error": error})
+
+        return Pending(group.enqueue(items), finish)
+
+    # Requests are counted and timed around the whole app (web.observe), these too; the
+    # protocol answers them directly (web.direct), other servers through ASGI.
+    post_event = PostRoute(event_answer)
+    post_batch = PostRoute(batch_answer)
     events, batch = prefix + "/events", prefix + "/events/batch"
 
     async def get_event(request: Request) -> Answer:

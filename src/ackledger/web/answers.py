@@ -36,9 +36,8 @@ class Answer:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.send(send)
 
-    async def send(self, send: Send) -> None:
-        """Send as ``response()`` would: the same status, headers and body (the media types
-        here are never text/* without a charset, so Starlette adds no charset either)."""
+    def header_pairs(self) -> list[tuple[bytes, bytes]]:
+        """The answer's headers as sent, in order (the same on the ASGI and direct paths)."""
         headers = [
             (b"content-length", str(len(self.body)).encode()),
             (b"content-type", self.media_type.encode("latin-1")),
@@ -51,6 +50,12 @@ class Answer:
                 ),
                 *headers,
             ]
+        return headers
+
+    async def send(self, send: Send) -> None:
+        """Send as ``response()`` would: the same status, headers and body (the media types
+        here are never text/* without a charset, so Starlette adds no charset either)."""
+        headers = self.header_pairs()
         await send({"type": "http.response.start", "status": self.status, "headers": headers})
         await send({"type": "http.response.body", "body": self.body})
 

@@ -1,10 +1,11 @@
-"""The hot POST routes as plain ASGI, and group commit.
+"""The hot POST routes, and group commit.
 
 Starlette's middleware stack, router and request/response objects cost more per request than
-the inbox's own work (docs/benchmarks.md). A ``PostRoute`` is a route's ASGI handler that
-makes its answer directly; ``web.observe.Observed`` calls it without the router for a POST on
-its exact path (and times it without wrapping ``send``), while Starlette keeps it as a route:
-a GET on that path still gets Starlette's 405, and a mounted app is routed as before.
+the inbox's own work (docs/benchmarks.md). A ``PostRoute`` makes its answer from the request's
+headers and body: the protocol calls it directly (``web.direct``) for a POST on its exact
+path; on the ASGI path ``web.observe.Observed`` calls it without the router (and times it
+without wrapping ``send``), while Starlette keeps it as a route: a GET on that path still gets
+Starlette's 405, and a mounted app is routed as before.
 
 ``GroupCommit`` lets requests that are ready in the same turn of the event loop share one
 write transaction: each request still gets its own result, and is answered only after the one
@@ -15,46 +16,56 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
 
 from starlette.types import Receive, Scope, Send
 
-from .answers import Answer
+from ..errors import InvalidEvent
+from .answers import Answer, invalid_answer
+from .bodies import MAX_BODY_BYTES, BodyTooLarge, ClientGone, read_body
+from .direct import Headers, Outcome, settled
 
-AnswerMaker = Callable[[Scope, Receive], Awaitable[Answer | None]]
+#: A route's answer to its headers and body (None: over the cap, not read).
+AnswerMaker = Callable[[Headers, bytes | None], Outcome]
 
 
 class PostRoute:
-    """An ASGI handler for one POST route: make the answer, count it, send it.
+    """One POST route, answered on both paths: as a ``DirectRoute`` (``web.direct``) by the
+    protocol, and as an ASGI handler (a request the protocol leaves to uvicorn's cycle, or
+    an app served by another server), which reads the body and waits for the same answer.
 
     It is an object, not a function, so that Starlette mounts it as an ASGI app as it is.
-    ``answer`` returns None when the client went away before its request was complete.
     """
 
-    def __init__(self, label: str, answer: AnswerMaker, counter: Any = None) -> None:
-        self._label = label
+    def __init__(self, answer: AnswerMaker, cap: int = MAX_BODY_BYTES) -> None:
         self._answer = answer
-        self._counter = counter
-        self._children: dict[int, Any] = {}
+        self.cap = cap
 
-    def _count(self, status: int) -> None:
-        if self._counter is None:
-            return
-        child = self._children.get(status)
-        if child is None:
-            child = self._counter.labels(self._label, str(status))
-            self._children[status] = child
-        child.inc()
+    def answer(self, headers: Headers, body: bytes | None, started: float) -> Outcome:
+        return self._answer(headers, body)
 
     async def respond(self, scope: Scope, receive: Receive, send: Send) -> int:
         """Answer the request; returns the status sent (0: the client left, none was)."""
-        answer = await self._answer(scope, receive)
+        answer = await self._read_and_answer(scope, receive)
         if answer is None:
             return 0
-        self._count(answer.status)
         await answer.send(send)
         return answer.status
+
+    async def _read_and_answer(self, scope: Scope, receive: Receive) -> Answer | None:
+        # The body is read before its Content-Type is judged: the CloudEvents binding's
+        # rules need the headers and the body together (``web.cloudevents_http``).
+        body: bytes | None
+        try:
+            body = await read_body(scope, receive, self.cap, check_type=None)
+        except BodyTooLarge:
+            body = None
+        except ClientGone:
+            return None
+        except InvalidEvent as exc:  # a second Content-Type
+            return invalid_answer(str(exc), exc.field)
+        return await settled(self._answer(scope["headers"], body))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.respond(scope, receive, send)
@@ -95,6 +106,11 @@ class GroupCommit(Generic[Item, Result]):
         return loop
 
     async def submit(self, item: Item) -> Result:
+        return await self.enqueue(item)
+
+    def enqueue(self, item: Item) -> asyncio.Future[Result]:
+        """``submit`` without a coroutine: the future of the item's result (on the running
+        loop; the direct routes, ``web.direct``, answer in its callback)."""
         loop = self._running_loop()
         if self._scheduled and self._flush_loop is not loop:
             # The flush was scheduled on a loop that stopped before running it (a server shut
@@ -108,7 +124,7 @@ class GroupCommit(Generic[Item, Result]):
             self._scheduled = True
             self._flush_loop = loop
             loop.call_soon(self._flush)
-        return await future
+        return future
 
     def _flush(self) -> None:
         self._scheduled = False

@@ -20,12 +20,13 @@ from __future__ import annotations
 import functools
 import hmac
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..wire.token import Token
 from .answers import Answer, invalid_answer, problem_answer
+from .direct import DirectRoute, Headers, Outcome, direct_routes_of
 
 #: Headers read as one value; a second copy is refused rather than guessed at.
 SINGLETON_HEADERS = (
@@ -108,15 +109,22 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        refusal = self._refusal(scope)
+        refusal = self._refusal(scope["headers"], scope["path"])
         if refusal is not None:
             await refusal.send(send)
             return
         await self.app(scope, receive, send)
 
-    def _refusal(self, scope: Scope) -> Answer | None:
+    def direct_routes(self) -> Mapping[str, DirectRoute]:
+        """The wrapped app's direct routes (``web.direct``), each behind the same checks."""
+        return {
+            path.decode(): _Guarded(self, path.decode(), route)
+            for path, route in direct_routes_of(self.app).items()
+        }
+
+    def _refusal(self, headers: Headers, path: str) -> Answer | None:
         seen: dict[bytes, bytes] = {}
-        for name, value in scope["headers"]:
+        for name, value in headers:
             if name in SINGLETON_HEADERS:
                 if name in seen:
                     field = name.decode("latin-1")
@@ -130,7 +138,7 @@ class Guard:
                 "loopback name or address (the Host header names another host)"
             )
             return problem_answer(421, "misdirected", "Misdirected request", detail)
-        if self._expected is None or scope["path"] in self._open:
+        if self._expected is None or path in self._open:
             return None
         given = seen.get(b"authorization")
         if given is None:
@@ -140,6 +148,23 @@ class Guard:
         if scheme.lower() != b"bearer" or not hmac.compare_digest(credentials, self._expected):
             return _unauthorized("the bearer token is not this service's", "invalid_token")
         return None
+
+
+class _Guarded:
+    """A direct route behind the Guard: a refused request never reaches it (nor its
+    timing, as on the ASGI path, where the Guard is outside ``Observed``)."""
+
+    def __init__(self, guard: Guard, path: str, route: DirectRoute) -> None:
+        self._refusal = guard._refusal
+        self._path = path
+        self._route = route
+        self.cap = route.cap
+
+    def answer(self, headers: Headers, body: bytes | None, started: float) -> Outcome:
+        refusal = self._refusal(headers, self._path)
+        if refusal is not None:
+            return refusal
+        return self._route.answer(headers, body, started)
 
 
 def _unauthorized(detail: str, error: str | None) -> Answer:

@@ -27,17 +27,36 @@ with two ``transport.write`` calls, i.e. two ``send`` system calls and two TCP s
 ``TCP_NODELAY`` socket. ``_Corked`` holds what is written during one turn of the event loop and
 writes it as one piece when the answer is complete, or at the end of that turn at the latest:
 one callback per turn of the loop (``_TurnEnd``) serves every connection that wrote in it.
+
+A POST on the exact path of a direct route (``web.direct``: the sink's ``/events`` and
+``/events/batch``) is answered here, without uvicorn's request cycle: ``_Direct`` gathers the
+body, the route is called with the headers and the body, and its answer's bytes are written
+in order with the connection's other answers (pipelined requests wait their turn in uvicorn's
+own queue). A request with ``Expect``, a ``Transfer-Encoding``, an upgrade, a query or an
+escaped path, or one over uvicorn's concurrency limit, takes uvicorn's cycle as before. Read
+against uvicorn 0.55.0's ``httptools_impl``: besides the callbacks, this uses its ``url``,
+``headers``, ``expect_100_continue``, ``scope``, ``cycle``, ``pipeline``, ``flow``,
+``_start_asgi_task`` and the cycle attributes its ``shutdown`` reads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import http
+import logging
+import time
 import weakref
+from collections.abc import Mapping
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from .answers import Answer
+from .direct import DirectRoute, Pending
 from .limits import Limits
+
+_LOG = logging.getLogger("ackledger.web")
 
 _TOO_LARGE = (
     b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
@@ -54,6 +73,77 @@ def _too_large_answer(cap: int) -> bytes:
         b'"detail":"the request head is over %d bytes"}' % cap
     )
     return _TOO_LARGE % (len(body), body)
+
+
+def _status_line(status: int) -> bytes:
+    try:
+        phrase = http.HTTPStatus(status).phrase.encode()
+    except ValueError:
+        phrase = b""
+    return b"HTTP/1.1 %d %s\r\n" % (status, phrase)
+
+
+#: Status lines as uvicorn writes them.
+_STATUS_LINES = {status: _status_line(status) for status in range(100, 600)}
+#: uvicorn's answer to an app that raised before answering.
+_FAILED = (
+    500,
+    [
+        (b"content-type", b"text/plain; charset=utf-8"),
+        (b"content-length", b"21"),
+        (b"connection", b"close"),
+    ],
+    b"Internal Server Error",
+)
+
+
+class _Direct:
+    """One request for a direct route: its body as it arrives, then its answer.
+
+    It stands where uvicorn keeps its ``RequestResponseCycle`` (``protocol.cycle``, the
+    pipeline's queue) and has the attributes read there: ``response_complete``,
+    ``keep_alive`` (cleared by a graceful shutdown: the answer then closes the connection)
+    and ``more_body``.
+    """
+
+    __slots__ = (
+        "chunks",
+        "dispatched",
+        "headers",
+        "keep_alive",
+        "more_body",
+        "over_cap",
+        "response_complete",
+        "route",
+        "started",
+        "turn",
+    )
+
+    def __init__(
+        self,
+        route: DirectRoute,
+        headers: list[tuple[bytes, bytes]],
+        keep_alive: bool,
+        over_cap: bool,
+    ) -> None:
+        self.route = route
+        self.headers = headers
+        self.keep_alive = keep_alive
+        #: The declared body is over the route's cap: it is not gathered.
+        self.over_cap = over_cap
+        self.chunks: list[bytes] = []
+        self.more_body = True
+        self.response_complete = False
+        #: No earlier answer of the connection is pending.
+        self.turn = False
+        self.dispatched = False
+        self.started = time.perf_counter()
+
+    def body(self) -> bytes | None:
+        if self.over_cap:
+            return None
+        chunks = self.chunks
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 class _TurnEnd:
@@ -128,9 +218,19 @@ class _Corked:
 
 
 class LimitedHttpTools(HttpToolsProtocol):
-    def __init__(self, *args: Any, limits: Limits, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        limits: Limits,
+        direct: Mapping[bytes, DirectRoute] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self._limits = limits
+        #: The direct routes by raw path (``web.direct``).
+        self._direct = dict(direct or {})
+        #: A direct request whose turn came while the transport's buffer was full.
+        self._blocked: _Direct | None = None
         #: A head is being received (or awaited on a fresh connection).
         self._in_head = True
         self._head_bytes = 0
@@ -157,6 +257,11 @@ class LimitedHttpTools(HttpToolsProtocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if isinstance(self.cycle, _Direct):
+            # Mid-body: never dispatched, nothing applied; answered later: the answer is
+            # dropped (the transport is closing). uvicorn's own has nothing to tell it.
+            self.cycle = None
+        self._blocked = None
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -171,21 +276,56 @@ class LimitedHttpTools(HttpToolsProtocol):
                 self.transport.write(_too_large_answer(self._limits.head_bytes))
                 self.transport.close()
 
+    def on_message_begin(self) -> None:
+        if not self._direct:
+            super().on_message_begin()
+            return
+        # uvicorn's, but its ASGI scope is made only for a request that takes its cycle.
+        self.url = b""
+        self.expect_100_continue = False
+        self.headers = []
+        self.scope = None  # type: ignore[assignment]
+
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._head_bytes = 0
         self._heads_done += 1
         self._deadline = None
-        super().on_headers_complete()
+        route = self._direct.get(self.url) if self._direct else None
+        if route is None or not self._begin_direct(route):
+            if self.scope is None:
+                self._make_scope()
+            super().on_headers_complete()
         if not self.transport.is_closing() and self.cycle is not None and self.cycle.more_body:
             self._start_read()  # the body's time-out
 
+    def _make_scope(self) -> None:
+        """uvicorn's scope for this request (its ``on_message_begin`` makes it), keeping the
+        URL and headers read since."""
+        url, headers, expect = self.url, self.headers, self.expect_100_continue
+        super().on_message_begin()
+        self.url, self.headers, self.expect_100_continue = url, headers, expect
+        self.scope["headers"] = headers
+
+    def on_body(self, body: bytes) -> None:
+        cycle = self.cycle
+        if isinstance(cycle, _Direct):
+            if not cycle.over_cap and not cycle.response_complete:
+                cycle.chunks.append(body)  # at most the cap: Content-Length was checked
+            return
+        super().on_body(body)
+
     def on_message_complete(self) -> None:
-        super().on_message_complete()
+        cycle = self.cycle
+        if isinstance(cycle, _Direct):
+            cycle.more_body = False
+        else:
+            super().on_message_complete()
         self._deadline = None
         # The next head's clock starts with its first byte (idle time is keep-alive's).
         self._in_head = True
-        cycle = self.cycle
+        if isinstance(cycle, _Direct) and cycle.turn and not cycle.dispatched:
+            self._dispatch(cycle)
         if cycle is not None and cycle.response_complete and not self.transport.is_closing():
             # Answered before its body was all in (a refusal): idle from here.
             self._set_deadline(self._limits.keep_alive)
@@ -203,10 +343,112 @@ class LimitedHttpTools(HttpToolsProtocol):
         self.flow.resume_reading()
         if self.pipeline:
             cycle, app = self.pipeline.pop()
-            self._start_asgi_task(cycle, app)
+            if isinstance(cycle, _Direct):
+                # In a turn of its own, as uvicorn's task would: a long pipeline of
+                # answers made at once never nests calls.
+                self.loop.call_soon(self._take_turn, cycle)
+            else:
+                self._start_asgi_task(cycle, app)
         elif self._deadline is None:  # else the next head is being read, on its own clock
             self._set_deadline(self._limits.keep_alive)
             self._idle = True
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        blocked, self._blocked = self._blocked, None
+        if blocked is not None:
+            self._take_turn(blocked)
+
+    # The direct routes (web.direct).
+
+    def _begin_direct(self, route: DirectRoute) -> bool:
+        """Take this request past uvicorn's cycle; False: it is one for that cycle."""
+        parser = self.parser
+        if parser.get_method() != b"POST" or self.expect_100_continue or parser.should_upgrade():
+            return False
+        limit = self.limit_concurrency
+        if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
+            return False  # uvicorn's 503
+        over_cap = False
+        for name, value in self.headers:
+            if name == b"transfer-encoding":
+                return False  # a chunked body: read_body's own count of it
+            if name == b"content-length" and value.isdigit() and int(value) > route.cap:
+                over_cap = True
+        keep_alive = parser.get_http_version() != "1.0" and parser.should_keep_alive()
+        cycle = _Direct(route, self.headers, keep_alive, over_cap)
+        existing = self.cycle
+        self.cycle = cycle  # type: ignore[assignment]
+        if existing is None or existing.response_complete:
+            self._take_turn(cycle)
+        else:
+            # Pipelined: answered after the answers before it, reading paused till then.
+            self.flow.pause_reading()
+            self.pipeline.appendleft((cycle, None))  # type: ignore[arg-type]
+        return True
+
+    def _take_turn(self, cycle: _Direct) -> None:
+        if self.transport.is_closing():
+            return  # the client left before its turn: nothing is applied
+        if self.flow.write_paused:
+            self._blocked = cycle  # the client reads none of its answers: wait for it
+            return
+        cycle.turn = True
+        if cycle.over_cap or not cycle.more_body:
+            self._dispatch(cycle)
+
+    def _dispatch(self, cycle: _Direct) -> None:
+        cycle.dispatched = True
+        try:
+            outcome = cycle.route.answer(cycle.headers, cycle.body(), cycle.started)
+        except Exception as exc:
+            self._failed(cycle, exc)
+            return
+        if isinstance(outcome, Pending):
+            outcome.future.add_done_callback(functools.partial(self._settle, cycle, outcome))
+        else:
+            self._answer(cycle, outcome)
+
+    def _settle(self, cycle: _Direct, pending: Pending[Any], future: asyncio.Future[Any]) -> None:
+        try:
+            answer = pending.finish(future)
+        except Exception as exc:
+            self._failed(cycle, exc)
+            return
+        self._answer(cycle, answer)
+
+    def _failed(self, cycle: _Direct, exc: Exception) -> None:
+        _LOG.error("Exception in a direct route", exc_info=exc)
+        self._write(cycle, *_FAILED)
+
+    def _answer(self, cycle: _Direct, answer: Answer) -> None:
+        self._write(cycle, answer.status, answer.header_pairs(), answer.body)
+
+    def _write(
+        self, cycle: _Direct, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+    ) -> None:
+        """The answer's bytes as uvicorn's cycle writes them: its default headers (date,
+        server) first, ``connection: close`` unless kept alive."""
+        cycle.response_complete = True
+        transport = self.transport
+        if transport.is_closing():
+            return  # the client left: the answer is dropped
+        parts = [_STATUS_LINES[status]]
+        for name, value in self.server_state.default_headers:
+            parts += (name, b": ", value, b"\r\n")
+        closing = False
+        for name, value in headers:
+            if name == b"connection" and b"close" in value.lower():
+                closing = True
+            parts += (name, b": ", value, b"\r\n")
+        if not cycle.keep_alive and not closing:
+            parts.append(b"connection: close\r\n")
+        parts += (b"\r\n", body)
+        transport.write(b"".join(parts))
+        if closing or not cycle.keep_alive:
+            cycle.keep_alive = False
+            transport.close()
+        self.on_response_complete()
 
     def _start_read(self) -> None:
         self._set_deadline(self._limits.read_timeout)

@@ -7,6 +7,7 @@ Plain data, importable without uvicorn (the command line reads the defaults for 
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,8 +27,9 @@ class Limits:
     keep_alive: float = KEEP_ALIVE_S
     max_connections: int = MAX_CONNECTIONS
 
-    def protocol(self) -> Any:
-        """The protocol factory uvicorn's ``Config(http=...)`` takes."""
+    def protocol(self, direct: Mapping[bytes, Any] | None = None) -> Any:
+        """The protocol factory uvicorn's ``Config(http=...)`` takes, answering ``direct``
+        (raw path -> ``web.direct.DirectRoute``) itself."""
         from .limited_protocol import LimitedHttpTools
 
-        return functools.partial(LimitedHttpTools, limits=self)
+        return functools.partial(LimitedHttpTools, limits=self, direct=direct)

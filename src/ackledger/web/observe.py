@@ -3,7 +3,9 @@ the access log line.
 
 It wraps the whole app, the hot POST routes (``fastpath``) included, so no route is left out:
 those it calls itself (``direct``), which saves the router and a wrapper around every ``send``
-of theirs on the sink's per-event path.
+of theirs on the sink's per-event path; and those the protocol answers without ASGI
+(``web.direct``) are timed by the wrapper ``direct_routes`` gives them, from their head's
+arrival to their answer, as the ASGI path times them.
 Labels come from fixed sets only: the route's template (``/events/{event_id}``, never the id
 itself; ``unmatched`` for a path no route knows), a known method or ``other``, and the status.
 The access log never sees headers (so never a token), only method, path, status and time.
@@ -23,6 +25,8 @@ from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._core.logline import log_event
+from .answers import Answer
+from .direct import DirectRoute, Headers, Outcome
 from .fastpath import PostRoute
 
 #: The access log: quiet unless ``--access-log`` sets it to INFO (``web.server``).
@@ -133,7 +137,13 @@ class Observed:
             raise
         finally:
             if status:  # else the client went away before anything was answered
-                self._observe(scope, status, time.perf_counter() - started)
+                method, path = scope["method"], scope["path"]
+                seconds = time.perf_counter() - started
+                self._observe(method, path, self.template(scope), status, seconds)
+
+    def direct_routes(self) -> Mapping[str, DirectRoute]:
+        """The direct routes, each timed and logged here as on the ASGI path."""
+        return {path: _Timed(self, path, route) for path, route in self._direct.items()}
 
     async def _respond(
         self, route: PostRoute, scope: Scope, receive: Receive, send: Send, started: float
@@ -146,21 +156,49 @@ class Observed:
             raise
         finally:
             if status:
-                seconds = time.perf_counter() - started
-                key = self._direct_keys.get((scope["path"], status))
-                if key is None or ACCESS_LOG.isEnabledFor(logging.INFO):
-                    self._observe(scope, status, seconds)
-                else:
-                    self._latencies.observe(key, seconds)
+                self.observe_direct(scope["path"], status, started)
 
-    def _observe(self, scope: Scope, status: int, seconds: float) -> None:
-        method = scope["method"] if scope["method"] in _METHODS else "other"
-        route = self.template(scope)
+    def observe_direct(self, path: str, status: int, started: float) -> None:
+        """Time (and log) a POST answered by one of the direct routes."""
+        seconds = time.perf_counter() - started
+        key = self._direct_keys.get((path, status))
+        if key is None or ACCESS_LOG.isEnabledFor(logging.INFO):
+            self._observe("POST", path, self._fixed.get(path, path), status, seconds)
+        else:
+            self._latencies.observe(key, seconds)
+
+    def _observe(self, method: str, path: str, route: str, status: int, seconds: float) -> None:
+        method = method if method in _METHODS else "other"
         self._latencies.observe((route, method, str(status)), seconds)
         if ACCESS_LOG.isEnabledFor(logging.INFO):
-            path = scope["path"]
             log_event(
-                ACCESS_LOG, logging.INFO, "request", f"{scope['method']} {path} {status}",
-                method=scope["method"], path=path, route=route, status=status,
+                ACCESS_LOG, logging.INFO, "request", f"{method} {path} {status}",
+                method=method, path=path, route=route, status=status,
                 duration_ms=round(seconds * 1000, 3),
             )  # fmt: skip
+
+
+class _Timed:
+    """A direct route timed by ``Observed`` (500: it raised, as uvicorn would answer)."""
+
+    def __init__(self, observed: Observed, path: str, route: DirectRoute) -> None:
+        self._observe = observed.observe_direct
+        self._path = path
+        self._route = route
+        self.cap = route.cap
+
+    def answer(self, headers: Headers, body: bytes | None, started: float) -> Outcome:
+        try:
+            outcome = self._route.answer(headers, body, started)
+        except BaseException:
+            self._observe(self._path, 500, started)
+            raise
+        if isinstance(outcome, Answer):
+            self._observe(self._path, outcome.status, started)
+            return outcome
+
+        def observed(answer: Answer) -> Answer:
+            self._observe(self._path, answer.status, started)
+            return answer
+
+        return outcome.then(observed, lambda: self._observe(self._path, 500, started))

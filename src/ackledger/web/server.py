@@ -22,6 +22,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from .._core.logline import install
+from .direct import direct_routes_of
 from .limits import Limits
 from .observe import ACCESS_LOG
 
@@ -120,7 +121,8 @@ def serve(
         timeout_keep_alive=max(1, int(limits.keep_alive)),
         timeout_graceful_shutdown=GRACEFUL_SECONDS,
         # The head cap and the read time-outs (web.limits); h11's own cap, should it be used.
-        http=limits.protocol(),
+        # The POST routes the protocol answers itself (web.direct), if the app has any.
+        http=limits.protocol(direct_routes_of(app)),
         h11_max_incomplete_event_size=limits.head_bytes,
         limit_concurrency=limits.max_connections,
     )
