@@ -198,6 +198,14 @@ class _Corked:
             self._turn_end.add(self)
         self._held.append(data)
 
+    def write_whole(self, data: bytes) -> None:
+        """A whole answer, written now behind whatever is held (no end-of-turn callback)."""
+        if self._held:
+            self._held.append(data)
+            self.flush()
+        elif not self.transport.is_closing():
+            self.transport.write(data)
+
     def flush(self) -> None:
         held = self._held
         if held:
@@ -444,7 +452,10 @@ class LimitedHttpTools(HttpToolsProtocol):
         if not cycle.keep_alive and not closing:
             parts.append(b"connection: close\r\n")
         parts += (b"\r\n", body)
-        transport.write(b"".join(parts))
+        if self._corked is not None:
+            self._corked.write_whole(b"".join(parts))
+        else:
+            transport.write(b"".join(parts))
         if closing or not cycle.keep_alive:
             cycle.keep_alive = False
             transport.close()
