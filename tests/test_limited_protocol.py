@@ -12,7 +12,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -20,6 +20,8 @@ import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ackledger import Inbox
+from ackledger.web.answers import Answer
+from ackledger.web.direct import DirectRoute, Headers, Outcome, Pending, direct_routes_of
 from ackledger.web.limits import Limits
 from ackledger.web.server import bind
 from tests.events import lab
@@ -28,10 +30,13 @@ IDLE = 0.5
 
 
 @contextlib.contextmanager
-def _served(app: ASGIApp, limits: Limits) -> Iterator[int]:
-    """``app`` served by uvicorn with our protocol on a free loopback port, in a thread."""
+def _served(
+    app: ASGIApp, limits: Limits, direct: Mapping[bytes, DirectRoute] | None = None
+) -> Iterator[int]:
+    """``app`` served by uvicorn with our protocol (answering ``direct`` itself) on a free
+    loopback port, in a thread."""
     sock = bind("127.0.0.1", 0)
-    config = uvicorn.Config(app, log_config=None, lifespan="off", http=limits.protocol())
+    config = uvicorn.Config(app, log_config=None, lifespan="off", http=limits.protocol(direct))
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -47,11 +52,16 @@ def _served(app: ASGIApp, limits: Limits) -> Iterator[int]:
         sock.close()
 
 
-@pytest.fixture
-def port(tmp_path: Path) -> Iterator[int]:
+@pytest.fixture(params=["direct", "asgi"])
+def port(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[int]:
+    """The sink's app, its POST routes answered by the protocol (as ``serve sink`` does)
+    or through uvicorn's cycle."""
     limits = Limits(read_timeout=5.0, keep_alive=IDLE)
-    with Inbox(tmp_path / "sink.db") as inbox, _served(inbox.asgi(), limits) as found:
-        yield found
+    with Inbox(tmp_path / "sink.db") as inbox:
+        app = inbox.asgi()
+        direct = direct_routes_of(app) if request.param == "direct" else None
+        with _served(app, limits, direct) as found:
+            yield found
 
 
 def _until_head_end(sock: socket.socket) -> bytes:
@@ -193,3 +203,53 @@ def test_a_slow_answer_does_not_cut_the_pipelined_request_behind_it() -> None:
     first, second = got.split(b"HTTP/1.1 ")[1:]
     assert first.startswith(b"200") and first.endswith(b"\r\n\r\nab")
     assert second.startswith(b"200") and second.endswith(b"\r\n\r\ncdef")
+
+
+class _Echo:
+    """A direct route answering its body after ``delay`` seconds (or raising, if told)."""
+
+    cap = 1024
+
+    def __init__(self, delay: float, fail: bool = False) -> None:
+        self.delay = delay
+        self.fail = fail
+
+    def answer(self, headers: Headers, body: bytes | None, started: float) -> Outcome:
+        if self.fail:
+            raise RuntimeError("a bug in a route")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bytes] = loop.create_future()
+        loop.call_later(self.delay, future.set_result, body or b"")
+        return Pending(future, lambda done: Answer(200, done.result(), "text/plain"))
+
+
+async def _not_found(scope: Scope, receive: Receive, send: Send) -> None:
+    await send({"type": "http.response.start", "status": 404, "headers": []})
+    await send({"type": "http.response.body", "body": b""})
+
+
+def test_a_slow_direct_answer_does_not_cut_the_pipelined_request_behind_it() -> None:
+    """The same on the direct path: the first answered 1.5 s later, the second's body ending
+    0.3 s after its head; both answered, in order, and a route that raises gets uvicorn's
+    500, closing the connection."""
+    direct = {b"/slow": _Echo(1.5), b"/fast": _Echo(0.0), b"/bug": _Echo(0.0, fail=True)}
+    with (
+        _served(_not_found, Limits(read_timeout=0.5, keep_alive=5.0), direct) as served_port,
+        socket.create_connection(("127.0.0.1", served_port)) as sock,
+    ):
+        host = f"Host: 127.0.0.1:{served_port}\r\n"
+        sock.sendall(
+            f"POST /slow HTTP/1.1\r\n{host}Content-Length: 2\r\n\r\nab".encode()
+            + f"POST /fast HTTP/1.1\r\n{host}Content-Length: 4\r\n\r\ncd".encode()
+        )
+        time.sleep(0.3)
+        sock.sendall(b"ef" + f"POST /bug HTTP/1.1\r\n{host}Content-Length: 0\r\n\r\n".encode())
+        sock.settimeout(20)
+        got = b""
+        while chunk := sock.recv(65536):
+            got += chunk
+    first, second, third = got.split(b"HTTP/1.1 ")[1:]
+    assert first.startswith(b"200") and first.endswith(b"\r\n\r\nab")
+    assert second.startswith(b"200") and second.endswith(b"\r\n\r\ncdef")
+    assert third.startswith(b"500") and b"connection: close" in third
+    assert third.endswith(b"Internal Server Error")

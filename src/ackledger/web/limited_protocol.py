@@ -350,6 +350,8 @@ class LimitedHttpTools(HttpToolsProtocol):
             return
         self.flow.resume_reading()
         if self.pipeline:
+            if self._deadline is not None:
+                self._start_read()  # a read in progress: its clock from reading's resumption
             cycle, app = self.pipeline.pop()
             if isinstance(cycle, _Direct):
                 # In a turn of its own, as uvicorn's task would: a long pipeline of
@@ -482,6 +484,11 @@ class LimitedHttpTools(HttpToolsProtocol):
         cycle = self.cycle
         if self._in_head and cycle is not None and not cycle.response_complete:
             # Bytes of a pipelined request arrived while this one is answered: let it finish.
+            self._start_read()
+            return
+        if self.flow.read_paused:
+            # We stopped reading (a pipelined request waits for the answers before it): the
+            # client is not late; its clock restarts, and runs again once reading resumes.
             self._start_read()
             return
         self.transport.close()
