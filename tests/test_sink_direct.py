@@ -108,8 +108,8 @@ def _get(service: Service, path: str, *extra: str) -> Answer:
         return _Reader(sock).answer()
 
 
-def _receipt_status(service: Service, event_id: str, source: str = SOURCE) -> int:
-    return _get(service, f"/events/{event_id}?source={source}")[0]
+def _receipt_status(service: Service, event_id: str, source: str = SOURCE, *extra: str) -> int:
+    return _get(service, f"/events/{event_id}?source={source}", *extra)[0]
 
 
 def _slow(event_id: str, marker: Path, seconds: float) -> bytes:
@@ -290,14 +290,10 @@ def test_the_guard_refuses_on_the_direct_route_and_keeps_the_connection(
         assert reader.answer()[0] == 400  # Host given twice
         sock.sendall(_post("/events", body, auth).replace(b"127.0.0.1", b"rebound.example"))
         assert reader.answer()[0] == 421
-        assert _receipt_status_with(token_sink, "g-1", auth) == 404  # nothing applied
+        assert _receipt_status(token_sink, "g-1", SOURCE, auth) == 404  # nothing applied
         sock.sendall(_post("/events", body, auth))
         status, _, answer = reader.answer()
         assert status == 200 and json.loads(answer)["status"] == "applied"
-
-
-def _receipt_status_with(service: Service, event_id: str, *extra: str) -> int:
-    return _get(service, f"/events/{event_id}?source={SOURCE}", *extra)[0]
 
 
 def test_sigterm_answers_the_request_in_flight_and_closes_its_connection(
