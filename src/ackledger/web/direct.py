@@ -1,12 +1,13 @@
 """Routes the HTTP protocol answers itself, without an ASGI request cycle.
 
 uvicorn's request cycle (a scope dict, a ``RequestResponseCycle`` with its ``asyncio.Event``,
-a task per request, the ASGI receive and send messages) cost the sink about a quarter of its
-CPU per event (bench/CHANGES.md item 72). For a POST on the exact path of a ``DirectRoute``,
-``web.limited_protocol`` gathers the body itself and calls ``answer(headers, body, started)``;
-the route returns its ``Answer`` at once, or a ``Pending`` one: a future (a group commit's)
-and the function that makes the answer once it is done, called by the protocol in the
-future's callback. No task and no coroutine is made for such a request.
+a task per request, the ASGI receive and send messages) cost the sink about a tenth of its
+CPU per new event and more of a duplicate's (bench/CHANGES.md items 72-73). For a POST on
+the exact path of a ``DirectRoute``, ``web.limited_protocol`` gathers the body itself and
+calls ``answer(headers, body, started)``; the route returns its ``Answer`` at once, or a
+``Pending`` one: a future (a group commit's) and the function that makes the answer once it
+is done, called by the protocol in the future's callback. No task and no coroutine is made
+for such a request.
 
 Wrappers compose: the Guard checks a request before its route (``web.guard``), ``Observed``
 times it (``web.observe``). An ASGI app that has such routes says so with ``direct_routes``
