@@ -10,35 +10,15 @@ parsed dict (with its ``seq``) that also keeps the text, for the per-item path.
 
 from __future__ import annotations
 
-import json
-import json.scanner
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, Sequence, ValuesView
 from typing import Any
+
+from .._core.json_text import loads
 
 #: What the selections read, in this order: the row's number, the columns the relay reads
 #: (the stored event's id, source and partitionkey, as publish wrote them from the same
 #: validated event as the text) and the text.
 PENDING_SELECT = "seq, id, source, partitionkey, event"
-
-#: The decoder's own scanner (C where ``_json`` is), as ``json.loads`` uses it under its layers.
-_scan = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
-
-
-def parse_stored(text: str) -> dict[str, Any]:
-    """The stored text parsed: a fresh dict, nothing in it shared with any other parse.
-
-    The text is the canonical JSON that publish wrote, one object with no white space around
-    it, so the decoder's scanner reads it directly: ``json.loads`` spends half of a lab
-    event's parse (~1 µs of ~2) in its Python layers around the same scanner. Anything else
-    (a row written by hand) goes to ``json.loads``, which parses it or raises as it would."""
-    try:
-        value, end = _scan(text, 0)
-    except StopIteration:
-        value, end = None, -1
-    if end != len(text) or type(value) is not dict:
-        parsed: dict[str, Any] = json.loads(text)
-        return parsed
-    return value
 
 
 class PendingEvent(dict[str, Any]):
@@ -69,7 +49,7 @@ class PendingRow(Mapping[str, Any]):
     def _attributes(self) -> dict[str, Any]:
         # Parsed once and kept: only this row's readers (the selection's own) see it.
         if self._parsed is None:
-            self._parsed = parse_stored(self.text)
+            self._parsed = loads(self.text)
         return self._parsed
 
     def __getitem__(self, name: str) -> Any:
@@ -109,11 +89,12 @@ class PendingRow(Mapping[str, Any]):
     def copy_event(self) -> dict[str, Any]:
         """A fresh deep copy of the stored event, without ``seq``: parsed from the text, so
         nothing in it is shared with this row or any other copy."""
-        return parse_stored(self.text)
+        copied: dict[str, Any] = loads(self.text)
+        return copied
 
     def event(self) -> PendingEvent:
         """The event with its ``seq``, as ``pending()`` hands it out (a fresh dict)."""
-        found = PendingEvent(parse_stored(self.text), self.text)
+        found = PendingEvent(loads(self.text), self.text)
         found["seq"] = self.seq
         return found
 
