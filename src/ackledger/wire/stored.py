@@ -10,14 +10,13 @@ a copy, and spares the second validation and encoding of every event.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import Any, NamedTuple, Protocol, cast, runtime_checkable
 
 
-@dataclass(frozen=True, slots=True)
-class Stored:
+class Stored(NamedTuple):
     """One selected event: its attributes as read (not to be changed: they are the
-    selection's own) and the JSON text the outbox holds for it."""
+    selection's own) and the JSON text the outbox holds for it. A named tuple: immutable as a
+    frozen dataclass is, at two thirds of its cost to make (one is made per event sent)."""
 
     attributes: Mapping[str, Any]
     text: str
