@@ -10,6 +10,9 @@ inbox a SQLite file), in one of these ways:
   ``send_http_batch`` (bench/relay.py's in-process batch figure): the CPU is this process's;
 - ``own``: ``dispatch_batch`` with ``ackledger.sender(url).send_batch``, the relay's own
   sender (from the ninth session on, the stored text goes as it is);
+- ``item``, ``itemlast``: ``dispatch`` (one event at a time, ``mark_sync='last'`` for the
+  second) with a function that calls ``send_http`` (bench/relay.py's per-item figures);
+- ``itemown``: ``dispatch`` with ``ackledger.sender(url).send`` (not in v1);
 - ``daemon``, ``pipeline``: an ``ackledger relay --batch`` process (``--pipeline`` too),
   its CPU from ``/proc/PID/stat`` at the last mark, less what one spends starting and idling
   2 s on an empty outbox.
@@ -44,7 +47,9 @@ from typing import Any
 
 from .common import cpu_seconds, marks_rate
 
-WAYS = ("inproc", "own", "daemon", "pipeline")
+WAYS = ("inproc", "own", "item", "itemlast", "itemown", "daemon", "pipeline")
+#: The per-item ways: one event a request, ``dispatch`` in this process.
+ITEM_WAYS = ("item", "itemlast", "itemown")
 BATCH = 16
 CHUNK = 2_000
 
@@ -166,8 +171,8 @@ def one_run(
     import ackledger
     from ackledger import Outbox
     from ackledger._dev.procs import start_service
-    from ackledger.source.dispatch import dispatch_batch
-    from ackledger.wire.http import close_connections, send_http_batch
+    from ackledger.source.dispatch import dispatch, dispatch_batch
+    from ackledger.wire.http import close_connections, send_http, send_http_batch
 
     with tempfile.TemporaryDirectory(prefix="ackledger-bench-relaycpu-") as name:
         folder = Path(name)
@@ -186,7 +191,31 @@ def one_run(
                 sink_before = cpu_seconds(sink.process.pid)
                 wall = time.perf_counter()
                 sink_spy = _spying(sink.process.pid, profile and profile + ".sink")
-                if way in ("inproc", "own"):
+                if way in ITEM_WAYS:
+                    used = time.process_time()
+                    with (
+                        sink_spy,
+                        _spying(os.getpid(), profile),
+                        Outbox(target, synchronous="FULL") as outbox,
+                    ):
+                        sync = "last" if way == "itemlast" else "each"
+                        if way == "itemown":
+                            wire = ackledger.sender(sink.base_url + "/events")
+                            send: Any = wire.send
+                        else:
+                            item_url = sink.base_url + "/events"
+
+                            def send(item: dict[str, Any]) -> bool:
+                                return send_http(item, item_url)
+
+                        while dispatch(outbox, send, BATCH, mark_sync=sync):
+                            pass
+                        if way == "itemown":
+                            wire.close()
+                    relay = time.process_time() - used
+                    close_connections()
+                    elapsed = time.perf_counter() - wall
+                elif way in ("inproc", "own"):
                     used = time.process_time()
                     with (
                         sink_spy,

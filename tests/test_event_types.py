@@ -159,5 +159,6 @@ def test_a_schema_that_keeps_its_answer_does_not_share_it_with_the_event() -> No
     )
     kept["total"] = 99
     assert event["data"] == {"total": 1}
-    assert not registry.builds_fresh("com.example.order.kept")
-    assert registry.builds_fresh("warehouse.stock.added")
+    assert registry.schema("com.example.order.kept") is not registry.reference
+    assert registry.schema("warehouse.stock.added") is registry.reference
+    assert registry.schema("com.example.unknown") is None

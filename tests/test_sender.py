@@ -293,6 +293,29 @@ def test_only_an_own_unwrapped_send_takes_a_stored_event() -> None:
     assert own_stored_event(plain.send) == plain.send_stored_event
 
 
+def test_a_sender_class_patched_after_its_first_use_gets_copies_from_then_on() -> None:
+    class Later(HttpSender):
+        pass
+
+    wire = Later("http://127.0.0.1:9/events")
+    assert own_stored(wire.send_batch) == wire.send_stored
+    assert own_stored_event(wire.send) == wire.send_stored_event
+
+    def send_batch(self: HttpSender, events: list[dict[str, Any]]) -> int:
+        return HttpSender.send_batch(self, events)
+
+    # The class's own send_batch now wraps the original one: it may change the events, so
+    # the stored text no longer stands in for it (send is still the class's own pair).
+    Later.send_batch = send_batch  # type: ignore[method-assign]
+    assert own_stored(wire.send_batch) is None
+    assert own_stored_event(wire.send) == wire.send_stored_event
+    # A stored half that is not a method at all gets copies too.
+    Later.send_stored_event = None  # type: ignore[assignment,method-assign]
+    Later.send = HttpSender.send  # type: ignore[method-assign]
+    assert stored_event_sender(wire) is None and own_stored_event(wire.send) is None
+    assert own_stored(lambda events: 0) is None and own_stored(len) is None
+
+
 def test_an_item_wrapper_gets_a_copy_and_its_edit_is_validated_before_any_send(
     tmp_path: Path,
 ) -> None:

@@ -43,7 +43,14 @@ class EventTypes:
         self._checks: dict[str, Check] = {warehouse.TYPE: warehouse.check_data}
         # Kept, not imported again per event: an import statement in a function cost more
         # than the schema's own check on the sink's per-event path (bench/CHANGES.md 19).
-        self._reference: Check = warehouse.check_data
+        # Its answer is always a new dict of plain values: the fast path need not copy it.
+        #: The reference type's schema, as ``schema`` returns it (not to be changed).
+        self.reference: Check = warehouse.check_data
+
+    def schema(self, name: str) -> Check | None:
+        """The schema registered for ``name``, or None: ``check`` without the restatement of
+        a refusal for the whole event (the fast path takes any refusal the full way)."""
+        return self._checks.get(name)
 
     def register(self, name: str, check: Check) -> None:
         """Give the type ``name`` the schema ``check``. A name is registered once: a second
@@ -55,11 +62,6 @@ class EventTypes:
         if name in self._checks:
             raise ValueError(f"event type {name!r} is already registered")
         self._checks[name] = check
-
-    def builds_fresh(self, name: str) -> bool:
-        """True when the schema of ``name`` is the reference type's, whose answer is always
-        a new dict of plain values (the fast path need not copy it again)."""
-        return self._checks.get(name) is self._reference
 
     def __contains__(self, name: object) -> bool:
         return name in self._checks

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from ackledger import Outbox
 from ackledger.store.pending import PendingRow
 
@@ -67,3 +69,22 @@ def test_pending_rows_skips_what_it_is_told_and_keeps_the_limit(target: Target) 
         assert [row.id for row in ob.pending_rows({"gone", "k-1"}, 2)] == ["k-0", "k-2"]
         assert [row.id for row in ob.pending_rows((), 3)] == ["k-0", "k-1", "k-2"]
         assert [event["id"] for event in ob.pending_beyond({"k-1"}, 2)] == ["k-0", "k-2"]
+
+
+def test_a_stored_text_not_of_publishs_form_parses_or_fails_as_json_loads_would() -> None:
+    # The fast parse reads publish's canonical text directly; anything else (a row edited by
+    # hand) must parse, or fail, exactly as json.loads does, never half-read.
+    def row(text: str) -> PendingRow:
+        return PendingRow((1, "e-1", SOURCE, None, text))
+
+    spaced = ' {"id": "e-1", "data": {"n": [1, 2]}} '
+    assert row(spaced).copy_event() == json.loads(spaced)
+    assert row(spaced)["data"] == {"n": [1, 2]}
+    for junk in ('{"id":"e-1"} {"id":"e-2"}', '{"id":"e-1"}x', "", '{"id":', "[1]", "{}\n"):
+        try:
+            expected: object = json.loads(junk)
+        except ValueError as refused:
+            with pytest.raises(type(refused)):
+                row(junk).copy_event()
+        else:
+            assert row(junk).copy_event() == expected

@@ -80,52 +80,52 @@ def _checked(obj: dict[str, Any], types: EventTypes) -> tuple[dict[str, Any], st
         "source": source,
         "type": kind,
     }
-    if "datacontenttype" in obj:
-        declared = obj["datacontenttype"]
-        if declared != "application/json" or type(declared) is not str:
-            raise _Slow
-        event["datacontenttype"] = "application/json"
     # The canonical JSON is written here, in sorted key order, instead of by the sorting
     # encoder afterwards: id and type are of their patterns' characters and a source of RFC
     # 3986's, none of which JSON escapes (tests/test_envelope_fast.py holds the text to
-    # ``canonical_json``).
-    head = ""
+    # ``canonical_json``). Each part is empty or ends in a comma, and one f-string joins them.
+    data_part = declared = key_part = subject_part = ""
+    if "datacontenttype" in obj:
+        if obj["datacontenttype"] != "application/json":
+            raise _Slow
+        if type(obj["datacontenttype"]) is not str:
+            raise _Slow
+        event["datacontenttype"] = "application/json"
+        declared = '"datacontenttype":"application/json",'
+    schema = types.schema(kind)
     if "data" in obj:
-        if types.builds_fresh(kind):
+        given = obj["data"]
+        if schema is types.reference:
             # The reference schema only reads what it is given and answers with fresh plain
             # values ({"sku", "qty"}: an identifier and an int): no copy before it or after
             # it, and no encoder for its text. Only an exact dict: a subclass's ``[]`` (what
-            # the schema reads) could say other than its items (what a copy reads).
-            if type(obj["data"]) is not dict:
+            # the schema reads) could say other than its items (what a copy reads). Its
+            # refusal is an InvalidEvent: the full way says it with the attribute's place.
+            if type(given) is not dict:
                 raise _Slow
-            data = types.check(kind, obj["data"])
-            head = f'{{"data":{{"qty":{int.__repr__(data["qty"])},"sku":"{data["sku"]}"}}'
+            event["data"] = data = schema(given)
+            data_part = f'"data":{{"qty":{int.__repr__(data["qty"])},"sku":"{data["sku"]}"}},'
         else:
-            data = _copy(obj["data"], 0)
+            data = _copy(given, 0)
             if data is None:
                 raise _Slow  # a null member is absent: the full way says what that means
-            if kind in types:
+            if schema is not None:
                 # Any other schema may hold on to what it returned, so that is copied.
                 data = _copy(types.check(kind, data), 0)
-        event["data"] = data
-        if not head:
-            head = '{"data":' + _ENCODE(data)
-    elif kind in types:
+            event["data"] = data
+            data_part = '"data":' + _ENCODE(data) + ","
+    elif schema is not None:
         raise _Slow
-    declared = ',"datacontenttype":"application/json"' if "datacontenttype" in event else ""
-    if head:
-        head += declared + ',"id":"'
-    else:
-        head = '{"datacontenttype":"application/json","id":"' if declared else '{"id":"'
-    text = head + event_id + '","'
     if "partitionkey" in obj:
         event["partitionkey"] = key = _printable(obj["partitionkey"])
-        text += 'partitionkey":' + _QUOTE(key) + ',"'
-    text += 'source":"' + source + '","specversion":"1.0"'
+        key_part = '"partitionkey":' + _QUOTE(key) + ","
     if "subject" in obj:
         event["subject"] = subject = _printable(obj["subject"])
-        text += ',"subject":' + _QUOTE(subject)
-    return event, text + ',"type":"' + kind + '"}'
+        subject_part = '"subject":' + _QUOTE(subject) + ","
+    return event, (
+        f'{{{data_part}{declared}"id":"{event_id}",{key_part}"source":"{source}",'
+        f'"specversion":"1.0",{subject_part}"type":"{kind}"}}'
+    )
 
 
 def _printable(text: object) -> str:

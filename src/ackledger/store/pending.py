@@ -10,9 +10,10 @@ parsed dict (with its ``seq``) that also keeps the text, for the per-item path.
 
 from __future__ import annotations
 
-import json
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, Sequence, ValuesView
 from typing import Any
+
+from .._core.json_text import loads
 
 #: What the selections read, in this order: the row's number, the columns the relay reads
 #: (the stored event's id, source and partitionkey, as publish wrote them from the same
@@ -48,7 +49,7 @@ class PendingRow(Mapping[str, Any]):
     def _attributes(self) -> dict[str, Any]:
         # Parsed once and kept: only this row's readers (the selection's own) see it.
         if self._parsed is None:
-            self._parsed = json.loads(self.text)
+            self._parsed = loads(self.text)
         return self._parsed
 
     def __getitem__(self, name: str) -> Any:
@@ -88,12 +89,12 @@ class PendingRow(Mapping[str, Any]):
     def copy_event(self) -> dict[str, Any]:
         """A fresh deep copy of the stored event, without ``seq``: parsed from the text, so
         nothing in it is shared with this row or any other copy."""
-        copied: dict[str, Any] = json.loads(self.text)
+        copied: dict[str, Any] = loads(self.text)
         return copied
 
     def event(self) -> PendingEvent:
         """The event with its ``seq``, as ``pending()`` hands it out (a fresh dict)."""
-        found = PendingEvent(json.loads(self.text), self.text)
+        found = PendingEvent(loads(self.text), self.text)
         found["seq"] = self.seq
         return found
 

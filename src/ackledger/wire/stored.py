@@ -10,14 +10,13 @@ a copy, and spares the second validation and encoding of every event.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, cast, runtime_checkable
 
 
-@dataclass(frozen=True, slots=True)
-class Stored:
+class Stored(NamedTuple):
     """One selected event: its attributes as read (not to be changed: they are the
-    selection's own) and the JSON text the outbox holds for it."""
+    selection's own) and the JSON text the outbox holds for it. A named tuple: immutable as a
+    frozen dataclass is, at two thirds of its cost to make (one is made per event sent)."""
 
     attributes: Mapping[str, Any]
     text: str
@@ -66,27 +65,31 @@ def split_sender(sender: object) -> SplitSender | None:
 
 def stored_sender(sender: object) -> StoredSender | None:
     """``sender`` if its ``send_stored`` may stand in for its ``send_batch``, else None."""
-    if not isinstance(sender, StoredSender):
+    # No isinstance against the Protocol: a runtime-checkable one inspects every member on
+    # each call (~7 µs), and this runs on every ``dispatch_batch`` call; a class that
+    # defines both methods has the one the Protocol asks for.
+    if not _own_pair(sender, "send_batch", "send_stored"):
         return None
-    return sender if _own_pair(sender, "send_batch", "send_stored") else None
+    return cast(StoredSender, sender)
 
 
 def stored_event_sender(sender: object) -> StoredEventSender | None:
     """``sender`` if its ``send_stored_event`` may stand in for its ``send``, else None."""
-    if not isinstance(sender, StoredEventSender):
+    if not _own_pair(sender, "send", "send_stored_event"):
         return None
-    return sender if _own_pair(sender, "send", "send_stored_event") else None
+    return cast(StoredEventSender, sender)
 
 
 def _own_pair(sender: object, public: str, stored: str) -> bool:
     """Whether one class defines both methods and the instance replaces neither: a subclass
     or a patch that changes ``public`` may do anything to the events it is given, so it gets
     copies."""
-    pair = {public, stored}
-    if pair & set(getattr(sender, "__dict__", ())):
+    own = getattr(sender, "__dict__", None)
+    if own and (public in own or stored in own):
         return False
     for klass in type(sender).__mro__:
-        names = set(vars(klass))
-        if pair & names:
-            return pair <= names
+        names = klass.__dict__  # read each call: a class patched later is seen at once
+        has_public, has_stored = public in names, stored in names
+        if has_public or has_stored:
+            return has_public and has_stored and callable(getattr(sender, stored, None))
     return False
