@@ -165,6 +165,18 @@ def test_idle_time_starts_after_the_body_of_a_request_refused_before_it(port: in
         assert time.monotonic() - sent < 4.0
 
 
+def _slow_then_pipelined(sock: socket.socket, port: int, then: str = "") -> None:
+    """POST /slow (body "ab"), and pipelined behind it POST /fast whose body ("cdef") ends
+    0.3 s after its head, followed by ``then`` (``{host}`` in it is the Host line)."""
+    host = f"Host: 127.0.0.1:{port}\r\n"
+    sock.sendall(
+        f"POST /slow HTTP/1.1\r\n{host}Content-Length: 2\r\n\r\nab".encode()
+        + f"POST /fast HTTP/1.1\r\n{host}Content-Length: 4\r\n\r\ncd".encode()
+    )
+    time.sleep(0.3)
+    sock.sendall(b"ef" + then.format(host=host).encode())
+
+
 def test_a_slow_answer_does_not_cut_the_pipelined_request_behind_it() -> None:
     """A request answered in 1.5 s, with a second one pipelined behind it whose body ends
     0.3 s later, inside the 0.5 s read time-out: both are answered, in order. The second's
@@ -187,13 +199,7 @@ def test_a_slow_answer_does_not_cut_the_pipelined_request_behind_it() -> None:
         _served(echo, Limits(read_timeout=0.5, keep_alive=5.0)) as served_port,
         socket.create_connection(("127.0.0.1", served_port)) as sock,
     ):
-        host = f"Host: 127.0.0.1:{served_port}\r\n"
-        sock.sendall(
-            f"POST /slow HTTP/1.1\r\n{host}Content-Length: 2\r\n\r\nab".encode()
-            + f"POST /fast HTTP/1.1\r\n{host}Content-Length: 4\r\n\r\ncd".encode()
-        )
-        time.sleep(0.3)
-        sock.sendall(b"ef")
+        _slow_then_pipelined(sock, served_port)
         sock.settimeout(20)
         got = b""
         while not got.endswith(b"cdef"):
@@ -237,13 +243,9 @@ def test_a_slow_direct_answer_does_not_cut_the_pipelined_request_behind_it() -> 
         _served(_not_found, Limits(read_timeout=0.5, keep_alive=5.0), direct) as served_port,
         socket.create_connection(("127.0.0.1", served_port)) as sock,
     ):
-        host = f"Host: 127.0.0.1:{served_port}\r\n"
-        sock.sendall(
-            f"POST /slow HTTP/1.1\r\n{host}Content-Length: 2\r\n\r\nab".encode()
-            + f"POST /fast HTTP/1.1\r\n{host}Content-Length: 4\r\n\r\ncd".encode()
+        _slow_then_pipelined(
+            sock, served_port, "POST /bug HTTP/1.1\r\n{host}Content-Length: 0\r\n\r\n"
         )
-        time.sleep(0.3)
-        sock.sendall(b"ef" + f"POST /bug HTTP/1.1\r\n{host}Content-Length: 0\r\n\r\n".encode())
         sock.settimeout(20)
         got = b""
         while chunk := sock.recv(65536):

@@ -36,21 +36,20 @@ own queue). A request with ``Expect``, a ``Transfer-Encoding``, an upgrade, a qu
 escaped path, or one over uvicorn's concurrency limit, takes uvicorn's cycle as before. Read
 against uvicorn 0.55.0's ``httptools_impl``: besides the callbacks, this uses its ``url``,
 ``headers``, ``expect_100_continue``, ``scope``, ``cycle``, ``pipeline``, ``flow``,
-``_start_asgi_task`` and the cycle attributes its ``shutdown`` reads.
+``_start_asgi_task``, the cycle attributes its ``shutdown`` reads and its ``STATUS_LINE``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import http
 import logging
 import time
 import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from .answers import Answer
 from .direct import DirectRoute, Pending
@@ -75,16 +74,6 @@ def _too_large_answer(cap: int) -> bytes:
     return _TOO_LARGE % (len(body), body)
 
 
-def _status_line(status: int) -> bytes:
-    try:
-        phrase = http.HTTPStatus(status).phrase.encode()
-    except ValueError:
-        phrase = b""
-    return b"HTTP/1.1 %d %s\r\n" % (status, phrase)
-
-
-#: Status lines as uvicorn writes them.
-_STATUS_LINES = {status: _status_line(status) for status in range(100, 600)}
 #: uvicorn's answer to an app that raised before answering.
 _FAILED = (
     500,
@@ -443,7 +432,7 @@ class LimitedHttpTools(HttpToolsProtocol):
         transport = self.transport
         if transport.is_closing():
             return  # the client left: the answer is dropped
-        parts = [_STATUS_LINES[status]]
+        parts = [STATUS_LINE[status]]  # uvicorn's own status lines
         for name, value in self.server_state.default_headers:
             parts += (name, b": ", value, b"\r\n")
         closing = False
