@@ -23,9 +23,10 @@ ANSWER = (
 )
 
 
-def one_row_committer(path: str) -> Callable[[], None]:
-    """A function that makes one one-row commit in ``path`` (WAL, synchronous=FULL)."""
-    db = sqlite3.connect(path, isolation_level=None)
+def one_row_committer(path: str, *, any_thread: bool = False) -> Callable[[], None]:
+    """A function that makes one one-row commit in ``path`` (WAL, synchronous=FULL);
+    ``any_thread``: callable from a thread other than this one (a mark behind the send)."""
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=not any_thread)
     db.execute("PRAGMA journal_mode = WAL")
     db.execute("PRAGMA synchronous = FULL")
     db.execute("CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
