@@ -20,13 +20,14 @@ class Target:
     label: str
     value: float | None
     goal: float
-    #: "ratio" (value / goal must be >= 1) or "ceiling" (value must be <= goal).
+    #: "ratio" (value / goal must be >= 1), "ceiling" (value must be <= goal), or "info"
+    #: (a ratio shown for what it says, with no goal: ``information``).
     kind: str
     unit: str
 
     @property
     def met(self) -> bool | None:
-        if self.value is None or math.isnan(self.value):
+        if self.value is None or math.isnan(self.value) or self.kind == "info":
             return None
         return self.value >= self.goal if self.kind == "ratio" else self.value <= self.goal
 
@@ -82,6 +83,31 @@ def targets(results: Results, plan: Plan) -> list[Target]:
                "ceiling", "x"),
         Target(f"relay RSS, {int(last):,} / {int(first):,} sent rows",
                _ratio(results, f"growth.rss.{last}", f"growth.rss.{first}"), 1.1, "ceiling", "x"),
+    ]  # fmt: skip
+
+
+def information(results: Results) -> list[Target]:
+    """Ratios against the guarded floors (bench/CHANGES.md item 82), shown without a goal:
+    the issue's goals are set against the zero-code floors, and these split the gap to them
+    into the contract's own work (guarded / zero-code) and ackledger's cost beyond it (ours /
+    guarded), which is what is left to cut."""
+    return [
+        Target("guarded hand-over / zero-code hand-over (what the contract's work costs)",
+               _ratio(results, "floor.handover_guarded", "floor.handover"), 0, "info", "x"),
+        Target("per-item relay / guarded hand-over floor (ackledger beyond the contract's work)",
+               _ratio(results, "relay.item", "floor.handover_guarded"), 0, "info", "x"),
+        Target("zero-code hand-over, marks behind / zero-code hand-over",
+               _ratio(results, "floor.handover_behind", "floor.handover"), 0, "info", "x"),
+        Target("a new event through serve sink / the guarded sink's new event",
+               _ratio(results, "step.sink_new", "floor.guarded_new"), 0, "info", "x"),
+        Target("a duplicate through serve sink / the guarded sink's duplicate",
+               _ratio(results, "step.sink_dup", "floor.guarded_dup"), 0, "info", "x"),
+        Target("serve sink's CPU per new event / the guarded sink's",
+               _ratio(results, "step.sink_new_sink_cpu", "floor.guarded_new_sink_cpu"), 0,
+               "info", "x"),
+        Target("serve sink's CPU per duplicate / the guarded sink's",
+               _ratio(results, "step.sink_dup_sink_cpu", "floor.guarded_dup_sink_cpu"), 0,
+               "info", "x"),
     ]  # fmt: skip
 
 
@@ -161,6 +187,8 @@ def write(
             f"| {target.label} | {_num(target.value, target.unit)} | {sign} "
             f"{_num(target.goal, target.unit)} | {met} |"
         )
+    for line in information(results):
+        lines.append(f"| {line.label} | {_num(line.value, line.unit)} | — | (information) |")
     lines += ["", "![ratios against targets](img/targets.png)", ""]
     sections = [
         ("Floors", "floor.", "What the machine allows: a durable 4 KiB write, a one-row SQLite "
