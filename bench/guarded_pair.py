@@ -31,6 +31,7 @@ from .steps import send_each
 #: (key, words, unit) of each row, in the order printed.
 ROWS = (
     ("item", "per-item relay (dispatch + send_http) to serve sink", "/s"),
+    ("item_own", "per-item relay, own sender (the stored text sent as it is)", "/s"),
     ("zero", "zero-code hand-over", "/s"),
     ("guarded", "guarded hand-over", "/s"),
     ("sink_new", "send_http to serve sink, a new event", "µs"),
@@ -64,6 +65,12 @@ def one_round(
     count, rate, cpu = relay_rate(source, ours, batch=False)
     sink_cpu = 1e6 * (task_cpu_seconds(ours_pid) - before) / count
     _record(found, "item", Sample(rate, cpu, sink_cpu))
+    source = folder / f"own-{round_no}.db"
+    fill.pending_events(source, f"o{round_no}", events)
+    before = task_cpu_seconds(ours_pid)
+    count, rate, cpu = relay_rate(source, ours, batch=False, own=True)
+    sink_cpu = 1e6 * (task_cpu_seconds(ours_pid) - before) / count
+    _record(found, "item_own", Sample(rate, cpu, sink_cpu))
     seconds = events / 2500  # about as long as the relay's run
     marks = folder / "zero-code-marks.db"
     sample = zero_code(lambda: raw_exchange(raw), marks, seconds, raw_pid, behind=False)
@@ -119,11 +126,11 @@ def report(found: dict[str, list[float]]) -> None:
         value = f"{rate:,.0f}/s" if unit == "/s" else f"{1e6 / rate:,.0f} µs"
         relay, sink = _median(found, key + ".relay_cpu"), _median(found, key + ".sink_cpu")
         print(f"| {words} | {value} | {relay:,.0f} | {sink:,.0f} |")
-    zero, guarded, item = (_median(found, key) for key in ("zero", "guarded", "item"))
-    print(
-        f"per-item relay / zero-code {item / zero:.2f}; guarded / zero-code {guarded / zero:.2f};"
-        f" per-item relay / guarded {item / guarded:.2f}"
-    )
+    zero, guarded = _median(found, "zero"), _median(found, "guarded")
+    print(f"guarded / zero-code {guarded / zero:.2f}")
+    for key in ("item", "item_own"):
+        item = _median(found, key)
+        print(f"{key}: / zero-code {item / zero:.2f}, / guarded {item / guarded:.2f}")
     for kind in ("new", "dup"):
         ours, floor = _median(found, f"sink_{kind}"), _median(found, f"guarded_{kind}")
         print(f"serve sink {kind} / guarded sink {kind}: {floor / ours:.2f}x the time")

@@ -96,6 +96,13 @@ def information(results: Results) -> list[Target]:
                _ratio(results, "floor.handover_guarded", "floor.handover"), 0, "info", "x"),
         Target("per-item relay / guarded hand-over floor (ackledger beyond the contract's work)",
                _ratio(results, "relay.item", "floor.handover_guarded"), 0, "info", "x"),
+        # The guarded relay sends the stored text as it is, as the relay's own sender does;
+        # dispatch + send_http also deep-copies the event for the callback and validates it
+        # again (CONTRACT sections 4 and 5), so both are shown.
+        Target("per-item relay, own sender / guarded hand-over floor",
+               _ratio(results, "relay.item_own", "floor.handover_guarded"), 0, "info", "x"),
+        Target("per-item relay daemon (`ackledger relay`) / guarded hand-over floor",
+               _ratio(results, "relay.item_daemon", "floor.handover_guarded"), 0, "info", "x"),
         Target("zero-code hand-over, marks behind / zero-code hand-over",
                _ratio(results, "floor.handover_behind", "floor.handover"), 0, "info", "x"),
         Target("a new event through serve sink / the guarded sink's new event",
@@ -200,7 +207,22 @@ def write(
          "library: a kept raw socket posts to the raw server, which makes a one-row FULL "
          "commit with bare `sqlite3` before it answers, and the client then makes its own "
          "one-row FULL commit, in a loop; it is the per-item relay's floor (issue 18). The "
-         "same hand-over with `http.client` as the client is shown beside it.", None),
+         "same hand-over with `http.client` as the client is shown beside it, and with each "
+         "mark committed on a second thread while the next event travels (\"marks behind\", "
+         "the floor of a relay that pipelines its marks). The guarded hand-over "
+         "(`bench/guarded_relay.py`, `bench/guarded_sink.py`) is the same two processes and "
+         "kept raw socket doing, in the most direct Python and still with no ackledger code, "
+         "the work the CONTRACT requires of each side for one lab event: the relay selects "
+         "pending rows in order from a real outbox, POSTs the stored text as "
+         "`application/cloudevents+json`, checks the answer's framing and that its JSON is "
+         "the ACK of this id and source, and marks the row in a FULL commit; the sink checks "
+         "method, path, Host, content type and length, parses and validates the event, "
+         "fingerprints its canonical content, and in one FULL transaction claims the receipt, "
+         "adds the stock and counts it (a duplicate: a read by key and its count committed "
+         "without an fsync), then answers the ACK. `floor.guarded_new`/`_dup` are one round "
+         "trip to that sink with a new event and a duplicate. Each hand-over row has both "
+         "processes' CPU per event (`_relay_cpu`/`_client_cpu`, `_sink_cpu`; "
+         "bench/CHANGES.md item 82).", None),
         ("Accept", "accept.", "`Outbox.accept` in a loop: order row and outbox row in one "
          "transaction per event.", None),
         ("Relay end to end", "relay.", "A pre-filled outbox (synchronous=FULL) relayed into a "
