@@ -2,9 +2,10 @@
 CONTRACT requires (sections 1, 6 and 9), for the lab's ``warehouse.stock.added`` event.
 
 A sibling of ``rawserver.py``: one blocking socket, one connection at a time, bare ``sqlite3``,
-no ackledger code (it is run by path: ``python guarded_sink.py --db DB [--parser bytes|llhttp]``
-prints its URL). Unlike the raw server it keeps every rule a sink must keep for this event, each
-in the most direct form found:
+no ackledger code (``python -m bench.guarded_sink --db DB [--parser bytes|llhttp]`` prints its
+URL; it imports the standard library and ``rawserver``'s listener, nothing else). Unlike the
+raw server it keeps every rule a sink must keep for this event, each in the most direct form
+found:
 
 - the request: method ``POST``, path ``/events``, HTTP/1.1, ``Host`` a loopback name (421),
   ``Host``/``Content-Type``/``Content-Length`` given once, structured mode's content type, no
@@ -39,6 +40,8 @@ import sys
 import time
 from collections.abc import Callable
 from json.encoder import encode_basestring
+
+from .rawserver import listen
 
 MAX_BODY = 64 * 1024
 MAX_HEAD = 16 * 1024
@@ -366,16 +369,7 @@ def main(argv: list[str]) -> None:
     inbox = Inbox(argv[argv.index("--db") + 1])
     which = argv[argv.index("--parser") + 1] if "--parser" in argv else "bytes"
     parse: HeadParser = bytes_head if which == "bytes" else _Llhttp()
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(16)
-    print(f"listening on http://127.0.0.1:{listener.getsockname()[1]}", flush=True)
-    while True:
-        conn, _ = listener.accept()
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        with conn:
-            serve_connection(conn, inbox, parse)
+    listen(lambda conn: serve_connection(conn, inbox, parse))
 
 
 if __name__ == "__main__":

@@ -31,9 +31,10 @@ def guarded_sink(folder: Path) -> Iterator[tuple[str, int]]:
     """A guarded sink process: (its base URL, its pid)."""
     from ackledger._dev.procs import start_listener
 
-    script = Path(__file__).with_name("guarded_sink.py")
-    command = [sys.executable, str(script), "--db", str(folder / "guarded-sink.db")]
-    with start_listener(command) as sink:
+    command = [sys.executable, "-m", "bench.guarded_sink", "--db", str(folder / "guarded-sink.db")]
+    # The repository's root, so that ``bench`` imports wherever the caller runs from.
+    root = str(Path(__file__).resolve().parent.parent)
+    with start_listener(command, env={"PYTHONPATH": root}) as sink:
         yield sink.base_url, sink.process.pid
 
 
