@@ -369,7 +369,8 @@ def main(argv: list[str]) -> None:
     inbox = Inbox(argv[argv.index("--db") + 1])
     which = argv[argv.index("--parser") + 1] if "--parser" in argv else "bytes"
     parse: HeadParser = bytes_head if which == "bytes" else _Llhttp()
-    listen(lambda conn: serve_connection(conn, inbox, parse))
+    # --once: exit when the first connection ends (bench.guarded_instructions counts a life).
+    listen(lambda conn: serve_connection(conn, inbox, parse), once="--once" in argv)
 
 
 if __name__ == "__main__":
