@@ -2,11 +2,11 @@
 both hand-over floors, alternately in one run (bench/CHANGES.md item 83).
 
 Each round measures, one after the other: the per-item relay (``dispatch`` + ``send_http``
-into a real ``serve sink``), the zero-code hand-over, the guarded hand-over, ``send_http`` of
-new events and of the same events again to ``serve sink``, and the guarded sink's new events
-and duplicates; each with both processes' CPU per event (``/proc/PID/task/*/schedstat`` for
-the sinks, ``process_time`` for this process). Medians over the rounds, then the gap split
-zero-code -> guarded -> ackledger.
+into a real ``serve sink``) and its own sender, the zero-code and the guarded hand-over (marks
+now, then behind), ``send_http`` of new events and of the same events again to ``serve
+sink``, and the guarded sink's new events and duplicates; each with both processes' CPU per
+event (``/proc/PID/task/*/schedstat`` for the sinks, ``process_time`` for this process).
+Medians over the rounds, then the gap split zero-code -> guarded -> ackledger.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ ROWS = (
     ("item_own", "per-item relay, own sender (the stored text sent as it is)", "/s"),
     ("zero", "zero-code hand-over", "/s"),
     ("guarded", "guarded hand-over", "/s"),
+    ("zero_behind", "zero-code hand-over, marks behind", "/s"),
+    ("guarded_behind", "guarded hand-over, marks behind", "/s"),
     ("sink_new", "send_http to serve sink, a new event", "µs"),
     ("guarded_new", "guarded sink, a new event", "µs"),
     ("sink_dup", "send_http to serve sink, a duplicate", "µs"),
@@ -76,6 +78,10 @@ def one_round(
     sample = zero_code(lambda: raw_exchange(raw), marks, seconds, raw_pid, behind=False)
     _record(found, "zero", sample)
     _record(found, "guarded", guarded_handover(folder, url, pid, seconds, f"g{round_no}"))
+    sample = zero_code(lambda: raw_exchange(raw), marks, seconds, raw_pid, behind=True)
+    _record(found, "zero_behind", sample)
+    sample = guarded_handover(folder, url, pid, seconds, f"gb{round_no}", behind=True)
+    _record(found, "guarded_behind", sample)
     lab = [fill.lab_event(f"p{round_no}-{n}", f"s{n % 64}", 1) for n in range(events)]
     for kind in ("new", "dup"):
         wall, cpu, sink_cpu = send_each(lab, f"{ours}/events", ours_pid, task_cpu_seconds)
@@ -127,7 +133,8 @@ def report(found: dict[str, list[float]]) -> None:
         relay, sink = _median(found, key + ".relay_cpu"), _median(found, key + ".sink_cpu")
         print(f"| {words} | {value} | {relay:,.0f} | {sink:,.0f} |")
     zero, guarded = _median(found, "zero"), _median(found, "guarded")
-    print(f"guarded / zero-code {guarded / zero:.2f}")
+    behind, guarded_behind = _median(found, "zero_behind"), _median(found, "guarded_behind")
+    print(f"guarded / zero-code {guarded / zero:.2f}; marks behind: {guarded_behind / behind:.2f}")
     for key in ("item", "item_own"):
         item = _median(found, key)
         print(f"{key}: / zero-code {item / zero:.2f}, / guarded {item / guarded:.2f}")
