@@ -25,6 +25,7 @@ from .common import scratch
 from .floors import raw_exchange
 from .guarded_relay import Sample, guarded_handover, sink_round_trips, task_cpu_seconds
 from .handovers import guarded_sink, zero_code
+from .placement import placed
 from .relay import relay_rate, start_sink
 from .steps import send_each
 
@@ -34,6 +35,8 @@ ROWS = (
     ("item_own", "per-item relay, own sender (the stored text sent as it is)", "/s"),
     ("zero", "zero-code hand-over", "/s"),
     ("guarded", "guarded hand-over", "/s"),
+    ("zero_together", "zero-code hand-over, both processes on one CPU", "/s"),
+    ("guarded_together", "guarded hand-over, both processes on one CPU", "/s"),
     ("zero_behind", "zero-code hand-over, marks behind", "/s"),
     ("guarded_behind", "guarded hand-over, marks behind", "/s"),
     ("sink_new", "send_http to serve sink, a new event", "µs"),
@@ -78,6 +81,16 @@ def one_round(
     sample = zero_code(lambda: raw_exchange(raw), marks, seconds, raw_pid, behind=False)
     _record(found, "zero", sample)
     _record(found, "guarded", guarded_handover(folder, url, pid, seconds, f"g{round_no}"))
+    # Pinned on one CPU as well: unpinned, a hand-over swings with where the scheduler puts
+    # its two processes (item 61), and the two floors need not land alike.
+    with placed("together", raw_pid) as pinned:
+        if pinned:
+            sample = zero_code(lambda: raw_exchange(raw), marks, seconds, raw_pid, behind=False)
+            _record(found, "zero_together", sample)
+    with placed("together", pid) as pinned:
+        if pinned:
+            sample = guarded_handover(folder, url, pid, seconds, f"gt{round_no}")
+            _record(found, "guarded_together", sample)
     sample = zero_code(lambda: raw_exchange(raw), marks, seconds, raw_pid, behind=True)
     _record(found, "zero_behind", sample)
     sample = guarded_handover(folder, url, pid, seconds, f"gb{round_no}", behind=True)
@@ -128,6 +141,8 @@ def report(found: dict[str, list[float]]) -> None:
     print("| what | median | relay/client CPU µs/event | sink CPU µs/event |")
     print("|---|---|---|---|")
     for key, words, unit in ROWS:
+        if not found[key]:
+            continue  # a placement this machine cannot make
         rate = _median(found, key)
         value = f"{rate:,.0f}/s" if unit == "/s" else f"{1e6 / rate:,.0f} µs"
         relay, sink = _median(found, key + ".relay_cpu"), _median(found, key + ".sink_cpu")
@@ -135,6 +150,9 @@ def report(found: dict[str, list[float]]) -> None:
     zero, guarded = _median(found, "zero"), _median(found, "guarded")
     behind, guarded_behind = _median(found, "zero_behind"), _median(found, "guarded_behind")
     print(f"guarded / zero-code {guarded / zero:.2f}; marks behind: {guarded_behind / behind:.2f}")
+    if found["zero_together"] and found["guarded_together"]:
+        pinned = _median(found, "guarded_together") / _median(found, "zero_together")
+        print(f"guarded / zero-code, both on one CPU: {pinned:.2f}")
     for key in ("item", "item_own"):
         item = _median(found, key)
         print(f"{key}: / zero-code {item / zero:.2f}, / guarded {item / guarded:.2f}")
