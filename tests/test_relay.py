@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import signal
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +89,7 @@ def test_a_relay_started_while_the_sink_is_down_drains_once_it_comes_up(tmp_path
     assert "send-failed" in log and "recovered" in log and "stopped" in log
 
 
-@pytest.mark.parametrize("mode", ["batch", "pipeline", "each", "last"])
+@pytest.mark.parametrize("mode", ["batch", "pipeline", "each", "last", "item-pipeline"])
 def test_sigterm_mid_send_leaves_every_event_either_sent_or_pending(
     tmp_path: Path, sink_db: Path, sink_service: Service, mode: str
 ) -> None:
@@ -104,6 +106,8 @@ def test_sigterm_mid_send_leaves_every_event_either_sent_or_pending(
             "each": ["--limit", "16"],
             # Marks wait for the disk once per round: a stop mid-round still leaves them all.
             "last": ["--limit", "16", "--mark-sync", "last"],
+            # Each event's mark lands while the next one travels: a stop waits for the last.
+            "item-pipeline": ["--limit", "16", "--pipeline"],
         }[mode]
         relay = start_relay(source, proxy.url, tmp_path / "relay.log", *flags)
         try:
@@ -241,7 +245,8 @@ def test_a_poison_event_stops_the_relay_under_the_stop_policy_with_an_alert(
         (["--poll-interval", "0"], "poll-interval"),
         (["--on-poison", "ignore"], "on-poison"),
         (["--mark-sync", "sometimes"], "mark-sync"),
-        (["--pipeline"], "--batch"),
+        (["--pipeline", "--mark-sync", "last"], "mark-sync"),
+        (["--inflight", "2"], "batch"),
         (["--log-format", "xml"], "log-format"),
         (["--metrics-port", "70000"], "metrics-port"),
     ],
@@ -264,9 +269,14 @@ def test_relay_refuses_a_missing_source_without_creating_it(tmp_path: Path) -> N
     assert not missing.exists()
 
 
-@pytest.mark.parametrize("flags", [["--batch", "--pipeline"], ["--mark-sync", "last"]])
+@pytest.mark.parametrize(
+    ("flags", "unmarked"),
+    # How many events a kill can leave applied but not marked: the round being sent and,
+    # behind it, the marks in flight (one batch, one event) or none (inline marks).
+    [(["--batch", "--pipeline"], 16), (["--mark-sync", "last"], 1), (["--pipeline"], 2)],
+)
 def test_kill_9_mid_run_then_a_fresh_relay_applies_every_event_once(
-    tmp_path: Path, sink_db: Path, sink_service: Service, flags: list[str]
+    tmp_path: Path, sink_db: Path, sink_service: Service, flags: list[str], unmarked: int
 ) -> None:
     """The modes that commit marks behind or without waiting for the disk: a relay killed
     with SIGKILL (no finally, no close) loses at most some marks; the events behind them are
@@ -283,7 +293,30 @@ def test_kill_9_mid_run_then_a_fresh_relay_applies_every_event_once(
         finally:
             relay.stop()
     assert count(source, PENDING) > 0, "the relay should have been killed mid-way"
+    # Each database read from its own connection, once the request in flight (if any) is
+    # over: what the sink applied that the outbox does not know as sent.
+    applied = _settled(lambda: set(ids(sink_db, "SELECT id FROM inbox")))
+    marked = set(ids(source, "SELECT id FROM outbox WHERE sent = 1"))
+    assert marked <= applied
+    assert len(applied - marked) <= unmarked
     _drain_and_check_applied_once(source, sink_db, sink_service, events, tmp_path)
+    # Exactly those were sent again, and the sink counted each as a duplicate.
+    again = set(ids(sink_db, "SELECT id FROM inbox WHERE receipts > 1"))
+    assert again == applied - marked
+    assert raw_rows(sink_db, "SELECT MAX(receipts) FROM inbox") == [(2 if again else 1,)]
+    duplicates = raw_rows(sink_db, "SELECT value FROM counters WHERE name = 'sink.duplicate'")
+    assert duplicates == ([(len(again),)] if again else [])
+
+
+def _settled(read: Callable[[], set[str]]) -> set[str]:
+    """``read()`` once two reads a quarter of a second apart agree."""
+    last = read()
+    while True:
+        time.sleep(0.25)
+        now = read()
+        if now == last:
+            return now
+        last = now
 
 
 def _sent_records(log: Path) -> list[dict[str, Any]]:
