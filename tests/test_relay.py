@@ -18,7 +18,16 @@ from ackledger.envelope.content import content_fingerprint
 from ackledger.relay.policy import PERMANENT, TRANSIENT, failure_class
 from tests.conftest import raw_rows
 from tests.events import SOURCE, of
-from tests.opshelp import count, free_port, ids, metrics, one, start_relay, wait_until
+from tests.opshelp import (
+    count,
+    free_port,
+    ids,
+    metrics,
+    one,
+    process_state,
+    start_relay,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -292,6 +301,39 @@ def test_kill_9_mid_run_then_a_fresh_relay_applies_every_event_once(
             relay.process.wait(30)
         finally:
             relay.stop()
+    _killed_then_drained(source, sink_db, sink_service, events, tmp_path, unmarked)
+
+
+def test_kill_9_of_a_pipelined_relay_between_an_ack_and_its_mark_re_sends_it_once(
+    tmp_path: Path, sink_db: Path, sink_service: Service
+) -> None:
+    """``relay --pipeline``, one event at a time: stopped by its drill right after the 30th
+    ACK (before that event's mark is handed over), then killed. That event is re-sent, and so
+    is the 29th if its mark, committed behind the 30th send, had not landed yet."""
+    source = tmp_path / "source.db"
+    events = _events(120)
+    _accept(source, *events)
+    relay = start_relay(
+        source, sink_service.base_url + "/events", tmp_path / "relay.log",
+        "--pipeline", "--limit", "8", "--stop-self-after-acks", "30",
+    )  # fmt: skip
+    try:
+        wait_until(lambda: process_state(relay.process.pid) == "T", "the drill's stop")
+        relay.process.send_signal(signal.SIGKILL)
+        relay.process.wait(30)
+    finally:
+        relay.stop()
+    resent = _killed_then_drained(source, sink_db, sink_service, events, tmp_path, 2)
+    assert events[29]["id"] in resent and resent <= {events[28]["id"], events[29]["id"]}
+
+
+def _killed_then_drained(
+    source: Path, sink_db: Path, sink: Service, events: list[dict[str, Any]], folder: Path,
+    unmarked: int,
+) -> set[str]:
+    """After a kill -9: at most ``unmarked`` events applied but not marked; a fresh relay
+    sends exactly those again (the sink counts each as a duplicate) and the rest once.
+    Returns those re-sent."""
     assert count(source, PENDING) > 0, "the relay should have been killed mid-way"
     # Each database read from its own connection, once the request in flight (if any) is
     # over: what the sink applied that the outbox does not know as sent.
@@ -299,13 +341,13 @@ def test_kill_9_mid_run_then_a_fresh_relay_applies_every_event_once(
     marked = set(ids(source, "SELECT id FROM outbox WHERE sent = 1"))
     assert marked <= applied
     assert len(applied - marked) <= unmarked
-    _drain_and_check_applied_once(source, sink_db, sink_service, events, tmp_path)
-    # Exactly those were sent again, and the sink counted each as a duplicate.
+    _drain_and_check_applied_once(source, sink_db, sink, events, folder)
     again = set(ids(sink_db, "SELECT id FROM inbox WHERE receipts > 1"))
     assert again == applied - marked
     assert raw_rows(sink_db, "SELECT MAX(receipts) FROM inbox") == [(2 if again else 1,)]
     duplicates = raw_rows(sink_db, "SELECT value FROM counters WHERE name = 'sink.duplicate'")
     assert duplicates == ([(len(again),)] if again else [])
+    return again
 
 
 def _settled(read: Callable[[], set[str]]) -> set[str]:
