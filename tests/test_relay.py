@@ -301,7 +301,7 @@ def test_kill_9_mid_run_then_a_fresh_relay_applies_every_event_once(
             relay.process.wait(30)
         finally:
             relay.stop()
-    _killed_then_drained(source, sink_db, sink_service, events, tmp_path, unmarked)
+    _killed_then_drained(source, sink_db, sink_service, events, tmp_path, unmarked=unmarked)
 
 
 def test_kill_9_of_a_pipelined_relay_between_an_ack_and_its_mark_re_sends_it_once(
@@ -323,12 +323,17 @@ def test_kill_9_of_a_pipelined_relay_between_an_ack_and_its_mark_re_sends_it_onc
         relay.process.wait(30)
     finally:
         relay.stop()
-    resent = _killed_then_drained(source, sink_db, sink_service, events, tmp_path, 2)
+    resent = _killed_then_drained(source, sink_db, sink_service, events, tmp_path, unmarked=2)
     assert events[29]["id"] in resent and resent <= {events[28]["id"], events[29]["id"]}
 
 
 def _killed_then_drained(
-    source: Path, sink_db: Path, sink: Service, events: list[dict[str, Any]], folder: Path,
+    source: Path,
+    sink_db: Path,
+    sink: Service,
+    events: list[dict[str, Any]],
+    folder: Path,
+    *,
     unmarked: int,
 ) -> set[str]:
     """After a kill -9: at most ``unmarked`` events applied but not marked; a fresh relay
