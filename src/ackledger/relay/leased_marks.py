@@ -42,9 +42,6 @@ class LeasedMarksBehind(MarksBehind):
             self._view = outbox
         return outbox
 
-    def select(self, outbox: Source, limit: int) -> list[dict[str, Any]]:
-        return self._picked(outbox).pending_beyond(self.inflight, limit)
-
     def select_rows(self, outbox: Source, limit: int) -> Sequence[Mapping[str, Any]]:
         return self._picked(outbox).pending_rows(self.inflight, limit)
 

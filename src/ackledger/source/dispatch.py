@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from .._core.exact import is_int
 from .._core.telemetry import span
 from ..errors import NotAcknowledged
-from ..store.pending import PendingEvent, PendingRow
+from ..store.pending import PendingRow
 from ..wire.stored import Stored, stored_event_sender, stored_sender
 from .marking import EACH, Marking, MarksBehind, marking_for
 
@@ -138,7 +138,7 @@ def dispatch_marking(
     ``send_stored`` (an own sender's), an event read from the outbox goes to it as stored
     (``wire/stored.py``) rather than as a copy to ``send``."""
     lazy = not marking.durable_each
-    selection = marking.select(outbox, limit)
+    selection = marking.select_rows(outbox, limit)
     if not selection:
         marking.settle()  # nothing more to send: let the last mark land before going idle
         return []
@@ -150,11 +150,15 @@ def dispatch_marking(
             event_id: str = item["id"]
             try:
                 # A child of the producer's span (its context is stored with the event).
-                with span(f"send {item['type']}", item, kind="producer"):
-                    if send_stored is not None and type(item) is PendingEvent:
+                if send_stored is not None and type(item) is PendingRow:
+                    with span(f"send {item['type']}", item, kind="producer"):
                         answer = send_stored(Stored(item, item.text))
-                    else:
-                        answer = send(_copy(item))
+                else:
+                    # A row's copy is its stored text parsed anew: one parse, where the
+                    # parsed event and a walk copying it were two. The span reads it first.
+                    event = _copy_of(item)
+                    with span(f"send {event['type']}", event, kind="producer"):
+                        answer = send(event)
             except Exception as exc:
                 if _failed(outbox, marking, event_id, exc):
                     unsynced = None
@@ -240,9 +244,14 @@ def _as_stored(selection: Sequence[Mapping[str, Any]]) -> list[Stored] | None:
 
 
 def _copies(selection: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """A user's ``send_batch`` gets fresh deep copies: of a row, its stored text parsed anew
-    (one parse, where the parsed event and a copy of it were two walks of the event)."""
-    return [item.copy_event() if type(item) is PendingRow else _copy(item) for item in selection]
+    """A user's ``send_batch`` gets fresh deep copies (``_copy_of``)."""
+    return [_copy_of(item) for item in selection]
+
+
+def _copy_of(item: Mapping[str, Any]) -> dict[str, Any]:
+    """A fresh deep copy for a user's sender: of a row, its stored text parsed anew (one
+    parse, where the parsed event and a copy of it were two walks of the event)."""
+    return item.copy_event() if type(item) is PendingRow else _copy(item)
 
 
 def dispatch_batch_marking(

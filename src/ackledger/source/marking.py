@@ -50,13 +50,9 @@ class Marking:
     #: Per-item dispatch: every mark waits for the disk (False: only the call's last one).
     durable_each = True
 
-    def select(self, outbox: Source, limit: int) -> list[dict[str, Any]]:
-        """The next selection of a dispatch call."""
-        return outbox.pending(limit)
-
     def select_rows(self, outbox: Source, limit: int) -> Sequence[Mapping[str, Any]]:
-        """``select`` for ``dispatch_batch``: the rows as read (``PendingRow``, parsed only
-        when asked) from a source that has them, else its events."""
+        """The next selection of a dispatch call: the rows as read (``PendingRow``, parsed
+        only when asked) from a source that has them, else its events."""
         rows = getattr(outbox, "pending_rows", None)
         if rows is None:
             return outbox.pending(limit)
@@ -140,14 +136,8 @@ class MarksBehind(Marking):
         """The ids handed over whose marks are not known to be committed yet."""
         return self._inflight
 
-    def pending(self, limit: int) -> list[dict[str, Any]]:
-        """The next selection: pending events, without those whose marks are in flight."""
-        return self.reader.pending_beyond(self._inflight, limit)
-
-    def select(self, outbox: Source, limit: int) -> list[dict[str, Any]]:
-        return self.pending(limit)
-
     def select_rows(self, outbox: Source, limit: int) -> Sequence[Mapping[str, Any]]:
+        """The next selection: pending rows, without those whose marks are in flight."""
         return self.reader.pending_rows(self._inflight, limit)
 
     def hand_over(self, event_ids: Sequence[str]) -> bool:
