@@ -25,7 +25,7 @@ from ackledger.wire.http import close_connections, send_http, send_http_batch
 
 from . import fill
 from .common import Plan, Results, cpu_seconds, marks_rate, rate, scratch
-from .floors import handover_floor
+from .floors import Probe, handover_floor
 
 
 def accept_rate(folder: Path, synchronous: str, count: int, prefix: str) -> float:
@@ -184,15 +184,33 @@ def item_daemon_run(
     return value, 1e6 * relay_cpu / count, 1e6 * sink_cpu / count
 
 
-def _item_daemons(pipeline: bool) -> list[tuple[str, tuple[str, ...], str]]:
-    """The per-item daemon runs (key, its flags, its words): serial, then (where the checkout
-    has it) ``--pipeline``, paired in each repetition."""
-    runs = [("relay.item_daemon", (), "")]
+def _item_behind(source: Path, sink: Service, probe: Probe, plan: Plan, results: Results) -> None:
+    """The per-item relay with each mark committed behind the next send, paired with
+    ``relay.item`` in the same repetition, with the hand-over floor measured around it."""
+    fill.pending_events(source, f"ib{source.stem}", plan.relay_events)
+    before = probe(plan.floor_seconds)
+    _, value, cpu = relay_rate(source, sink.base_url, batch=False, behind=True)
+    around = (before + probe(plan.floor_seconds)) / 2
+    words = "per-item relay, marks behind (dispatch behind=...)"
+    results.add("relay.item_behind", words, "/s", value)
+    results.add(
+        "relay.item_behind_handover",
+        f"{words} / the zero-code hand-over floor measured around it",
+        "x",
+        value / around,
+    )
+    results.add("relay.item_behind_cpu", f"{words}: the relay's CPU per event", "µs", cpu)
+
+
+def _item_daemons(pipeline: bool, reverse: bool) -> list[tuple[str, tuple[str, ...], str]]:
+    """The per-item daemon runs (key, its flags, its words): serial and (where the checkout
+    has it) ``--pipeline``, paired in each repetition, in reverse order if ``reverse``."""
+    runs: list[tuple[str, tuple[str, ...], str]] = [("relay.item_daemon", (), "")]
     if pipeline:
         runs.append(("relay.item_daemon_pipeline", ("--pipeline",), " --pipeline"))
     return [
         (key, extra, f"per-item relay daemon (`ackledger relay{flags}`, its own sender)")
-        for key, extra, flags in runs
+        for key, extra, flags in (runs[::-1] if reverse else runs)
     ]
 
 
@@ -246,6 +264,10 @@ def measure_relay(plan: Plan, results: Results) -> None:
                         "/s",
                         daemon_rate(source, sink.base_url, plan.batch_events, "--pipeline"),
                     )
+                # Paired runs, alternated: behind after serial in even repetitions, before it
+                # in odd ones (the same sender wrapper, the same sink).
+                if behind and rep % 2 == 1:
+                    _item_behind(folder / f"behind-{rep}.db", sink, probe, plan, results)
                 source = folder / f"item-{rep}.db"
                 fill.pending_events(source, f"i{rep}", plan.relay_events)
                 # The floor right before and right after the run: on a shared machine the
@@ -280,26 +302,9 @@ def measure_relay(plan: Plan, results: Results) -> None:
                     "x",
                     value / around,
                 )
-                if behind:
-                    # Paired with relay.item just before it: the same sender wrapper, the
-                    # same sink, each mark committed behind the next send instead.
-                    source = folder / f"behind-{rep}.db"
-                    fill.pending_events(source, f"ib{rep}", plan.relay_events)
-                    before = probe(plan.floor_seconds)
-                    _, value, cpu = relay_rate(source, sink.base_url, batch=False, behind=True)
-                    around = (before + probe(plan.floor_seconds)) / 2
-                    words = "per-item relay, marks behind (dispatch behind=...)"
-                    results.add("relay.item_behind", words, "/s", value)
-                    results.add(
-                        "relay.item_behind_handover",
-                        f"{words} / the zero-code hand-over floor measured around it",
-                        "x",
-                        value / around,
-                    )
-                    results.add(
-                        "relay.item_behind_cpu", f"{words}: the relay's CPU per event", "µs", cpu
-                    )
-                for key, extra, words in _item_daemons(daemon_item_pipeline):
+                if behind and rep % 2 == 0:
+                    _item_behind(folder / f"behind-{rep}.db", sink, probe, plan, results)
+                for key, extra, words in _item_daemons(daemon_item_pipeline, rep % 2 == 1):
                     source = folder / f"itemd{len(extra)}-{rep}.db"
                     fill.pending_events(source, f"id{len(extra)}{rep}", plan.relay_events)
                     before = probe(plan.floor_seconds)
