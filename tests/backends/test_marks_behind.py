@@ -330,11 +330,16 @@ def test_per_item_behind_refuses_mark_sync_last_and_another_reader(
     fill(reader, 2)
     behind = MarksBehind(reader, marker)
     sent: list[str] = []
+
+    def send(event: dict[str, Any]) -> bool:
+        sent.append(event["id"])
+        return True
+
     with pytest.raises(ValueError, match="mark_sync"):
-        dispatch(reader, sent.append, 16, mark_sync="last", behind=behind)
+        dispatch(reader, send, 16, mark_sync="last", behind=behind)
     with pytest.raises(ValueError, match="behind"):
-        dispatch(marker, sent.append, 16, behind=behind)
+        dispatch(marker, send, 16, behind=behind)
     with pytest.raises(ValueError, match="mark_sync"):
-        dispatch(reader, sent.append, 16, mark_sync="sometimes", behind=behind)
+        dispatch(reader, send, 16, mark_sync="sometimes", behind=behind)
     assert sent == [] and sent_ids(target) == []
     behind.close()
