@@ -6,6 +6,7 @@ with synchronous=FULL. The clock runs from the first dispatch to the last mark.
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import signal
@@ -19,11 +20,12 @@ import ackledger
 from ackledger import Outbox
 from ackledger._dev.procs import Service, cli_command, run_cli, start_service
 from ackledger.source.dispatch import dispatch, dispatch_batch
+from ackledger.source.marking import MarksBehind
 from ackledger.wire.http import close_connections, send_http, send_http_batch
 
 from . import fill
 from .common import Plan, Results, cpu_seconds, marks_rate, rate, scratch
-from .floors import handover_floor
+from .floors import Probe, handover_floor
 
 
 def accept_rate(folder: Path, synchronous: str, count: int, prefix: str) -> float:
@@ -45,14 +47,39 @@ def start_sink(folder: Path, name: str, *extra: str) -> Service:
 
 
 def relay_rate(
-    source: Path, url: str, *, batch: bool, mark_sync: str = "each", own: bool = False
+    source: Path,
+    url: str,
+    *,
+    batch: bool,
+    mark_sync: str = "each",
+    own: bool = False,
+    behind: bool = False,
 ) -> tuple[int, float, float]:
     """Drain ``source`` into the sink at ``url``; returns (events, events per second, this
     process's CPU µs per event). ``own``: one at a time through the relay's own sender
     (``ackledger.sender(url).send``, as ``ackledger relay`` sends) instead of a wrapper of
-    ``send_http``: where a checkout has it, the stored text goes as it is."""
+    ``send_http``: where a checkout has it, the stored text goes as it is. ``behind``: one at
+    a time, each mark committed on a second connection behind the next send
+    (``dispatch(behind=MarksBehind(...))``; its thread's CPU is this process's too)."""
     total = 0
     cpu = time.process_time()
+    if behind:
+        target = url + "/events"
+        with (
+            Outbox(source, synchronous="FULL") as outbox,
+            Outbox(source, synchronous="FULL") as marker,
+        ):
+            marks = MarksBehind(outbox, marker)
+            start = end = time.perf_counter()
+            while marked := dispatch(
+                outbox, lambda event: send_http(event, target), 16, behind=marks
+            ):
+                total += len(marked)
+                end = time.perf_counter()
+            marks.close()  # the last mark's commit: part of the run, as for the others
+            end = time.perf_counter()
+        close_connections()
+        return total, rate(total, end - start), _cpu_per_event(cpu, total)
     if own:
         wire = ackledger.sender(url + "/events")
         start = end = time.perf_counter()
@@ -126,13 +153,13 @@ def daemon_rate(source: Path, url: str, total: int, *extra: str) -> float:
 
 
 def item_daemon_run(
-    source: Path, url: str, total: int, sink_pid: int
+    source: Path, url: str, total: int, sink_pid: int, *extra: str
 ) -> tuple[float, float, float]:
     """``ackledger relay`` one event a request (no ``--batch``, its own HTTP sender), as an
     operator runs it: (events/s from its first mark to its last, the relay process's and the
     sink's CPU µs per event over the same marks)."""
     process = subprocess.Popen(
-        cli_command("relay", "--source", str(source), "--to", url + "/events"),
+        cli_command("relay", "--source", str(source), "--to", url + "/events", *extra),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -155,6 +182,36 @@ def item_daemon_run(
         process.wait(30)
     count = total - marked
     return value, 1e6 * relay_cpu / count, 1e6 * sink_cpu / count
+
+
+def _item_behind(source: Path, sink: Service, probe: Probe, plan: Plan, results: Results) -> None:
+    """The per-item relay with each mark committed behind the next send, paired with
+    ``relay.item`` in the same repetition, with the hand-over floor measured around it."""
+    fill.pending_events(source, f"ib{source.stem}", plan.relay_events)
+    before = probe(plan.floor_seconds)
+    _, value, cpu = relay_rate(source, sink.base_url, batch=False, behind=True)
+    around = (before + probe(plan.floor_seconds)) / 2
+    words = "per-item relay, marks behind (dispatch behind=...)"
+    results.add("relay.item_behind", words, "/s", value)
+    results.add(
+        "relay.item_behind_handover",
+        f"{words} / the zero-code hand-over floor measured around it",
+        "x",
+        value / around,
+    )
+    results.add("relay.item_behind_cpu", f"{words}: the relay's CPU per event", "µs", cpu)
+
+
+def _item_daemons(pipeline: bool, reverse: bool) -> list[tuple[str, tuple[str, ...], str]]:
+    """The per-item daemon runs (key, its flags, its words): serial and (where the checkout
+    has it) ``--pipeline``, paired in each repetition, in reverse order if ``reverse``."""
+    runs: list[tuple[str, tuple[str, ...], str]] = [("relay.item_daemon", (), "")]
+    if pipeline:
+        runs.append(("relay.item_daemon_pipeline", ("--pipeline",), " --pipeline"))
+    return [
+        (key, extra, f"per-item relay daemon (`ackledger relay{flags}`, its own sender)")
+        for key, extra, flags in (runs[::-1] if reverse else runs)
+    ]
 
 
 def measure_accept(plan: Plan, results: Results) -> None:
@@ -182,6 +239,9 @@ def measure_relay(plan: Plan, results: Results) -> None:
         if hasattr(ackledger, "sender")
         else ()
     )
+    # Checkouts before per-item marks behind (bench.compare NAME=SRC) skip those runs.
+    behind = "behind" in inspect.signature(dispatch).parameters
+    daemon_item_pipeline = behind and daemon
     with scratch("relay") as folder, handover_floor(folder) as probe:
         sink = start_sink(folder, "sink", "--handlers", "bench.handlers:HANDLERS")
         try:
@@ -204,6 +264,10 @@ def measure_relay(plan: Plan, results: Results) -> None:
                         "/s",
                         daemon_rate(source, sink.base_url, plan.batch_events, "--pipeline"),
                     )
+                # Paired runs, alternated: behind after serial in even repetitions, before it
+                # in odd ones (the same sender wrapper, the same sink).
+                if behind and rep % 2 == 1:
+                    _item_behind(folder / f"behind-{rep}.db", sink, probe, plan, results)
                 source = folder / f"item-{rep}.db"
                 fill.pending_events(source, f"i{rep}", plan.relay_events)
                 # The floor right before and right after the run: on a shared machine the
@@ -238,28 +302,27 @@ def measure_relay(plan: Plan, results: Results) -> None:
                     "x",
                     value / around,
                 )
-                source = folder / f"itemd-{rep}.db"
-                fill.pending_events(source, f"id{rep}", plan.relay_events)
-                before = probe(plan.floor_seconds)
-                value, cpu, sink_cpu = item_daemon_run(
-                    source, sink.base_url, plan.relay_events, sink.process.pid
-                )
-                around = (before + probe(plan.floor_seconds)) / 2
-                words = "per-item relay daemon (`ackledger relay`, its own sender)"
-                results.add("relay.item_daemon", words, "/s", value)
-                results.add(
-                    "relay.item_daemon_handover",
-                    f"{words} / the zero-code hand-over floor measured around it",
-                    "x",
-                    value / around,
-                )
-                results.add("relay.item_daemon_cpu", f"{words}: its CPU per event", "µs", cpu)
-                results.add(
-                    "relay.item_daemon_sink_cpu",
-                    f"{words}: the sink's CPU per event",
-                    "µs",
-                    sink_cpu,
-                )
+                if behind and rep % 2 == 0:
+                    _item_behind(folder / f"behind-{rep}.db", sink, probe, plan, results)
+                for key, extra, words in _item_daemons(daemon_item_pipeline, rep % 2 == 1):
+                    source = folder / f"itemd{len(extra)}-{rep}.db"
+                    fill.pending_events(source, f"id{len(extra)}{rep}", plan.relay_events)
+                    before = probe(plan.floor_seconds)
+                    value, cpu, sink_cpu = item_daemon_run(
+                        source, sink.base_url, plan.relay_events, sink.process.pid, *extra
+                    )
+                    around = (before + probe(plan.floor_seconds)) / 2
+                    results.add(key, words, "/s", value)
+                    results.add(
+                        f"{key}_handover",
+                        f"{words} / the zero-code hand-over floor measured around it",
+                        "x",
+                        value / around,
+                    )
+                    results.add(f"{key}_cpu", f"{words}: its CPU per event", "µs", cpu)
+                    results.add(
+                        f"{key}_sink_cpu", f"{words}: the sink's CPU per event", "µs", sink_cpu
+                    )
                 source = folder / f"last-{rep}.db"
                 fill.pending_events(source, f"l{rep}", plan.relay_events)
                 _, value, _ = relay_rate(source, sink.base_url, batch=False, mark_sync="last")
@@ -325,6 +388,7 @@ def measure_relay(plan: Plan, results: Results) -> None:
         f"sink {results.get('relay.item_daemon_sink_cpu') or 0:,.0f} µs",
         flush=True,
     )
+    _print_behind(results)
     last = results.get("relay.item_last")
     print(f"  per-item relay, mark_sync='last': {last or 0:,.0f}/s", flush=True)
     print(f"  batch relay: {batch or 0:,.0f} events/s", flush=True)
@@ -336,3 +400,27 @@ def measure_relay(plan: Plan, results: Results) -> None:
             f" µs, own sender {results.get(key + '_own_cpu') or 0:,.0f} µs",
             flush=True,
         )
+
+
+def _print_behind(results: Results) -> None:
+    """The per-item runs with marks behind the next send, beside the serial ones, and (where
+    the floors have it) against the hand-over floor that marks behind too."""
+    behind_floor = results.get("floor.handover_behind")
+    for serial, piped, what in (
+        ("relay.item", "relay.item_behind", "dispatch behind=..."),
+        ("relay.item_daemon", "relay.item_daemon_pipeline", "`ackledger relay --pipeline`"),
+    ):
+        value = results.get(piped)
+        if value is None:
+            continue
+        line = (
+            f"  per-item relay, marks behind ({what}): {value:,.0f}/s "
+            f"(serial {results.get(serial) or 0:,.0f}/s), / hand-over floor around it "
+            f"{results.get(piped + '_handover') or 0:.2f}, CPU per event "
+            f"{results.get(piped + '_cpu') or 0:,.0f} µs (serial "
+            f"{results.get(serial + '_cpu') or 0:,.0f} µs)"
+        )
+        if behind_floor:
+            line += f"; / hand-over floor with its mark behind ({behind_floor:,.0f}/s): "
+            line += f"{value / behind_floor:.2f}"
+        print(line, flush=True)

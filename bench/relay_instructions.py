@@ -11,7 +11,9 @@ Each variant (``NAME=SRC`` or ``current``, like ``bench.relay_cpu``'s) drains a 
 into its own ``serve sink`` twice, N and 2N events, in a child process run by ``valgrind
 --tool=callgrind``; (instructions of the 2N drain - those of the N drain) / N is the figure,
 so the interpreter's start-up and the imports cancel out. The ways are ``bench.relay_cpu``'s
-in-process ones: ``inproc``, ``own``, ``item``, ``itemlast``, ``itemown``. Needs valgrind::
+in-process ones: ``inproc``, ``own``, ``item``, ``itemlast``, ``itemown``, and ``itembehind``
+(``item`` with each mark committed behind the next send; the marking thread's instructions
+count too). Needs valgrind::
 
     python -m bench.relay_instructions --ways inproc,own v1=/work/wt/v1/src main=../main/src current
 """
@@ -27,7 +29,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-WAYS = ("inproc", "own", "item", "itemlast", "itemown")
+WAYS = ("inproc", "own", "item", "itemlast", "itemown", "itembehind")
 _BENCH = str(Path(__file__).resolve().parent.parent)
 
 _DRAIN = """
@@ -49,6 +51,15 @@ with Outbox(target, synchronous="FULL") as outbox:
         while dispatch_batch(outbox, wire.send_batch, 16):
             pass
         wire.close()
+    elif way == "itembehind":
+        from ackledger.source.marking import MarksBehind
+        def send(item):
+            return send_http(item, url + "/events")
+        with Outbox(target, synchronous="FULL") as marker:
+            marks = MarksBehind(outbox, marker)
+            while dispatch(outbox, send, 16, behind=marks):
+                pass
+            marks.close()
     elif way == "itemown":
         wire = ackledger.sender(url + "/events")
         while dispatch(outbox, wire.send, 16):

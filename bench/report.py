@@ -49,6 +49,13 @@ def targets(results: Results, plan: Plan) -> list[Target]:
         # shared machine the floors section's figure is minutes away from the relay's.
         Target("per-item relay / zero-code hand-over floor measured around each run",
                results.get("relay.item_handover"), 0.7, "ratio", "x"),
+        # Each mark still its own durable commit, committed behind the next send (issue 18).
+        Target("per-item relay, marks behind (dispatch behind=...) / zero-code hand-over "
+               "floor measured around each run",
+               results.get("relay.item_behind_handover"), 0.7, "ratio", "x"),
+        Target("`ackledger relay --pipeline` (per item) / zero-code hand-over floor measured "
+               "around each run",
+               results.get("relay.item_daemon_pipeline_handover"), 0.7, "ratio", "x"),
         # And against that floor with its two processes on one CPU: unpinned, the floor swings
         # with where the scheduler puts them (bench/CHANGES.md item 61).
         Target("per-item relay / zero-code hand-over floor on one CPU, right after each run",

@@ -61,3 +61,8 @@ def count(path: Path, where: str) -> int:
 
 def ids(path: Path, sql: str) -> list[str]:
     return [str(row[0]) for row in raw_rows(path, sql)]
+
+
+def process_state(pid: int) -> str:
+    # The third field of /proc/PID/stat: R running, S sleeping, T stopped, ...
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import signal
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,16 @@ from ackledger.envelope.content import content_fingerprint
 from ackledger.relay.policy import PERMANENT, TRANSIENT, failure_class
 from tests.conftest import raw_rows
 from tests.events import SOURCE, of
-from tests.opshelp import count, free_port, ids, metrics, one, start_relay, wait_until
+from tests.opshelp import (
+    count,
+    free_port,
+    ids,
+    metrics,
+    one,
+    process_state,
+    start_relay,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -87,7 +98,7 @@ def test_a_relay_started_while_the_sink_is_down_drains_once_it_comes_up(tmp_path
     assert "send-failed" in log and "recovered" in log and "stopped" in log
 
 
-@pytest.mark.parametrize("mode", ["batch", "pipeline", "each", "last"])
+@pytest.mark.parametrize("mode", ["batch", "pipeline", "each", "last", "item-pipeline"])
 def test_sigterm_mid_send_leaves_every_event_either_sent_or_pending(
     tmp_path: Path, sink_db: Path, sink_service: Service, mode: str
 ) -> None:
@@ -104,6 +115,8 @@ def test_sigterm_mid_send_leaves_every_event_either_sent_or_pending(
             "each": ["--limit", "16"],
             # Marks wait for the disk once per round: a stop mid-round still leaves them all.
             "last": ["--limit", "16", "--mark-sync", "last"],
+            # Each event's mark lands while the next one travels: a stop waits for the last.
+            "item-pipeline": ["--limit", "16", "--pipeline"],
         }[mode]
         relay = start_relay(source, proxy.url, tmp_path / "relay.log", *flags)
         try:
@@ -241,7 +254,8 @@ def test_a_poison_event_stops_the_relay_under_the_stop_policy_with_an_alert(
         (["--poll-interval", "0"], "poll-interval"),
         (["--on-poison", "ignore"], "on-poison"),
         (["--mark-sync", "sometimes"], "mark-sync"),
-        (["--pipeline"], "--batch"),
+        (["--pipeline", "--mark-sync", "last"], "mark-sync"),
+        (["--inflight", "2"], "batch"),
         (["--log-format", "xml"], "log-format"),
         (["--metrics-port", "70000"], "metrics-port"),
     ],
@@ -264,9 +278,14 @@ def test_relay_refuses_a_missing_source_without_creating_it(tmp_path: Path) -> N
     assert not missing.exists()
 
 
-@pytest.mark.parametrize("flags", [["--batch", "--pipeline"], ["--mark-sync", "last"]])
+@pytest.mark.parametrize(
+    ("flags", "unmarked"),
+    # How many events a kill can leave applied but not marked: the round being sent and,
+    # behind it, the marks in flight (one batch, one event) or none (inline marks).
+    [(["--batch", "--pipeline"], 16), (["--mark-sync", "last"], 1), (["--pipeline"], 2)],
+)
 def test_kill_9_mid_run_then_a_fresh_relay_applies_every_event_once(
-    tmp_path: Path, sink_db: Path, sink_service: Service, flags: list[str]
+    tmp_path: Path, sink_db: Path, sink_service: Service, flags: list[str], unmarked: int
 ) -> None:
     """The modes that commit marks behind or without waiting for the disk: a relay killed
     with SIGKILL (no finally, no close) loses at most some marks; the events behind them are
@@ -282,8 +301,69 @@ def test_kill_9_mid_run_then_a_fresh_relay_applies_every_event_once(
             relay.process.wait(30)
         finally:
             relay.stop()
+    _killed_then_drained(source, sink_db, sink_service, events, tmp_path, unmarked=unmarked)
+
+
+def test_kill_9_of_a_pipelined_relay_between_an_ack_and_its_mark_re_sends_it_once(
+    tmp_path: Path, sink_db: Path, sink_service: Service
+) -> None:
+    """``relay --pipeline``, one event at a time: stopped by its drill right after the 30th
+    ACK (before that event's mark is handed over), then killed. That event is re-sent, and so
+    is the 29th if its mark, committed behind the 30th send, had not landed yet."""
+    source = tmp_path / "source.db"
+    events = _events(120)
+    _accept(source, *events)
+    relay = start_relay(
+        source, sink_service.base_url + "/events", tmp_path / "relay.log",
+        "--pipeline", "--limit", "8", "--stop-self-after-acks", "30",
+    )  # fmt: skip
+    try:
+        wait_until(lambda: process_state(relay.process.pid) == "T", "the drill's stop")
+        relay.process.send_signal(signal.SIGKILL)
+        relay.process.wait(30)
+    finally:
+        relay.stop()
+    resent = _killed_then_drained(source, sink_db, sink_service, events, tmp_path, unmarked=2)
+    assert events[29]["id"] in resent and resent <= {events[28]["id"], events[29]["id"]}
+
+
+def _killed_then_drained(
+    source: Path,
+    sink_db: Path,
+    sink: Service,
+    events: list[dict[str, Any]],
+    folder: Path,
+    *,
+    unmarked: int,
+) -> set[str]:
+    """After a kill -9: at most ``unmarked`` events applied but not marked; a fresh relay
+    sends exactly those again (the sink counts each as a duplicate) and the rest once.
+    Returns those re-sent."""
     assert count(source, PENDING) > 0, "the relay should have been killed mid-way"
-    _drain_and_check_applied_once(source, sink_db, sink_service, events, tmp_path)
+    # Each database read from its own connection, once the request in flight (if any) is
+    # over: what the sink applied that the outbox does not know as sent.
+    applied = _settled(lambda: set(ids(sink_db, "SELECT id FROM inbox")))
+    marked = set(ids(source, "SELECT id FROM outbox WHERE sent = 1"))
+    assert marked <= applied
+    assert len(applied - marked) <= unmarked
+    _drain_and_check_applied_once(source, sink_db, sink, events, folder)
+    again = set(ids(sink_db, "SELECT id FROM inbox WHERE receipts > 1"))
+    assert again == applied - marked
+    assert raw_rows(sink_db, "SELECT MAX(receipts) FROM inbox") == [(2 if again else 1,)]
+    duplicates = raw_rows(sink_db, "SELECT value FROM counters WHERE name = 'sink.duplicate'")
+    assert duplicates == ([(len(again),)] if again else [])
+    return again
+
+
+def _settled(read: Callable[[], set[str]]) -> set[str]:
+    """``read()`` once two reads a quarter of a second apart agree."""
+    last = read()
+    while True:
+        time.sleep(0.25)
+        now = read()
+        if now == last:
+            return now
+        last = now
 
 
 def _sent_records(log: Path) -> list[dict[str, Any]]:

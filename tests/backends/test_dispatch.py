@@ -219,6 +219,7 @@ def test_a_callback_mutating_nested_data_changes_nothing_stored_or_selected(
 
         def send(event: dict[str, Any]) -> bool:
             arrived.append(json.loads(json.dumps(event)))  # as it came, before the edits
+            assert type(event) is dict and "seq" not in event
             event["data"]["lines"][0]["qty"] = 999
             event["data"]["lines"].append({"sku": "ghost"})
             event["data"]["meta"]["n"] = 2

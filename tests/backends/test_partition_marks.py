@@ -13,7 +13,7 @@ from ackledger import LeaseLost, Outbox
 from ackledger.relay.leased_marks import LeasedMarksBehind
 from ackledger.relay.leases import LeasedPartition, PartitionLeases
 from ackledger.relay.partitions import PartitionWorker
-from ackledger.source.dispatch import dispatch_batch_marking
+from ackledger.source.dispatch import dispatch_batch_marking, dispatch_marking
 
 from ..events import lab
 from ..sends import partition_worker
@@ -98,6 +98,38 @@ def test_marks_behind_a_lost_lease_mark_nothing_and_surface_at_the_next_hand_ove
     # The third batch went out (the loss was learnt at its hand-over); only the first, marked
     # under the live lease, is sent: the new owner sends the rest again, in order.
     assert sent == [ids[0:2], ids[2:4], ids[4:6]]
+    assert pending_ids(target) == ids[2:]
+    assert view.marked == 2
+
+
+def test_per_item_marks_behind_a_lost_lease_mark_nothing_and_surface_at_the_next_hand_over(
+    target: Target, pair: tuple[Outbox, Outbox]
+) -> None:
+    reader, marker = pair
+    ids = fill(reader, ["p"], 6)["p"]
+    one, two = PartitionLeases(reader, "one", ttl=60), PartitionLeases(reader, "two", ttl=60)
+    lease = one.claim()
+    assert lease is not None
+    marks = LeasedMarksBehind(one, marker)
+    view = LeasedPartition(one, lease)
+    sent: list[str] = []
+
+    def send(event: dict[str, Any]) -> bool:
+        sent.append(event["id"])
+        if len(sent) == 3:
+            marks.settle()  # the first two marks are in: the loss falls on the third's
+            expire(target, "p")
+            assert two.claim() is not None
+        return True
+
+    try:
+        with pytest.raises(LeaseLost):
+            dispatch_marking(view, send, 16, None, marks)
+    finally:
+        marks.close()
+    # The fourth event went out (the loss was learnt at its hand-over); the two marked under
+    # the live lease are sent, the new owner sends the rest again, in order.
+    assert sent == ids[0:4]
     assert pending_ids(target) == ids[2:]
     assert view.marked == 2
 

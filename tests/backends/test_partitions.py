@@ -174,12 +174,13 @@ def test_concurrent_claimers_never_share_a_partition(target: Target) -> None:
     assert sorted(claimed) == keys  # every partition once, none twice
 
 
-@pytest.mark.parametrize("mode", ["each", "last", "pipeline"])
+@pytest.mark.parametrize("mode", ["each", "last", "pipeline", "item-pipeline"])
 def test_workers_send_each_partition_in_seq_order_and_everything_once(
     target: Target, mode: str
 ) -> None:
-    """Per item (every mark durable, or the last of a round), or in batches whose marks are
-    committed behind the next send (``pipeline``: still lease-checked)."""
+    """Per item (every mark durable, or the last of a round, or each one committed behind the
+    next send: ``item-pipeline``), or in batches whose marks are committed behind the next
+    send (``pipeline``); marks behind are still lease-checked."""
     keys = [f"p{n}" for n in range(6)]
     with Outbox(target.ref) as ob:
         ids = fill(ob, keys, 30)
@@ -197,11 +198,15 @@ def test_workers_send_each_partition_in_seq_order_and_everything_once(
 
     def work(owner: str) -> None:
         with Outbox(target.ref) as mine, Outbox(target.ref) as marker:
-            how: dict[str, Any] = (
-                {"send_batch": send_batch, "pipeline": True, "marker": marker, "limit": 4}
-                if mode == "pipeline"
-                else {"send": send, "mark_sync": mode}
-            )
+            how: dict[str, Any] = {
+                "pipeline": {
+                    "send_batch": send_batch,
+                    "pipeline": True,
+                    "marker": marker,
+                    "limit": 4,
+                },
+                "item-pipeline": {"send": send, "pipeline": True, "marker": marker},
+            }.get(mode, {"send": send, "mark_sync": mode})
             partition_worker(
                 mine, owner=owner, stop=stop, poll_interval=0.05, log=lambda _: None, **how
             ).run()

@@ -64,7 +64,8 @@ def test_three_relays_share_the_partitions_and_keep_their_order(
     logs = [tmp_path / "a.log", tmp_path / "b.log", tmp_path / "c.log"]
     relays = [
         start_relay(pg_url, url, "relay-a", logs[0], "--batch", "--limit", "4"),
-        start_relay(pg_url, url, "relay-b", logs[1]),
+        # One event a request, each mark (lease-checked) committed behind the next send.
+        start_relay(pg_url, url, "relay-b", logs[1], "--pipeline"),
         # Marks behind the next send, still checking the lease.
         start_relay(pg_url, url, "relay-c", logs[2], "--batch", "--limit", "4", "--pipeline"),
     ]

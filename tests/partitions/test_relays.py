@@ -29,6 +29,7 @@ from ackledger._dev.procs import Service, cli_command, start_service
 from .. import pg
 from ..conftest import raw_rows
 from ..events import lab
+from ..opshelp import process_state
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -195,11 +196,6 @@ def test_kill_minus_nine_of_random_workers_keeps_every_invariant(
     check_source(pg_url)
     counts = check_sink(tmp_path / "sink.db", made)
     print(f"\n{EVENTS} events with {kills} kill -9: {counts}")
-
-
-def process_state(pid: int) -> str:
-    # The third field of /proc/PID/stat: R running, S sleeping, T stopped, ...
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
 def wait_for(predicate: object, what: str, timeout: float = 120) -> None:

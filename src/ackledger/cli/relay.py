@@ -53,8 +53,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     relay.add_argument("--batch", action="store_true", help="send each selection in one request")
     relay.add_argument(
         "--pipeline", action="store_true",
-        help="with --batch: commit a batch's marks on a second connection while the next "
-        "batch is sent (a leasing relay's marks still check its lease)",
+        help="commit the marks on a second connection while the next event (with --batch: "
+        "the next batch) is sent; each mark is still durable, a kill -9 re-sends one more "
+        "event or batch (a leasing relay's marks still check its lease)",
     )  # fmt: skip
     relay.add_argument(
         "--inflight", type=_inflight_arg, default=1, metavar="N",
@@ -128,8 +129,11 @@ def cmd_relay(args: argparse.Namespace) -> int:
     from . import UsageError
 
     # Everything that can be refused is refused before the database is opened.
-    if args.pipeline and not args.batch:
-        raise UsageError("--pipeline: needs --batch (only batch rounds overlap their marks)")
+    if args.pipeline and not args.batch and args.mark_sync != "each":
+        raise UsageError(
+            "--pipeline: every mark committed behind the next send is durable; it does not "
+            "combine with --mark-sync last"
+        )
     # A name given is checked even where it is not used (a SQLite source, --single).
     owner = check_owner(args.owner) if args.owner is not None else None
     leasing = is_postgres(args.source) and not args.single

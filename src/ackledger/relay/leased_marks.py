@@ -1,15 +1,17 @@
-"""A leasing relay's pipelined marks (``relay --batch --pipeline`` on leased partitions).
+"""A leasing relay's pipelined marks (``relay [--batch] --pipeline`` on leased partitions).
 
 ``MarksBehind`` (``source.marking``) with the lease rule kept: a wholly acknowledged batch's
-marks are committed on a second connection while the next batch of the same partition is
-selected and sent, and each of those commits is the lease-checked mark (owner, token and
-expiry checked, and the lease renewed, in the statement that marks). A relay that lost its
-lease therefore marks nothing; it learns it at its next hand-over or when its pick ends,
-which settles the marks before the lease is let go (a released lease would refuse them).
+marks (per item: one event's mark) are committed on a second connection while the next batch
+(event) of the same partition is selected and sent, and each of those commits is the
+lease-checked mark (owner, token and expiry checked, and the lease renewed, in the statement
+that marks). A relay that lost its lease therefore marks nothing; it learns it at its next
+hand-over or when its pick ends, which settles the marks before the lease is let go (a
+released lease would refuse them).
 
-What it costs: when the process dies, up to two batches are acknowledged or in flight and not
-yet marked (the one whose marks are being committed, and the one being sent), where inline
-marks leave one. Both are re-sent and the consumer's inbox answers them as duplicates.
+What it costs: when the process dies, up to two batches (events) are acknowledged or in
+flight and not yet marked (the one whose marks are being committed, and the one being sent),
+where inline marks leave one. Both are re-sent and the consumer's inbox answers them as
+duplicates.
 """
 
 from __future__ import annotations
@@ -41,9 +43,6 @@ class LeasedMarksBehind(MarksBehind):
             self.wait()  # another pick: the last one's marks first (its release settled them)
             self._view = outbox
         return outbox
-
-    def select(self, outbox: Source, limit: int) -> list[dict[str, Any]]:
-        return self._picked(outbox).pending_beyond(self.inflight, limit)
 
     def select_rows(self, outbox: Source, limit: int) -> Sequence[Mapping[str, Any]]:
         return self._picked(outbox).pending_rows(self.inflight, limit)

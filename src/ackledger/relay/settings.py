@@ -43,8 +43,9 @@ class RelaySettings:
     #: Per-item rounds: fsync every mark ("each") or the last of each round ("last"; see
     #: ``dispatch``). A batch round's marks are one transaction either way.
     mark_sync: str = "each"
-    #: Batch rounds: commit a batch's marks on a second connection while the next batch is
-    #: sent (``marks_behind``; on leased partitions, lease-checked). Needs ``batch``.
+    #: Commit a batch's marks (per item: each event's mark, a durable commit of its own) on a
+    #: second connection while the next batch or event is sent (``source.marking``; on
+    #: leased partitions, lease-checked). Per item, only with ``mark_sync="each"``.
     pipeline: bool = False
     #: Batch rounds to a broker: publish up to this many batches before awaiting the oldest
     #: one's ACKs (``source.inflight``); 1 is ``--batch`` as it always was. A kill -9 then
@@ -68,8 +69,11 @@ class RelaySettings:
         self.shown_url = check_url(self.url, self.allowed_hosts)
         check_limit(self.limit)
         check_mark_sync(self.mark_sync)
-        if self.pipeline and not self.batch:
-            raise ValueError("pipeline: only batch rounds can overlap their marks (add batch)")
+        if self.pipeline and not self.batch and self.mark_sync != "each":
+            raise ValueError(
+                "pipeline: every mark committed behind the next send is durable; it does not "
+                f"combine with mark_sync {self.mark_sync!r}"
+            )
         if check_inflight(self.inflight) > 1:
             if not self.batch:
                 raise ValueError("inflight: only batch rounds have batches in flight (add batch)")

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from .._core.exact import is_int
 from .._core.telemetry import span
 from ..errors import NotAcknowledged
-from ..store.pending import PendingEvent, PendingRow
+from ..store.pending import PendingRow
 from ..wire.stored import Stored, stored_event_sender, stored_sender
 from .marking import EACH, Marking, MarksBehind, marking_for
 
@@ -76,6 +76,15 @@ def _note_failure(outbox: Source, event_id: str, exc: BaseException) -> bool:
     return True
 
 
+def _failed(outbox: Source, marking: Marking, event_id: str, exc: BaseException) -> bool:
+    """A failed send: the marks in flight land first, so everything acknowledged before it
+    is marked, as dispatch promises (if they failed, their events stay pending and go again:
+    the send's failure is what the caller must see); then the failure is recorded."""
+    with contextlib.suppress(Exception):
+        marking.settle()
+    return _note_failure(outbox, event_id, exc)
+
+
 def dispatch(
     outbox: Source,
     send: Send,
@@ -83,6 +92,7 @@ def dispatch(
     *,
     after_delivery: Callable[[str], object] | None = None,
     mark_sync: str = "each",
+    behind: MarksBehind | None = None,
 ) -> list[str]:
     """CONTRACT section 4. ``mark_sync="last"`` commits every mark as it is earned but waits
     for the disk only once per call: the last mark (or the recorded failure) is a durable
@@ -90,11 +100,29 @@ def dispatch(
     too. On a power loss in between, the events whose marks were lost are sent again and the
     sink's inbox acknowledges them as duplicates; a process crash loses nothing. It saves one
     fsync per event but the last; the default ``"each"`` makes every mark durable on its own.
+
+    With ``behind`` (``relay --pipeline``), each acknowledged event's mark, still a durable
+    commit of its own, is handed to it and committed while the next event is sent; the
+    returned ids then include the last one, whose mark may still be in flight (``behind``'s
+    ``close`` or next hand-over waits for it). See ``source.marking``.
     """
+    marking = marking_for(mark_sync)
+    if behind is not None:
+        check_behind(outbox, behind)
+        if marking is not EACH:
+            raise ValueError(
+                f"mark_sync: every mark behind is a durable commit of its own; {mark_sync!r} "
+                "does not combine with behind"
+            )
+        marking = behind
     return dispatch_marking(
-        outbox, send, limit, after_delivery, marking_for(mark_sync),
-        send_stored=own_stored_event(send),
-    )  # fmt: skip
+        outbox, send, limit, after_delivery, marking, send_stored=own_stored_event(send)
+    )
+
+
+def check_behind(outbox: Source, behind: MarksBehind) -> None:
+    if behind.reader is not outbox:
+        raise ValueError("behind: must read from the same Outbox that is given as outbox")
 
 
 def dispatch_marking(
@@ -110,7 +138,10 @@ def dispatch_marking(
     ``send_stored`` (an own sender's), an event read from the outbox goes to it as stored
     (``wire/stored.py``) rather than as a copy to ``send``."""
     lazy = not marking.durable_each
-    selection = marking.select(outbox, limit)
+    selection = marking.select_rows(outbox, limit)
+    if not selection:
+        marking.settle()  # nothing more to send: let the last mark land before going idle
+        return []
     marked: list[str] = []
     unsynced: str | None = None  # the latest mark not yet made durable
     last = len(selection) - 1
@@ -119,24 +150,31 @@ def dispatch_marking(
             event_id: str = item["id"]
             try:
                 # A child of the producer's span (its context is stored with the event).
-                with span(f"send {item['type']}", item, kind="producer"):
-                    if send_stored is not None and type(item) is PendingEvent:
+                if send_stored is not None and type(item) is PendingRow:
+                    with span(f"send {item['type']}", item, kind="producer"):
                         answer = send_stored(Stored(item, item.text))
-                    else:
-                        answer = send(_copy(item))
+                else:
+                    # A row's copy is its stored text parsed anew: one parse, where the
+                    # parsed event and a walk copying it were two. The span reads it first.
+                    event = _copy_of(item)
+                    with span(f"send {event['type']}", event, kind="producer"):
+                        answer = send(event)
             except Exception as exc:
-                if _note_failure(outbox, event_id, exc):
+                if _failed(outbox, marking, event_id, exc):
                     unsynced = None
                 raise
             if answer is not True:
                 refusal = NotAcknowledged(
                     f"send returned {answer!r} for event {event_id!r}; only True counts as an ACK"
                 )
-                if _note_failure(outbox, event_id, refusal):
+                if _failed(outbox, marking, event_id, refusal):
                     unsynced = None
                 raise refusal
             if after_delivery is not None:
                 after_delivery(event_id)
+            if marking.hand_over((event_id,)):
+                marked.append(event_id)
+                continue  # its mark is committed behind the next send
             durable = not lazy or index == last
             outbox.mark_sent(event_id, attempted=True, durable=durable)
             unsynced = None if durable else event_id
@@ -162,8 +200,8 @@ def dispatch_batch(
     acknowledged batch's marks are handed to it and committed while the caller goes on to the
     next batch, whose selection skips them; anything else waits for those marks first and is
     then handled here as always. See ``marks_behind``."""
-    if behind is not None and behind.reader is not outbox:
-        raise ValueError("behind: must read from the same Outbox that is given as outbox")
+    if behind is not None:
+        check_behind(outbox, behind)
     return dispatch_batch_marking(
         outbox, send_batch, limit, after_delivery, behind or EACH,
         send_stored=own_stored(send_batch),
@@ -206,9 +244,14 @@ def _as_stored(selection: Sequence[Mapping[str, Any]]) -> list[Stored] | None:
 
 
 def _copies(selection: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """A user's ``send_batch`` gets fresh deep copies: of a row, its stored text parsed anew
-    (one parse, where the parsed event and a copy of it were two walks of the event)."""
-    return [item.copy_event() if type(item) is PendingRow else _copy(item) for item in selection]
+    """A user's ``send_batch`` gets fresh deep copies (``_copy_of``)."""
+    return [_copy_of(item) for item in selection]
+
+
+def _copy_of(item: Mapping[str, Any]) -> dict[str, Any]:
+    """A fresh deep copy for a user's sender: of a row, its stored text parsed anew (one
+    parse, where the parsed event and a copy of it were two walks of the event)."""
+    return item.copy_event() if type(item) is PendingRow else _copy(item)
 
 
 def dispatch_batch_marking(
@@ -238,11 +281,7 @@ def dispatch_batch_marking(
             else:
                 answer = send_batch(_copies(selection))
     except Exception as exc:
-        # The earlier batch's marks come first; if they failed, its events stay pending and
-        # go again. The send's failure is what the caller must see.
-        with contextlib.suppress(Exception):
-            marking.settle()
-        _note_failure(outbox, ids[0], exc)
+        _failed(outbox, marking, ids[0], exc)
         raise
     if not is_int(answer) or not 0 <= answer <= len(ids):
         refusal = NotAcknowledged(

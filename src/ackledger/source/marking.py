@@ -2,16 +2,20 @@
 
 - ``EACH`` (``dispatch(mark_sync="each")``, the default): inline, every mark durable;
 - ``LAST`` (``mark_sync="last"``): inline, only the last mark of a call waits for the disk;
-- ``MarksBehind`` (``dispatch_batch(behind=...)``): a batch's marks are committed on another
-  connection while the next batch is selected and sent.
+- ``MarksBehind`` (``dispatch_batch(behind=...)``, ``dispatch(behind=...)``): a batch's
+  marks, or one event's mark, are committed on another connection while the next batch or
+  event is selected and sent.
 
-A batch round of the relay waits for two durable commits in a row: the sink's, before it
-answers, and the outbox's marks, after the answer. Only the first one has to come before the
-next send. The second one can run on its own thread and its own connection while the next
-batch travels, which is what ``MarksBehind`` does for ``dispatch_batch(..., behind=...)``:
+A round of the relay waits for two durable commits in a row: the sink's, before it answers,
+and the outbox's marks, after the answer. Only the first one has to come before the next
+send. The second one can run on its own thread and its own connection while the next batch
+(or, per item, the next event) travels, which is what ``MarksBehind`` does:
 
-- at most one batch's marks are in flight; handing over the next ones first waits for them,
-  so an error of a mark surfaces at the latest one round later;
+- at most one batch's marks (per item: one event's mark, still a durable commit of its own)
+  are in flight; handing over the next ones first waits for them, so an error of a mark
+  surfaces at the latest at the next hand-over, ``settle`` or ``close``. One, not more: a
+  second one would wait for the first's commit anyway (one database, one writer), and every
+  one more is one more event re-sent after a crash;
 - the next selection skips the events whose marks are in flight (they are sent, not yet
   marked), and never reads past them in any other way, so order is kept;
 - a failed send waits for the marks in flight before it is handled: everything acknowledged
@@ -46,13 +50,9 @@ class Marking:
     #: Per-item dispatch: every mark waits for the disk (False: only the call's last one).
     durable_each = True
 
-    def select(self, outbox: Source, limit: int) -> list[dict[str, Any]]:
-        """The next selection of a dispatch call."""
-        return outbox.pending(limit)
-
     def select_rows(self, outbox: Source, limit: int) -> Sequence[Mapping[str, Any]]:
-        """``select`` for ``dispatch_batch``: the rows as read (``PendingRow``, parsed only
-        when asked) from a source that has them, else its events."""
+        """The next selection of a dispatch call: the rows as read (``PendingRow``, parsed
+        only when asked) from a source that has them, else its events."""
         rows = getattr(outbox, "pending_rows", None)
         if rows is None:
             return outbox.pending(limit)
@@ -136,14 +136,8 @@ class MarksBehind(Marking):
         """The ids handed over whose marks are not known to be committed yet."""
         return self._inflight
 
-    def pending(self, limit: int) -> list[dict[str, Any]]:
-        """The next selection: pending events, without those whose marks are in flight."""
-        return self.reader.pending_beyond(self._inflight, limit)
-
-    def select(self, outbox: Source, limit: int) -> list[dict[str, Any]]:
-        return self.pending(limit)
-
     def select_rows(self, outbox: Source, limit: int) -> Sequence[Mapping[str, Any]]:
+        """The next selection: pending rows, without those whose marks are in flight."""
         return self.reader.pending_rows(self._inflight, limit)
 
     def hand_over(self, event_ids: Sequence[str]) -> bool:
