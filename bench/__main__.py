@@ -80,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
         if target.value is not None:
             verdict = {True: "met", False: "NOT met", None: "-"}[target.met]
             print(f"  {target.label}: {target.value:,.2f} (target {target.goal:,}) {verdict}")
+    for line in report.information(results):
+        if line.value is not None:
+            print(f"  {line.label}: {line.value:,.2f} (information)")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as dump:
             json.dump([f.as_dict() for f in results.figures.values()], dump, indent=1)

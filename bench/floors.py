@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from . import handovers
 from .common import Plan, Results, scratch, timed_loop
 from .placement import PLACEMENTS, placed
 from .rawserver import ANSWER, one_row_committer
@@ -99,6 +100,12 @@ def _round_trips(
 def raw_round_trip_rate(url: str, seconds: float, after: Callable[[], None] | None = None) -> float:
     """Keep-alive POSTs over one kept socket: the request's bytes made once, the answer read
     by its known length (``rawserver.ANSWER``). No HTTP library: the least a client can do."""
+    exchange, close = raw_exchange(url)
+    return _round_trips(exchange, close, seconds, after)
+
+
+def raw_exchange(url: str) -> tuple[Callable[[], None], Callable[[], None]]:
+    """(one round trip over a kept raw socket to ``rawserver``, the socket's close)."""
     host, port = url.removeprefix("http://").rsplit(":", 1)
     request = (
         b"POST /events HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
@@ -117,7 +124,7 @@ def raw_round_trip_rate(url: str, seconds: float, after: Callable[[], None] | No
                 raise ConnectionError("the raw server closed the connection")
             got += more
 
-    return _round_trips(exchange, conn.close, seconds, after)
+    return exchange, conn.close
 
 
 #: A hand-over probe: ``probe(seconds)`` as the scheduler places it, or ``probe(seconds,
@@ -158,9 +165,10 @@ def measure(plan: Plan, results: Results) -> None:
         start_listener(
             [sys.executable, str(rawserver), "--commit", str(folder / "raw-sink.db")]
         ) as durable,
+        handovers.guarded_sink(folder) as guarded,
     ):
         mark = one_row_committer(str(folder / "raw-source.db"))
-        for _ in range(plan.reps):
+        for rep in range(plan.reps):
             results.add(
                 "floor.fdatasync",
                 "fdatasync (4 KiB overwrite)",
@@ -209,11 +217,15 @@ def measure(plan: Plan, results: Results) -> None:
             # The same three steps done for real by two processes that hand over to each other:
             # what the machine allows a relay once its fsyncs and wake-ups interleave. The
             # floor is the raw one (issue 18): http.client's own cost is not the machine's.
-            results.add(
-                "floor.handover",
-                "zero-code hand-over: raw socket round trip + a one-row FULL commit on each side",
-                "/s",
-                raw_round_trip_rate(durable.base_url, plan.floor_seconds, after=mark),
+            # Beside it, in the same repetition, the floor that also does the contract's
+            # work (the guarded hand-over), and both with their marks behind the next send.
+            handovers.measure_rep(
+                results,
+                folder=folder,
+                seconds=plan.floor_seconds,
+                rep=rep,
+                raw=(lambda: raw_exchange(durable.base_url), durable.process.pid),
+                guarded=guarded,
             )
             for how, where in PLACEMENTS.items():
                 with placed(how, durable.process.pid) as pinned:
@@ -238,7 +250,6 @@ def measure(plan: Plan, results: Results) -> None:
         "floor.http_raw",
         "floor.relay",
         "floor.relay_raw",
-        "floor.handover",
         "floor.handover_together",
         "floor.handover_apart",
         "floor.handover_http",
@@ -247,3 +258,4 @@ def measure(plan: Plan, results: Results) -> None:
         if figure is None:
             continue  # a placement this machine cannot make
         print(f"  {figure.label}: {figure.median:,.0f}/s", flush=True)
+    handovers.print_figures(results)

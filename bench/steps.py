@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ackledger import Outbox
 from ackledger.source.dispatch import dispatch
@@ -30,6 +32,18 @@ from .relay import start_sink
 
 def _per_event(seconds: float, count: int) -> float:
     return 1e6 * seconds / count if count else float("nan")
+
+
+def send_each(
+    events: list[dict[str, Any]], url: str, pid: int, clock: Callable[[int], float] = cpu_seconds
+) -> tuple[float, float, float]:
+    """``send_http`` of each event in turn: (wall, this process's CPU, the sink's CPU by
+    ``clock(pid)``) in seconds for all of them."""
+    start, cpu, sink_cpu = time.perf_counter(), time.process_time(), clock(pid)
+    for event in events:
+        send_http(event, url)
+    wall = time.perf_counter() - start
+    return wall, time.process_time() - cpu, clock(pid) - sink_cpu
 
 
 def relay_own_step(folder: Path, count: int, tag: str) -> tuple[float, float]:
@@ -118,16 +132,7 @@ def measure(plan: Plan, results: Results) -> None:
                 ]
                 send_http(fill.lab_event(f"st{rep}-warm", "s0", 1), url)
                 for kind in ("new", "dup"):
-                    start, cpu, sink_cpu = (
-                        time.perf_counter(),
-                        time.process_time(),
-                        cpu_seconds(pid),
-                    )
-                    for event in events:
-                        send_http(event, url)
-                    wall = time.perf_counter() - start
-                    cpu = time.process_time() - cpu
-                    sink_cpu = cpu_seconds(pid) - sink_cpu
+                    wall, cpu, sink_cpu = send_each(events, url, pid)
                     what = "a new event" if kind == "new" else "the same event again"
                     key = f"step.sink_{kind}"
                     count = len(events)
@@ -175,6 +180,20 @@ _TABLE = (
         "floor.step_dup",
         "raw round trip + read by key",
     ),
+    # The same two against the guarded sink (the contract's work in the least Python, from
+    # the floors section of this run; bench/guarded_sink.py).
+    (
+        "step.sink_new",
+        ("step.sink_new_cpu", "step.sink_new_sink_cpu"),
+        "floor.guarded_new",
+        "the guarded sink's new event",
+    ),
+    (
+        "step.sink_dup",
+        ("step.sink_dup_cpu", "step.sink_dup_sink_cpu"),
+        "floor.guarded_dup",
+        "the guarded sink's duplicate",
+    ),
 )
 
 
@@ -186,9 +205,12 @@ def _print_table(results: Results) -> None:
         if step is None or floor is None:
             continue
         cpus = " + ".join(f"{results.get(cpu) or 0:,.0f}" for cpu in cpu_keys)
+        # A floor with processes of its own has their CPU too (bench/handovers.py).
+        floor_cpus = [results.get(f"{floor_key}_{side}_cpu") for side in ("client", "sink")]
+        its = " + ".join(f"{cpu:,.0f}" for cpu in floor_cpus if cpu is not None)
         print(
             f"  {step.label}: {step.median:,.0f} µs (CPU {cpus} µs); {floor_words}: "
-            f"{floor:,.0f} µs; {step.median / floor:.2f}x",
+            f"{floor:,.0f} µs{f' (CPU {its} µs)' if its else ''}; {step.median / floor:.2f}x",
             flush=True,
         )
 

@@ -1,0 +1,142 @@
+"""``python -m bench.guarded_instructions [--events N]``: instructions per event, under
+valgrind, of each side of the guarded hand-over against ackledger's (bench/CHANGES.md 83).
+
+Wall clock and CPU time swing with the machine's load and with where the scheduler puts the
+two processes; the instructions a process runs in user space barely move. They leave out
+what the system calls cost (the fsync, the socket's) and cold caches, so they split only the
+code's own work: the sink's (``serve sink`` against ``bench/guarded_sink.py``), for a new
+event and for a duplicate, and the relay's (``dispatch`` + ``send_http``, and the relay's own
+sender, against ``bench/guarded_relay.py``). Each figure is the difference of two runs, N and
+2N events, divided by N, so start-up and imports cancel out. Needs valgrind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from .guarded_relay import SOURCE, Wire, fill_outbox, lab_text
+from .handovers import guarded_sink
+from .relay_instructions import per_event
+
+_ROOT = str(Path(__file__).resolve().parent.parent)
+_CALLGRIND = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+_LISTENING = re.compile(r"listening on http://([\d.]+):(\d+)")
+
+_RELAY = """
+import sys
+from bench.guarded_relay import GuardedRelay
+relay = GuardedRelay(sys.argv[1], sys.argv[2])
+for _ in range(int(sys.argv[3])):
+    relay.step()
+relay.close()
+"""
+
+
+def _collected(stderr: str) -> int:
+    found = re.search(r"Collected : (\d+)", stderr)
+    if found is None:
+        raise SystemExit(f"valgrind reported no count:\n{stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": _ROOT}
+
+
+def sink_life(kind: str, folder: Path, new: int, dup: int) -> int:
+    """Instructions of one sink process under valgrind that answers ``new`` new events and
+    then ``dup`` re-sends of them, and exits."""
+    db = str(folder / f"{kind}-{new}-{dup}.db")
+    if kind == "guarded":
+        command = [sys.executable, "-m", "bench.guarded_sink", "--db", db, "--once"]
+    else:
+        command = [sys.executable, "-m", "ackledger.cli", "serve", "sink", "--db", db]
+        command += ["--port", "0"]
+    process = subprocess.Popen(
+        [*_CALLGRIND, *command], env=_env(), cwd=_ROOT, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        found = None
+        while found is None:
+            line = process.stdout.readline()
+            if not line:
+                raise SystemExit(f"the {kind} sink did not start")
+            found = _LISTENING.search(line)
+        wire = Wire(found.group(1), int(found.group(2)))
+        for number in [*range(new), *(n % new for n in range(dup))]:
+            event_id = f"e-{number}"
+            wire.send(event_id, SOURCE, lab_text(event_id, number))
+        wire.close()
+        if kind != "guarded":  # the guarded sink ends with its connection (--once)
+            process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=600)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return _collected(stderr)
+
+
+def sink_per_event(kind: str, events: int) -> tuple[float, float]:
+    """(instructions per new event, per duplicate) of a sink ``kind``."""
+    with tempfile.TemporaryDirectory(prefix="ackledger-bench-gir-") as name:
+        folder = Path(name)
+        one, two = sink_life(kind, folder, events, 0), sink_life(kind, folder, 2 * events, 0)
+        again, twice = (sink_life(kind, folder, events, n * events) for n in (1, 2))
+    return (two - one) / events, (twice - again) / events
+
+
+def guarded_relay_per_event(events: int) -> float:
+    """Instructions per event of the guarded relay, draining into a guarded sink."""
+    with tempfile.TemporaryDirectory(prefix="ackledger-bench-gir-") as name:
+        folder = Path(name)
+        counts = []
+        with guarded_sink(folder) as (url, _):
+            for count in (events, 2 * events):
+                outbox = folder / f"outbox-{count}.db"
+                fill_outbox(outbox, f"r{count}", count)
+                command = [*_CALLGRIND, sys.executable, "-c", _RELAY, str(outbox), url, str(count)]
+                done = subprocess.run(
+                    command, env=_env(), cwd=_ROOT, capture_output=True, text=True, check=False
+                )
+                if done.returncode:
+                    raise SystemExit(f"the guarded relay failed:\n{done.stderr[-2000:]}")
+                counts.append(_collected(done.stderr))
+    return (counts[1] - counts[0]) / events
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.guarded_instructions", description=__doc__
+    )
+    parser.add_argument("--events", type=int, default=300, help="N (300): runs N and 2N")
+    args = parser.parse_args(argv)
+    if shutil.which("valgrind") is None:
+        parser.error("valgrind is not installed")
+    rows: list[tuple[str, float]] = []
+    for kind, words in (("guarded", "guarded sink"), ("ours", "serve sink")):
+        new, dup = sink_per_event(kind, args.events)
+        rows += [(f"{words}, a new event", new), (f"{words}, a duplicate", dup)]
+        print(f"{words}: {new:,.0f} per new event, {dup:,.0f} per duplicate", flush=True)
+    rows.append(("guarded relay", guarded_relay_per_event(args.events)))
+    for way, words in (("item", "per-item relay, dispatch + send_http"),
+                       ("itemown", "per-item relay, own sender")):  # fmt: skip
+        rows.append((words, per_event(None, way, args.events, "lab")))
+    print("\n| process, per event | instructions |\n|---|---|")
+    for words, count in rows:
+        print(f"| {words} | {count:,.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

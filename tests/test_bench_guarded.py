@@ -1,0 +1,213 @@
+"""The guarded hand-over floor keeps the rules it claims to keep (bench/CHANGES.md item 82):
+a floor that silently did less work would make ackledger look slower than it is.
+
+Real processes and files: the guarded sink (``bench/guarded_sink.py``) on 127.0.0.1 with its
+own SQLite file, read back from a separate connection; the relay side on a real outbox file.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import sqlite3
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bench.guarded_relay import SOURCE, GuardedRelay, NotAcked, Wire, fill_outbox, lab_text
+from bench.handovers import guarded_sink
+
+from ackledger._dev.procs import start_listener
+from ackledger.envelope import content_fingerprint
+
+
+@pytest.fixture
+def sink(tmp_path: Path) -> Iterator[tuple[int, Path]]:
+    """(the guarded sink's port, its database file)."""
+    with guarded_sink(tmp_path) as (url, _):
+        yield int(url.rsplit(":", 1)[1]), tmp_path / "guarded-sink.db"
+
+
+def lab(event_id: str = "e-1", qty: int = 3, **changes: Any) -> dict[str, Any]:
+    event: dict[str, Any] = json.loads(lab_text(event_id, 2))
+    event["data"]["qty"] = qty
+    event.update(changes)
+    return {name: value for name, value in event.items() if value is not None}
+
+
+def post(
+    port: int,
+    body: bytes | dict[str, Any],
+    *,
+    method: str = "POST",
+    path: str = "/events",
+    host: str | None = None,
+    content_type: str = "application/cloudevents+json",
+    extra: dict[str, str] | None = None,
+) -> tuple[int, dict[str, str], Any]:
+    """One request on a connection of its own: (status, lower-case headers, JSON body)."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+        conn.putheader("Host", host or f"127.0.0.1:{port}")
+        conn.putheader("Content-Type", content_type)
+        conn.putheader("Content-Length", str(len(data)))
+        for name, value in (extra or {}).items():
+            conn.putheader(name, value)
+        conn.endheaders(data)
+        answer = conn.getresponse()
+        headers = {name.lower(): value for name, value in answer.getheaders()}
+        return answer.status, headers, json.loads(answer.read())
+    finally:
+        conn.close()
+
+
+def stored(db: Path) -> dict[str, Any]:
+    """What the sink's database holds, read by a connection of this process."""
+    conn = sqlite3.connect(db)
+    try:
+        return {
+            "inventory": dict(conn.execute("SELECT sku, qty FROM inventory").fetchall()),
+            "counters": dict(conn.execute("SELECT name, value FROM counters").fetchall()),
+            "receipts": {
+                (source, event_id): (fingerprint, receipts)
+                for source, event_id, fingerprint, receipts in conn.execute(
+                    "SELECT source, id, fingerprint, receipts FROM inbox"
+                )
+            },
+        }
+    finally:
+        conn.close()
+
+
+def test_a_new_event_is_applied_once_and_a_resend_is_a_duplicate(sink: tuple[int, Path]) -> None:
+    port, db = sink
+    event = lab()
+    status, headers, ack = post(port, event)
+    assert (status, ack) == (
+        200,
+        {"ack": True, "id": "e-1", "source": SOURCE, "status": "applied"},
+    )
+    assert "idempotent-replayed" not in headers
+    status, headers, ack = post(port, event)
+    assert (status, ack["status"], headers["idempotent-replayed"]) == (200, "duplicate", "true")
+    after = stored(db)
+    assert after["inventory"] == {"sku-2": 3}
+    assert after["counters"] == {"sink.applied": 1, "sink.duplicate": 1}
+    # The fingerprint is ackledger's, over the same content.
+    assert after["receipts"] == {(SOURCE, "e-1"): (content_fingerprint(event), 2)}
+
+
+def test_other_content_under_an_applied_identity_is_refused(sink: tuple[int, Path]) -> None:
+    port, db = sink
+    post(port, lab(qty=3))
+    before = stored(db)
+    for changed in (lab(qty=4), lab(subject='sku "2"'), lab(partitionkey=None)):
+        status, _, problem = post(port, changed)
+        assert (status, problem["status"]) == (422, 422), changed
+    after = stored(db)
+    assert after["inventory"] == before["inventory"] == {"sku-2": 3}
+    assert after["receipts"] == before["receipts"]
+    assert after["counters"]["sink.conflict"] == 3
+
+
+def test_a_quoted_subject_is_fingerprinted_as_ackledger_does(sink: tuple[int, Path]) -> None:
+    port, db = sink
+    event = lab("e-q", subject='a "quoted" \\ subject')
+    assert post(port, event)[0] == 200
+    assert stored(db)["receipts"][(SOURCE, "e-q")][0] == content_fingerprint(event)
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        (lab(specversion="0.3"), 400),
+        (lab(id="-starts-with-a-dash"), 400),
+        (lab(source="not a uri"), 400),
+        (lab(type="com.example.other"), 422),  # no handler for it
+        (lab(qty=True), 400),  # a bool is not a number
+        (lab(qty=0), 400),
+        (lab(qty=1_000_001), 400),
+        (lab(data={"sku": "sku-2", "qty": 1, "note": "x"}), 400),
+        (lab(data={"sku": "bad sku", "qty": 1}), 400),
+        (lab(datacontenttype="text/plain"), 400),
+        (lab(subject=""), 400),
+        (lab(extension=1), 400),
+        (b"[1, 2]", 400),
+        (b"{not json", 400),
+        (b'{"id": "\xff"}', 400),
+    ],
+)
+def test_an_invalid_event_is_refused_and_nothing_changes(
+    sink: tuple[int, Path], body: bytes | dict[str, Any], status: int
+) -> None:
+    port, db = sink
+    assert post(port, body)[0] == status
+    assert stored(db) == {"inventory": {}, "counters": {}, "receipts": {}}
+
+
+@pytest.mark.parametrize(
+    ("options", "status"),
+    [
+        ({"path": "/other"}, 404),
+        ({"method": "PUT"}, 405),
+        ({"host": "evil.example:80"}, 421),
+        ({"content_type": "application/json"}, 400),
+        ({"extra": {"Transfer-Encoding": "chunked"}}, 400),
+        ({"extra": {"Content-Type": "application/cloudevents+json"}}, 400),  # given twice
+    ],
+)
+def test_a_request_outside_the_rules_is_refused(
+    sink: tuple[int, Path], options: dict[str, Any], status: int
+) -> None:
+    port, db = sink
+    assert post(port, lab(), **options)[0] == status
+    assert stored(db)["receipts"] == {}
+
+
+def test_a_body_over_64_kib_is_refused(sink: tuple[int, Path]) -> None:
+    port, db = sink
+    assert post(port, b"{" + b" " * (64 * 1024) + b"}")[0] == 413
+    assert stored(db)["receipts"] == {}
+
+
+@pytest.mark.parametrize("behind", [False, True])
+def test_the_guarded_relay_sends_in_order_and_marks_each_once(
+    sink: tuple[int, Path], tmp_path: Path, behind: bool
+) -> None:
+    port, db = sink
+    outbox = tmp_path / "outbox.db"
+    fill_outbox(outbox, "r", 40)
+    conn = sqlite3.connect(outbox, isolation_level=None)
+    # A quarantined event is never selected, and its hold is kept.
+    conn.execute("UPDATE outbox SET quarantined = 1 WHERE id = 'r-5'")
+    relay = GuardedRelay(outbox, f"http://127.0.0.1:{port}", behind=behind)
+    try:
+        for _ in range(39):
+            relay.step()
+        with pytest.raises(RuntimeError, match="ran out"):
+            relay.step()
+    finally:
+        relay.close()
+    rows = conn.execute("SELECT id, sent, attempts FROM outbox ORDER BY seq").fetchall()
+    assert rows == [(f"r-{n}", int(n != 5), int(n != 5)) for n in range(40)]
+    after = stored(db)
+    assert len(after["receipts"]) == 39
+    assert after["counters"] == {"sink.applied": 39}
+
+
+def test_the_relay_takes_only_the_exact_ack_of_its_event() -> None:
+    # The zero-code raw server answers every request with {"ack": true, "id": "floor"}.
+    rawserver = Path(__file__).parent.parent / "bench" / "rawserver.py"
+    with start_listener([sys.executable, str(rawserver)]) as raw:
+        wire = Wire("127.0.0.1", int(raw.base_url.rsplit(":", 1)[1]))
+        try:
+            with pytest.raises(NotAcked, match="another event"):
+                wire.send("e-1", SOURCE, lab_text("e-1", 1))
+            with pytest.raises(NotAcked, match="another event"):  # the id, but no source
+                wire.send("floor", SOURCE, lab_text("floor", 1))
+        finally:
+            wire.close()
