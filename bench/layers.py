@@ -13,11 +13,13 @@ samples fell:
 - ``C ext``: the other compiled modules (uvloop, httptools, ``_json``, hashing...) and libc.
 
 The scenarios: ``serve sink`` taking new events and the same event again from ``send_http``;
-the per-item relay (``dispatch`` + ``send_http``) and the sink it sends to; and the zero-code
-hand-over of ``bench/floors.py`` (bare ``sqlite3`` marks, a raw socket, ``rawserver.py
---commit``). perf is a sampling profiler: the split is a share of samples (a few percent
-either way at the defaults), the totals are the kernel's CPU accounting. Needs ``perf``
-(Debian's linux-perf) with the ``cpu-clock`` event; where it is missing, says so and exits 0.
+the per-item relay (``dispatch`` + ``send_http``) and the sink it sends to; the guarded
+hand-over (``bench/guarded_relay.py``, ``bench/guarded_sink.py``: the contract's work in the
+least Python); and the zero-code hand-over of ``bench/floors.py`` (bare ``sqlite3`` marks, a
+raw socket, ``rawserver.py --commit``). perf is a sampling profiler: the split is a share of
+samples (a few percent either way at the defaults), the totals are the kernel's CPU
+accounting. Needs ``perf`` (Debian's linux-perf) with the ``cpu-clock`` event; where it is
+missing, says so and exits 0.
 """
 
 from __future__ import annotations
@@ -128,6 +130,17 @@ def _drive(kind: str, url: str, count: int, folder: Path) -> None:
             for event in todo:
                 send_http(event, url)
 
+    elif kind == "guarded":
+        from .guarded_relay import GuardedRelay, fill_outbox
+
+        fill_outbox(folder / "guarded-source.db", "G", count + 1)
+        relay = GuardedRelay(folder / "guarded-source.db", url.removesuffix("/events"))
+        relay.step()
+
+        def work() -> None:
+            for _ in range(count):
+                relay.step()
+
     else:  # the zero-code hand-over's relay side: a bare FULL commit and a raw round trip
         host, port = url.split("//")[1].split("/", maxsplit=1)[0].split(":")
         conn = socket.create_connection((host, int(port)))
@@ -155,6 +168,10 @@ def _drive(kind: str, url: str, count: int, folder: Path) -> None:
 
 
 def _server(folder: Path, kind: str) -> Service:
+    if kind == "guarded":
+        command = [sys.executable, "-m", "bench.guarded_sink", "--db"]
+        command.append(str(folder / f"guarded-sink-{time.monotonic_ns()}.db"))
+        return start_listener(command, env={"PYTHONPATH": str(Path(__file__).parent.parent)})
     if kind == "raw":
         command = [sys.executable, str(RAWSERVER), "--commit", str(folder / "zero-sink.db")]
         return start_listener(command)
@@ -215,6 +232,7 @@ SCENARIOS = (
     ("serve sink, new events (send_http)", "sink", "new"),
     ("serve sink, the same event again (send_http)", "sink", "dup"),
     ("per-item relay (dispatch + send_http) -> serve sink", "sink", "relay"),
+    ("guarded hand-over (bench.guarded_relay -> bench.guarded_sink)", "guarded", "guarded"),
     ("zero-code hand-over (bare marks, raw socket, rawserver --commit)", "raw", "zero"),
 )
 
