@@ -229,7 +229,10 @@ def write(
          "without an fsync), then answers the ACK. `floor.guarded_new`/`_dup` are one round "
          "trip to that sink with a new event and a duplicate. Each hand-over row has both "
          "processes' CPU per event (`_relay_cpu`/`_client_cpu`, `_sink_cpu`; "
-         "bench/CHANGES.md item 82).", None),
+         "bench/CHANGES.md item 82). `python -m bench.layers` splits the CPU per event of "
+         "ackledger's per-item path and of both hand-overs by layer (the kernel's database "
+         "and socket system calls, SQLite, the interpreter, C extensions) under perf "
+         "(item 86).", None),
         ("Accept", "accept.", "`Outbox.accept` in a loop: order row and outbox row in one "
          "transaction per event.", None),
         ("Relay end to end", "relay.", "A pre-filled outbox (synchronous=FULL) relayed into a "
