@@ -16,6 +16,15 @@ STORE_FENCE = (
     "ON CONFLICT (name) DO UPDATE SET value = excluded.value"
 )
 
+# The inbox's statements without RETURNING: SQLite runs a RETURNING clause through an ephemeral
+# table of its own (a pager, a B-tree, zeroed page buffers: ~20-30k instructions a statement,
+# bench/CHANGES.md item 87), and its one writer lets the row count and a plain read say the same.
+INBOX_CLAIM = (
+    "INSERT INTO inbox (source, id, fingerprint, type, first_received_at, last_received_at, "
+    "arrival, last_arrival) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (source, id) DO NOTHING"
+)
+ARRIVALS_TAKEN = "SELECT value FROM counters WHERE name = 'sink.arrival'"
+
 # SQLite cannot update in a WITH clause; its one writer makes check-in-the-WHERE enough, and
 # the renewal follows in the same transaction.
 MARK_UNDER_LEASE = (

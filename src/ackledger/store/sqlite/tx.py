@@ -9,8 +9,9 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable, Sequence
 
-from ..._core.idempotency import Outcome
+from ..._core.idempotency import Claim, Outcome
 from ..base import Params, Row, Tx
+from ..inbox import ARRIVAL
 from ..keys import DELIVERIES
 from ..ledger import INSERT_CONTROL, PURGE_CHUNK
 from . import queries as q
@@ -45,6 +46,28 @@ class SqliteTx(Tx):
         if count:
             self.execute(q.DELETE_SENT, (cutoff,))
         return count, attempts
+
+    # --- inbox -----------------------------------------------------------------------------
+
+    def inbox_claim(
+        self, source: str, event_id: str, fingerprint: str, *, type: str, now: float, arrival: int
+    ) -> Claim:
+        """The same one ``INSERT ... ON CONFLICT DO NOTHING`` as ``keys.INBOX``'s claim, told
+        by its row count rather than RETURNING (``queries.INBOX_CLAIM`` says why)."""
+        params = (source, event_id, fingerprint, type, now, now, arrival, arrival)
+        if self._conn.execute(q.INBOX_CLAIM, params).rowcount:
+            return Claim(Outcome.APPLIED, source)
+        stored = self.inbox_fingerprint(source, event_id)
+        if stored is None:  # pragma: no cover - the claim saw the key, so it must be there
+            raise RuntimeError(f"inbox: key {(source, event_id)!r} vanished inside a transaction")
+        return Claim(Outcome.DUPLICATE if stored == fingerprint else Outcome.CONFLICT, event_id)
+
+    def inbox_reserve_arrivals(self, count: int) -> tuple[int, dict[str, int]]:
+        """The counter as it stands, and its bump left to the caller's ``counters_bump``: the
+        transaction holds the one writer's lock from its BEGIN IMMEDIATE, so nothing else
+        takes these numbers before it commits (or rolls back, taking none)."""
+        found = self.scalar(q.ARRIVALS_TAKEN)
+        return (0 if found is None else int(found)), {ARRIVAL: count}
 
     # --- counters --------------------------------------------------------------------------
 
