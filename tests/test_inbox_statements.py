@@ -3,7 +3,8 @@ statements SQLite runs, read from its own trace, with the outcome of each call c
 
 A new lone event takes one read by key and one write transaction of four statements, none with
 RETURNING (SQLite builds a table of its own for that clause, item 87); a lone re-send is
-answered from that read and noted in one write transaction, with no write attempt rolled back; a group's stock is one statement whatever its skus; a group of re-sends stops its
+answered from that read and noted in one write transaction, with no write attempt rolled
+back; a group's stock is one statement whatever its skus; a group of re-sends stops its
 durable attempt at the claim."""
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ def test_a_lone_new_event_is_one_read_and_four_writes(
     assert inbox.counters() == {"applied": 1, "duplicate": 0, "conflict": 0}
     assert inbox.receive(_event("n-2", qty=1)) == "applied"
     # Each takes the next arrival number: the counter's bump is committed with the claim.
-    rows = raw_rows(tmp_path / "inbox.db", "SELECT id, arrival, last_arrival FROM inbox ORDER BY id")
+    query = "SELECT id, arrival, last_arrival FROM inbox ORDER BY id"
+    rows = raw_rows(tmp_path / "inbox.db", query)
     assert rows == [("n-1", 1, 1), ("n-2", 2, 2)]
 
 

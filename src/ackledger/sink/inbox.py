@@ -169,6 +169,10 @@ def _run_handler(
 
 _APPLIED = Outcome.APPLIED.value
 _DUPLICATE = Outcome.DUPLICATE.value
+#: Each outcome's status and counter name, looked up once: an enum member's ``.value`` is a
+#: descriptor call, and this runs per event.
+_STATUS = {outcome: outcome.value for outcome in Outcome}
+_COUNTER = {outcome: COUNTER_PREFIX + outcome.value for outcome in Outcome}
 
 
 def _apply_one_by_one(tx: Tx, runs: Sequence[Sequence[_Item]], now: float) -> list[BatchResult]:
@@ -180,14 +184,14 @@ def _apply_one_by_one(tx: Tx, runs: Sequence[Sequence[_Item]], now: float) -> li
     end (one upsert per sku), the same committed state as writing it event by event.
     """
     stock: dict[str, int] = {}
-    tally: Counter[str] = Counter()
     results: list[BatchResult] = []
     handler_tx = HandlerTransaction(tx)
     wanted = sum(len(run) for run in runs)
     # Arrival numbers are taken as one block; the counter row stays locked until commit, so
     # they follow commit order on every backend (numbers of unclaimed items are skipped).
     arrival, owed = tx.inbox_reserve_arrivals(wanted) if wanted else (0, {})
-    tally.update(owed)  # the arrival numbers' own bump, where the backend leaves it to us
+    # The counts to bump, the arrival numbers' own first where the backend leaves it to us.
+    tally = dict(owed)
     for run in runs:
         result = BatchResult([])
         for item in run:
@@ -216,13 +220,14 @@ def _apply_one_by_one(tx: Tx, runs: Sequence[Sequence[_Item]], now: float) -> li
                     break
             if guarded:
                 tx.handler_release()
-            tally[COUNTER_PREFIX + outcome.value] += 1
+            counter = _COUNTER[outcome]
+            tally[counter] = tally.get(counter, 0) + 1
             if outcome is Outcome.CONFLICT:
                 result.error = _conflict(item)
                 break
             if outcome is Outcome.DUPLICATE:
                 tx.inbox_note_receipt(*item.identity, now, arrival)
-            result.statuses.append(outcome.value)
+            result.statuses.append(_STATUS[outcome])
         results.append(result)
     tx.inventory_add(stock)
     tx.counters_bump(tally)

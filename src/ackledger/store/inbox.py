@@ -200,6 +200,10 @@ class InboxQueries(CounterQueries):
 
     def inventory_add(self, added: Mapping[str, int]) -> None:
         """Add ``added[sku]`` to each sku's stock: one statement for up to 64 skus."""
+        if len(added) == 1:  # a lone event's: no chunks to cut
+            ((sku, qty),) = added.items()
+            self.execute(INVENTORY_ADD, (sku, qty))
+            return
         items = list(added.items())
         for start in range(0, len(items), MANY):
             chunk = items[start : start + MANY]
