@@ -29,11 +29,16 @@ def _event(event_id: str, sku: str = "tea", qty: int = 1) -> dict[str, object]:
 def traced(tmp_path: Path) -> Iterator[tuple[Inbox, list[str]]]:
     inbox = Inbox(tmp_path / "inbox.db")
     seen: list[str] = []
-    conn = inbox._db._conn  # type: ignore[attr-defined]
-    assert isinstance(conn, sqlite3.Connection)
-    conn.set_trace_callback(seen.append)
+    with inbox._db.write(durable=False):  # type: ignore[attr-defined]
+        pass  # opens the relaxed writes' own connection (store/sqlite/backend.py)
+    # Both connections' statements, in the order they ran.
+    conns = [inbox._db._conn, inbox._db._relaxed_conn]  # type: ignore[attr-defined]
+    for conn in conns:
+        assert isinstance(conn, sqlite3.Connection)
+        conn.set_trace_callback(seen.append)
     yield inbox, seen
-    conn.set_trace_callback(None)
+    for conn in conns:
+        conn.set_trace_callback(None)
     inbox.close()
 
 
@@ -71,6 +76,7 @@ def test_a_lone_resend_is_answered_from_a_read(
     assert "ROLLBACK" not in verbs
     assert verbs.count("BEGIN") == 1  # the note's own transaction, committed without fsync
     assert not [statement for statement in seen if "RETURNING" in statement.upper()]
+    assert "PRAGMA" not in verbs  # its own connection is NORMAL: nothing to switch and back
     assert inbox.stock("tea") == 2
     assert inbox.counters() == {"applied": 1, "duplicate": 1, "conflict": 0}
     # The note is in the file for any other connection: receipts, last arrival, counters.
