@@ -77,6 +77,8 @@ def test_a_lone_resend_is_answered_from_a_read(
     assert verbs.count("BEGIN") == 1  # the note's own transaction, committed without fsync
     assert not [statement for statement in seen if "RETURNING" in statement.upper()]
     assert "PRAGMA" not in verbs  # its own connection is NORMAL: nothing to switch and back
+    # The note reads its arrival number itself; the counts are one upsert.
+    assert verbs == ["SELECT", "BEGIN", "UPDATE", "INSERT", "COMMIT"]
     assert inbox.stock("tea") == 2
     assert inbox.counters() == {"applied": 1, "duplicate": 1, "conflict": 0}
     # The note is in the file for any other connection: receipts, last arrival, counters.

@@ -256,13 +256,9 @@ def _unless_only_duplicates(results: list[BatchResult]) -> list[BatchResult]:
 def _note_duplicates(tx: Tx, runs: Sequence[Sequence[_Item]], now: float) -> list[BatchResult]:
     """Runs of duplicates only: each takes its arrival number and is counted again, as
     ``_apply_one_by_one`` would count it, and nothing runs."""
-    wanted = sum(len(run) for run in runs)
-    arrival, owed = tx.inbox_reserve_arrivals(wanted)
-    for run in runs:
-        for item in run:
-            arrival += 1
-            tx.inbox_note_receipt(*item.identity, now, arrival)
-    tx.counters_bump({**owed, COUNTER_PREFIX + _DUPLICATE: wanted})
+    identities = [item.identity for run in runs for item in run]
+    owed = tx.inbox_note_receipts(identities, now)
+    tx.counters_bump({**owed, COUNTER_PREFIX + _DUPLICATE: len(identities)})
     return [BatchResult([_DUPLICATE] * len(run)) for run in runs]
 
 

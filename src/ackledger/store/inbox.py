@@ -138,6 +138,18 @@ class InboxQueries(CounterQueries):
         transaction ends, so the numbers follow commit order on every backend."""
         return int(self.scalar(_RESERVE, (count,))) - count, {}
 
+    def inbox_note_receipts(
+        self, identities: Sequence[tuple[str, str]], now: float
+    ) -> dict[str, int]:
+        """``inbox_note_receipt`` of events that were all already there, each with the next
+        arrival number in turn; returns what the caller's ``counters_bump`` owes, as
+        ``inbox_reserve_arrivals``."""
+        arrival, owed = self.inbox_reserve_arrivals(len(identities))
+        for source, event_id in identities:
+            arrival += 1
+            self.inbox_note_receipt(source, event_id, now, arrival)
+        return owed
+
     def inbox_note_receipt(self, source: str, event_id: str, now: float, arrival: int) -> None:
         """Count another arrival of an event that was already there (a duplicate)."""
         self.execute(

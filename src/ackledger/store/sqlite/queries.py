@@ -24,6 +24,13 @@ INBOX_CLAIM = (
     "arrival, last_arrival) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (source, id) DO NOTHING"
 )
 ARRIVALS_TAKEN = "SELECT value FROM counters WHERE name = 'sink.arrival'"
+# A re-send's note with its arrival number read in the same statement: the counter is bumped
+# only at the transaction's end, so each note adds its place in the group (1, 2, ...).
+NOTE_RECEIPT_NEXT = (
+    "UPDATE inbox SET receipts = receipts + 1, last_received_at = ?, last_arrival = "
+    "COALESCE((SELECT value FROM counters WHERE name = 'sink.arrival'), 0) + ? "
+    "WHERE source = ? AND id = ?"
+)
 
 # SQLite cannot update in a WITH clause; its one writer makes check-in-the-WHERE enough, and
 # the renewal follows in the same transaction.

@@ -69,6 +69,15 @@ class SqliteTx(Tx):
         found = self.scalar(q.ARRIVALS_TAKEN)
         return (0 if found is None else int(found)), {ARRIVAL: count}
 
+    def inbox_note_receipts(
+        self, identities: Sequence[tuple[str, str]], now: float
+    ) -> dict[str, int]:
+        """One statement a re-send, the arrival counter read inside it (a statement fewer
+        than reading it first; the bump is the caller's, as ``inbox_reserve_arrivals``)."""
+        for offset, (source, event_id) in enumerate(identities, 1):
+            self._conn.execute(q.NOTE_RECEIPT_NEXT, (now, offset, source, event_id))
+        return {ARRIVAL: len(identities)}
+
     # --- counters --------------------------------------------------------------------------
 
     def counter_bump_spread(self, name: str) -> None:
