@@ -80,19 +80,20 @@ class _Lookup(AbstractContextManager[Tx]):
     (isolation_level=None), so each statement is a read transaction of its own, without a
     BEGIN and a COMMIT to run. A plain class, as for ``_WriteTransaction``."""
 
-    __slots__ = ("_conn", "_in_transaction", "_lock", "_tx")
+    __slots__ = ("_conn", "_lock", "_others_busy", "_tx")
 
     def __init__(
-        self, conn: sqlite3.Connection, lock: threading.RLock, in_transaction: Callable[[], bool]
+        self, conn: sqlite3.Connection, lock: threading.RLock, others_busy: Callable[[], bool]
     ) -> None:
         self._conn = conn
         self._lock = lock
         self._tx = SqliteTx(conn)
-        self._in_transaction = in_transaction
+        #: Is the relaxed writes' connection in a transaction (see ``_WriteTransaction``)?
+        self._others_busy = others_busy
 
     def __enter__(self) -> Tx:
         self._lock.acquire()
-        if self._in_transaction():
+        if self._conn.in_transaction or self._others_busy():
             # Inside this thread's own open transaction the statement would read what that
             # transaction has not committed; refused, as ``read`` refuses it (its BEGIN).
             self._lock.release()
@@ -137,7 +138,7 @@ class SqliteBackend(Backend):
         self._relaxed_conn: sqlite3.Connection | None = None
         self._write = _WriteTransaction(self._conn, self._lock, self._relaxed_busy)
         self._relaxed_write: _WriteTransaction | None = None if mode == "FULL" else self._write
-        self._lookup = _Lookup(self._conn, self._lock, self.in_transaction)
+        self._lookup = _Lookup(self._conn, self._lock, self._relaxed_busy)
 
     def _configure(self, mode: str) -> None:
         self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
