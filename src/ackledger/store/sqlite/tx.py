@@ -33,14 +33,10 @@ class SqliteTx(Tx):
     def executemany(self, sql: str, params: Sequence[Params]) -> None:
         self._conn.executemany(sql, [tuple(p) for p in params])
 
-    # ``Executor``'s own, without its two extra Python frames: a lone event runs two or
-    # three of these (the read by key, the arrival counter).
-    def one(self, sql: str, params: Params = ()) -> Row | None:
-        rows = self._conn.execute(sql, tuple(params)).fetchall()
-        return rows[0] if rows else None
-
+    # ``Executor``'s own less a Python frame (``scalar`` over ``one`` over ``execute``): a
+    # lone event runs two or three of these (the read by key, the arrival counter).
     def scalar(self, sql: str, params: Params = ()) -> Any:
-        rows = self._conn.execute(sql, tuple(params)).fetchall()
+        rows = self.execute(sql, params)
         return rows[0][0] if rows else None
 
     # --- outbox ----------------------------------------------------------------------------
