@@ -169,8 +169,8 @@ class SqliteBackend(Backend):
         """A FULL database's relaxed writes commit on a second connection of their own with
         synchronous=NORMAL. In WAL mode NORMAL skips only its own commits' fsync, and the next
         FULL commit's fsync covers the whole WAL file, theirs included. It replaces switching
-        this connection's ``PRAGMA synchronous`` to NORMAL and back around each one: SQLite
-        prepares a PRAGMA anew each time, ~13k instructions apiece (bench/CHANGES.md item 87).
+        this connection's ``PRAGMA synchronous`` to NORMAL and back around each one, ~13k
+        instructions per PRAGMA (bench/CHANGES.md item 87).
         Both connections take this backend's one lock, so they never wait on each other."""
         with self._lock:
             if self._relaxed_write is None:
