@@ -1,9 +1,10 @@
 """What the inbox asks of SQLite per group (issue 18, bench/CHANGES.md item 36): the
 statements SQLite runs, read from its own trace, with the outcome of each call checked too.
 
-A new lone event takes one read by key and one write transaction of four statements; a lone
-re-send is answered from that read and noted in one write transaction, with no write attempt
-rolled back; a group's stock is one statement whatever its skus; a group of re-sends stops its
+A new lone event takes one read by key and one write transaction of four statements, none with
+RETURNING (SQLite builds a table of its own for that clause, item 87); a lone re-send is
+answered from that read and noted in one write transaction, with no write attempt rolled
+back; a group's stock is one statement whatever its skus; a group of re-sends stops its
 durable attempt at the claim."""
 
 from __future__ import annotations
@@ -28,11 +29,16 @@ def _event(event_id: str, sku: str = "tea", qty: int = 1) -> dict[str, object]:
 def traced(tmp_path: Path) -> Iterator[tuple[Inbox, list[str]]]:
     inbox = Inbox(tmp_path / "inbox.db")
     seen: list[str] = []
-    conn = inbox._db._conn  # type: ignore[attr-defined]
-    assert isinstance(conn, sqlite3.Connection)
-    conn.set_trace_callback(seen.append)
+    with inbox._db.write(durable=False):  # type: ignore[attr-defined]
+        pass  # opens the relaxed writes' own connection (store/sqlite/backend.py)
+    # Both connections' statements, in the order they ran.
+    conns = [inbox._db._conn, inbox._db._relaxed_conn]  # type: ignore[attr-defined]
+    for conn in conns:
+        assert isinstance(conn, sqlite3.Connection)
+        conn.set_trace_callback(seen.append)
     yield inbox, seen
-    conn.set_trace_callback(None)
+    for conn in conns:
+        conn.set_trace_callback(None)
     inbox.close()
 
 
@@ -40,13 +46,22 @@ def _verbs(seen: list[str]) -> list[str]:
     return [statement.split()[0].upper() for statement in seen]
 
 
-def test_a_lone_new_event_is_one_read_and_four_writes(traced: tuple[Inbox, list[str]]) -> None:
+def test_a_lone_new_event_is_one_read_and_four_writes(
+    traced: tuple[Inbox, list[str]], tmp_path: Path
+) -> None:
     inbox, seen = traced
     assert inbox.receive(_event("n-1", qty=3)) == "applied"
-    # The read by key, then the arrival number, the claim, the stock, the applied count.
-    assert _verbs(seen) == ["SELECT", "BEGIN", "INSERT", "INSERT", "INSERT", "INSERT", "COMMIT"]
+    # The read by key, then the arrival counter's value, the claim, the stock, and the applied
+    # and arrival counts in one upsert.
+    assert _verbs(seen) == ["SELECT", "BEGIN", "SELECT", "INSERT", "INSERT", "INSERT", "COMMIT"]
+    assert not [statement for statement in seen if "RETURNING" in statement.upper()]
     assert inbox.stock("tea") == 3
     assert inbox.counters() == {"applied": 1, "duplicate": 0, "conflict": 0}
+    assert inbox.receive(_event("n-2", qty=1)) == "applied"
+    # Each takes the next arrival number: the counter's bump is committed with the claim.
+    query = "SELECT id, arrival, last_arrival FROM inbox ORDER BY id"
+    rows = raw_rows(tmp_path / "inbox.db", query)
+    assert rows == [("n-1", 1, 1), ("n-2", 2, 2)]
 
 
 def test_a_lone_resend_is_answered_from_a_read(
@@ -60,6 +75,10 @@ def test_a_lone_resend_is_answered_from_a_read(
     assert verbs[0] == "SELECT"
     assert "ROLLBACK" not in verbs
     assert verbs.count("BEGIN") == 1  # the note's own transaction, committed without fsync
+    assert not [statement for statement in seen if "RETURNING" in statement.upper()]
+    assert "PRAGMA" not in verbs  # its own connection is NORMAL: nothing to switch and back
+    # The note reads its arrival number itself; the counts are one upsert.
+    assert verbs == ["SELECT", "BEGIN", "UPDATE", "INSERT", "COMMIT"]
     assert inbox.stock("tea") == 2
     assert inbox.counters() == {"applied": 1, "duplicate": 1, "conflict": 0}
     # The note is in the file for any other connection: receipts, last arrival, counters.
@@ -90,7 +109,7 @@ def test_a_group_of_new_events_is_four_writes_whatever_its_skus(
     runs = [[_event(f"g-{n}", f"sku-{n % 8}", 1 + n % 3)] for n in range(16)]
     results = inbox.receive_runs(runs)
     assert [r.statuses for r in results] == [["applied"]] * 16
-    assert _verbs(seen) == ["BEGIN", "INSERT", "INSERT", "INSERT", "INSERT", "COMMIT"]
+    assert _verbs(seen) == ["BEGIN", "SELECT", "INSERT", "INSERT", "INSERT", "COMMIT"]
     assert sum(inbox.stock(f"sku-{n}") for n in range(8)) == sum(1 + n % 3 for n in range(16))
     assert inbox.counters() == {"applied": 16, "duplicate": 0, "conflict": 0}
 

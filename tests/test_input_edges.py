@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from ackledger import InvalidEvent, Ledger, NotAcknowledged, Outbox, UnsafeTarget, send_http
 from ackledger._dev.procs import Service, run_cli
+from ackledger.event import _STRICT_JSON, parse_strict_json
 from ackledger.source.outbox import MAX_REASON, reason_from
 from tests.conftest import raw_rows
 from tests.events import lab
@@ -351,3 +353,22 @@ def test_payload_numbers_are_compared_as_written(tmp_path: Path) -> None:
             ledger.request("c", "w", "pod", payload={"amount": 10.0, "sku": "pen"})
         with pytest.raises(InvalidEvent, match="finite"):
             ledger.request("c", "w2", "pod", payload={"amount": float("inf")})
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a":1}', ' {"a":1} ', '{"a":1}\n', '{"a":1} x', '{"a":1}{}', "", "  ", "1 ", "nul",
+        '{"a":1,"a":2}', '{"a":{"b":1,"b":2}}', '{"a":', "[1,]", "\ufeff{}", "truex",
+    ],
+)  # fmt: skip
+def test_strict_json_scans_directly_only_what_decode_would_accept_alike(text: str) -> None:
+    # parse_strict_json skips the decoder's Python wrapper for a text that is one value from
+    # its first character to its last; every other text, and every error, is decode's own.
+    def outcome(parse: Callable[[str], object]) -> tuple[str, str]:
+        try:
+            return "value", repr(parse(text))
+        except ValueError as exc:
+            return type(exc).__name__, str(exc)
+
+    assert outcome(parse_strict_json) == outcome(_STRICT_JSON.decode)

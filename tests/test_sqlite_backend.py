@@ -40,6 +40,43 @@ def test_a_write_inside_a_write_is_refused_and_the_outer_one_commits(backend: Ba
     assert not backend.in_transaction()  # type: ignore[attr-defined]
 
 
+def test_relaxed_and_durable_writes_refuse_to_nest_in_each_other(backend: Backend) -> None:
+    # The relaxed writes have a connection of their own: a write begun inside the other kind
+    # would wait out the busy timeout on its lock, so it is refused at once, as one inside its
+    # own kind is, and the outer one commits.
+    for outer, inner in ((True, False), (False, True)):
+        with backend.write(durable=outer) as tx:
+            tx.execute("INSERT INTO counters (name, value) VALUES (?, 1)", (f"outer-{outer}",))
+            with (
+                pytest.raises(sqlite3.OperationalError, match="within a transaction"),
+                backend.write(durable=inner) as nested,
+            ):
+                nested.execute("INSERT INTO counters (name, value) VALUES ('inner', 1)")
+            with (
+                pytest.raises(sqlite3.OperationalError, match="within a transaction"),
+                backend.lookup() as read,
+            ):
+                read.execute("SELECT 1")
+        assert not backend.in_transaction()  # type: ignore[attr-defined]
+    assert names(backend) == ["outer-False", "outer-True"]
+
+
+def test_a_relaxed_write_commits_on_its_own_normal_connection(backend: Backend) -> None:
+    main = backend._conn  # type: ignore[attr-defined]
+    seen: list[str] = []
+    main.set_trace_callback(seen.append)
+    try:
+        with backend.write(durable=False) as tx:
+            inside = tx.execute("PRAGMA synchronous")[0][0]
+            tx.execute("INSERT INTO counters (name, value) VALUES ('relaxed', 1)")
+    finally:
+        main.set_trace_callback(None)
+    assert inside == 1  # NORMAL: this commit does not wait for the disk
+    assert seen == []  # the main connection ran nothing: no PRAGMA switched there and back
+    assert main.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert names(backend) == ["relaxed"]  # committed, and seen from the main connection
+
+
 def test_an_error_rolls_back_and_lets_other_threads_write(backend: Backend) -> None:
     with pytest.raises(KeyError), backend.write() as tx:
         tx.execute("INSERT INTO counters (name, value) VALUES ('lost', 1)")

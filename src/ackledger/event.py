@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ._core.exact import is_int
@@ -137,4 +137,17 @@ _STRICT_JSON = json.JSONDecoder(object_pairs_hook=_unique_keys)
 def parse_strict_json(text: str) -> Any:
     """``json.loads`` for input from outside; raises ValueError (RecursionError when nested
     past the parser's stack) for anything that is not one unambiguous JSON value."""
-    return _STRICT_JSON.decode(text)
+    # ``decode`` is two Python frames and two whitespace matches around the C scanner: a
+    # text that starts with its value and ends with it (what every sender here writes) is
+    # scanned directly; anything else takes ``decode``, which also words any error.
+    try:
+        value, end = _SCAN(text, 0)
+    except StopIteration:
+        return _STRICT_JSON.decode(text)
+    if end != len(text):
+        return _STRICT_JSON.decode(text)
+    return value
+
+
+#: The decoder's C scanner (set by ``JSONDecoder.__init__``; typeshed does not declare it).
+_SCAN: Callable[[str, int], tuple[Any, int]] = _STRICT_JSON.scan_once  # type: ignore[attr-defined]

@@ -88,6 +88,8 @@ INVENTORY_ADD = (
 # Folding a group's outcome counts into this upsert was tried and dropped: a two-row upsert
 # with RETURNING costs SQLite more than this one and a plain upsert after it (5.8 against
 # 3.1 + 1.3 us), RETURNING being most of a row's cost (bench/CHANGES.md, item 36).
+#: The counter the sink's arrival numbers are taken from.
+ARRIVAL = "sink.arrival"
 _RESERVE = (
     "INSERT INTO counters (name, value) VALUES ('sink.arrival', ?) "
     "ON CONFLICT (name) DO UPDATE SET value = counters.value + excluded.value "
@@ -128,11 +130,25 @@ class InboxQueries(CounterQueries):
         )
         return None if found is None else str(found)
 
-    def inbox_reserve_arrivals(self, count: int) -> int:
+    def inbox_reserve_arrivals(self, count: int) -> tuple[int, dict[str, int]]:
         """Take ``count`` numbers of the sink's arrival sequence; returns the one before the
-        first. The counter row stays locked until the transaction ends, so the numbers follow
-        commit order on every backend."""
-        return int(self.scalar(_RESERVE, (count,))) - count
+        first, and the counts the caller's ``counters_bump`` in this same transaction must
+        add (none here: this statement took them; SQLite's reads the counter and leaves the
+        bump to that statement, ``sqlite.tx``). The counter row stays locked until the
+        transaction ends, so the numbers follow commit order on every backend."""
+        return int(self.scalar(_RESERVE, (count,))) - count, {}
+
+    def inbox_note_receipts(
+        self, identities: Sequence[tuple[str, str]], now: float
+    ) -> dict[str, int]:
+        """``inbox_note_receipt`` of events that were all already there, each with the next
+        arrival number in turn; returns what the caller's ``counters_bump`` owes, as
+        ``inbox_reserve_arrivals``."""
+        arrival, owed = self.inbox_reserve_arrivals(len(identities))
+        for source, event_id in identities:
+            arrival += 1
+            self.inbox_note_receipt(source, event_id, now, arrival)
+        return owed
 
     def inbox_note_receipt(self, source: str, event_id: str, now: float, arrival: int) -> None:
         """Count another arrival of an event that was already there (a duplicate)."""
@@ -196,6 +212,10 @@ class InboxQueries(CounterQueries):
 
     def inventory_add(self, added: Mapping[str, int]) -> None:
         """Add ``added[sku]`` to each sku's stock: one statement for up to 64 skus."""
+        if len(added) == 1:  # a lone event's: no chunks to cut
+            ((sku, qty),) = added.items()
+            self.execute(INVENTORY_ADD, (sku, qty))
+            return
         items = list(added.items())
         for start in range(0, len(items), MANY):
             chunk = items[start : start + MANY]

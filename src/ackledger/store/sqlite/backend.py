@@ -1,5 +1,5 @@
 """SQLite's connection: WAL, a chosen ``synchronous`` level, a busy timeout, ``BEGIN IMMEDIATE``
-writes."""
+writes (and a second connection for a FULL database's relaxed writes)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import contextlib
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -21,39 +21,36 @@ PAGE_SIZE = 2048
 
 
 class _WriteTransaction(AbstractContextManager[Tx]):
-    """``SqliteBackend.write``: one object per backend, entered by every write transaction.
+    """``SqliteBackend.write``: one object per connection, entered by every write transaction.
 
     A plain class rather than a ``@contextmanager`` generator: short transactions (a ledger
     request is two statements) spend a noticeable share of their time creating and driving
     a generator per transaction.
     """
 
-    __slots__ = ("_conn", "_lock", "_relaxed", "_tx")
+    __slots__ = ("_conn", "_lock", "_others_busy", "_tx")
 
-    def __init__(self, conn: sqlite3.Connection, lock: threading.RLock, *, relaxed: bool) -> None:
+    def __init__(
+        self, conn: sqlite3.Connection, lock: threading.RLock, others_busy: Callable[[], bool]
+    ) -> None:
         self._conn = conn
         self._lock = lock
         self._tx = SqliteTx(conn)
-        #: Commit without waiting for the disk in a FULL database (``write(durable=False)``):
-        #: synchronous is read when the transaction commits, and in WAL mode NORMAL skips only
-        #: that commit's fsync; the next FULL commit's fsync covers the whole WAL file.
-        self._relaxed = relaxed
+        #: Is the backend's other connection in a transaction? A write begun here inside it
+        #: would wait out the busy timeout on that one's lock: it is refused at once instead,
+        #: as a nested BEGIN on one connection is.
+        self._others_busy = others_busy
 
     def __enter__(self) -> Tx:
         self._lock.acquire()
         try:
-            if self._relaxed:
-                self._conn.execute("PRAGMA synchronous = NORMAL")
+            if self._others_busy():
+                raise sqlite3.OperationalError("cannot start a transaction within a transaction")
             self._conn.execute("BEGIN IMMEDIATE")
         except BaseException:
-            self._restore()
             self._lock.release()
             raise
         return self._tx
-
-    def _restore(self) -> None:
-        if self._relaxed:
-            self._conn.execute("PRAGMA synchronous = FULL")
 
     def __exit__(
         self,
@@ -75,10 +72,7 @@ class _WriteTransaction(AbstractContextManager[Tx]):
                         self._conn.execute("ROLLBACK")
                 raise
         finally:
-            try:
-                self._restore()
-            finally:
-                self._lock.release()
+            self._lock.release()
 
 
 class _Lookup(AbstractContextManager[Tx]):
@@ -86,16 +80,20 @@ class _Lookup(AbstractContextManager[Tx]):
     (isolation_level=None), so each statement is a read transaction of its own, without a
     BEGIN and a COMMIT to run. A plain class, as for ``_WriteTransaction``."""
 
-    __slots__ = ("_conn", "_lock", "_tx")
+    __slots__ = ("_conn", "_lock", "_others_busy", "_tx")
 
-    def __init__(self, conn: sqlite3.Connection, lock: threading.RLock) -> None:
+    def __init__(
+        self, conn: sqlite3.Connection, lock: threading.RLock, others_busy: Callable[[], bool]
+    ) -> None:
         self._conn = conn
         self._lock = lock
         self._tx = SqliteTx(conn)
+        #: Is the relaxed writes' connection in a transaction (see ``_WriteTransaction``)?
+        self._others_busy = others_busy
 
     def __enter__(self) -> Tx:
         self._lock.acquire()
-        if self._conn.in_transaction:
+        if self._conn.in_transaction or self._others_busy():
             # Inside this thread's own open transaction the statement would read what that
             # transaction has not committed; refused, as ``read`` refuses it (its BEGIN).
             self._lock.release()
@@ -136,9 +134,11 @@ class SqliteBackend(Backend):
                 _remove_if_empty(self.path)
             raise
         self.synchronous = mode
-        self._write = _WriteTransaction(self._conn, self._lock, relaxed=False)
-        self._relaxed_write = _WriteTransaction(self._conn, self._lock, relaxed=mode == "FULL")
-        self._lookup = _Lookup(self._conn, self._lock)
+        #: The connection of ``write(durable=False)`` in a FULL database, opened on first use.
+        self._relaxed_conn: sqlite3.Connection | None = None
+        self._write = _WriteTransaction(self._conn, self._lock, self._relaxed_busy)
+        self._relaxed_write: _WriteTransaction | None = None if mode == "FULL" else self._write
+        self._lookup = _Lookup(self._conn, self._lock, self._relaxed_busy)
 
     def _configure(self, mode: str) -> None:
         self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
@@ -161,7 +161,42 @@ class SqliteBackend(Backend):
     def write(self, *, durable: bool = True) -> AbstractContextManager[Tx]:
         # Reentrant per thread like the lock it takes: a nested write fails at BEGIN (SQLite
         # has no nested transactions) and leaves the outer one as it was.
-        return self._write if durable else self._relaxed_write
+        if durable:
+            return self._write
+        return self._relaxed_write or self._open_relaxed()
+
+    def _open_relaxed(self) -> _WriteTransaction:
+        """A FULL database's relaxed writes commit on a second connection of their own with
+        synchronous=NORMAL. In WAL mode NORMAL skips only its own commits' fsync, and the next
+        FULL commit's fsync covers the whole WAL file, theirs included. It replaces switching
+        this connection's ``PRAGMA synchronous`` to NORMAL and back around each one, ~13k
+        instructions per PRAGMA (bench/CHANGES.md item 87).
+        Both connections take this backend's one lock, so they never wait on each other."""
+        with self._lock:
+            if self._relaxed_write is None:
+                conn = sqlite3.connect(
+                    self.path,
+                    isolation_level=None,
+                    check_same_thread=False,
+                    timeout=BUSY_TIMEOUT_MS / 1000,
+                )
+                try:
+                    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+                    conn.execute("PRAGMA synchronous = NORMAL")
+                    conn.execute("PRAGMA foreign_keys = ON")
+                except BaseException:
+                    conn.close()
+                    raise
+                self._relaxed_conn = conn
+                self._relaxed_write = _WriteTransaction(conn, self._lock, self._main_busy)
+            return self._relaxed_write
+
+    def _main_busy(self) -> bool:
+        return self._conn.in_transaction
+
+    def _relaxed_busy(self) -> bool:
+        conn = self._relaxed_conn
+        return conn is not None and conn.in_transaction
 
     def lookup(self) -> AbstractContextManager[Tx]:
         return self._lookup
@@ -169,6 +204,8 @@ class SqliteBackend(Backend):
     @contextmanager
     def read(self) -> Iterator[Tx]:
         with self._lock:
+            if self._relaxed_busy():
+                raise sqlite3.OperationalError("cannot start a transaction within a transaction")
             self._conn.execute("BEGIN DEFERRED")
             try:
                 yield SqliteTx(self._conn)
@@ -176,10 +213,12 @@ class SqliteBackend(Backend):
                 self._conn.execute("COMMIT")
 
     def in_transaction(self) -> bool:
-        return self._conn.in_transaction
+        return self._conn.in_transaction or self._relaxed_busy()
 
     def close(self) -> None:
         with self._lock:
+            if self._relaxed_conn is not None:
+                self._relaxed_conn.close()
             self._conn.close()
 
 

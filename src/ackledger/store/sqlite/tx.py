@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Sequence
+from typing import Any
 
-from ..._core.idempotency import Outcome
+from ..._core.idempotency import Claim, Outcome
 from ..base import Params, Row, Tx
+from ..inbox import ARRIVAL
 from ..keys import DELIVERIES
 from ..ledger import INSERT_CONTROL, PURGE_CHUNK
 from . import queries as q
@@ -31,6 +33,12 @@ class SqliteTx(Tx):
     def executemany(self, sql: str, params: Sequence[Params]) -> None:
         self._conn.executemany(sql, [tuple(p) for p in params])
 
+    # ``Executor``'s own less a Python frame (``scalar`` over ``one`` over ``execute``): a
+    # lone event runs two or three of these (the read by key, the arrival counter).
+    def scalar(self, sql: str, params: Params = ()) -> Any:
+        rows = self.execute(sql, params)
+        return rows[0][0] if rows else None
+
     # --- outbox ----------------------------------------------------------------------------
 
     def outbox_lock_partition(self, partition_key: str) -> None:
@@ -45,6 +53,37 @@ class SqliteTx(Tx):
         if count:
             self.execute(q.DELETE_SENT, (cutoff,))
         return count, attempts
+
+    # --- inbox -----------------------------------------------------------------------------
+
+    def inbox_claim(
+        self, source: str, event_id: str, fingerprint: str, *, type: str, now: float, arrival: int
+    ) -> Claim:
+        """The same one ``INSERT ... ON CONFLICT DO NOTHING`` as ``keys.INBOX``'s claim, told
+        by its row count rather than RETURNING (``queries.INBOX_CLAIM`` says why)."""
+        params = (source, event_id, fingerprint, type, now, now, arrival, arrival)
+        if self._conn.execute(q.INBOX_CLAIM, params).rowcount:
+            return Claim(Outcome.APPLIED, source)
+        stored = self.inbox_fingerprint(source, event_id)
+        if stored is None:  # pragma: no cover - the claim saw the key, so it must be there
+            raise RuntimeError(f"inbox: key {(source, event_id)!r} vanished inside a transaction")
+        return Claim(Outcome.DUPLICATE if stored == fingerprint else Outcome.CONFLICT, event_id)
+
+    def inbox_reserve_arrivals(self, count: int) -> tuple[int, dict[str, int]]:
+        """The counter as it stands, and its bump left to the caller's ``counters_bump``: the
+        transaction holds the one writer's lock from its BEGIN IMMEDIATE, so nothing else
+        takes these numbers before it commits (or rolls back, taking none)."""
+        found = self.scalar(q.ARRIVALS_TAKEN)
+        return (0 if found is None else int(found)), {ARRIVAL: count}
+
+    def inbox_note_receipts(
+        self, identities: Sequence[tuple[str, str]], now: float
+    ) -> dict[str, int]:
+        """One statement a re-send, the arrival counter read inside it (a statement fewer
+        than reading it first; the bump is the caller's, as ``inbox_reserve_arrivals``)."""
+        for offset, (source, event_id) in enumerate(identities, 1):
+            self._conn.execute(q.NOTE_RECEIPT_NEXT, (now, offset, source, event_id))
+        return {ARRIVAL: len(identities)}
 
     # --- counters --------------------------------------------------------------------------
 
