@@ -147,17 +147,22 @@ def dispatch_marking(
     marked: list[str] = []
     unsynced: str | None = None  # the latest mark not yet made durable
     last = len(selection) - 1
+    # Asked once a call (at most 16 events): the span's name is made only when tracing is on,
+    # since reading a stored row's ``type`` would parse its text.
+    traced = tracing()
     try:
         for index, item in enumerate(selection):
-            event_id: str = item["id"]
+            row = type(item) is PendingRow
+            event_id: str = item.id if row else item["id"]  # type: ignore[attr-defined]
             try:
-                if send_stored is not None and type(item) is PendingRow:
-                    answer = _send_one(send_stored, Stored(item, item.text), item)
+                if send_stored is not None and row:
+                    stored = Stored(item, item.text)  # type: ignore[attr-defined]
+                    answer = _traced(send_stored, stored, item) if traced else send_stored(stored)
                 else:
                     # A row's copy is its stored text parsed anew: one parse, where the
                     # parsed event and a walk copying it were two. The span reads it first.
                     event = _copy_of(item)
-                    answer = _send_one(send, event, event)
+                    answer = _traced(send, event, event) if traced else send(event)
             except Exception as exc:
                 if _failed(outbox, marking, event_id, exc):
                     unsynced = None
@@ -187,12 +192,9 @@ def dispatch_marking(
     return marked
 
 
-def _send_one(send: Callable[[_P], object], payload: _P, event: Mapping[str, Any]) -> object:
-    """``send(payload)``, inside a span that is a child of the producer's (its context is
-    stored with the event) when tracing is on. Without OpenTelemetry in the process the span's
-    name is not even made: reading a stored row's ``type`` would parse its text."""
-    if not tracing():
-        return send(payload)
+def _traced(send: Callable[[_P], object], payload: _P, event: Mapping[str, Any]) -> object:
+    """``send(payload)`` in a span that is a child of the producer's (its context is stored
+    with the event)."""
     with span(f"send {event['type']}", event, kind="producer"):
         return send(payload)
 

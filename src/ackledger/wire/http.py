@@ -136,9 +136,9 @@ def _pool() -> dict[tuple[str, int], _Connection]:
 def _connection(key: tuple[str, int], target: Target, timeout: float) -> _Connection:
     """This thread's kept connection to ``key`` (the target's host and port), unless the
     server has closed it; else a new one."""
-    pool = _pool()
+    pool = getattr(_local, "pool", None) or _pool()  # ``_pool()``, inline: once a request
     conn = pool.get(key)
-    if conn is not None and conn.poller.poll(0):  # ``is_dropped``, inline: once a request
+    if conn is not None and conn.poller.poll(0):  # ``is_dropped``, inline too
         del pool[key]
         conn.close()
         conn = None
