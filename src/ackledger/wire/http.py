@@ -360,8 +360,12 @@ def event_route(
 
 
 def post_event(how: Route, event: Mapping[str, Any], text: str) -> bool:
-    """POST one event whose JSON is ``text``; True only for the exact ACK of ``event``."""
-    status, answer = _post(how, text.encode(), _trace_headers(event))
+    """POST one event whose JSON is ``text`` (its canonical JSON: the validated event's, or
+    the outbox's stored one); True only for the exact ACK of ``event``."""
+    # Canonical JSON writes every key as it is: where no '"trace' occurs in the text, the
+    # event has neither ``traceparent`` nor ``tracestate``, and nothing needs looking up.
+    extra = _trace_headers(event) if '"trace' in text else b""
+    status, answer = _post(how, text.encode(), extra)
     return exact_ack(status, answer, event)
 
 
