@@ -13,7 +13,9 @@ into its own ``serve sink`` twice, N and 2N events, in a child process run by ``
 so the interpreter's start-up and the imports cancel out. The ways are ``bench.relay_cpu``'s
 in-process ones: ``inproc``, ``own``, ``item``, ``itemlast``, ``itemown``, and ``itembehind``
 (``item`` with each mark committed behind the next send; the marking thread's instructions
-count too). Needs valgrind::
+count too); ``daemon`` and ``daemonpipe`` run the relay daemon's loop (``relay.loop.Relay``
+on the whole outbox with its own HTTP sender, per item; ``daemonpipe`` with ``--pipeline``)
+in the same process until the drain's last event is acknowledged. Needs valgrind::
 
     python -m bench.relay_instructions --ways inproc,own v1=/work/wt/v1/src main=../main/src current
 """
@@ -29,7 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-WAYS = ("inproc", "own", "item", "itemlast", "itemown", "itembehind")
+WAYS = ("inproc", "own", "item", "itemlast", "itemown", "itembehind", "daemon", "daemonpipe")
 _BENCH = str(Path(__file__).resolve().parent.parent)
 
 _DRAIN = """
@@ -60,6 +62,26 @@ with Outbox(target, synchronous="FULL") as outbox:
             while dispatch(outbox, send, 16, behind=marks):
                 pass
             marks.close()
+    elif way in ("daemon", "daemonpipe"):
+        # ``ackledger relay [--pipeline]`` per item, minus its start-up: the loop stops once
+        # the last event is acknowledged (its mark still lands before ``run`` returns).
+        from ackledger.relay.loop import Relay, StopFlag
+        from ackledger.relay.pickers import WholeOutbox
+        from ackledger.relay.settings import RelaySettings
+        pipeline = way == "daemonpipe"
+        last = outbox.stats()["pending"]
+        stop, acked = StopFlag(), [0]
+        def counted(event_id):
+            acked[0] += 1
+            if acked[0] == last:
+                stop.set()
+        settings = RelaySettings(url + "/events", pipeline=pipeline)
+        with Outbox(target, synchronous="FULL") as marker:
+            relay = Relay(
+                WholeOutbox(outbox, settings, marker if pipeline else None),
+                stop=stop, log=lambda line: None, after_delivery=counted,
+            )
+            relay.run()
     elif way == "itemown":
         wire = ackledger.sender(url + "/events")
         while dispatch(outbox, wire.send, 16):

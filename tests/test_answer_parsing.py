@@ -123,6 +123,26 @@ def test_a_body_ended_by_the_close_is_taken_and_the_connection_not_kept(body: by
         assert server.connections == 2
 
 
+def test_one_connection_reads_answer_after_answer_of_every_framing() -> None:
+    """The kept connection's reader (llhttp's parser goes on from one answer to the next)
+    judges each answer on its own: a chunked ACK, then one framed by Content-Length, then a
+    refusal, all on one connection."""
+    answers = iter(
+        [
+            chunked_head() + in_chunks(ACK_BODY, 5),
+            http_answer(200, ACK_BODY.replace(b"snack-7", b"snack-8")),
+            http_answer(503, b'{"detail": "busy"}'),
+        ]
+    )
+    with RawServer(lambda body: next(answers)) as server:
+        assert send_http(EVENT, server.url) is True
+        assert send_http({**EVENT, "id": "snack-8"}, server.url) is True
+        with pytest.raises(NotAcknowledged, match="HTTP 503 instead of 200: busy") as info:
+            send_http(EVENT, server.url)
+        assert info.value.status == 503
+        assert server.connections == 1
+
+
 def test_bytes_after_a_chunked_answer_are_refused() -> None:
     answer = chunked_head() + in_chunks(ACK_BODY, 8) + http_answer(200, ACK_BODY)
     with (

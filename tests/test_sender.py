@@ -265,6 +265,18 @@ def test_an_item_from_the_outbox_carries_the_stored_text_and_a_wrapper_copies(
     )
 
 
+def test_a_senders_checked_options_cannot_be_changed_behind_its_route() -> None:
+    """The URL, time-out, allowed hosts and token are checked once, at construction, and
+    every send goes the way they were checked: they are read-only."""
+    wire = HttpSender("http://127.0.0.1:9/events", timeout=2, token="t0k")
+    assert (wire.url, wire.timeout, wire.allowed_hosts) == ("http://127.0.0.1:9/events", 2.0, ())
+    assert wire.token is not None and wire.token.value == "t0k"
+    for name, value in (("url", "http://example.org/events"), ("timeout", 1e9),
+                        ("allowed_hosts", ("example.org",)), ("token", None)):  # fmt: skip
+        with pytest.raises(AttributeError):
+            setattr(wire, name, value)
+
+
 def test_only_an_own_unwrapped_send_takes_a_stored_event() -> None:
     wire = HttpSender("http://127.0.0.1:9/events")
     assert own_stored_event(wire.send) == wire.send_stored_event

@@ -202,6 +202,20 @@ def test_unsafe_targets_are_refused_before_any_connection(
     assert touched == []
 
 
+def test_a_checked_route_is_kept_but_never_for_other_options() -> None:
+    """``send_http`` checks its URL and options once and keeps the result for the same ones:
+    a time-out of True is still refused after one of 1 was taken (True == 1 in Python), and
+    an unhashable allow-list is still checked and named."""
+    with RawServer(ack_for) as server:
+        assert send_http(EVENT, server.url, timeout=1) is True
+        with pytest.raises(ValueError, match="timeout: must be a number"):
+            send_http(EVENT, server.url, timeout=True)
+        assert send_http(EVENT, server.url, allowed_hosts=["example.org"]) is True
+        with pytest.raises(TypeError, match="allowed_hosts: every host"):
+            send_http(EVENT, server.url, allowed_hosts=[["example.org"]])  # type: ignore[list-item]
+        assert len(server.requests) == 2
+
+
 def test_non_string_url_is_refused() -> None:
     with pytest.raises(UnsafeTarget):
         send_http(EVENT, b"http://127.0.0.1/events")  # type: ignore[arg-type]

@@ -46,6 +46,24 @@ def test_a_row_answers_as_the_stored_event_and_parses_only_for_what_no_column_ho
     assert sorted(plain.keys()) == sorted(json.loads(stored["r-2"]))
 
 
+def test_the_trace_context_is_read_without_a_parse_only_where_the_text_lacks_it(
+    target: Target,
+) -> None:
+    """Every send asks each row for ``traceparent`` and ``tracestate``; where the stored
+    text does not even hold the quoted name, the answer is "none" without a parse. Where it
+    does (the attribute, or the same word in the data), the parsed event answers."""
+    parent = f"00-{'1' * 32}-{'2' * 16}-01"
+    with Outbox(target.ref) as ob:
+        ob.publish(lab("t-1", "pen", 3))
+        ob.publish({**lab("t-2", "pen", 3), "traceparent": parent, "tracestate": "k=v"})
+        ob.publish({"type": "com.example.note", "id": "t-3", "data": {"traceparent": "x"}})
+        plain, traced, worded = ob.pending_rows(())
+    assert plain.get("traceparent") is None and plain.get("tracestate", "-") == "-"
+    assert plain._parsed is None
+    assert (traced.get("traceparent"), traced.get("tracestate")) == (parent, "k=v")
+    assert worded.get("traceparent") is None and worded._parsed is not None
+
+
 def test_a_rows_copy_and_event_are_fresh_each_time(target: Target) -> None:
     with Outbox(target.ref) as ob:
         _publish_two(ob)

@@ -57,6 +57,12 @@ def with_trace_context(event: Mapping[str, Any]) -> Mapping[str, Any]:
 _NOTHING = nullcontext()
 
 
+def tracing() -> bool:
+    """Whether a span can be made (OpenTelemetry's API is imported): a per-event path asks
+    this before it builds what only a span would use."""
+    return _API in sys.modules
+
+
 def span(
     name: str,
     event: Mapping[str, Any] | None = None,
@@ -201,8 +207,10 @@ class RoundSpan:
         self._span: Any = None
         self._started = 0
 
-    def new_round(self) -> None:
+    def new_round(self) -> bool:
+        """A round starts; True if tracing is on (else ``sending`` would do nothing)."""
         self._started = time.time_ns() if _api() is not None else 0
+        return self._started != 0
 
     def sending(self, partition: str | None) -> None:
         """The round sends something: make its span now (once), if tracing is on."""

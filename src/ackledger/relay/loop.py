@@ -193,13 +193,15 @@ class _Sends:
         self.error: BaseException | None = None
         self.failed_id: str | None = None
         self.round = RoundSpan()
+        #: Whether this round may make a span (tracing on): per item, asked once a round.
+        self._traced = False
 
     def new_round(self) -> None:
         self.acked = 0
         self.error = None
         self.failed_id = None
         self.wire.refusal = None
-        self.round.new_round()
+        self._traced = self.round.new_round()
 
     def one(self, event: dict[str, Any]) -> bool:
         return self._one(event, self.wire.send, event)
@@ -214,7 +216,8 @@ class _Sends:
     def _one(self, attributes: Mapping[str, Any], send: Callable[[_E], bool], event: _E) -> bool:
         if self._stopping():
             raise StopRequested
-        self.round.sending(attributes.get("partitionkey"))
+        if self._traced:
+            self.round.sending(attributes.get("partitionkey"))
         try:
             answer = send(event)
         except Exception as exc:

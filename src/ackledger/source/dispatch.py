@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from .._core.exact import is_int
-from .._core.telemetry import span
+from .._core.telemetry import span, tracing
 from ..errors import NotAcknowledged
 from ..store.pending import PendingRow
 from ..wire.stored import Stored, stored_event_sender, stored_sender
@@ -25,6 +25,8 @@ SendBatch = Callable[[list[dict[str, Any]]], object]
 SendStored = Callable[[list[Stored]], object]
 #: An own sender's ``send_stored_event``: one event's stored text instead of a copy.
 SendStoredEvent = Callable[[Stored], object]
+#: What one send takes: a copy of the event, or the event as stored.
+_P = TypeVar("_P")
 
 
 class Source(Protocol):
@@ -145,20 +147,22 @@ def dispatch_marking(
     marked: list[str] = []
     unsynced: str | None = None  # the latest mark not yet made durable
     last = len(selection) - 1
+    # Asked once a call (at most 16 events): the span's name is made only when tracing is on,
+    # since reading a stored row's ``type`` would parse its text.
+    traced = tracing()
     try:
         for index, item in enumerate(selection):
-            event_id: str = item["id"]
+            row = type(item) is PendingRow
+            event_id: str = item.id if row else item["id"]  # type: ignore[attr-defined]
             try:
-                # A child of the producer's span (its context is stored with the event).
-                if send_stored is not None and type(item) is PendingRow:
-                    with span(f"send {item['type']}", item, kind="producer"):
-                        answer = send_stored(Stored(item, item.text))
+                if send_stored is not None and row:
+                    stored = Stored(item, item.text)  # type: ignore[attr-defined]
+                    answer = _traced(send_stored, stored, item) if traced else send_stored(stored)
                 else:
                     # A row's copy is its stored text parsed anew: one parse, where the
                     # parsed event and a walk copying it were two. The span reads it first.
                     event = _copy_of(item)
-                    with span(f"send {event['type']}", event, kind="producer"):
-                        answer = send(event)
+                    answer = _traced(send, event, event) if traced else send(event)
             except Exception as exc:
                 if _failed(outbox, marking, event_id, exc):
                     unsynced = None
@@ -172,7 +176,7 @@ def dispatch_marking(
                 raise refusal
             if after_delivery is not None:
                 after_delivery(event_id)
-            if marking.hand_over((event_id,)):
+            if marking.hand_over_one(event_id):
                 marked.append(event_id)
                 continue  # its mark is committed behind the next send
             durable = not lazy or index == last
@@ -186,6 +190,13 @@ def dispatch_marking(
             with contextlib.suppress(Exception):
                 outbox.mark_sent(unsynced)
     return marked
+
+
+def _traced(send: Callable[[_P], object], payload: _P, event: Mapping[str, Any]) -> object:
+    """``send(payload)`` in a span that is a child of the producer's (its context is stored
+    with the event)."""
+    with span(f"send {event['type']}", event, kind="producer"):
+        return send(payload)
 
 
 def dispatch_batch(

@@ -268,7 +268,14 @@ class Outbox(Database):
     def mark_sent(self, event_id: str, *, attempted: bool = False, durable: bool = True) -> None:
         """Set ``sent = 1``; idempotent. ``attempted`` also counts the send that earned it.
         ``durable=False``: see ``Backend.write`` (dispatch's ``mark_sync="last"``)."""
-        self.mark_sent_many([event_id], attempted=attempted, durable=durable)
+        if not durable or not isinstance(event_id, str):  # mark_sent_many relaxes, or refuses
+            self.mark_sent_many([event_id], attempted=attempted, durable=durable)
+            return
+        # The per-item relay's mark, once per event: its one statement with nothing around it
+        # but the store's own context (``mark_sent_many`` of one id does the same, in more steps).
+        with self._db.statements() as tx:
+            if not tx.outbox_mark_one(event_id, attempted, time.time()):
+                raise KeyError(event_id)
 
     def mark_sent_many(
         self, event_ids: Sequence[str], *, attempted: bool = False, durable: bool = True

@@ -139,12 +139,9 @@ class OutboxQueries(CounterQueries):
 
     def outbox_mark_sent(self, ids: Sequence[str], attempted: bool, now: float) -> list[str]:
         """Mark ids sent (a batch in one statement); returns the ids that are unknown, in order."""
-        bump = 1 if attempted else 0
         if len(ids) == 1:
-            # The per-item relay's mark: its statement is prepared once, and nothing is built.
-            event_id = ids[0]
-            found_one = self.execute(_MARK_ONE, (now, bump, bump, now, event_id))
-            return [] if found_one else [event_id]
+            return [] if self.outbox_mark_one(ids[0], attempted, now) else [ids[0]]
+        bump = 1 if attempted else 0
         found: set[str] = set()
         unique = list(dict.fromkeys(ids))  # an id given twice is one mark and one attempt
         for start in range(0, len(unique), MARK_CHUNK):
@@ -155,6 +152,12 @@ class OutboxQueries(CounterQueries):
             )
             found.update(str(row[0]) for row in rows)
         return [event_id for event_id in ids if event_id not in found]
+
+    def outbox_mark_one(self, event_id: str, attempted: bool, now: float) -> bool:
+        """The per-item relay's mark: one id, one statement (prepared once, nothing built),
+        all or nothing by itself (so also for ``Backend.statements``); False if unknown."""
+        bump = 1 if attempted else 0
+        return bool(self.execute(_MARK_ONE, (now, bump, bump, now, event_id)))
 
     def outbox_mark_sent_whole(self, ids: Sequence[str], attempted: bool, now: float) -> list[str]:
         """``outbox_mark_sent`` of at most ``MARK_CHUNK`` distinct ids, for a caller with no

@@ -21,6 +21,13 @@ from .._core.json_text import loads
 PENDING_SELECT = "seq, id, source, partitionkey, event"
 
 
+#: Attributes that every send looks for and most events lack: the trace context (CONTRACT
+#: §10), quoted as the stored text writes a key. The text is canonical JSON, whose keys are
+#: written as they are (these names need no escape), so where the quoted name does not occur
+#: at all the event has no such attribute, and the row need not be parsed to say so.
+_SELDOM = {"traceparent": '"traceparent"', "tracestate": '"tracestate"'}
+
+
 class PendingEvent(dict[str, Any]):
     """The event with its ``seq``; ``text`` is its stored JSON, without the ``seq``."""
 
@@ -66,6 +73,10 @@ class PendingRow(Mapping[str, Any]):
             return self.id
         if name == "source":
             return self.source
+        if self._parsed is None:
+            quoted = _SELDOM.get(name)
+            if quoted is not None and quoted not in self.text:
+                return default
         return self._attributes().get(name, default)
 
     def __contains__(self, name: object) -> bool:

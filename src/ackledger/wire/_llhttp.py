@@ -47,6 +47,13 @@ class _Answer:
         self.parser = httptools.HttpResponseParser(self)
         # Spaces after a chunk's size were always taken (RFC 9112's BWS); llhttp refuses them.
         self.parser.set_dangerous_leniencies(lenient_spaces_after_chunk_size=True)
+        self.reset()
+
+    def reset(self) -> None:
+        """Ready for the next answer on the same connection. The parser goes on as llhttp
+        does on a kept-alive connection (a new message after a complete one); after any error
+        the connection, and this with it, is discarded, so a parser in an error state is
+        never fed again."""
         self.fields: list[tuple[bytes, bytes]] = []
         self.headers = 0
         self.framing: Framing | None = None
@@ -121,9 +128,19 @@ class _Answer:
         return room if rules.until_close else max(room, 1024)
 
 
-def read_answer(sock: Receiver) -> tuple[int, bytes, bool]:
-    """Read one answer: (status, body, whether the connection may carry another request)."""
-    answer = _Answer()
+def kept_answer() -> object:
+    """What a kept connection reads its answers with (``read_answer``'s ``kept``)."""
+    return _Answer()
+
+
+def read_answer(sock: Receiver, kept: object = None) -> tuple[int, bytes, bool]:
+    """Read one answer: (status, body, whether the connection may carry another request).
+    ``kept`` is the connection's own reader from ``kept_answer`` (else one for this answer)."""
+    if isinstance(kept, _Answer):
+        answer = kept
+        answer.reset()
+    else:
+        answer = _Answer()
     while not answer.complete:
         data = sock.recv(answer.wanted())
         if not data:

@@ -129,7 +129,12 @@ def _judge(response: _Response, source: _Source) -> Framing:
     return rules
 
 
-def read_answer(sock: Receiver) -> tuple[int, bytes, bool]:
+def kept_answer() -> object:
+    """Nothing is kept between answers here: ``http.client`` reads each one afresh."""
+    return None
+
+
+def read_answer(sock: Receiver, kept: object = None) -> tuple[int, bytes, bool]:
     """Read one answer: (status, body, whether the connection may carry another request)."""
     source = _Source(sock)
     response = _Response(cast(socket.socket, source))  # it only asks for makefile()

@@ -36,9 +36,9 @@ from .targets import Target, check_target, check_timeout
 from .token import Token, as_token
 
 try:
-    from ._llhttp import read_answer
+    from ._llhttp import kept_answer, read_answer
 except ImportError:  # httptools comes with the server extra; the core does without it
-    from ._stdlib import read_answer
+    from ._stdlib import kept_answer, read_answer
 
 MAX_BATCH = 16
 
@@ -47,14 +47,17 @@ _local = threading.local()
 
 class _Connection:
     """One kept-alive connection to a sink, Nagle's algorithm off (a request is one write, but
-    an ACK must not wait for a delayed ACK of the previous one either way).
+    an ACK must not wait for a delayed ACK of the previous one either way), and the answer
+    reader kept with it (llhttp's parser carries on from one answer to the next).
 
-    The socket is non-blocking once connected, and every wait is a ``poll`` bounded by the
-    call's deadline (``_Deadline``). A socket with a time-out would need its time-out lowered
-    before each read and restored after it (an ``ioctl`` each in CPython's ``settimeout``):
-    the per-item relay's answer would cost nine system calls instead of four."""
+    The socket is non-blocking once connected, and every wait is a ``poll`` for at most the
+    time left until the call's deadline (``end``, set by ``begin`` for each call), so the
+    time-out bounds the whole call: a server that drips one byte a second cannot hold a
+    sender past it. A socket with a time-out would need its time-out lowered before each read
+    and restored after it (an ``ioctl`` each in CPython's ``settimeout``): the per-item
+    relay's answer would cost nine system calls instead of four."""
 
-    __slots__ = ("poller", "sock")
+    __slots__ = ("answer", "end", "poller", "sock", "timeout")
 
     def __init__(self, target: Target, timeout: float) -> None:
         self.sock = socket.create_connection((target.host, target.port), timeout=timeout)
@@ -66,12 +69,57 @@ class _Connection:
         except BaseException:
             self.sock.close()
             raise
+        self.answer = kept_answer()
+        self.timeout = timeout
+        self.end = 0.0
 
     def is_dropped(self) -> bool:
         # A kept-alive socket that is readable before we sent anything holds either EOF or
         # junk (or has failed: POLLHUP and POLLERR are always reported): either way it is not
         # fit to carry a request.
         return bool(self.poller.poll(0))
+
+    def begin(self, timeout: float, started: float) -> None:
+        """A call starts: its deadline is ``timeout`` seconds after ``started``."""
+        self.timeout = timeout
+        self.end = started + timeout
+
+    def _wait(self, events: int) -> None:
+        """Return once the socket is ready for ``events`` (or has failed); TimeoutError when
+        the deadline passes first."""
+        poller = self.poller
+        if events != select.POLLIN:
+            poller.modify(self.sock, events)
+        try:
+            while True:
+                left = self.end - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"no complete answer within the {self.timeout:g} s time-out")
+                # Rounded up, as CPython rounds a socket's own time-out for poll().
+                if poller.poll(math.ceil(left * 1000)):
+                    return
+        finally:
+            if events != select.POLLIN:
+                poller.modify(self.sock, select.POLLIN)
+
+    def sendall(self, data: bytes) -> None:
+        sock = self.sock
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[sock.send(view) :]
+            except BlockingIOError:  # the send buffer is full: wait until it drains
+                self._wait(select.POLLOUT)
+
+    def recv(self, size: int) -> bytes:
+        sock = self.sock
+        while True:
+            # The answer is never there yet when asked for: wait first, then read.
+            self._wait(select.POLLIN)
+            try:
+                return sock.recv(size)
+            except BlockingIOError:  # woken without data (a spurious wake-up): wait again
+                continue
 
     def close(self) -> None:
         self.sock.close()
@@ -85,11 +133,12 @@ def _pool() -> dict[tuple[str, int], _Connection]:
     return pool
 
 
-def _connection(target: Target, timeout: float) -> _Connection:
-    key = (target.host, target.port)
-    pool = _pool()
+def _connection(key: tuple[str, int], target: Target, timeout: float) -> _Connection:
+    """This thread's kept connection to ``key`` (the target's host and port), unless the
+    server has closed it; else a new one."""
+    pool = getattr(_local, "pool", None) or _pool()  # ``_pool()``, inline: once a request
     conn = pool.get(key)
-    if conn is not None and conn.is_dropped():
+    if conn is not None and conn.poller.poll(0):  # ``is_dropped``, inline too
         del pool[key]
         conn.close()
         conn = None
@@ -97,56 +146,6 @@ def _connection(target: Target, timeout: float) -> _Connection:
         conn = _Connection(target, timeout)  # the time-out bounds the connect
         pool[key] = conn
     return conn
-
-
-class _Deadline:
-    """A kept connection's socket as one call may use it: every wait for the socket is a
-    ``poll`` for at most the time left until ``end``, so the time-out bounds the whole call
-    (a server that drips one byte a second cannot hold a sender past it)."""
-
-    __slots__ = ("conn", "end", "timeout")
-
-    def __init__(self, conn: _Connection, timeout: float, started: float) -> None:
-        self.conn = conn
-        self.timeout = timeout
-        self.end = started + timeout
-
-    def _wait(self, events: int) -> None:
-        """Return once the socket is ready for ``events`` (or has failed); TimeoutError when
-        the deadline passes first."""
-        poller = self.conn.poller
-        if events != select.POLLIN:
-            poller.modify(self.conn.sock, events)
-        try:
-            while True:
-                left = self.end - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(f"no complete answer within the {self.timeout:g} s time-out")
-                # Rounded up, as CPython rounds a socket's own time-out for poll().
-                if poller.poll(math.ceil(left * 1000)):
-                    return
-        finally:
-            if events != select.POLLIN:
-                poller.modify(self.conn.sock, select.POLLIN)
-
-    def sendall(self, data: bytes) -> None:
-        sock = self.conn.sock
-        view = memoryview(data)
-        while view:
-            try:
-                view = view[sock.send(view) :]
-            except BlockingIOError:  # the send buffer is full: wait until it drains
-                self._wait(select.POLLOUT)
-
-    def recv(self, size: int) -> bytes:
-        sock = self.conn.sock
-        while True:
-            # The answer is never there yet when asked for: wait first, then read.
-            self._wait(select.POLLIN)
-            try:
-                return sock.recv(size)
-            except BlockingIOError:  # woken without data (a spurious wake-up): wait again
-                continue
 
 
 def _discard(target: Target) -> None:
@@ -205,34 +204,78 @@ def _trace_headers(event: Mapping[str, Any]) -> bytes:
     return lines
 
 
-def _post_json(
-    target: Target,
-    body: bytes,
-    timeout: float,
-    content_type: bytes = STRUCTURED,
-    token: Token | None = None,
+class Route:
+    """Where and how one kind of POST goes, checked once: the target, the request's head up
+    to the value of Content-Length (fixed per target, content type and token), the pool's key
+    and the time-out. A relay sends every event the same way: ``route`` makes this once per
+    URL and options, not once per event."""
+
+    __slots__ = ("head", "key", "target", "timeout")
+
+    def __init__(
+        self, target: Target, content_type: bytes, token: Token | None, timeout: float
+    ) -> None:
+        self.target = target
+        self.key = (target.host, target.port)
+        self.timeout = timeout
+        self.head = _request_head(target, content_type, _authorization(token))
+
+
+#: A route's options: the allowed hosts, the token, the time-out and its type (a time-out of
+#: True must not find the route made for 1: the check refuses a bool).
+_Options = tuple[tuple[str, ...] | None, Token | str | None, object, type]
+
+
+def route(
+    url: object,
+    path: str,
+    content_type: bytes,
     *,
-    extra: bytes = b"",
-) -> tuple[int, Any]:
-    """POST and return (status, parsed JSON); raises NotAcknowledged for unusable answers.
-    ``extra`` is header lines to send as well."""
-    started = time.monotonic()
-    conn = _connection(target, check_timeout(timeout))
+    allowed_hosts: Iterable[str] | None,
+    token: Token | str | None,
+    timeout: object,
+) -> Route:
+    """The checked ``Route`` for these options (UnsafeTarget, ValueError or TypeError naming
+    what is wrong, before any connection): made once and kept for options seen before."""
+    hosts = None if allowed_hosts is None else tuple(allowed_hosts)
+    options = (hosts, token, timeout, type(timeout))
     try:
-        within = _Deadline(conn, timeout, started)
-        # One write: head and body together, so neither waits for the other's ACK.
-        head = _request_head(target, content_type, _authorization(token))
-        if extra:  # the cached head ends in "Content-Length: ": the lines go before it
+        return _kept_route(url, path, content_type, options)
+    except TypeError:
+        # Something unhashable (or a host that is not a string): the checks name it.
+        return _new_route(url, path, content_type, options)
+
+
+def _new_route(url: object, path: str, content_type: bytes, options: _Options) -> Route:
+    hosts, token, timeout, _ = options
+    target = check_target(url, path, hosts)
+    bearer = as_token(token)
+    return Route(target, content_type, bearer, check_timeout(timeout))
+
+
+_kept_route = functools.lru_cache(maxsize=256)(_new_route)
+
+
+def _post(how: Route, body: bytes, extra: bytes = b"") -> tuple[int, Any]:
+    """POST ``body`` the way ``how`` says and return (status, parsed JSON); raises
+    NotAcknowledged for unusable answers. ``extra`` is header lines to send as well."""
+    started = time.monotonic()
+    conn = _connection(how.key, how.target, how.timeout)
+    try:
+        conn.begin(how.timeout, started)
+        head = how.head
+        if extra:  # the head ends in "Content-Length: ": the lines go before it
             head = head[: -len(_LENGTH)] + extra + _LENGTH
-        within.sendall(head + b"%d\r\n\r\n" % len(body) + body)
-        status, data, keep = read_answer(within)
+        # One write: head and body together, so neither waits for the other's ACK.
+        conn.sendall(head + b"%d\r\n\r\n" % len(body) + body)
+        status, data, keep = read_answer(conn, conn.answer)
     except BaseException:
         # Whatever went wrong, the connection's state is unknown: never reuse it. Connection
         # failures and time-outs propagate as the OSErrors they are.
-        _discard(target)
+        _discard(how.target)
         raise
     if not keep:
-        _discard(target)
+        _discard(how.target)
     return status, answer_json(status, data)
 
 
@@ -291,7 +334,7 @@ def send_http(
     exact ACK of its identity. ``timeout`` bounds the whole call; ``token`` is sent as
     ``Authorization: Bearer``."""
     clean, text = validate_encoded(event)
-    return _post_event(clean, text, url, timeout=timeout, allowed_hosts=allowed_hosts, token=token)
+    return post_event(event_route(url, allowed_hosts, token, timeout), clean, text)
 
 
 def send_stored_http(
@@ -304,26 +347,25 @@ def send_stored_http(
 ) -> bool:
     """``send_http`` of an event as the outbox stored it (``wire/stored.py``): its stored
     text, validated when it was published, is the body as it is."""
-    return _post_event(
-        event.attributes, event.text, url, timeout=timeout, allowed_hosts=allowed_hosts,
-        token=token,
-    )  # fmt: skip
+    return post_event(event_route(url, allowed_hosts, token, timeout), event.attributes, event.text)
 
 
-def _post_event(
-    event: Mapping[str, Any],
-    text: str,
-    url: str,
-    *,
-    timeout: float,
-    allowed_hosts: Iterable[str] | None,
-    token: Token | str | None,
-) -> bool:
-    """POST one event whose JSON is ``text``; True only for the exact ACK of ``event``."""
-    target = check_target(url, "/events", allowed_hosts)
-    status, answer = _post_json(
-        target, text.encode(), timeout, STRUCTURED, as_token(token), extra=_trace_headers(event)
+def event_route(
+    url: object, allowed_hosts: Iterable[str] | None, token: Token | str | None, timeout: object
+) -> Route:
+    """The ``Route`` of single events to the sink's ``/events`` at ``url``."""
+    return route(
+        url, "/events", STRUCTURED, allowed_hosts=allowed_hosts, token=token, timeout=timeout
     )
+
+
+def post_event(how: Route, event: Mapping[str, Any], text: str) -> bool:
+    """POST one event whose JSON is ``text`` (its canonical JSON: the validated event's, or
+    the outbox's stored one); True only for the exact ACK of ``event``."""
+    # Canonical JSON writes every key as it is: where no '"trace' occurs in the text, the
+    # event has neither ``traceparent`` nor ``tracestate``, and nothing needs looking up.
+    extra = _trace_headers(event) if '"trace' in text else b""
+    status, answer = _post(how, text.encode(), extra)
     return exact_ack(status, answer, event)
 
 
@@ -377,8 +419,10 @@ def _post_batch_body(
     token: Token | str | None,
 ) -> BatchAnswer:
     """POST a batch's JSON ``body``; the answer is judged against the events ``sent``."""
-    target = check_target(url, "/events/batch", allowed_hosts)
-    status, answer = _post_json(target, body.encode(), timeout, BATCH, as_token(token))
+    how = route(
+        url, "/events/batch", BATCH, allowed_hosts=allowed_hosts, token=token, timeout=timeout
+    )
+    status, answer = _post(how, body.encode())
     return acked_prefix(status, answer, sent)
 
 

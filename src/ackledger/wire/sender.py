@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from ..envelope import validate_encoded
 from ..errors import UnsafeTarget
 from .ack import BatchAnswer
 from .amqp_target import check_amqp_target
-from .http import close_connections, post_batch, post_stored_batch, send_http, send_stored_http
+from .http import close_connections, event_route, post_batch, post_event, post_stored_batch
 from .nats_target import check_nats_target
 from .stored import Stored
-from .targets import check_target, check_timeout
+from .targets import check_target
 from .token import Token, as_token
 
 
@@ -49,7 +50,9 @@ class Sender(Protocol):
 
 
 class HttpSender:
-    """POSTs to a sink's ``/events`` (one event) and ``/events/batch`` (up to 16)."""
+    """POSTs to a sink's ``/events`` (one event) and ``/events/batch`` (up to 16). Its URL,
+    time-out, allowed hosts and token are checked once, here, and fixed (read-only): every
+    send goes the way they were checked."""
 
     def __init__(
         self,
@@ -59,32 +62,40 @@ class HttpSender:
         allowed_hosts: Iterable[str] | None = None,
         token: Token | str | None = None,
     ) -> None:
-        self.allowed_hosts = tuple(allowed_hosts or ())
-        check_target(url, "/events", self.allowed_hosts)
-        self.token = as_token(token)
-        self.url = url
+        hosts = tuple(allowed_hosts or ())
+        self._route = event_route(url, hosts, token, timeout)
+        self._url = url
+        self._allowed_hosts = hosts
+        self._token = as_token(token)
+        self._timeout = self._route.timeout
         self.batch_url = url + "/batch"
-        self.timeout = check_timeout(timeout)
         self.refusal: Refusal | None = None
 
+    @property
+    def url(self) -> str:
+        return self._url
+
+    @property
+    def timeout(self) -> float:
+        return self._timeout
+
+    @property
+    def allowed_hosts(self) -> tuple[str, ...]:
+        return self._allowed_hosts
+
+    @property
+    def token(self) -> Token | None:
+        return self._token
+
     def send(self, event: dict[str, Any]) -> bool:
-        return send_http(
-            event,
-            self.url,
-            timeout=self.timeout,
-            allowed_hosts=self.allowed_hosts,
-            token=self.token,
-        )
+        # ``send_http`` on the route checked at construction.
+        clean, text = validate_encoded(event)
+        return post_event(self._route, clean, text)
 
     def send_stored_event(self, event: Stored) -> bool:
-        """``send`` of an event as the outbox stored it (``wire/stored.py``)."""
-        return send_stored_http(
-            event,
-            self.url,
-            timeout=self.timeout,
-            allowed_hosts=self.allowed_hosts,
-            token=self.token,
-        )
+        """``send`` of an event as the outbox stored it (``wire/stored.py``): its stored text,
+        validated when it was published, is the body as it is."""
+        return post_event(self._route, event.attributes, event.text)
 
     def send_batch(self, events: list[dict[str, Any]]) -> int:
         # Forget the last answer first: a send that raises (no connection, a 5xx) must be
