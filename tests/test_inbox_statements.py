@@ -29,7 +29,7 @@ def _event(event_id: str, sku: str = "tea", qty: int = 1) -> dict[str, object]:
 def traced(tmp_path: Path) -> Iterator[tuple[Inbox, list[str]]]:
     inbox = Inbox(tmp_path / "inbox.db")
     seen: list[str] = []
-    with inbox._db.write(durable=False):  # type: ignore[attr-defined]
+    with inbox._db.write(durable=False):
         pass  # opens the relaxed writes' own connection (store/sqlite/backend.py)
     # Both connections' statements, in the order they ran.
     conns = [inbox._db._conn, inbox._db._relaxed_conn]  # type: ignore[attr-defined]
