@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,24 @@ class Target:
     def dump(self) -> dict[str, list[tuple[Any, ...]]]:
         """Every row of every ackledger table, in a stable order."""
         return {t: sorted(map(tuple, self.rows(f"SELECT * FROM {t}")), key=repr) for t in TABLES}
+
+    @contextmanager
+    def holding_writes(self, postgres_lock: str) -> Iterator[None]:
+        """Hold writers back from another connection while inside: SQLite's one writer's
+        lock; on PostgreSQL, ``postgres_lock`` (a statement taking the locks the test needs)."""
+        if self.dialect == "postgres":
+            with psycopg.connect(self.ref) as conn:
+                conn.execute(postgres_lock)
+                yield
+                conn.rollback()
+            return
+        lite = sqlite3.connect(self.ref, isolation_level=None, timeout=30)
+        try:
+            lite.execute("BEGIN IMMEDIATE")
+            yield
+            lite.execute("ROLLBACK")
+        finally:
+            lite.close()
 
     def can_lock_exclusively(self) -> bool:
         """Can another connection take an exclusive write lock at once (no one holds a lock)?"""

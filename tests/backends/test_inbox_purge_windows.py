@@ -9,17 +9,14 @@ from __future__ import annotations
 import http.client
 import json
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from ackledger import Inbox
@@ -225,23 +222,10 @@ def _purger(target: Target, horizon: float, window: int) -> subprocess.Popen[str
     )
 
 
-@contextmanager
-def _write_lock(target: Target) -> Iterator[None]:
+def _write_lock(target: Target) -> AbstractContextManager[None]:
     """Hold what a purge's DELETE needs, from another connection: SQLite's one writer's
     lock; on PostgreSQL a SHARE lock on the inbox (reads go on, deletes wait)."""
-    if target.dialect == "postgres":
-        with psycopg.connect(target.ref) as conn:
-            conn.execute("LOCK TABLE inbox IN SHARE MODE")
-            yield
-            conn.rollback()
-        return
-    lite = sqlite3.connect(target.ref, isolation_level=None, timeout=30)
-    try:
-        lite.execute("BEGIN IMMEDIATE")
-        yield
-        lite.execute("ROLLBACK")
-    finally:
-        lite.close()
+    return target.holding_writes("LOCK TABLE inbox IN SHARE MODE")
 
 
 def _wait_for(check: Any, what: str, timeout: float = 60) -> None:

@@ -8,12 +8,10 @@ nothing marked that was not acknowledged, and a mark that fails leaves its event
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
-import psycopg
 import pytest
 
 from ackledger import NotAcknowledged, Outbox, dispatch, dispatch_batch
@@ -217,25 +215,7 @@ def test_per_item_every_event_is_sent_once_in_order_each_mark_behind_the_next_se
 def holding_the_marks(target: Target) -> AbstractContextManager[None]:
     """While inside: no mark can commit (another connection holds the write lock on SQLite,
     the rows' locks on PostgreSQL); reads go on."""
-    from contextlib import contextmanager
-
-    @contextmanager
-    def hold() -> Iterator[None]:
-        if target.dialect == "postgres":
-            with psycopg.connect(target.ref) as conn:
-                conn.execute("SELECT 1 FROM outbox FOR UPDATE")
-                yield
-                conn.rollback()
-            return
-        lite = sqlite3.connect(target.ref, isolation_level=None, timeout=30)
-        try:
-            lite.execute("BEGIN IMMEDIATE")
-            yield
-            lite.execute("ROLLBACK")
-        finally:
-            lite.close()
-
-    return hold()
+    return target.holding_writes("SELECT 1 FROM outbox FOR UPDATE")
 
 
 def test_per_item_the_next_selection_skips_the_mark_in_flight(
