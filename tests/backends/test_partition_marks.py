@@ -68,16 +68,23 @@ def test_a_read_ahead_never_skips_an_event_that_was_handed_out_and_not_marked(
         assert [e["id"] for e in view.pending(4)] == ["late-p"]
 
 
-def test_marks_behind_a_lost_lease_mark_nothing_and_surface_at_the_next_hand_over(
-    target: Target, pair: tuple[Outbox, Outbox]
-) -> None:
+def _leased_marks_behind(
+    pair: tuple[Outbox, Outbox],
+) -> tuple[list[str], PartitionLeases, LeasedMarksBehind, LeasedPartition]:
+    """Six events of partition "p", leased by relay "one" with its marks behind; relay "two"
+    is there to take the lease once it has lapsed."""
     reader, marker = pair
     ids = fill(reader, ["p"], 6)["p"]
     one, two = PartitionLeases(reader, "one", ttl=60), PartitionLeases(reader, "two", ttl=60)
     lease = one.claim()
     assert lease is not None
-    marks = LeasedMarksBehind(one, marker)
-    view = LeasedPartition(one, lease)
+    return ids, two, LeasedMarksBehind(one, marker), LeasedPartition(one, lease)
+
+
+def test_marks_behind_a_lost_lease_mark_nothing_and_surface_at_the_next_hand_over(
+    target: Target, pair: tuple[Outbox, Outbox]
+) -> None:
+    ids, two, marks, view = _leased_marks_behind(pair)
     sent: list[list[str]] = []
 
     def send_batch(events: list[dict[str, Any]]) -> int:
@@ -105,13 +112,7 @@ def test_marks_behind_a_lost_lease_mark_nothing_and_surface_at_the_next_hand_ove
 def test_per_item_marks_behind_a_lost_lease_mark_nothing_and_surface_at_the_next_hand_over(
     target: Target, pair: tuple[Outbox, Outbox]
 ) -> None:
-    reader, marker = pair
-    ids = fill(reader, ["p"], 6)["p"]
-    one, two = PartitionLeases(reader, "one", ttl=60), PartitionLeases(reader, "two", ttl=60)
-    lease = one.claim()
-    assert lease is not None
-    marks = LeasedMarksBehind(one, marker)
-    view = LeasedPartition(one, lease)
+    ids, two, marks, view = _leased_marks_behind(pair)
     sent: list[str] = []
 
     def send(event: dict[str, Any]) -> bool:
