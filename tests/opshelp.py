@@ -30,6 +30,18 @@ def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 60) ->
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def settled(read: Callable[[], set[str]]) -> set[str]:
+    """``read()`` once two reads a quarter of a second apart agree (a request in flight when
+    its client died may still be committing)."""
+    last = read()
+    while True:
+        time.sleep(0.25)
+        now = read()
+        if now == last:
+            return now
+        last = now
+
+
 def start_relay(source: Path, url: str, log: Path, *extra: str) -> Service:
     """An ``ackledger relay`` process with metrics on a free port (its "listening on" line)."""
     args = ["relay", "--source", str(source), "--to", url, "--metrics-port", "0"]

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +23,7 @@ from tests.opshelp import (
     metrics,
     one,
     process_state,
+    settled,
     start_relay,
     wait_until,
 )
@@ -342,7 +341,7 @@ def _killed_then_drained(
     assert count(source, PENDING) > 0, "the relay should have been killed mid-way"
     # Each database read from its own connection, once the request in flight (if any) is
     # over: what the sink applied that the outbox does not know as sent.
-    applied = _settled(lambda: set(ids(sink_db, "SELECT id FROM inbox")))
+    applied = settled(lambda: set(ids(sink_db, "SELECT id FROM inbox")))
     marked = set(ids(source, "SELECT id FROM outbox WHERE sent = 1"))
     assert marked <= applied
     assert len(applied - marked) <= unmarked
@@ -353,17 +352,6 @@ def _killed_then_drained(
     duplicates = raw_rows(sink_db, "SELECT value FROM counters WHERE name = 'sink.duplicate'")
     assert duplicates == ([(len(again),)] if again else [])
     return again
-
-
-def _settled(read: Callable[[], set[str]]) -> set[str]:
-    """``read()`` once two reads a quarter of a second apart agree."""
-    last = read()
-    while True:
-        time.sleep(0.25)
-        now = read()
-        if now == last:
-            return now
-        last = now
 
 
 def _sent_records(log: Path) -> list[dict[str, Any]]:
