@@ -220,13 +220,12 @@ class _Echo:
         self.delay = delay
         self.fail = fail
 
-    def answer(self, headers: Headers, body: bytes | None, started: float) -> Outcome:
+    def answer(self, headers: Headers, body: bytes | None) -> Outcome:
         if self.fail:
             raise RuntimeError("a bug in a route")
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[bytes] = loop.create_future()
-        loop.call_later(self.delay, future.set_result, body or b"")
-        return Pending(future, lambda done: Answer(200, done.result(), "text/plain"))
+        pending: Pending[bytes] = Pending(lambda done: Answer(200, done.result(), "text/plain"))
+        asyncio.get_running_loop().call_later(self.delay, pending.resolve, body or b"")
+        return pending
 
 
 async def _not_found(scope: Scope, receive: Receive, send: Send) -> None:
