@@ -60,20 +60,19 @@ class Pending(Generic[Done]):
 
     def listen(self, listener: Callable[[Pending[Done]], object]) -> None:
         """Call ``listener(self)`` once the result is in (now, if it is)."""
-        if self.done():
+        if self._result is not _UNSET or self._error is not None:
             listener(self)
         else:
             self._listener = listener
 
     def resolve(self, result: Done) -> None:
         self._result = result
-        self._heard()
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener(self)
 
     def fail(self, error: BaseException) -> None:
         self._error = error
-        self._heard()
-
-    def _heard(self) -> None:
         listener, self._listener = self._listener, None
         if listener is not None:
             listener(self)

@@ -85,12 +85,9 @@ _FAILED_BODY = b"Internal Server Error"
 _DEFAULTS: list[Any] = [None, b""]
 
 
-def _default_lines(default_headers: list[tuple[bytes, bytes]]) -> bytes:
-    if _DEFAULTS[0] is not default_headers:
-        _DEFAULTS[1] = b"".join(b"%s: %s\r\n" % pair for pair in default_headers)
-        _DEFAULTS[0] = default_headers  # held here: never another list at its address
-    lines: bytes = _DEFAULTS[1]
-    return lines
+def _remember_defaults(default_headers: list[tuple[bytes, bytes]]) -> None:
+    _DEFAULTS[1] = b"".join(b"%s: %s\r\n" % pair for pair in default_headers)
+    _DEFAULTS[0] = default_headers  # held here: never another list at its address
 
 
 class _Direct:
@@ -257,7 +254,7 @@ class LimitedHttpTools(HttpToolsProtocol):
         self._timer: asyncio.TimerHandle | None = None
         self._corked: _Corked | None = None
         #: The socket's own transport (``is_closing`` without ``_Corked``'s frame).
-        self._real: asyncio.Transport | None = None
+        self._real: asyncio.Transport = None  # type: ignore[assignment]
         #: A head completed in this ``data_received``: its body's clock is started at its end.
         self._body_clock = False
 
@@ -315,8 +312,7 @@ class LimitedHttpTools(HttpToolsProtocol):
                 self.transport.close()
 
     def _closing(self) -> bool:
-        real = self._real
-        return real is None or real.is_closing()
+        return self._real.is_closing()
 
     def on_message_begin(self) -> None:
         if not self._direct:
@@ -383,7 +379,7 @@ class LimitedHttpTools(HttpToolsProtocol):
         # uvicorn's own, but for its keep-alive timer, armed and cancelled per request there:
         # here the idle time is the connection's deadline, checked by its one timer.
         self.server_state.total_requests += 1
-        if self._closing():
+        if self._real.is_closing():
             return
         if self.flow.read_paused:
             self.flow.resume_reading()
@@ -436,7 +432,7 @@ class LimitedHttpTools(HttpToolsProtocol):
         return True
 
     def _take_turn(self, cycle: _Direct) -> None:
-        if self._closing():
+        if self._real.is_closing():
             return  # the client left before its turn: nothing is applied
         if self.flow.write_paused:
             self._blocked = cycle  # the client reads none of its answers: wait for it
@@ -471,14 +467,18 @@ class LimitedHttpTools(HttpToolsProtocol):
             self._answer(cycle, outcome)
 
     def _settle(self, cycle: _Direct, pending: Pending[Any]) -> None:
+        observe = cycle.route.observe
         try:
-            answer = pending.answer()
+            answer = pending.finish(pending)
         except Exception as exc:
-            self._observe(cycle, 500)
+            if observe is not None:
+                observe(500, cycle.started)
             self._failed(cycle, exc)
             return
-        self._observe(cycle, answer.status)
-        self._answer(cycle, answer)
+        if observe is not None:
+            observe(answer.status, cycle.started)
+        lines, closing = answer.head_lines()
+        self._write(cycle, answer.status, lines, closing, answer.body)
 
     def _observe(self, cycle: _Direct, status: int) -> None:
         observe = cycle.route.observe
@@ -498,18 +498,19 @@ class LimitedHttpTools(HttpToolsProtocol):
         server) first, then the answer's header ``lines``, ``connection: close`` unless kept
         alive (``closing``: the answer has it already)."""
         cycle.response_complete = True
-        if self._closing():
+        if self._real.is_closing():
             return  # the client left: the answer is dropped
         ending = b"\r\n" if cycle.keep_alive or closing else b"connection: close\r\n\r\n"
+        defaults = self.server_state.default_headers
+        if _DEFAULTS[0] is not defaults:
+            _remember_defaults(defaults)
         # uvicorn's own status lines
-        data = b"".join(
-            (STATUS_LINE[status], _default_lines(self.server_state.default_headers), lines)
-        )
-        data += ending + body
-        if self._corked is not None:
-            self._corked.write_whole(data)
+        data = b"".join((STATUS_LINE[status], _DEFAULTS[1], lines, ending, body))
+        corked = self._corked
+        if corked is not None and corked._held:
+            corked.write_whole(data)  # behind what is held, in order
         else:
-            self.transport.write(data)
+            self._real.write(data)  # the transport is not closing (checked above)
         if closing or not cycle.keep_alive:
             cycle.keep_alive = False
             self.transport.close()
