@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.utils
 import json
 import socket
 import threading
@@ -74,8 +75,8 @@ def _until_head_end(sock: socket.socket) -> bytes:
     return got
 
 
-def _post(sock: socket.socket, port: int, event_id: str) -> bytes:
-    """One event on ``sock``; returns its answer's status line (the answer is read whole)."""
+def _post_head(sock: socket.socket, port: int, event_id: str) -> bytes:
+    """One event on ``sock``; returns its answer's head (the answer is read whole)."""
     body = json.dumps(lab(event_id, "s1", 1)).encode()
     request = (
         f"POST /events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
@@ -92,7 +93,28 @@ def _post(sock: socket.socket, port: int, event_id: str) -> bytes:
     while len(rest) < length:
         rest += sock.recv(65536)
     assert json.loads(rest)["id"] == event_id
-    return head.split(b"\r\n", 1)[0]
+    return head
+
+
+def _post(sock: socket.socket, port: int, event_id: str) -> bytes:
+    """One event on ``sock``; returns its answer's status line (the answer is read whole)."""
+    return _post_head(sock, port, event_id).split(b"\r\n", 1)[0]
+
+
+def test_answers_carry_the_date_of_their_time(port: int) -> None:
+    """uvicorn's server makes its default headers (date, server) anew once a second; the
+    direct path joins them once per list made: an answer 2.2 s after another carries a later
+    date, and a date within seconds of now."""
+    dates = []
+    for number in range(2):
+        if number:
+            time.sleep(2.2)
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            head = _post_head(sock, port, f"dated-{number}")
+        (date,) = [line[6:] for line in head.split(b"\r\n") if line.lower().startswith(b"date:")]
+        dates.append(email.utils.parsedate_to_datetime(date.decode()))
+    assert dates[1] > dates[0]
+    assert abs(dates[1].timestamp() - time.time()) < 3
 
 
 def test_an_idle_kept_alive_connection_is_closed_after_the_idle_limit(port: int) -> None:
