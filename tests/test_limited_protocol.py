@@ -276,3 +276,28 @@ def test_a_slow_direct_answer_does_not_cut_the_pipelined_request_behind_it() -> 
     assert second.startswith(b"200") and second.endswith(b"\r\n\r\ncdef")
     assert third.startswith(b"500") and b"connection: close" in third
     assert third.endswith(b"Internal Server Error")
+
+
+def test_a_kept_alive_connections_next_head_is_on_the_read_timeout(tmp_path: Path) -> None:
+    """After an answer, the connection waits on the idle limit (30 s here); the first bytes of
+    its next request start the head's read time-out (0.5 s), so a head trickled a byte at a
+    time is cut off in about that, not when the idle limit would end."""
+    limits = Limits(read_timeout=0.5, keep_alive=30.0)
+    with Inbox(tmp_path / "sink.db") as inbox:
+        app = inbox.asgi()
+        with (
+            _served(app, limits, direct_routes_of(app)) as served_port,
+            socket.create_connection(("127.0.0.1", served_port)) as sock,
+        ):
+            assert _post(sock, served_port, "next-1") == b"HTTP/1.1 200 OK"
+            sock.sendall(f"POST /events HTTP/1.1\r\nHost: 127.0.0.1:{served_port}\r\nX-".encode())
+            started = time.monotonic()
+            with pytest.raises(OSError):  # the trickle is cut
+                while time.monotonic() - started < 20:
+                    time.sleep(0.1)
+                    sock.sendall(b"a")
+                    sock.settimeout(0.01)
+                    with contextlib.suppress(TimeoutError):
+                        if sock.recv(1) == b"":
+                            raise ConnectionResetError("closed by the server")
+            assert time.monotonic() - started < 5.0
