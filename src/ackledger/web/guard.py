@@ -105,7 +105,7 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        refusal = self._refusal(scope["headers"], scope["path"])
+        refusal = self._refusal(scope["path"], scope["headers"])
         if refusal is not None:
             await refusal.send(send)
             return
@@ -116,14 +116,15 @@ class Guard:
         check is made the route's first step (not a wrapper around it)."""
         guarded = {}
         for raw, route in direct_routes_of(self.app).items():
-            check: Refuse = functools.partial(self._refusal, path=raw.decode())
+            # The path bound positionally: a keyword would make a dict per call.
+            check: Refuse = functools.partial(self._refusal, raw.decode())
             inner = route.refuse
             if inner is not None:  # the wrapped app has a check of its own: ours first
                 check = functools.partial(_both, check, inner)
             guarded[raw.decode()] = Served(route.cap, route.answer, check, route.observe)
         return guarded
 
-    def _refusal(self, headers: Headers, path: str) -> Answer | None:
+    def _refusal(self, path: str, headers: Headers) -> Answer | None:
         seen: dict[bytes, bytes] = {}
         for name, value in headers:
             if name in SINGLETON_HEADERS:
