@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.utils
 import json
 import socket
 import threading
@@ -74,8 +75,8 @@ def _until_head_end(sock: socket.socket) -> bytes:
     return got
 
 
-def _post(sock: socket.socket, port: int, event_id: str) -> bytes:
-    """One event on ``sock``; returns its answer's status line (the answer is read whole)."""
+def _post_head(sock: socket.socket, port: int, event_id: str) -> bytes:
+    """One event on ``sock``; returns its answer's head (the answer is read whole)."""
     body = json.dumps(lab(event_id, "s1", 1)).encode()
     request = (
         f"POST /events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
@@ -92,7 +93,28 @@ def _post(sock: socket.socket, port: int, event_id: str) -> bytes:
     while len(rest) < length:
         rest += sock.recv(65536)
     assert json.loads(rest)["id"] == event_id
-    return head.split(b"\r\n", 1)[0]
+    return head
+
+
+def _post(sock: socket.socket, port: int, event_id: str) -> bytes:
+    """One event on ``sock``; returns its answer's status line (the answer is read whole)."""
+    return _post_head(sock, port, event_id).split(b"\r\n", 1)[0]
+
+
+def test_answers_carry_the_date_of_their_time(port: int) -> None:
+    """uvicorn's server makes its default headers (date, server) anew once a second; the
+    direct path joins them once per list made: an answer 2.2 s after another carries a later
+    date, and a date within seconds of now."""
+    dates = []
+    for number in range(2):
+        if number:
+            time.sleep(2.2)
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            head = _post_head(sock, port, f"dated-{number}")
+        (date,) = [line[6:] for line in head.split(b"\r\n") if line.lower().startswith(b"date:")]
+        dates.append(email.utils.parsedate_to_datetime(date.decode()))
+    assert dates[1] > dates[0]
+    assert abs(dates[1].timestamp() - time.time()) < 3
 
 
 def test_an_idle_kept_alive_connection_is_closed_after_the_idle_limit(port: int) -> None:
@@ -220,13 +242,12 @@ class _Echo:
         self.delay = delay
         self.fail = fail
 
-    def answer(self, headers: Headers, body: bytes | None, started: float) -> Outcome:
+    def answer(self, headers: Headers, body: bytes | None) -> Outcome:
         if self.fail:
             raise RuntimeError("a bug in a route")
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[bytes] = loop.create_future()
-        loop.call_later(self.delay, future.set_result, body or b"")
-        return Pending(future, lambda done: Answer(200, done.result(), "text/plain"))
+        pending: Pending[bytes] = Pending(lambda done: Answer(200, done.result(), "text/plain"))
+        asyncio.get_running_loop().call_later(self.delay, pending.resolve, body or b"")
+        return pending
 
 
 async def _not_found(scope: Scope, receive: Receive, send: Send) -> None:
@@ -255,3 +276,28 @@ def test_a_slow_direct_answer_does_not_cut_the_pipelined_request_behind_it() -> 
     assert second.startswith(b"200") and second.endswith(b"\r\n\r\ncdef")
     assert third.startswith(b"500") and b"connection: close" in third
     assert third.endswith(b"Internal Server Error")
+
+
+def test_a_kept_alive_connections_next_head_is_on_the_read_timeout(tmp_path: Path) -> None:
+    """After an answer, the connection waits on the idle limit (30 s here); the first bytes of
+    its next request start the head's read time-out (0.5 s), so a head trickled a byte at a
+    time is cut off in about that, not when the idle limit would end."""
+    limits = Limits(read_timeout=0.5, keep_alive=30.0)
+    with Inbox(tmp_path / "sink.db") as inbox:
+        app = inbox.asgi()
+        with (
+            _served(app, limits, direct_routes_of(app)) as served_port,
+            socket.create_connection(("127.0.0.1", served_port)) as sock,
+        ):
+            assert _post(sock, served_port, "next-1") == b"HTTP/1.1 200 OK"
+            sock.sendall(f"POST /events HTTP/1.1\r\nHost: 127.0.0.1:{served_port}\r\nX-".encode())
+            started = time.monotonic()
+            with pytest.raises(OSError):  # the trickle is cut
+                while time.monotonic() - started < 20:
+                    time.sleep(0.1)
+                    sock.sendall(b"a")
+                    sock.settimeout(0.01)
+                    with contextlib.suppress(TimeoutError):
+                        if sock.recv(1) == b"":
+                            raise ConnectionResetError("closed by the server")
+            assert time.monotonic() - started < 5.0

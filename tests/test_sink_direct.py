@@ -294,6 +294,14 @@ def test_the_guard_refuses_on_the_direct_route_and_keeps_the_connection(
         sock.sendall(_post("/events", body, auth))
         status, _, answer = reader.answer()
         assert status == 200 and json.loads(answer)["status"] == "applied"
+    # A refused request reaches neither the route nor its timing (the Guard's check is the
+    # step before both): the histogram has the one 200 and no series of any refusal.
+    text = _get(token_sink, "/metrics", auth)[2].decode()
+    posts = [line for line in text.splitlines() if "_count{" in line and 'method="POST"' in line]
+    assert posts == [
+        'ackledger_http_request_duration_seconds_count{method="POST",route="/events",'
+        'status="200"} 1.0'
+    ]
 
 
 def test_sigterm_answers_the_request_in_flight_and_closes_its_connection(

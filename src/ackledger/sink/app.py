@@ -8,7 +8,6 @@ clients' events durable, and each is answered only after it.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -48,6 +47,11 @@ MAX_BATCH = api.MAX_BATCH
 _REPLAYED = {"Idempotent-Replayed": "true"}
 _REPLAYED_HEADER = (b"idempotent-replayed", b"true")
 _JSON_TYPE = (b"content-type", b"application/json")
+#: ``head_lines`` of an ACK, a re-sent event's and a new one's, but for the length.
+_REPLAYED_LINES = (
+    b"idempotent-replayed: true\r\ncontent-length: %d\r\ncontent-type: application/json\r\n"
+)
+_ACK_LINES = b"content-length: %d\r\ncontent-type: application/json\r\n"
 
 
 class _Ack(Answer):
@@ -57,6 +61,10 @@ class _Ack(Answer):
     def header_pairs(self) -> list[tuple[bytes, bytes]]:
         length = (b"content-length", b"%d" % len(self.body))
         return [_REPLAYED_HEADER, length, _JSON_TYPE] if self.headers else [length, _JSON_TYPE]
+
+    def head_lines(self) -> tuple[bytes, bool]:
+        lines = _REPLAYED_LINES if self.headers else _ACK_LINES
+        return lines % len(self.body), False
 
 
 def _ack_body(event: dict[str, Any], status: str) -> bytes:
@@ -155,7 +163,7 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "") -> ASGIApp:
         if isinstance(obj, Answer):
             return obj
 
-        def finish(done: asyncio.Future[BatchResult]) -> Answer:
+        def finish(done: Pending[BatchResult]) -> Answer:
             try:
                 result = done.result()
             except database_errors() as exc:
@@ -166,7 +174,9 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "") -> ASGIApp:
             headers = _REPLAYED if status == "duplicate" else None
             return _Ack(200, _ack_body(obj, status), "application/json", headers)
 
-        return Pending(group.enqueue([obj]), finish)
+        pending = Pending(finish)
+        group.enqueue([obj], pending)
+        return pending
 
     def batch_answer(headers: Headers, body: bytes | None) -> Outcome:
         items = _decoded(headers, body, decode_batch)
@@ -175,7 +185,7 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "") -> ASGIApp:
         if not isinstance(items, list) or not 1 <= len(items) <= MAX_BATCH:
             return invalid_answer(f"body: must be a JSON list of 1-{MAX_BATCH} events", "body")
 
-        def finish(done: asyncio.Future[BatchResult]) -> Answer:
+        def finish(done: Pending[BatchResult]) -> Answer:
             try:
                 result = done.result()
             except database_errors() as exc:
@@ -190,7 +200,9 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "") -> ASGIApp:
             error["index"] = len(result.statuses)
             return json_answer({"acks": acks, "error": error})
 
-        return Pending(group.enqueue(items), finish)
+        pending = Pending(finish)
+        group.enqueue(items, pending)
+        return pending
 
     # Requests are counted and timed around the whole app (web.observe), these too; the
     # protocol answers them directly (web.direct), other servers through ASGI.

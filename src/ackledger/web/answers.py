@@ -52,6 +52,17 @@ class Answer:
             ]
         return headers
 
+    def head_lines(self) -> tuple[bytes, bool]:
+        """The header lines as sent on the direct path (each with its CRLF, in
+        ``header_pairs``' order), and whether one of them is ``connection: close``."""
+        lines = []
+        closing = False
+        for name, value in self.header_pairs():
+            if name == b"connection" and b"close" in value.lower():
+                closing = True
+            lines.append(b"%s: %s\r\n" % (name, value))
+        return b"".join(lines), closing
+
     async def send(self, send: Send) -> None:
         """Send as ``response()`` would: the same status, headers and body (the media types
         here are never text/* without a charset, so Starlette adds no charset either)."""

@@ -15,16 +15,21 @@ commit that made it durable.
 from __future__ import annotations
 
 import asyncio
+import logging
+import operator
 import threading
 from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from starlette.types import Receive, Scope, Send
 
 from ..errors import InvalidEvent
 from .answers import Answer, invalid_answer
 from .bodies import MAX_BODY_BYTES, BodyTooLarge, ClientGone, read_body
-from .direct import Headers, Outcome, settled
+from .direct import Headers, Outcome, Pending, settled, waited
+
+_LOG = logging.getLogger("ackledger.web")
+_ITEM = operator.itemgetter(0)
 
 #: A route's answer to its headers and body (None: over the cap, not read).
 AnswerMaker = Callable[[Headers, bytes | None], Outcome]
@@ -36,14 +41,12 @@ class PostRoute:
     an app served by another server), which reads the body and waits for the same answer.
 
     It is an object, not a function, so that Starlette mounts it as an ASGI app as it is.
+    ``answer`` is the function it was made with (no frame of its own per request).
     """
 
     def __init__(self, answer: AnswerMaker, cap: int = MAX_BODY_BYTES) -> None:
-        self._answer = answer
+        self.answer = answer
         self.cap = cap
-
-    def answer(self, headers: Headers, body: bytes | None, started: float) -> Outcome:
-        return self._answer(headers, body)
 
     async def respond(self, scope: Scope, receive: Receive, send: Send) -> int:
         """Answer the request; returns the status sent (0: the client left, none was)."""
@@ -65,7 +68,7 @@ class PostRoute:
             return None
         except InvalidEvent as exc:  # a second Content-Type
             return invalid_answer(str(exc), exc.field)
-        return await settled(self._answer(scope["headers"], body))
+        return await settled(self.answer(scope["headers"], body))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.respond(scope, receive, send)
@@ -81,13 +84,16 @@ class GroupCommit(Generic[Item, Result]):
     ``apply_all(items)`` runs in ONE write transaction and returns one result per item, in
     order. Every request that was ready when the loop got to it has submitted its item by the
     time the flush runs (the flush is scheduled behind them), so N concurrent clients share one
-    commit; a lone client pays only two extra turns of the loop. If ``apply_all`` raises,
-    nothing was committed and every item of the group gets that exception.
+    commit. Each item's ``Pending`` is resolved in the flush itself, after the commit, and its
+    listener (the protocol's answer) runs there: a lone client pays one extra turn of the loop,
+    not the two an asyncio future's callback took (bench/CHANGES.md item 92). If
+    ``apply_all`` raises, nothing was committed and every item of the group fails with that
+    exception.
     """
 
     def __init__(self, apply_all: Callable[[Sequence[Item]], list[Result]]) -> None:
         self._apply_all = apply_all
-        self._waiting: list[tuple[Item, asyncio.Future[Result]]] = []
+        self._waiting: list[tuple[Item, Pending[Result]]] = []
         self._scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = 0
@@ -100,42 +106,56 @@ class GroupCommit(Generic[Item, Result]):
         is running in this very thread is the running one (a thread runs one loop at a time,
         and a thread's id is reused only once it has ended, its loop stopped with it)."""
         loop = self._loop
-        if loop is None or self._thread != threading.get_ident() or not loop.is_running():
+        thread = threading.get_ident()
+        if loop is None or self._thread != thread or not loop.is_running():
             loop = self._loop = asyncio.get_running_loop()
-            self._thread = threading.get_ident()
+            self._thread = thread
         return loop
 
     async def submit(self, item: Item) -> Result:
-        return await self.enqueue(item)
+        pending: Pending[Result] = Pending(_no_answer)
+        self.enqueue(item, pending)
+        await waited(pending)
+        return pending.result()
 
-    def enqueue(self, item: Item) -> asyncio.Future[Result]:
-        """``submit`` without a coroutine: the future of the item's result (on the running
-        loop; the direct routes, ``web.direct``, answer in its callback)."""
+    def enqueue(self, item: Item, pending: Pending[Result]) -> None:
+        """Add ``item`` to the next flush (on the running loop); ``pending`` gets its result
+        (the direct routes, ``web.direct``, answer in its listener)."""
         loop = self._running_loop()
         if self._scheduled and self._flush_loop is not loop:
             # The flush was scheduled on a loop that stopped before running it (a server shut
             # down mid-request): it will never run. Its items' requests were never answered,
-            # so they are dropped, not applied (their senders send them again).
-            self._waiting = [entry for entry in self._waiting if entry[1].get_loop() is loop]
+            # so they are dropped, not applied (their senders send them again). Every item
+            # waiting is that loop's: the first item on another loop reschedules here.
+            self._waiting = []
             self._scheduled = False
-        future: asyncio.Future[Result] = loop.create_future()
-        self._waiting.append((item, future))
+        self._waiting.append((item, pending))
         if not self._scheduled:
             self._scheduled = True
             self._flush_loop = loop
             loop.call_soon(self._flush)
-        return future
 
     def _flush(self) -> None:
         self._scheduled = False
         waiting, self._waiting = self._waiting, []
         try:
-            results = self._apply_all([item for item, _ in waiting])
+            results = self._apply_all(list(map(_ITEM, waiting)))  # no comprehension's frame
         except Exception as exc:
-            for _, future in waiting:
-                if not future.done():
-                    future.set_exception(exc)
+            for _, pending in waiting:
+                _tell(pending.fail, exc)
             return
-        for (_, future), result in zip(waiting, results, strict=True):
-            if not future.done():
-                future.set_result(result)
+        for (_, pending), result in zip(waiting, results, strict=True):
+            _tell(pending.resolve, result)
+
+
+def _tell(settle: Callable[[Any], None], value: Any) -> None:
+    """Settle one item's ``Pending``: a listener that raises is logged, as the loop logs a
+    future's callback that raises, and the rest of the group is still answered."""
+    try:
+        settle(value)
+    except Exception:
+        _LOG.exception("Exception in a group commit's listener")
+
+
+def _no_answer(pending: Pending[Any]) -> Answer:
+    raise TypeError("an item submitted to a group commit is awaited, not answered")

@@ -26,15 +26,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..wire.token import Token
 from .answers import Answer, invalid_answer, problem_answer
-from .direct import DirectRoute, Headers, Outcome, direct_routes_of
+from .direct import Headers, Refuse, Served, direct_routes_of
 
 #: Headers read as one value; a second copy is refused rather than guessed at.
-SINGLETON_HEADERS = (
-    b"host",
-    b"content-type",
-    b"content-length",
-    b"authorization",
-    b"idempotency-key",
+SINGLETON_HEADERS = frozenset(
+    {b"host", b"content-type", b"content-length", b"authorization", b"idempotency-key"}
 )
 #: Liveness and readiness probes: the kubelet sends no token.
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
@@ -109,20 +105,26 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        refusal = self._refusal(scope["headers"], scope["path"])
+        refusal = self._refusal(scope["path"], scope["headers"])
         if refusal is not None:
             await refusal.send(send)
             return
         await self.app(scope, receive, send)
 
-    def direct_routes(self) -> Mapping[str, DirectRoute]:
-        """The wrapped app's direct routes (``web.direct``), each behind the same checks."""
-        return {
-            path.decode(): _Guarded(self, path.decode(), route)
-            for path, route in direct_routes_of(self.app).items()
-        }
+    def direct_routes(self) -> Mapping[str, Served]:
+        """The wrapped app's direct routes (``web.direct``), each behind the same checks: the
+        check is made the route's first step (not a wrapper around it)."""
+        guarded = {}
+        for raw, route in direct_routes_of(self.app).items():
+            # The path bound positionally: a keyword would make a dict per call.
+            check: Refuse = functools.partial(self._refusal, raw.decode())
+            inner = route.refuse
+            if inner is not None:  # the wrapped app has a check of its own: ours first
+                check = functools.partial(_both, check, inner)
+            guarded[raw.decode()] = Served(route.cap, route.answer, check, route.observe)
+        return guarded
 
-    def _refusal(self, headers: Headers, path: str) -> Answer | None:
+    def _refusal(self, path: str, headers: Headers) -> Answer | None:
         seen: dict[bytes, bytes] = {}
         for name, value in headers:
             if name in SINGLETON_HEADERS:
@@ -150,21 +152,9 @@ class Guard:
         return None
 
 
-class _Guarded:
-    """A direct route behind the Guard: a refused request never reaches it (nor its
-    timing, as on the ASGI path, where the Guard is outside ``Observed``)."""
-
-    def __init__(self, guard: Guard, path: str, route: DirectRoute) -> None:
-        self._refusal = guard._refusal
-        self._path = path
-        self._route = route
-        self.cap = route.cap
-
-    def answer(self, headers: Headers, body: bytes | None, started: float) -> Outcome:
-        refusal = self._refusal(headers, self._path)
-        if refusal is not None:
-            return refusal
-        return self._route.answer(headers, body, started)
+def _both(first: Refuse, then: Refuse, headers: Headers) -> Answer | None:
+    refusal = first(headers)
+    return refusal if refusal is not None else then(headers)
 
 
 def _unauthorized(detail: str, error: str | None) -> Answer:

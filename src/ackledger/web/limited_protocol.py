@@ -42,17 +42,17 @@ against uvicorn 0.55.0's ``httptools_impl``: besides the callbacks, this uses it
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 import weakref
 from collections.abc import Mapping
 from typing import Any
 
+import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from .answers import Answer
-from .direct import DirectRoute, Pending
+from .direct import DirectRoute, Pending, Served, served
 from .limits import Limits
 
 _LOG = logging.getLogger("ackledger.web")
@@ -74,16 +74,20 @@ def _too_large_answer(cap: int) -> bytes:
     return _TOO_LARGE % (len(body), body)
 
 
-#: uvicorn's answer to an app that raised before answering.
-_FAILED = (
-    500,
-    [
-        (b"content-type", b"text/plain; charset=utf-8"),
-        (b"content-length", b"21"),
-        (b"connection", b"close"),
-    ],
-    b"Internal Server Error",
+#: uvicorn's answer to an app that raised before answering: its header lines and body.
+_FAILED_HEAD = (
+    b"content-type: text/plain; charset=utf-8\r\ncontent-length: 21\r\nconnection: close\r\n"
 )
+_FAILED_BODY = b"Internal Server Error"
+
+#: The server's default header lines (date, server) joined, for the list they were made of:
+#: uvicorn's server replaces that list when the date changes (once a second).
+_DEFAULTS: list[Any] = [None, b""]
+
+
+def _remember_defaults(default_headers: list[tuple[bytes, bytes]]) -> None:
+    _DEFAULTS[1] = b"".join(b"%s: %s\r\n" % pair for pair in default_headers)
+    _DEFAULTS[0] = default_headers  # held here: never another list at its address
 
 
 class _Direct:
@@ -92,7 +96,8 @@ class _Direct:
     It stands where uvicorn keeps its ``RequestResponseCycle`` (``protocol.cycle``, the
     pipeline's queue) and has the attributes read there: ``response_complete``,
     ``keep_alive`` (cleared by a graceful shutdown: the answer then closes the connection)
-    and ``more_body``.
+    and ``more_body``. It is also the listener of its route's ``Pending`` answer (called
+    with it once its result is in), so no closure is made per request.
     """
 
     __slots__ = (
@@ -102,6 +107,7 @@ class _Direct:
         "keep_alive",
         "more_body",
         "over_cap",
+        "protocol",
         "response_complete",
         "route",
         "started",
@@ -110,11 +116,13 @@ class _Direct:
 
     def __init__(
         self,
-        route: DirectRoute,
+        protocol: LimitedHttpTools,
+        route: Served,
         headers: list[tuple[bytes, bytes]],
         keep_alive: bool,
         over_cap: bool,
     ) -> None:
+        self.protocol = protocol
         self.route = route
         self.headers = headers
         self.keep_alive = keep_alive
@@ -133,6 +141,9 @@ class _Direct:
             return None
         chunks = self.chunks
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def __call__(self, pending: Pending[Any]) -> None:
+        self.protocol._settle(self, pending)
 
 
 class _TurnEnd:
@@ -219,13 +230,13 @@ class LimitedHttpTools(HttpToolsProtocol):
         self,
         *args: Any,
         limits: Limits,
-        direct: Mapping[bytes, DirectRoute] | None = None,
+        direct: Mapping[bytes, DirectRoute | Served] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self._limits = limits
         #: The direct routes by raw path (``web.direct``).
-        self._direct = dict(direct or {})
+        self._direct = {path: served(route) for path, route in (direct or {}).items()}
         #: A direct request whose turn came while the transport's buffer was full.
         self._blocked: _Direct | None = None
         #: A head is being received (or awaited on a fresh connection).
@@ -242,9 +253,14 @@ class LimitedHttpTools(HttpToolsProtocol):
         #: The connection's one timer, checking ``_deadline`` (None: not armed).
         self._timer: asyncio.TimerHandle | None = None
         self._corked: _Corked | None = None
+        #: The socket's own transport (``is_closing`` without ``_Corked``'s frame).
+        self._real: asyncio.Transport = None  # type: ignore[assignment]
+        #: A head completed in this ``data_received``: its body's clock is started at its end.
+        self._body_clock = False
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
+        self._real = transport
         self._corked = _Corked(transport, self.loop)
         self.transport = self._corked  # type: ignore[assignment]
         self._start_read()
@@ -262,16 +278,41 @@ class LimitedHttpTools(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self._in_head and (self._deadline is None or self._idle):
-            self._start_read()  # the first bytes of a kept-alive connection's next request
+        # The first bytes of a kept-alive connection's next request start its head's clock.
+        # It is started after the parser has run, at the same loop time (nothing else runs
+        # in between): when the whole head came in these bytes, its completion would clear
+        # it at once, and the body's clock (or none, the body being in too) replaces it.
+        head_clock = self._in_head and (self._deadline is None or self._idle)
         heads_before = self._heads_done
-        super().data_received(data)
-        if self._in_head and self._heads_done == heads_before:
+        # uvicorn's own data_received, without its keep-alive timer (never armed here).
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            msg = "Invalid HTTP request received."
+            self.logger.warning(msg)
+            self.send_400_response(msg)
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+        if self._heads_done != heads_before:
+            if self._body_clock:
+                self._body_clock = False
+                cycle = self.cycle
+                if cycle is not None and cycle.more_body and not self._closing():
+                    self._start_read()  # the last head's body is still to come: its time-out
+        elif self._in_head:
+            if head_clock:
+                self._start_read()
             self._head_bytes += len(data)
-            if self._head_bytes > self._limits.head_bytes and not self.transport.is_closing():
+            if self._head_bytes > self._limits.head_bytes and not self._closing():
                 self._deadline = None
                 self.transport.write(_too_large_answer(self._limits.head_bytes))
                 self.transport.close()
+
+    def _closing(self) -> bool:
+        return self._real.is_closing()
 
     def on_message_begin(self) -> None:
         if not self._direct:
@@ -293,8 +334,9 @@ class LimitedHttpTools(HttpToolsProtocol):
             if self.scope is None:
                 self._make_scope()
             super().on_headers_complete()
-        if not self.transport.is_closing() and self.cycle is not None and self.cycle.more_body:
-            self._start_read()  # the body's time-out
+        # The body's time-out, started at the end of this data_received if the body is not
+        # all in by then.
+        self._body_clock = True
 
     def _make_scope(self) -> None:
         """uvicorn's scope for this request (its ``on_message_begin`` makes it), keeping the
@@ -323,21 +365,24 @@ class LimitedHttpTools(HttpToolsProtocol):
         self._in_head = True
         if isinstance(cycle, _Direct) and cycle.turn and not cycle.dispatched:
             self._dispatch(cycle)
-        if cycle is not None and cycle.response_complete and not self.transport.is_closing():
+        if cycle is not None and cycle.response_complete and not self._closing():
             # Answered before its body was all in (a refusal): idle from here.
             self._set_deadline(self._limits.keep_alive)
             self._idle = True
 
     def on_response_complete(self) -> None:
-        # The answer's last write was just made: send it now rather than at the turn's end.
-        if self._corked is not None:
-            self._corked.flush()
+        # The answer's last write was just made: send it now rather than at the turn's end
+        # (a direct answer was written whole: nothing is held).
+        corked = self._corked
+        if corked is not None and corked._held:
+            corked.flush()
         # uvicorn's own, but for its keep-alive timer, armed and cancelled per request there:
         # here the idle time is the connection's deadline, checked by its one timer.
         self.server_state.total_requests += 1
-        if self.transport.is_closing():
+        if self._real.is_closing():
             return
-        self.flow.resume_reading()
+        if self.flow.read_paused:
+            self.flow.resume_reading()
         if self.pipeline:
             if self._deadline is not None:
                 self._start_read()  # a read in progress: its clock from reading's resumption
@@ -360,7 +405,7 @@ class LimitedHttpTools(HttpToolsProtocol):
 
     # The direct routes (web.direct).
 
-    def _begin_direct(self, route: DirectRoute) -> bool:
+    def _begin_direct(self, route: Served) -> bool:
         """Take this request past uvicorn's cycle; False: it is one for that cycle."""
         parser = self.parser
         if parser.get_method() != b"POST" or self.expect_100_continue or parser.should_upgrade():
@@ -375,7 +420,7 @@ class LimitedHttpTools(HttpToolsProtocol):
             if name == b"content-length" and value.isdigit() and int(value) > route.cap:
                 over_cap = True
         keep_alive = parser.get_http_version() != "1.0" and parser.should_keep_alive()
-        cycle = _Direct(route, self.headers, keep_alive, over_cap)
+        cycle = _Direct(self, route, self.headers, keep_alive, over_cap)
         existing = self.cycle
         self.cycle = cycle  # type: ignore[assignment]
         if existing is None or existing.response_complete:
@@ -387,7 +432,7 @@ class LimitedHttpTools(HttpToolsProtocol):
         return True
 
     def _take_turn(self, cycle: _Direct) -> None:
-        if self.transport.is_closing():
+        if self._real.is_closing():
             return  # the client left before its turn: nothing is applied
         if self.flow.write_paused:
             self._blocked = cycle  # the client reads none of its answers: wait for it
@@ -397,59 +442,78 @@ class LimitedHttpTools(HttpToolsProtocol):
             self._dispatch(cycle)
 
     def _dispatch(self, cycle: _Direct) -> None:
+        """The route's steps (``web.direct.Served``): the check, the answer, its timing."""
         cycle.dispatched = True
+        route = cycle.route
         try:
-            outcome = cycle.route.answer(cycle.headers, cycle.body(), cycle.started)
+            refuse = route.refuse
+            refusal = refuse(cycle.headers) if refuse is not None else None
         except Exception as exc:
+            self._failed(cycle, exc)  # before the route: not timed, as a wrapper's failure
+            return
+        if refusal is not None:
+            self._answer(cycle, refusal)
+            return
+        try:
+            outcome = route.answer(cycle.headers, cycle.body())
+        except Exception as exc:
+            self._observe(cycle, 500)
             self._failed(cycle, exc)
             return
         if isinstance(outcome, Pending):
-            outcome.future.add_done_callback(functools.partial(self._settle, cycle, outcome))
+            outcome.listen(cycle)  # cycle(outcome) -> self._settle(cycle, outcome)
         else:
+            self._observe(cycle, outcome.status)
             self._answer(cycle, outcome)
 
-    def _settle(self, cycle: _Direct, pending: Pending[Any], future: asyncio.Future[Any]) -> None:
+    def _settle(self, cycle: _Direct, pending: Pending[Any]) -> None:
+        observe = cycle.route.observe
         try:
-            answer = pending.finish(future)
+            answer = pending.finish(pending)
         except Exception as exc:
+            if observe is not None:
+                observe(500, cycle.started)
             self._failed(cycle, exc)
             return
-        self._answer(cycle, answer)
+        if observe is not None:
+            observe(answer.status, cycle.started)
+        lines, closing = answer.head_lines()
+        self._write(cycle, answer.status, lines, closing, answer.body)
+
+    def _observe(self, cycle: _Direct, status: int) -> None:
+        observe = cycle.route.observe
+        if observe is not None:
+            observe(status, cycle.started)
 
     def _failed(self, cycle: _Direct, exc: Exception) -> None:
         _LOG.error("Exception in a direct route", exc_info=exc)
-        self._write(cycle, *_FAILED)
+        self._write(cycle, 500, _FAILED_HEAD, True, _FAILED_BODY)
 
     def _answer(self, cycle: _Direct, answer: Answer) -> None:
-        self._write(cycle, answer.status, answer.header_pairs(), answer.body)
+        lines, closing = answer.head_lines()
+        self._write(cycle, answer.status, lines, closing, answer.body)
 
-    def _write(
-        self, cycle: _Direct, status: int, headers: list[tuple[bytes, bytes]], body: bytes
-    ) -> None:
+    def _write(self, cycle: _Direct, status: int, lines: bytes, closing: bool, body: bytes) -> None:
         """The answer's bytes as uvicorn's cycle writes them: its default headers (date,
-        server) first, ``connection: close`` unless kept alive."""
+        server) first, then the answer's header ``lines``, ``connection: close`` unless kept
+        alive (``closing``: the answer has it already)."""
         cycle.response_complete = True
-        transport = self.transport
-        if transport.is_closing():
+        if self._real.is_closing():
             return  # the client left: the answer is dropped
-        parts = [STATUS_LINE[status]]  # uvicorn's own status lines
-        for name, value in self.server_state.default_headers:
-            parts += (name, b": ", value, b"\r\n")
-        closing = False
-        for name, value in headers:
-            if name == b"connection" and b"close" in value.lower():
-                closing = True
-            parts += (name, b": ", value, b"\r\n")
-        if not cycle.keep_alive and not closing:
-            parts.append(b"connection: close\r\n")
-        parts += (b"\r\n", body)
-        if self._corked is not None:
-            self._corked.write_whole(b"".join(parts))
+        ending = b"\r\n" if cycle.keep_alive or closing else b"connection: close\r\n\r\n"
+        defaults = self.server_state.default_headers
+        if _DEFAULTS[0] is not defaults:
+            _remember_defaults(defaults)
+        # uvicorn's own status lines
+        data = b"".join((STATUS_LINE[status], _DEFAULTS[1], lines, ending, body))
+        corked = self._corked
+        if corked is not None and corked._held:
+            corked.write_whole(data)  # behind what is held, in order
         else:
-            transport.write(b"".join(parts))
+            self._real.write(data)  # the transport is not closing (checked above)
         if closing or not cycle.keep_alive:
             cycle.keep_alive = False
-            transport.close()
+            self.transport.close()
         self.on_response_complete()
 
     def _start_read(self) -> None:
@@ -464,7 +528,7 @@ class LimitedHttpTools(HttpToolsProtocol):
     def _check(self) -> None:
         self._timer = None
         deadline = self._deadline
-        if deadline is None or self.transport.is_closing():
+        if deadline is None or self._closing():
             return  # nothing is being read: the next read arms the timer again
         now = self.loop.time()
         if now < deadline:

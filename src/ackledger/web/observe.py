@@ -4,8 +4,8 @@ the access log line.
 It wraps the whole app, the hot POST routes (``fastpath``) included, so no route is left out:
 those it calls itself (``direct``), which saves the router and a wrapper around every ``send``
 of theirs on the sink's per-event path; and those the protocol answers without ASGI
-(``web.direct``) are timed by the wrapper ``direct_routes`` gives them, from their head's
-arrival to their answer, as the ASGI path times them.
+(``web.direct``) are timed by the protocol with the step ``direct_routes`` gives them, from
+their head's arrival to their answer, as the ASGI path times them.
 Labels come from fixed sets only: the route's template (``/events/{event_id}``, never the id
 itself; ``unmatched`` for a path no route knows), a known method or ``other``, and the status.
 The access log never sees headers (so never a token), only method, path, status and time.
@@ -13,6 +13,7 @@ The access log never sees headers (so never a token), only method, path, status 
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from bisect import bisect_left
@@ -25,8 +26,7 @@ from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._core.logline import log_event
-from .answers import Answer
-from .direct import DirectRoute, Headers, Outcome
+from .direct import Served
 from .fastpath import PostRoute
 
 #: The access log: quiet unless ``--access-log`` sets it to INFO (``web.server``).
@@ -141,9 +141,14 @@ class Observed:
                 seconds = time.perf_counter() - started
                 self._observe(method, path, self.template(scope), status, seconds)
 
-    def direct_routes(self) -> Mapping[str, DirectRoute]:
-        """The direct routes, each timed and logged here as on the ASGI path."""
-        return {path: _Timed(self, path, route) for path, route in self._direct.items()}
+    def direct_routes(self) -> Mapping[str, Served]:
+        """The direct routes, each timed and logged here as on the ASGI path: the timing is
+        the route's last step (``web.direct.Served``), made once here."""
+        observe = self.observe_direct
+        return {
+            path: Served(route.cap, route.answer, None, functools.partial(observe, path))
+            for path, route in self._direct.items()
+        }
 
     async def _respond(
         self, route: PostRoute, scope: Scope, receive: Receive, send: Send, started: float
@@ -176,29 +181,3 @@ class Observed:
                 method=method, path=path, route=route, status=status,
                 duration_ms=round(seconds * 1000, 3),
             )  # fmt: skip
-
-
-class _Timed:
-    """A direct route timed by ``Observed`` (500: it raised, as uvicorn would answer)."""
-
-    def __init__(self, observed: Observed, path: str, route: DirectRoute) -> None:
-        self._observe = observed.observe_direct
-        self._path = path
-        self._route = route
-        self.cap = route.cap
-
-    def answer(self, headers: Headers, body: bytes | None, started: float) -> Outcome:
-        try:
-            outcome = self._route.answer(headers, body, started)
-        except BaseException:
-            self._observe(self._path, 500, started)
-            raise
-        if isinstance(outcome, Answer):
-            self._observe(self._path, outcome.status, started)
-            return outcome
-
-        def observed(answer: Answer) -> Answer:
-            self._observe(self._path, answer.status, started)
-            return answer
-
-        return outcome.then(observed, lambda: self._observe(self._path, 500, started))
