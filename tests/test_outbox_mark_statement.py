@@ -56,3 +56,18 @@ def test_marks_of_several_ids_keep_their_transaction(tmp_path: Path) -> None:
             ob.mark_sent_many(["e1", "ghost"])
         assert words(seen)[0] == "BEGIN" and words(seen)[-1] == "ROLLBACK"
         assert [item["id"] for item in ob.pending()] == ["e1"]
+
+
+def test_a_failed_statement_leaves_no_transaction_open(tmp_path: Path) -> None:
+    # Whatever fails inside ``statement`` (on SQLite, a commit's I/O error could leave the
+    # transaction open) is not committed later by another write: the block's end rolls back.
+    with Outbox(tmp_path / "o.db") as ob:
+        ob.accept({"id": "e1", "sku": "s", "qty": 1})
+        backend: Any = ob.backend
+        with pytest.raises(RuntimeError), backend.statement() as tx:
+            tx.execute("BEGIN")  # stands for a statement whose commit failed half-way
+            tx.execute("UPDATE outbox SET sent = 1 WHERE id = 'e1'")
+            raise RuntimeError("the commit failed")
+        assert not backend.in_transaction()
+        ob.accept({"id": "e2", "sku": "s", "qty": 1})  # a later write commits only its own
+        assert [item["id"] for item in ob.pending()] == ["e1", "e2"]

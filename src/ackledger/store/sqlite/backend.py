@@ -104,8 +104,16 @@ class _Autocommit(AbstractContextManager[Tx]):
             raise sqlite3.OperationalError("cannot start a transaction within a transaction")
         return self._tx
 
-    def __exit__(self, *exc_info: object) -> None:
-        self._lock.release()  # nothing to end: the statement was its own transaction
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        # Nothing to end: the statement was its own transaction. Only a statement that failed
+        # at its commit (an I/O error) could leave it open, and then nothing of it may be
+        # committed by a later one: rolled back, as ``_WriteTransaction`` does.
+        try:
+            if exc_type is not None and self._conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    self._conn.execute("ROLLBACK")
+        finally:
+            self._lock.release()
 
 
 class SqliteBackend(Backend):
