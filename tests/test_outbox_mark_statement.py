@@ -8,6 +8,7 @@ transaction. What the connection is asked to run is read from SQLite's own trace
 from __future__ import annotations
 
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -71,3 +72,19 @@ def test_a_failed_statement_leaves_no_transaction_open(tmp_path: Path) -> None:
         assert not backend.in_transaction()
         ob.accept({"id": "e2", "sku": "s", "qty": 1})  # a later write commits only its own
         assert [item["id"] for item in ob.pending()] == ["e1", "e2"]
+
+
+def test_a_mark_on_a_closed_outbox_raises_and_keeps_no_lock(tmp_path: Path) -> None:
+    # A closed connection fails the statement's entry (``MarksBehind`` whose marker was
+    # closed): the backend's lock must not stay with the thread that tried, or closing the
+    # backend from another thread would wait for ever.
+    ob = Outbox(tmp_path / "o.db")
+    ob.accept({"id": "e1", "sku": "s", "qty": 1})
+    backend: Any = ob.backend
+    ob.close()
+    with pytest.raises(sqlite3.ProgrammingError):
+        ob.mark_sent("e1")
+    closing = threading.Thread(target=backend.close, daemon=True)
+    closing.start()
+    closing.join(10)
+    assert not closing.is_alive()

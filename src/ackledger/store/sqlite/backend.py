@@ -96,7 +96,14 @@ class _Autocommit(AbstractContextManager[Tx]):
 
     def __enter__(self) -> Tx:
         self._lock.acquire()
-        if self._conn.in_transaction or self._others_busy():
+        try:
+            # A closed connection raises here: the lock is not kept by a failed entry (the
+            # backend's close would wait for it for ever).
+            busy = self._conn.in_transaction or self._others_busy()
+        except BaseException:
+            self._lock.release()
+            raise
+        if busy:
             # Inside this thread's own open transaction the statement would read what that
             # transaction has not committed, and a write would be committed (or rolled back)
             # only with it; refused, as ``read`` and ``write`` refuse it (their BEGIN).
@@ -109,9 +116,10 @@ class _Autocommit(AbstractContextManager[Tx]):
         # at its commit (an I/O error) could leave it open, and then nothing of it may be
         # committed by a later one: rolled back, as ``_WriteTransaction`` does.
         try:
-            if exc_type is not None and self._conn.in_transaction:
-                with contextlib.suppress(sqlite3.Error):
-                    self._conn.execute("ROLLBACK")
+            if exc_type is not None:
+                with contextlib.suppress(sqlite3.Error):  # a closed connection: nothing open
+                    if self._conn.in_transaction:
+                        self._conn.execute("ROLLBACK")
         finally:
             self._lock.release()
 
