@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 from typing import Any
 
 import pytest
@@ -308,3 +309,43 @@ def test_pending_inside_the_outboxs_own_transaction_is_refused(target: Target) -
             dispatch_batch(ob, len)
         assert [item["id"] for item in ob.pending()] == ["committed"]
     assert target.rows("SELECT id, sent FROM outbox") == [("committed", 0)]
+
+
+def test_a_per_item_mark_inside_the_outboxs_own_transaction_is_refused(target: Target) -> None:
+    # The mark of one id is one statement that is its own transaction (Backend.statement):
+    # inside an open transaction of the same outbox it would join it and commit (or roll back)
+    # only with it, so it is refused like any nested transaction, and marks nothing.
+    with Outbox(target.ref) as ob:
+        ob.accept(ev("committed"))
+        with pytest.raises((RuntimeError, sqlite3.OperationalError)), ob.transaction() as tx:
+            tx.enqueue(lab("uncommitted", "sku-1", 1, source=ob.source))
+            ob.mark_sent("committed", attempted=True)
+        assert no_open_transaction(ob, target)
+        assert [item["id"] for item in ob.pending()] == ["committed"]
+    assert target.rows("SELECT id, sent, attempts FROM outbox") == [("committed", 0, 0)]
+
+
+def test_a_per_item_mark_waits_for_another_writer_then_commits(target: Target) -> None:
+    # An autocommit UPDATE takes the write lock as BEGIN IMMEDIATE does: it waits for another
+    # connection's write transaction (the busy timeout) instead of failing, and once it returns
+    # its mark is committed, seen by another connection, with nothing left open.
+    with Outbox(target.ref) as ob:
+        ob.accept(ev("held"))
+        done = threading.Event()
+        errors: list[BaseException] = []
+
+        def mark() -> None:
+            try:
+                ob.mark_sent("held", attempted=True)
+            except BaseException as exc:  # reported by the assertion below
+                errors.append(exc)
+            done.set()
+
+        with target.holding_writes("SELECT 1 FROM outbox FOR UPDATE"):
+            marker = threading.Thread(target=mark)
+            marker.start()
+            assert not done.wait(0.3)  # held back, not failed
+        marker.join(30)
+        assert errors == []
+        assert target.rows("SELECT sent, attempts FROM outbox") == [(1, 1)]
+        assert no_open_transaction(ob, target)

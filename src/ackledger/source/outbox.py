@@ -271,9 +271,9 @@ class Outbox(Database):
         if not durable or not isinstance(event_id, str):  # mark_sent_many relaxes, or refuses
             self.mark_sent_many([event_id], attempted=attempted, durable=durable)
             return
-        # The per-item relay's mark, once per event: its one statement with nothing around it
-        # but the store's own context (``mark_sent_many`` of one id does the same, in more steps).
-        with self._db.statements() as tx:
+        # The per-item relay's mark, once per event: its one statement, a transaction by itself
+        # (``Backend.statement``; ``mark_sent_many`` of one id does the same, in more steps).
+        with self._db.statement() as tx:
             if not tx.outbox_mark_one(event_id, attempted, time.time()):
                 raise KeyError(event_id)
 

@@ -96,6 +96,15 @@ class Backend(abc.ABC):
         ``write`` adds a BEGIN and a COMMIT. By default (SQLite: no round trips) ``write``."""
         return self.write()
 
+    def statement(self) -> AbstractContextManager[Tx]:
+        """A durable write of exactly one statement that is all or nothing by itself, run as its
+        own transaction with nothing around it (the per-item relay's mark of one id). SQLite:
+        an autocommit statement, without ``write``'s BEGIN IMMEDIATE and COMMIT (both still
+        happen, inside SQLite, with the same write lock and the same durable commit). The
+        caller runs one write statement in it, never more: a second would be a second
+        transaction. By default ``statements``."""
+        return self.statements()
+
     @abc.abstractmethod
     def close(self) -> None: ...
 

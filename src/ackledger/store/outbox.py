@@ -48,7 +48,11 @@ _MARK_SET = (
     f"UPDATE outbox SET {SENT_UNLESS_HELD}, "
     "attempts = attempts + ?, last_attempt_at = CASE WHEN ? = 1 THEN ? ELSE last_attempt_at END "
 )
-_MARK_ONE = _MARK_SET + "WHERE id = ? RETURNING id"
+#: The mark of one id; its parameters are ``mark_one_params``. A dialect that can read how
+#: many rows a statement changed runs it as it is (SQLite: no RETURNING, bench/CHANGES.md
+#: item 96); ``outbox_mark_one`` asks for the id back.
+MARK_ONE = _MARK_SET + "WHERE id = ?"
+_MARK_ONE = MARK_ONE + " RETURNING id"
 
 #: Sent rows old enough to purge; matches the partial index outbox_sent_at.
 SENT_BEFORE = "WHERE sent = 1 AND sent_at < ?"
@@ -156,8 +160,7 @@ class OutboxQueries(CounterQueries):
     def outbox_mark_one(self, event_id: str, attempted: bool, now: float) -> bool:
         """The per-item relay's mark: one id, one statement (prepared once, nothing built),
         all or nothing by itself (so also for ``Backend.statements``); False if unknown."""
-        bump = 1 if attempted else 0
-        return bool(self.execute(_MARK_ONE, (now, bump, bump, now, event_id)))
+        return bool(self.execute(_MARK_ONE, mark_one_params(event_id, attempted, now)))
 
     def outbox_mark_sent_whole(self, ids: Sequence[str], attempted: bool, now: float) -> list[str]:
         """``outbox_mark_sent`` of at most ``MARK_CHUNK`` distinct ids, for a caller with no
@@ -300,3 +303,9 @@ class OutboxQueries(CounterQueries):
     def _delete_sent_before(self, cutoff: float) -> tuple[int, int]:
         """Delete the rows ``SENT_BEFORE`` selects; returns (rows, their attempts), counted
         so that two purges at once never count the same row."""
+
+
+def mark_one_params(event_id: str, attempted: bool, now: float) -> tuple[Any, ...]:
+    """``MARK_ONE``'s parameters: sent at ``now``, one attempt more if ``attempted``."""
+    bump = 1 if attempted else 0
+    return (now, bump, bump, now, event_id)

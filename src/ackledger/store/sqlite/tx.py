@@ -15,6 +15,7 @@ from ..base import Params, Row, Tx
 from ..inbox import ARRIVAL
 from ..keys import DELIVERIES
 from ..ledger import INSERT_CONTROL, PURGE_CHUNK
+from ..outbox import MARK_ONE, mark_one_params
 from . import queries as q
 
 _OUTCOMES = {outcome.value: outcome for outcome in Outcome}
@@ -46,6 +47,13 @@ class SqliteTx(Tx):
 
     def outbox_wake(self) -> None:
         """Nothing to send: SQLite has no notifications between processes; relays poll."""
+
+    def outbox_mark_one(self, event_id: str, attempted: bool, now: float) -> bool:
+        # The row count instead of RETURNING: ~25k instructions fewer per mark (a bare
+        # script, callgrind; bench/CHANGES.md item 96). A matched row counts even when it
+        # changes nothing (marked already, or quarantined: its hold kept), as RETURNING did.
+        params = mark_one_params(event_id, attempted, now)
+        return self._conn.execute(MARK_ONE, params).rowcount == 1
 
     def _delete_sent_before(self, cutoff: float) -> tuple[int, int]:
         row = self.one(q.COUNT_SENT, (cutoff,))
