@@ -124,6 +124,31 @@ class InboxQueries(CounterQueries):
         ``claims.claim_all``."""
         return claim_all(self, INBOX, rows)
 
+    def inbox_claim_stock(
+        self,
+        source: str,
+        event_id: str,
+        fingerprint: str,
+        *,
+        type: str,
+        now: float,
+        stock: tuple[str, int],
+        counted: str,
+    ) -> bool:
+        """A lone new event of the reference handler, its transaction's whole work: the
+        statements the sink's one-by-one path runs for it, in its order (the arrival number,
+        the claim, ``stock``'s (sku, qty) added, the ``counted`` and arrival counts in one
+        bump). False when the identity was already there: then the counts are not bumped and
+        the caller rolls the transaction back (a server database has taken the number)."""
+        before, owed = self.inbox_reserve_arrivals(1)
+        arrival = before + 1
+        claim = self.inbox_claim(source, event_id, fingerprint, type=type, now=now, arrival=arrival)
+        if claim.outcome is not Outcome.APPLIED:
+            return False
+        self.execute(INVENTORY_ADD, stock)
+        self.counters_bump({**owed, counted: 1})
+        return True
+
     def inbox_fingerprint(self, source: str, event_id: str) -> str | None:
         found = self.scalar(
             "SELECT fingerprint FROM inbox WHERE source = ? AND id = ?", (source, event_id)
