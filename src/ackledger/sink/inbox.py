@@ -174,6 +174,7 @@ _DUPLICATE = Outcome.DUPLICATE.value
 _STATUS = {outcome: outcome.value for outcome in Outcome}
 _COUNTER = {outcome: COUNTER_PREFIX + outcome.value for outcome in Outcome}
 _APPLIED_COUNTER = _COUNTER[Outcome.APPLIED]
+_DUPLICATE_COUNTER = _COUNTER[Outcome.DUPLICATE]
 
 
 def _apply_one_by_one(tx: Tx, runs: Sequence[Sequence[_Item]], now: float) -> list[BatchResult]:
@@ -367,7 +368,7 @@ class Inbox(Database):
                 item = self._prepare(runs[0][0])
             except AckledgerError as exc:
                 return [BatchResult([], exc)]
-            return self._apply([[item]])
+            return self._apply_lone(item)
         prepared = [self._prepared_prefix(run) for run in runs]
         if not any(items for items, _ in prepared):
             return [BatchResult([], error) for _, error in prepared]
@@ -414,8 +415,10 @@ class Inbox(Database):
                 except _ClaimedMeanwhile:
                     pass
         elif self._alike(item, stored):
+            # Its note and counts, as ``_note_duplicates`` writes them for a run of one.
             with db.write(durable=False) as tx:
-                return _note_duplicates(tx, [[item]], now)
+                tx.inbox_note_lone(*item.identity, now, _DUPLICATE_COUNTER)
+            return [BatchResult([_DUPLICATE])]
         return self._apply_written([[item]], now)
 
     def _apply_written(self, runs: Sequence[Sequence[_Item]], now: float) -> list[BatchResult]:

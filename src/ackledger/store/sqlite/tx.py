@@ -13,7 +13,7 @@ from typing import Any
 from ..._core.idempotency import Claim, Outcome
 from ..base import Params, Row, Tx
 from ..counters import BUMP_TWO
-from ..inbox import ARRIVAL, INVENTORY_ADD
+from ..inbox import ARRIVAL, INBOX_FINGERPRINT, INVENTORY_ADD
 from ..keys import DELIVERIES
 from ..ledger import INSERT_CONTROL, PURGE_CHUNK
 from . import queries as q
@@ -95,6 +95,18 @@ class SqliteTx(Tx):
         conn.execute(INVENTORY_ADD, stock)
         conn.execute(BUMP_TWO, (ARRIVAL, 1, counted, 1))
         return True
+
+    def inbox_fingerprint(self, source: str, event_id: str) -> str | None:
+        """The read by key of every lone event, on the connection itself (item 99)."""
+        found = self._conn.execute(INBOX_FINGERPRINT, (source, event_id)).fetchone()
+        return None if found is None else str(found[0])
+
+    def inbox_note_lone(self, source: str, event_id: str, now: float, counted: str) -> None:
+        """``InboxQueries.inbox_note_lone``'s two statements on the connection itself: the
+        note reads its arrival number in its own statement, as ``inbox_note_receipts``."""
+        conn = self._conn
+        conn.execute(q.NOTE_RECEIPT_NEXT, (now, 1, source, event_id))
+        conn.execute(BUMP_TWO, (ARRIVAL, 1, counted, 1))
 
     def inbox_reserve_arrivals(self, count: int) -> tuple[int, dict[str, int]]:
         """The counter as it stands, and its bump left to the caller's ``counters_bump``: the
