@@ -414,7 +414,7 @@ class Inbox(Database):
                         raise _ClaimedMeanwhile
                 except _ClaimedMeanwhile:
                     pass
-        elif self._alike(item, stored):
+        elif stored == item.fingerprint or self._alike(item, stored):
             # Its note and counts, as ``_note_duplicates`` writes them for a run of one.
             with db.write(durable=False) as tx:
                 tx.inbox_note_lone(*item.identity, now, _DUPLICATE_COUNTER)
