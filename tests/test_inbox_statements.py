@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from ackledger import Inbox, warehouse
+from ackledger.errors import Conflict
 from tests.conftest import raw_rows
 
 SOURCE = "/tests/statements"
@@ -139,3 +140,48 @@ def test_a_mixed_group_counts_each_outcome(traced: tuple[Inbox, list[str]]) -> N
     assert [r.statuses for r in results] == [["duplicate"], ["applied"], ["applied"]]
     assert inbox.counters() == {"applied": 3, "duplicate": 1, "conflict": 0}
     assert inbox.stock("tea") == 3
+
+
+@pytest.mark.parametrize(
+    ("qty", "outcome"), [(2, "duplicate"), (5, "conflict")], ids=["same", "other"]
+)
+def test_a_lone_event_claimed_between_its_read_and_its_write(
+    traced: tuple[Inbox, list[str]], tmp_path: Path, qty: int, outcome: str
+) -> None:
+    """Another process claims the identity after the read by key found it free and before
+    the write's BEGIN IMMEDIATE: the one-call write's claim fails, it is rolled back before it
+    wrote a count, and the general way tells a duplicate (counted, its arrival noted) from a
+    conflict (refused, counted), as it would have without the read (item 98)."""
+    inbox, seen = traced
+    other = Inbox(tmp_path / "inbox.db")  # its own connections: another writer on the file
+    raced: list[str] = []
+
+    def claim_first(statement: str) -> None:
+        seen.append(statement)
+        if statement.startswith("BEGIN") and not raced:
+            raced.append(other.receive(_event("x-1", qty=2)))
+
+    inbox._db._conn.set_trace_callback(claim_first)  # type: ignore[attr-defined]
+    try:
+        if outcome == "duplicate":
+            assert inbox.receive(_event("x-1", qty=qty)) == "duplicate"
+        else:
+            with pytest.raises(Conflict):
+                inbox.receive(_event("x-1", qty=qty))
+    finally:
+        inbox._db._conn.set_trace_callback(None)  # type: ignore[attr-defined]
+        other.close()
+    assert raced == ["applied"]
+    verbs = _verbs(seen)
+    assert verbs[:5] == ["SELECT", "BEGIN", "SELECT", "INSERT", "ROLLBACK"]
+    assert inbox.stock("tea") == 2
+    counts = {"applied": 1, "duplicate": 0, "conflict": 0, outcome: 1}
+    assert inbox.counters() == counts
+    rows = raw_rows(
+        tmp_path / "inbox.db",
+        "SELECT receipts, arrival, last_arrival, (SELECT value FROM counters "
+        "WHERE name = 'sink.arrival') FROM inbox WHERE id = ?",
+        ("x-1",),
+    )
+    # A duplicate takes the next arrival number; a conflict's attempt takes none that shows.
+    assert rows == ([(2, 1, 2, 2)] if outcome == "duplicate" else [(1, 1, 1, 2)])

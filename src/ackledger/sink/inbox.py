@@ -173,6 +173,8 @@ _DUPLICATE = Outcome.DUPLICATE.value
 #: descriptor call, and this runs per event.
 _STATUS = {outcome: outcome.value for outcome in Outcome}
 _COUNTER = {outcome: COUNTER_PREFIX + outcome.value for outcome in Outcome}
+_APPLIED_COUNTER = _COUNTER[Outcome.APPLIED]
+_DUPLICATE_COUNTER = _COUNTER[Outcome.DUPLICATE]
 
 
 def _apply_one_by_one(tx: Tx, runs: Sequence[Sequence[_Item]], now: float) -> list[BatchResult]:
@@ -236,6 +238,11 @@ def _apply_one_by_one(tx: Tx, runs: Sequence[Sequence[_Item]], now: float) -> li
 
 class _OnlyDuplicates(Exception):
     """A durable attempt found nothing to apply: roll it back, note the duplicates lazily."""
+
+
+class _ClaimedMeanwhile(Exception):
+    """A lone event's identity, free at the read by key, was claimed before its write: roll
+    the attempt back and take the general way, which tells a duplicate from a conflict."""
 
 
 def _unless_only_duplicates(results: list[BatchResult]) -> list[BatchResult]:
@@ -361,7 +368,7 @@ class Inbox(Database):
                 item = self._prepare(runs[0][0])
             except AckledgerError as exc:
                 return [BatchResult([], exc)]
-            return self._apply([[item]])
+            return self._apply_lone(item)
         prepared = [self._prepared_prefix(run) for run in runs]
         if not any(items for items, _ in prepared):
             return [BatchResult([], error) for _, error in prepared]
@@ -374,12 +381,49 @@ class Inbox(Database):
     def _apply(self, runs: Sequence[Sequence[_Item]]) -> list[BatchResult]:
         """Apply prepared runs in ONE committed write transaction (a rolled-back attempt
         applies nothing, so it does not count)."""
+        if len(runs) == 1 and len(runs[0]) == 1:
+            return self._apply_lone(runs[0][0])
+        return self._apply_written(runs, time.time())
+
+    def _apply_lone(self, item: _Item) -> list[BatchResult]:
+        """One event alone (one client's one event, the common group), as ``_apply`` does
+        any group. The read by key comes first: a re-send is answered from it, with no write
+        lock taken to find it out. A new event of the reference handler is then the store's
+        one call (``inbox_claim_stock``: the statements ``_apply_one_by_one`` would run, in
+        its order, bound at once); if its identity was claimed since the read, that attempt
+        is rolled back before it wrote a count and the general way decides."""
+        db = self._db
+        with db.lookup() as tx:
+            stored = tx.inbox_fingerprint(*item.identity)
         now = time.time()
+        if stored is None:
+            if item.handler is warehouse.apply:
+                event = item.event
+                try:
+                    with db.write() as tx:
+                        data = event["data"]
+                        if tx.inbox_claim_stock(
+                            *item.identity,
+                            item.fingerprint,
+                            type=event["type"],
+                            now=now,
+                            stock=(data["sku"], data["qty"]),
+                            counted=_APPLIED_COUNTER,
+                        ):
+                            return [BatchResult([_APPLIED])]
+                        raise _ClaimedMeanwhile
+                except _ClaimedMeanwhile:
+                    pass
+        elif stored == item.fingerprint or self._alike(item, stored):
+            # Its note and counts, as ``_note_duplicates`` writes them for a run of one.
+            with db.write(durable=False) as tx:
+                tx.inbox_note_lone(*item.identity, now, _DUPLICATE_COUNTER)
+            return [BatchResult([_DUPLICATE])]
+        return self._apply_written([[item]], now)
+
+    def _apply_written(self, runs: Sequence[Sequence[_Item]], now: float) -> list[BatchResult]:
+        """``_apply``'s durable attempt, for runs not known to be a lone duplicate."""
         items = [item for run in runs for item in run]
-        if len(items) == 1 and self._stored_alike(items[0]):
-            # A lone re-send, answered from a read: no write lock taken to find it out.
-            with self._db.write(durable=False) as tx:
-                return _note_duplicates(tx, runs, now)
         try:
             # One event costs the same statements either way, and less Python one by one. A
             # user's handler always goes one by one, in its savepoint: applying the group
@@ -404,16 +448,14 @@ class Inbox(Database):
         with self._db.write(durable=False) as tx:
             return _note_duplicates(tx, runs, now)
 
-    def _stored_alike(self, item: _Item) -> bool:
-        """True when ``item``'s identity is in the inbox with its content (a duplicate).
+    @staticmethod
+    def _alike(item: _Item, stored: str) -> bool:
+        """True when ``stored``, the fingerprint read under ``item``'s identity, is of its
+        content (a duplicate).
 
         One read by key: a lone new event pays it (one statement and no lock beyond the
         read's), a lone duplicate is spared a write transaction that would only be rolled
         back. A claim racing this read is still told apart by the write path's own claim."""
-        with self._db.lookup() as tx:
-            stored = tx.inbox_fingerprint(*item.identity)
-        if stored is None:
-            return False
         if stored == item.fingerprint:
             return True
         legacy = warehouse.v1_fingerprint(item.event)

@@ -26,6 +26,10 @@ def _bump_sql(count: int) -> str:
     return _BUMP.format(rows=", ".join(["(?, ?)"] * count))
 
 
+#: The bump of two counters at once (an outcome's and the arrival numbers'), bound once.
+BUMP_TWO = _bump_sql(2)
+
+
 class CounterQueries(Executor):
     def counter_bump(self, name: str, by: int = 1) -> None:
         self.counters_bump({name: by})

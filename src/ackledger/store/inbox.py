@@ -78,6 +78,9 @@ def _window_range(after: tuple[str, str], last: tuple[str, str] | None) -> tuple
     return _IN_WINDOW + _TO_WINDOW_END, (*after, *last)
 
 
+#: The read by key before a lone event (the sink's ``Inbox``): its stored fingerprint.
+INBOX_FINGERPRINT = "SELECT fingerprint FROM inbox WHERE source = ? AND id = ?"
+
 #: The reference handler's one statement (``warehouse.apply``): add to a sku's stock.
 INVENTORY_ADD = (
     "INSERT INTO inventory (sku, qty) VALUES (?, ?) "
@@ -124,10 +127,33 @@ class InboxQueries(CounterQueries):
         ``claims.claim_all``."""
         return claim_all(self, INBOX, rows)
 
+    def inbox_claim_stock(
+        self,
+        source: str,
+        event_id: str,
+        fingerprint: str,
+        *,
+        type: str,
+        now: float,
+        stock: tuple[str, int],
+        counted: str,
+    ) -> bool:
+        """A lone new event of the reference handler, its transaction's whole work: the
+        statements the sink's one-by-one path runs for it, in its order (the arrival number,
+        the claim, ``stock``'s (sku, qty) added, the ``counted`` and arrival counts in one
+        bump). False when the identity was already there: then the counts are not bumped and
+        the caller rolls the transaction back (a server database has taken the number)."""
+        before, owed = self.inbox_reserve_arrivals(1)
+        arrival = before + 1
+        claim = self.inbox_claim(source, event_id, fingerprint, type=type, now=now, arrival=arrival)
+        if claim.outcome is not Outcome.APPLIED:
+            return False
+        self.execute(INVENTORY_ADD, stock)
+        self.counters_bump({**owed, counted: 1})
+        return True
+
     def inbox_fingerprint(self, source: str, event_id: str) -> str | None:
-        found = self.scalar(
-            "SELECT fingerprint FROM inbox WHERE source = ? AND id = ?", (source, event_id)
-        )
+        found = self.scalar(INBOX_FINGERPRINT, (source, event_id))
         return None if found is None else str(found)
 
     def inbox_reserve_arrivals(self, count: int) -> tuple[int, dict[str, int]]:
@@ -149,6 +175,13 @@ class InboxQueries(CounterQueries):
             arrival += 1
             self.inbox_note_receipt(source, event_id, now, arrival)
         return owed
+
+    def inbox_note_lone(self, source: str, event_id: str, now: float, counted: str) -> None:
+        """A lone re-send's whole note: ``inbox_note_receipts`` of its one identity, then
+        its ``counted`` and arrival counts in one bump, as the sink's general way writes
+        them."""
+        owed = self.inbox_note_receipts(((source, event_id),), now)
+        self.counters_bump({**owed, counted: 1})
 
     def inbox_note_receipt(self, source: str, event_id: str, now: float, arrival: int) -> None:
         """Count another arrival of an event that was already there (a duplicate)."""

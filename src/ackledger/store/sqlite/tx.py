@@ -12,7 +12,8 @@ from typing import Any
 
 from ..._core.idempotency import Claim, Outcome
 from ..base import Params, Row, Tx
-from ..inbox import ARRIVAL
+from ..counters import BUMP_TWO
+from ..inbox import ARRIVAL, INBOX_FINGERPRINT, INVENTORY_ADD
 from ..keys import DELIVERIES
 from ..ledger import INSERT_CONTROL, PURGE_CHUNK
 from ..outbox import MARK_ONE, mark_one_params
@@ -76,6 +77,44 @@ class SqliteTx(Tx):
         if stored is None:  # pragma: no cover - the claim saw the key, so it must be there
             raise RuntimeError(f"inbox: key {(source, event_id)!r} vanished inside a transaction")
         return Claim(Outcome.DUPLICATE if stored == fingerprint else Outcome.CONFLICT, event_id)
+
+    def inbox_claim_stock(
+        self,
+        source: str,
+        event_id: str,
+        fingerprint: str,
+        *,
+        type: str,
+        now: float,
+        stock: tuple[str, int],
+        counted: str,
+    ) -> bool:
+        """``InboxQueries.inbox_claim_stock``'s four statements on the connection itself: a
+        lone new event is the sink's most common transaction, and each layer of Python
+        between it and SQLite (``scalar``, ``inbox_claim``, the bump's join) is a measurable
+        share of it (bench/CHANGES.md item 98). The one writer's lock, held since BEGIN
+        IMMEDIATE, keeps the counter read here the one this commit bumps."""
+        conn = self._conn
+        taken = conn.execute(q.ARRIVALS_TAKEN).fetchone()
+        arrival = 1 if taken is None else int(taken[0]) + 1
+        params = (source, event_id, fingerprint, type, now, now, arrival, arrival)
+        if not conn.execute(q.INBOX_CLAIM, params).rowcount:
+            return False
+        conn.execute(INVENTORY_ADD, stock)
+        conn.execute(BUMP_TWO, (ARRIVAL, 1, counted, 1))
+        return True
+
+    def inbox_fingerprint(self, source: str, event_id: str) -> str | None:
+        """The read by key of every lone event, on the connection itself (item 99)."""
+        found = self._conn.execute(INBOX_FINGERPRINT, (source, event_id)).fetchone()
+        return None if found is None else str(found[0])
+
+    def inbox_note_lone(self, source: str, event_id: str, now: float, counted: str) -> None:
+        """``InboxQueries.inbox_note_lone``'s two statements on the connection itself: the
+        note reads its arrival number in its own statement, as ``inbox_note_receipts``."""
+        conn = self._conn
+        conn.execute(q.NOTE_RECEIPT_NEXT, (now, 1, source, event_id))
+        conn.execute(BUMP_TWO, (ARRIVAL, 1, counted, 1))
 
     def inbox_reserve_arrivals(self, count: int) -> tuple[int, dict[str, int]]:
         """The counter as it stands, and its bump left to the caller's ``counters_bump``: the
