@@ -166,6 +166,7 @@ def measure(plan: Plan, results: Results) -> None:
             [sys.executable, str(rawserver), "--commit", str(folder / "raw-sink.db")]
         ) as durable,
         handovers.guarded_sink(folder) as guarded,
+        handovers.guarded_sink(folder, "guarded_loop_sink") as guarded_loop,
     ):
         mark = one_row_committer(str(folder / "raw-source.db"))
         for rep in range(plan.reps):
@@ -226,6 +227,7 @@ def measure(plan: Plan, results: Results) -> None:
                 rep=rep,
                 raw=(lambda: raw_exchange(durable.base_url), durable.process.pid),
                 guarded=guarded,
+                guarded_loop=guarded_loop,
             )
             for how, where in PLACEMENTS.items():
                 with placed(how, durable.process.pid) as pinned:

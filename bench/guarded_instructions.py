@@ -4,8 +4,9 @@ valgrind, of each side of the guarded hand-over against ackledger's (bench/CHANG
 Wall clock and CPU time swing with the machine's load and with where the scheduler puts the
 two processes; the instructions a process runs in user space barely move. They leave out
 what the system calls cost (the fsync, the socket's) and cold caches, so they split only the
-code's own work: the sink's (``serve sink`` against ``bench/guarded_sink.py``), for a new
-event and for a duplicate, and the relay's (``dispatch`` + ``send_http``, and the relay's own
+code's own work: the sink's (``serve sink`` against ``bench/guarded_sink.py`` and
+``bench/guarded_loop_sink.py``, the same rules with the service's duties), for a new event
+and for a duplicate, and the relay's (``dispatch`` + ``send_http``, and the relay's own
 sender, against ``bench/guarded_relay.py``). Each figure is the difference of two runs, N and
 2N events, divided by N, so start-up and imports cancel out. Needs valgrind.
 """
@@ -55,8 +56,8 @@ def sink_life(kind: str, folder: Path, new: int, dup: int) -> int:
     """Instructions of one sink process under valgrind that answers ``new`` new events and
     then ``dup`` re-sends of them, and exits."""
     db = str(folder / f"{kind}-{new}-{dup}.db")
-    if kind == "guarded":
-        command = [sys.executable, "-m", "bench.guarded_sink", "--db", db, "--once"]
+    if kind in ("guarded_sink", "guarded_loop_sink"):
+        command = [sys.executable, "-m", f"bench.{kind}", "--db", db, "--once"]
     else:
         command = [sys.executable, "-m", "ackledger.cli", "serve", "sink", "--db", db]
         command += ["--port", "0"]
@@ -77,7 +78,7 @@ def sink_life(kind: str, folder: Path, new: int, dup: int) -> int:
             event_id = f"e-{number}"
             wire.send(event_id, SOURCE, lab_text(event_id, number))
         wire.close()
-        if kind != "guarded":  # the guarded sink ends with its connection (--once)
+        if kind == "ours":  # the guarded sinks end with their connection (--once)
             process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=600)
     finally:
@@ -120,17 +121,23 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m bench.guarded_instructions", description=__doc__
     )
     parser.add_argument("--events", type=int, default=300, help="N (300): runs N and 2N")
+    parser.add_argument("--sinks-only", action="store_true", help="leave out the relays")
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None:
         parser.error("valgrind is not installed")
     rows: list[tuple[str, float]] = []
-    for kind, words in (("guarded", "guarded sink"), ("ours", "serve sink")):
+    for kind, words in (("guarded_sink", "guarded sink"),
+                        ("guarded_loop_sink", "guarded loop sink"),
+                        ("ours", "serve sink")):  # fmt: skip
         new, dup = sink_per_event(kind, args.events)
         rows += [(f"{words}, a new event", new), (f"{words}, a duplicate", dup)]
         print(f"{words}: {new:,.0f} per new event, {dup:,.0f} per duplicate", flush=True)
-    rows.append(("guarded relay", guarded_relay_per_event(args.events)))
+    if not args.sinks_only:
+        rows.append(("guarded relay", guarded_relay_per_event(args.events)))
     for way, words in (("item", "per-item relay, dispatch + send_http"),
                        ("itemown", "per-item relay, own sender")):  # fmt: skip
+        if args.sinks_only:
+            break
         rows.append((words, per_event(None, way, args.events, "lab")))
     print("\n| process, per event | instructions |\n|---|---|")
     for words, count in rows:

@@ -127,7 +127,11 @@ def _printable(value: object) -> str:
     return value
 
 
-def checked(body: bytes) -> tuple[str, str, str, str, int]:
+#: A valid lab event: (id, source, fingerprint, sku, qty).
+Checked = tuple[str, str, str, str, int]
+
+
+def checked(body: bytes) -> Checked:
     """(id, source, fingerprint, sku, qty) of a valid lab event, else Refused(400 or 422)."""
     try:
         event = json.loads(body.decode("utf-8"))
@@ -196,21 +200,41 @@ class Inbox:
         now = time.time()
         if found is None:
             full.execute("BEGIN IMMEDIATE")
-            if full.execute(_CLAIM, (source, event_id, TYPE, fingerprint, now, now)).rowcount:
-                full.execute(_ADD, (sku, qty))
-                full.execute(_COUNT, ("sink.applied",))
+            if self.apply_new((event_id, source, fingerprint, sku, qty), now):
                 full.execute("COMMIT")
                 return "applied"
             # Claimed by another writer since the read: decide on what is stored now.
             found = full.execute(_FIND, (event_id, source)).fetchone()
             full.execute("ROLLBACK")
-        if found[0] == fingerprint:
+        return self.seen(event_id, source, fingerprint, found[0], now)
+
+    def find(self, event_id: str, source: str) -> str | None:
+        """The stored fingerprint of this identity, None: not received yet."""
+        found = self.full.execute(_FIND, (event_id, source)).fetchone()
+        return None if found is None else str(found[0])
+
+    def apply_new(self, event: Checked, now: float) -> bool:
+        """In the FULL connection's open transaction: claim the receipt and, if it was not
+        claimed already, the effect and the applied counter. False: claimed already."""
+        event_id, source, fingerprint, sku, qty = event
+        full = self.full
+        if full.execute(_CLAIM, (source, event_id, TYPE, fingerprint, now, now)).rowcount:
+            full.execute(_ADD, (sku, qty))
+            full.execute(_COUNT, ("sink.applied",))
+            return True
+        return False
+
+    def seen(self, event_id: str, source: str, fingerprint: str, stored: str, now: float) -> str:
+        """An identity received before (its ``stored`` fingerprint): "duplicate", counted
+        without an fsync, or Refused(422) for other content, counted durably."""
+        if stored == fingerprint:
             relaxed = self.relaxed
             relaxed.execute("BEGIN IMMEDIATE")
             relaxed.execute(_NOTE, (now, event_id, source))
             relaxed.execute(_COUNT, ("sink.duplicate",))
             relaxed.execute("COMMIT")
             return "duplicate"
+        full = self.full
         full.execute("BEGIN IMMEDIATE")
         full.execute(_COUNT, ("sink.conflict",))
         full.execute("COMMIT")
@@ -220,7 +244,8 @@ class Inbox:
 def answer(status: int, body: bytes, replayed: bool = False) -> bytes:
     reason = {200: b"OK", 400: b"Bad Request", 404: b"Not Found", 405: b"Method Not Allowed",
               413: b"Content Too Large", 421: b"Misdirected Request",
-              422: b"Unprocessable Content"}.get(status, b"Error")  # fmt: skip
+              422: b"Unprocessable Content", 431: b"Request Header Fields Too Large",
+              503: b"Service Unavailable"}.get(status, b"Error")  # fmt: skip
     kind = b"application/json" if status == 200 else b"application/problem+json"
     extra = b"idempotent-replayed: true\r\n" if replayed else b""
     return b"HTTP/1.1 %d %s\r\n%scontent-type: %s\r\ncontent-length: %d\r\n\r\n%s" % (
@@ -238,7 +263,7 @@ def refusal(problem: Refused) -> bytes:
 HeadParser = Callable[[bytes], int]
 
 
-def _request_fields(target: bytes, fields: list[tuple[bytes, bytes]]) -> int:
+def request_fields(target: bytes, fields: list[tuple[bytes, bytes]]) -> int:
     """The rules of the request line's target and the header fields (lower-case names)."""
     if target != b"/events":
         raise Refused(404, "path: only /events")
@@ -285,7 +310,7 @@ def bytes_head(head: bytes) -> int:
         if not colon or not name or name != name.strip():
             raise Refused(400, "malformed header line")
         fields.append((name.lower(), value.strip(b" \t")))
-    return _request_fields(parts[1], fields)
+    return request_fields(parts[1], fields)
 
 
 class _Llhttp:
@@ -316,11 +341,19 @@ class _Llhttp:
             raise Refused(400, "request line: HTTP/1.1 only")
         if self.parser.get_method() != b"POST":
             raise Refused(405, "method: only POST")
-        size = _request_fields(self.target, self.fields)
+        size = request_fields(self.target, self.fields)
         # The parser now waits for the body; a fresh one per request costs less than feeding
         # it bytes it does not need.
         self.parser = type(self.parser)(self)
         return size
+
+
+def acked(event_id: str, source: str, status: str) -> bytes:
+    """The 200 answer of an event taken (``status``: "applied" or "duplicate")."""
+    ack = b'{"ack":true,"id":"%s","source":"%s","status":"%s"}' % (
+        event_id.encode(), source.encode(), status.encode(),
+    )  # fmt: skip
+    return answer(200, ack, status == "duplicate")
 
 
 def respond(body: bytes, inbox: Inbox) -> bytes:
@@ -330,10 +363,7 @@ def respond(body: bytes, inbox: Inbox) -> bytes:
         status = inbox.receive(event_id, source, fingerprint, sku, qty)
     except Refused as problem:
         return refusal(problem)
-    ack = b'{"ack":true,"id":"%s","source":"%s","status":"%s"}' % (
-        event_id.encode(), source.encode(), status.encode(),
-    )  # fmt: skip
-    return answer(200, ack, status == "duplicate")
+    return acked(event_id, source, status)
 
 
 def serve_connection(conn: socket.socket, inbox: Inbox, parse: HeadParser) -> None:

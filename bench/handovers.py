@@ -7,7 +7,10 @@
 - ``floor.handover_guarded`` (and ``_behind``): the guarded hand-over, both sides doing the
   contract's work for one event (``guarded_relay.py``, ``guarded_sink.py``);
 - ``floor.guarded_new`` / ``floor.guarded_dup``: one round trip to the guarded sink from a
-  kept raw socket with a new event, and with the same event again.
+  kept raw socket with a new event, and with the same event again;
+- ``floor.guarded_loop_new`` / ``floor.guarded_loop_dup``: the same to the guarded loop sink
+  (``guarded_loop_sink.py``: the same rules, served with the service's duties: an event
+  loop, the limits, pipelining, group commit; item 101).
 
 Each with both processes' CPU per event (this process's ``process_time``, the sink's from
 ``/proc``): on a shared machine the steadier figure, and the fsync of a FULL commit costs CPU
@@ -27,11 +30,15 @@ from .rawserver import one_row_committer
 
 
 @contextmanager
-def guarded_sink(folder: Path) -> Iterator[tuple[str, int]]:
-    """A guarded sink process: (its base URL, its pid)."""
+def guarded_sink(
+    folder: Path, module: str = "guarded_sink", *options: str
+) -> Iterator[tuple[str, int]]:
+    """A guarded sink process (``module``: ``guarded_sink`` or ``guarded_loop_sink``, its
+    database ``folder/<module>.db`` but the first's, kept as it was): (its base URL, its pid)."""
     from ackledger._dev.procs import start_listener
 
-    command = [sys.executable, "-m", "bench.guarded_sink", "--db", str(folder / "guarded-sink.db")]
+    name = "guarded-sink.db" if module == "guarded_sink" else f"{module}.db"
+    command = [sys.executable, "-m", f"bench.{module}", "--db", str(folder / name), *options]
     # The repository's root, so that ``bench`` imports wherever the caller runs from.
     root = str(Path(__file__).resolve().parent.parent)
     with start_listener(command, env={"PYTHONPATH": root}) as sink:
@@ -89,9 +96,11 @@ def measure_rep(
     rep: int,
     raw: tuple[Connect, int],
     guarded: tuple[str, int],
+    guarded_loop: tuple[str, int] | None = None,
 ) -> None:
     """One repetition of every hand-over floor; ``raw`` is (how to connect to the zero-code
-    sink, its pid), ``guarded`` the guarded sink's (URL, pid)."""
+    sink, its pid), ``guarded`` the guarded sink's (URL, pid), ``guarded_loop`` the guarded
+    loop sink's."""
     connect, raw_pid = raw
     url, pid = guarded
     marks = folder / "handover-source.db"
@@ -130,6 +139,14 @@ def measure_rep(
     )
     _add(results, "floor.guarded_dup", "guarded sink, the same event again (a duplicate)",
          again, per_trip=True)  # fmt: skip
+    if guarded_loop is None:
+        return
+    fresh, again = sink_round_trips(*guarded_loop, seconds, f"l{rep}")
+    _add(results, "floor.guarded_loop_new",
+         "guarded loop sink (event loop, limits, group commit), a new event: round trip",
+         fresh, per_trip=True)  # fmt: skip
+    _add(results, "floor.guarded_loop_dup", "guarded loop sink, a duplicate", again,
+         per_trip=True)  # fmt: skip
 
 
 #: What ``floors.measure`` prints of these, in this order.
@@ -140,6 +157,8 @@ PRINTED = (
     "floor.handover_guarded_behind",
     "floor.guarded_new",
     "floor.guarded_dup",
+    "floor.guarded_loop_new",
+    "floor.guarded_loop_dup",
 )
 
 

@@ -194,6 +194,20 @@ _TABLE = (
         "floor.guarded_dup",
         "the guarded sink's duplicate",
     ),
+    # And against the guarded loop sink (the same rules with the service's duties: an event
+    # loop, the limits, pipelining, group commit; bench/guarded_loop_sink.py).
+    (
+        "step.sink_new",
+        ("step.sink_new_cpu", "step.sink_new_sink_cpu"),
+        "floor.guarded_loop_new",
+        "the guarded loop sink's new event",
+    ),
+    (
+        "step.sink_dup",
+        ("step.sink_dup_cpu", "step.sink_dup_sink_cpu"),
+        "floor.guarded_loop_dup",
+        "the guarded loop sink's duplicate",
+    ),
 )
 
 
