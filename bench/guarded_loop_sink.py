@@ -17,8 +17,9 @@ the most direct form found (bench/CHANGES.md item 101):
 Time-outs as ``ackledger.web.limited_protocol`` keeps them: one deadline and at most one timer
 per connection, re-armed when it fires early, never created and cancelled per request.
 
-``python -m bench.guarded_loop_sink --db DB [--read-timeout S] [--once]`` prints its URL; it
-imports the standard library, uvloop, httptools and ``guarded_sink``, no ackledger code.
+``python -m bench.guarded_loop_sink --db DB [--read-timeout S] [--max-connections N] [--once]``
+prints its URL; it imports the standard library, uvloop, httptools and ``guarded_sink``, no
+ackledger code.
 """
 
 from __future__ import annotations
@@ -87,8 +88,10 @@ class GroupCommit:
 class Server:
     """What the connections share: the inbox, the group commit, the limits."""
 
-    def __init__(self, inbox: Inbox, read_timeout: float, once: asyncio.Future[None] | None):
+    def __init__(self, inbox: Inbox, argv: list[str], once: asyncio.Future[None] | None):
         self.loop = asyncio.get_running_loop()
+        read_timeout = _option(argv, "--read-timeout", READ_TIMEOUT)
+        self.max_connections = int(_option(argv, "--max-connections", MAX_CONNECTIONS))
         self.inbox = inbox
         self.group = GroupCommit(inbox, self.loop)
         self.read_timeout = read_timeout
@@ -134,7 +137,7 @@ class Connection(asyncio.Protocol):
         self.transport = transport = cast("asyncio.Transport", transport)
         server = self.server
         server.open += 1
-        if server.open > MAX_CONNECTIONS:
+        if server.open > server.max_connections:
             self.closed = True
             transport.write(_BUSY)
             transport.close()
@@ -292,14 +295,16 @@ class Connection(asyncio.Protocol):
             self.close()
 
 
+def _option(argv: list[str], name: str, default: float) -> float:
+    """A limit from the command line (the tests shorten them), else ackledger's default."""
+    return float(argv[argv.index(name) + 1]) if name in argv else default
+
+
 async def serve(argv: list[str]) -> None:
     inbox = Inbox(argv[argv.index("--db") + 1])
-    timeout = (
-        float(argv[argv.index("--read-timeout") + 1]) if "--read-timeout" in argv else READ_TIMEOUT
-    )
     loop = asyncio.get_running_loop()
     once = loop.create_future() if "--once" in argv else None
-    server = Server(inbox, timeout, once)
+    server = Server(inbox, argv, once)
     listener = await loop.create_server(lambda: Connection(server), "127.0.0.1", 0, backlog=1024)
     port = listener.sockets[0].getsockname()[1]
     print(f"listening on http://127.0.0.1:{port}", flush=True)

@@ -1,19 +1,25 @@
 """The guarded hand-over floor keeps the rules it claims to keep (bench/CHANGES.md item 82):
 a floor that silently did less work would make ackledger look slower than it is.
 
-Real processes and files: the guarded sink (``bench/guarded_sink.py``) on 127.0.0.1 with its
-own SQLite file, read back from a separate connection; the relay side on a real outbox file.
+Real processes and files: the guarded sink (``bench/guarded_sink.py``) and the guarded loop
+sink (``bench/guarded_loop_sink.py``, item 101: the same rules with the service's duties) on
+127.0.0.1 with their own SQLite files, read back from a separate connection; the relay side on
+a real outbox file.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import os
+import signal
+import socket
 import sqlite3
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from bench.guarded_relay import SOURCE, GuardedRelay, NotAcked, Wire, fill_outbox, lab_text
@@ -23,11 +29,13 @@ from ackledger._dev.procs import start_listener
 from ackledger.envelope import content_fingerprint
 
 
-@pytest.fixture
-def sink(tmp_path: Path) -> Iterator[tuple[int, Path]]:
-    """(the guarded sink's port, its database file)."""
-    with guarded_sink(tmp_path) as (url, _):
-        yield int(url.rsplit(":", 1)[1]), tmp_path / "guarded-sink.db"
+@pytest.fixture(params=["guarded_sink", "guarded_loop_sink"])
+def sink(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[int, Path]]:
+    """(a guarded sink's port, its database file): each rule is held by both sinks."""
+    module = request.param
+    with guarded_sink(tmp_path, module) as (url, _):
+        name = "guarded-sink.db" if module == "guarded_sink" else f"{module}.db"
+        yield int(url.rsplit(":", 1)[1]), tmp_path / name
 
 
 def lab(event_id: str = "e-1", qty: int = 3, **changes: Any) -> dict[str, Any]:
@@ -211,3 +219,157 @@ def test_the_relay_takes_only_the_exact_ack_of_its_event() -> None:
                 wire.send("floor", SOURCE, lab_text("floor", 1))
         finally:
             wire.close()
+
+
+# The guarded loop sink's service duties (bench/guarded_loop_sink.py, item 101): the limits,
+# many clients at once, pipelining, group commit. Its limits are shortened for the test.
+
+
+class Loop(NamedTuple):
+    port: int
+    pid: int
+    db: Path
+
+
+@pytest.fixture
+def loop_sink(tmp_path: Path) -> Iterator[Loop]:
+    options = ("--read-timeout", "0.5", "--max-connections", "3")
+    with guarded_sink(tmp_path, "guarded_loop_sink", *options) as (url, pid):
+        yield Loop(int(url.rsplit(":", 1)[1]), pid, tmp_path / "guarded_loop_sink.db")
+
+
+def request(event_id: str, port: int, qty: int = 1) -> bytes:
+    body = json.dumps(lab(event_id, qty)).encode()
+    return (
+        b"POST /events HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+        b"Content-Type: application/cloudevents+json\r\nContent-Length: %d\r\n\r\n%s"
+    ) % (port, len(body), body)
+
+
+def connect(port: int) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port), timeout=5)
+
+
+def read_answers(conn: socket.socket, count: int) -> list[tuple[bytes, dict[str, Any]]]:
+    """``count`` answers framed by Content-Length: (status line and headers, JSON body)."""
+    buffer, found = b"", list[tuple[bytes, dict[str, Any]]]()
+    while len(found) < count:
+        head_end = buffer.find(b"\r\n\r\n")
+        if head_end >= 0:
+            head = buffer[:head_end].lower()
+            length = int(head.split(b"content-length: ")[1].split(b"\r\n")[0])
+            end = head_end + 4 + length
+            if len(buffer) >= end:
+                found.append((head, json.loads(buffer[head_end + 4 : end])))
+                buffer = buffer[end:]
+                continue
+        chunk = conn.recv(65536)
+        assert chunk, "closed before all answers came"
+        buffer += chunk
+    return found
+
+
+def closed(conn: socket.socket) -> bool:
+    """Does the server end this connection (within the socket's time-out)?"""
+    try:
+        while conn.recv(65536):
+            pass
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+    return True
+
+
+def commits(db: Path) -> int:
+    """The commits in the WAL file: its frames of this WAL generation that end a transaction."""
+    wal = (db.parent / (db.name + "-wal")).read_bytes()
+    page_size = int.from_bytes(wal[8:12], "big")
+    salts, count = wal[16:24], 0
+    for start in range(32, len(wal) - 24, 24 + page_size):
+        frame = wal[start : start + 24]
+        if frame[8:16] == salts and int.from_bytes(frame[4:8], "big"):
+            count += 1
+    return count
+
+
+def test_a_head_past_the_cap_is_answered_431_and_closed(loop_sink: Loop) -> None:
+    conn = connect(loop_sink.port)
+    with conn:
+        conn.sendall(b"POST /events HTTP/1.1\r\nX-Long: " + b"a" * (64 * 1024 + 100))
+        head, problem = read_answers(conn, 1)[0]
+        assert head.startswith(b"http/1.1 431 ")
+        assert problem["status"] == 431
+        assert closed(conn)
+
+
+def test_a_slow_head_and_a_slow_body_are_closed_after_the_read_timeout(loop_sink: Loop) -> None:
+    for partial in (
+        b"POST /events HTTP/1.1\r\nHost: 127.0.0.1\r\n",
+        request("e-slow", loop_sink.port)[:-10],  # all but the body's last bytes
+    ):
+        conn = connect(loop_sink.port)
+        with conn:
+            conn.sendall(partial)
+            assert closed(conn), partial
+    assert stored(loop_sink.db)["receipts"] == {}
+
+
+def test_an_idle_connection_does_not_hold_up_another(loop_sink: Loop) -> None:
+    idle, busy = connect(loop_sink.port), connect(loop_sink.port)
+    with idle, busy:
+        idle.sendall(b"POST /events HTTP/1.1\r\n")  # a head begun, not finished
+        busy.sendall(request("e-busy", loop_sink.port))
+        ((_, ack),) = read_answers(busy, 1)
+        assert ack["status"] == "applied"
+
+
+def test_connections_past_the_cap_are_answered_503(loop_sink: Loop) -> None:
+    kept = [connect(loop_sink.port) for _ in range(3)]
+    try:
+        with connect(loop_sink.port) as extra:
+            head, _ = read_answers(extra, 1)[0]
+            assert head.startswith(b"http/1.1 503 ")
+            assert closed(extra)
+        kept[0].sendall(request("e-kept", loop_sink.port))
+        assert read_answers(kept[0], 1)[0][1]["status"] == "applied"
+    finally:
+        for conn in kept:
+            conn.close()
+
+
+def test_pipelined_requests_are_answered_in_order(loop_sink: Loop) -> None:
+    port = loop_sink.port
+    with connect(port) as conn:
+        conn.sendall(request("e-1", port) + request("e-2", port) + request("e-1", port, qty=2)
+                     + request("e-2", port))  # fmt: skip
+        answers = [
+            (head[9:12], ack.get("id"), ack["status"]) for head, ack in read_answers(conn, 4)
+        ]
+    assert answers == [
+        (b"200", "e-1", "applied"), (b"200", "e-2", "applied"), (b"422", None, 422),
+        (b"200", "e-2", "duplicate"),
+    ]  # fmt: skip
+    assert stored(loop_sink.db)["counters"] == {
+        "sink.applied": 2, "sink.conflict": 1, "sink.duplicate": 1,
+    }  # fmt: skip
+
+
+def test_new_events_ready_in_one_turn_share_one_commit(loop_sink: Loop) -> None:
+    port = loop_sink.port
+    first, second = connect(port), connect(port)
+    with first, second:
+        time.sleep(0.2)  # both accepted
+        before = commits(loop_sink.db)
+        # Stopped, the sink finds both requests ready at once when it wakes.
+        os.kill(loop_sink.pid, signal.SIGSTOP)
+        try:
+            first.sendall(request("e-a", port))
+            second.sendall(request("e-b", port))
+            time.sleep(0.1)
+        finally:
+            os.kill(loop_sink.pid, signal.SIGCONT)
+        acks = [read_answers(conn, 1)[0][1]["status"] for conn in (first, second)]
+    assert acks == ["applied", "applied"]
+    assert commits(loop_sink.db) == before + 1
+    assert stored(loop_sink.db)["inventory"] == {"sku-2": 2}
