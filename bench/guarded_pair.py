@@ -4,9 +4,11 @@ both hand-over floors, alternately in one run (bench/CHANGES.md item 83).
 Each round measures, one after the other: the per-item relay (``dispatch`` + ``send_http``
 into a real ``serve sink``) and its own sender, the zero-code and the guarded hand-over (marks
 now, then behind), ``send_http`` of new events and of the same events again to ``serve
-sink``, and the guarded sink's new events and duplicates; each with both processes' CPU per
-event (``/proc/PID/task/*/schedstat`` for the sinks, ``process_time`` for this process).
-Medians over the rounds, then the gap split zero-code -> guarded -> ackledger.
+sink``, and the guarded sink's and the guarded loop sink's new events and duplicates; each
+with both processes' CPU per event (``/proc/PID/task/*/schedstat`` for the sinks,
+``process_time`` for this process). Medians over the rounds, then the gap split zero-code ->
+guarded -> ackledger, and the sink's guarded -> guarded loop (the service's duties, item
+101) -> serve sink.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ ROWS = (
     ("guarded_new", "guarded sink, a new event", "µs"),
     ("sink_dup", "send_http to serve sink, a duplicate", "µs"),
     ("guarded_dup", "guarded sink, a duplicate", "µs"),
+    ("loop_new", "guarded loop sink, a new event", "µs"),
+    ("loop_dup", "guarded loop sink, a duplicate", "µs"),
 )
 
 
@@ -58,12 +62,13 @@ class Sinks(NamedTuple):
     ours: tuple[str, int]
     raw: tuple[str, int]
     guarded: tuple[str, int]
+    loop: tuple[str, int]
 
 
 def one_round(
     found: dict[str, list[float]], folder: Path, sinks: Sinks, round_no: int, events: int
 ) -> None:
-    (ours, ours_pid), (raw, raw_pid), (url, pid) = sinks
+    (ours, ours_pid), (raw, raw_pid), (url, pid), loop = sinks
     source = folder / f"item-{round_no}.db"
     fill.pending_events(source, f"i{round_no}", events)
     before = task_cpu_seconds(ours_pid)
@@ -103,6 +108,9 @@ def one_round(
     fresh, again = sink_round_trips(url, pid, seconds, f"t{round_no}")
     _record(found, "guarded_new", fresh)
     _record(found, "guarded_dup", again)
+    fresh, again = sink_round_trips(*loop, seconds, f"l{round_no}")
+    _record(found, "loop_new", fresh)
+    _record(found, "loop_dup", again)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,9 +128,13 @@ def main(argv: list[str] | None = None) -> int:
                     [sys.executable, str(rawserver), "--commit", str(folder / "raw-sink.db")]
                 ) as raw,
                 guarded_sink(folder) as guarded,
+                guarded_sink(folder, "guarded_loop_sink") as loop,
             ):
                 sinks = Sinks(
-                    (ours.base_url, ours.process.pid), (raw.base_url, raw.process.pid), guarded
+                    (ours.base_url, ours.process.pid),
+                    (raw.base_url, raw.process.pid),
+                    guarded,
+                    loop,
                 )
                 for round_no in range(args.rounds):
                     one_round(found, folder, sinks, round_no, args.events)
@@ -159,6 +171,9 @@ def report(found: dict[str, list[float]]) -> None:
     for kind in ("new", "dup"):
         ours, floor = _median(found, f"sink_{kind}"), _median(found, f"guarded_{kind}")
         print(f"serve sink {kind} / guarded sink {kind}: {floor / ours:.2f}x the time")
+        loop = _median(found, f"loop_{kind}")
+        print(f"  split: guarded loop / guarded {floor / loop:.2f}x (the service's duties), "
+              f"serve sink / guarded loop {loop / ours:.2f}x (ackledger's own)")  # fmt: skip
 
 
 if __name__ == "__main__":
