@@ -9,8 +9,8 @@ the most direct form found (bench/CHANGES.md item 101):
   its first byte, a body after its head, and a kept-alive connection must begin its next
   request within 30 s, else the connection is closed; past 1000 connections a new one is
   answered 503 and closed; a body over 64 KiB is answered 413 (the guarded rules);
-- pipelined requests answered in order: one request of a connection at a time, reading
-  paused while its answer waits for a commit;
+- pipelined requests answered in order: one request of a connection at a time; while its
+  answer waits for a commit, the requests behind it wait and reading is paused;
 - group commit: the new events of every connection that are ready in one turn of the loop
   share one FULL transaction, and each is answered only after its commit.
 
@@ -112,6 +112,8 @@ class Connection(asyncio.Protocol):
         self.requests: deque[Request] = deque()
         #: An answer of this connection waits for the group commit.
         self.waiting = False
+        #: Reading is paused: pipelined requests wait behind the waiting one.
+        self.paused = False
         self.closed = False
         self.in_head = True
         self.head_bytes = 0
@@ -242,12 +244,11 @@ class Connection(asyncio.Protocol):
                 event = checked(body)
                 stored = self.server.inbox.find(event[0], event[1])
                 if stored is None:
-                    # A new event: answered after the group's commit; reading waits for it.
+                    # A new event: answered after the group's commit.
                     self.waiting = True
                     self.ending = ending
-                    transport.pause_reading()
                     self.server.group.add(self, event)
-                    return
+                    break
                 status = self.server.inbox.seen(*event[:3], stored, time.time())
                 transport.write(acked(event[0], event[1], status))
             except Refused as problem:
@@ -255,7 +256,14 @@ class Connection(asyncio.Protocol):
             if ending:
                 self.close()
                 return
-        if not self.requests and not self.waiting and not self.closed and self.deadline is None:
+        if self.waiting:
+            if self.requests and not self.paused:
+                # Pipelined requests wait behind this answer: read no more till it is sent (as
+                # ackledger does; a client that waits for each answer never costs the calls).
+                self.paused = True
+                transport.pause_reading()
+            return
+        if not self.requests and not self.closed and self.deadline is None:
             self.set_deadline(KEEP_ALIVE)
             self.idle = True
 
@@ -269,7 +277,9 @@ class Connection(asyncio.Protocol):
         if self.ending:
             self.close()
             return
-        self.transport.resume_reading()
+        if self.paused:
+            self.paused = False
+            self.transport.resume_reading()
         self.next_request()
 
     # The one timer.
@@ -289,7 +299,7 @@ class Connection(asyncio.Protocol):
         if now < deadline:
             self.timer = self.loop.call_later(min(deadline - now, self.server.tick), self.check)
         elif self.waiting:
-            # Reading is paused for this connection's answer: the client is not late.
+            # This connection's answer waits for a commit: the client is not late.
             self.set_deadline(self.server.read_timeout)
         else:
             self.close()
