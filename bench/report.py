@@ -97,7 +97,11 @@ def information(results: Results) -> list[Target]:
     """Ratios against the guarded floors (bench/CHANGES.md item 82), shown without a goal:
     the issue's goals are set against the zero-code floors, and these split the gap to them
     into the contract's own work (guarded / zero-code) and ackledger's cost beyond it (ours /
-    guarded), which is what is left to cut."""
+    guarded), which is what is left to cut. The guarded loop sink (item 101) splits the sink's
+    gap in two: the service's duties (an event loop, the limits, pipelining, group commit) in
+    the least Python (loop / guarded), then ackledger's own code (ours / loop)."""
+    sink, guarded = ("step.sink", "serve sink"), ("floor.guarded", "the guarded sink")
+    loop = ("floor.guarded_loop", "the guarded loop sink")
     return [
         Target("guarded hand-over / zero-code hand-over (what the contract's work costs)",
                _ratio(results, "floor.handover_guarded", "floor.handover"), 0, "info", "x"),
@@ -112,38 +116,25 @@ def information(results: Results) -> list[Target]:
                _ratio(results, "relay.item_daemon", "floor.handover_guarded"), 0, "info", "x"),
         Target("zero-code hand-over, marks behind / zero-code hand-over",
                _ratio(results, "floor.handover_behind", "floor.handover"), 0, "info", "x"),
-        Target("a new event through serve sink / the guarded sink's new event",
-               _ratio(results, "step.sink_new", "floor.guarded_new"), 0, "info", "x"),
-        Target("a duplicate through serve sink / the guarded sink's duplicate",
-               _ratio(results, "step.sink_dup", "floor.guarded_dup"), 0, "info", "x"),
-        Target("serve sink's CPU per new event / the guarded sink's",
-               _ratio(results, "step.sink_new_sink_cpu", "floor.guarded_new_sink_cpu"), 0,
-               "info", "x"),
-        Target("serve sink's CPU per duplicate / the guarded sink's",
-               _ratio(results, "step.sink_dup_sink_cpu", "floor.guarded_dup_sink_cpu"), 0,
-               "info", "x"),
-        # The guarded loop sink (item 101) splits that gap: the service's duties (an event
-        # loop, the limits, pipelining, group commit) in the least Python, then ackledger's own.
-        Target("a new event through serve sink / the guarded loop sink's new event",
-               _ratio(results, "step.sink_new", "floor.guarded_loop_new"), 0, "info", "x"),
-        Target("a duplicate through serve sink / the guarded loop sink's duplicate",
-               _ratio(results, "step.sink_dup", "floor.guarded_loop_dup"), 0, "info", "x"),
-        Target("serve sink's CPU per new event / the guarded loop sink's",
-               _ratio(results, "step.sink_new_sink_cpu", "floor.guarded_loop_new_sink_cpu"), 0,
-               "info", "x"),
-        Target("serve sink's CPU per duplicate / the guarded loop sink's",
-               _ratio(results, "step.sink_dup_sink_cpu", "floor.guarded_loop_dup_sink_cpu"), 0,
-               "info", "x"),
-        Target("the guarded loop sink's new event / the guarded sink's (the service's duties)",
-               _ratio(results, "floor.guarded_loop_new", "floor.guarded_new"), 0, "info", "x"),
-        Target("the guarded loop sink's duplicate / the guarded sink's",
-               _ratio(results, "floor.guarded_loop_dup", "floor.guarded_dup"), 0, "info", "x"),
-        Target("the guarded loop sink's CPU per new event / the guarded sink's",
-               _ratio(results, "floor.guarded_loop_new_sink_cpu", "floor.guarded_new_sink_cpu"),
-               0, "info", "x"),
-        Target("the guarded loop sink's CPU per duplicate / the guarded sink's",
-               _ratio(results, "floor.guarded_loop_dup_sink_cpu", "floor.guarded_dup_sink_cpu"),
-               0, "info", "x"),
+        *_per_event(results, sink, guarded),
+        *_per_event(results, sink, loop),
+        *_per_event(results, loop, guarded),
+    ]  # fmt: skip
+
+
+def _per_event(results: Results, ours: tuple[str, str], floor: tuple[str, str]) -> list[Target]:
+    """A sink's time and its CPU per new event and per duplicate against a floor's, each
+    (key prefix, words): e.g. ("step.sink", "serve sink")."""
+    (ours_key, ours_words), (floor_key, floor_words) = ours, floor
+    kinds = (("new", "a new event", "new event"), ("dup", "a duplicate", "duplicate"))
+    return [
+        *(Target(f"{words} through {ours_words} / {floor_words}'s {noun}",
+                 _ratio(results, f"{ours_key}_{kind}", f"{floor_key}_{kind}"), 0, "info", "x")
+          for kind, words, noun in kinds),
+        *(Target(f"{ours_words}'s CPU per {noun} / {floor_words}'s",
+                 _ratio(results, f"{ours_key}_{kind}_sink_cpu", f"{floor_key}_{kind}_sink_cpu"),
+                 0, "info", "x")
+          for kind, _, noun in kinds),
     ]  # fmt: skip
 
 
