@@ -31,6 +31,9 @@ _ROOT = str(Path(__file__).resolve().parent.parent)
 _CALLGRIND = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
 _LISTENING = re.compile(r"listening on http://([\d.]+):(\d+)")
 
+#: The floors' sinks by kind (``ours`` is ``serve sink``).
+_FLOORS = {"guarded": "guarded_sink", "loop": "guarded_loop_sink"}
+
 _RELAY = """
 import sys
 from bench.guarded_relay import GuardedRelay
@@ -56,8 +59,10 @@ def sink_life(kind: str, folder: Path, new: int, dup: int) -> int:
     """Instructions of one sink process under valgrind that answers ``new`` new events and
     then ``dup`` re-sends of them, and exits."""
     db = str(folder / f"{kind}-{new}-{dup}.db")
-    if kind in ("guarded_sink", "guarded_loop_sink"):
-        command = [sys.executable, "-m", f"bench.{kind}", "--db", db, "--once"]
+    if kind in _FLOORS:
+        command = [sys.executable, "-m", f"bench.{_FLOORS[kind]}", "--db", db, "--once"]
+    elif kind != "ours":
+        raise ValueError(f"no sink {kind!r}: guarded, loop or ours")
     else:
         command = [sys.executable, "-m", "ackledger.cli", "serve", "sink", "--db", db]
         command += ["--port", "0"]
@@ -126,8 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("valgrind") is None:
         parser.error("valgrind is not installed")
     rows: list[tuple[str, float]] = []
-    for kind, words in (("guarded_sink", "guarded sink"),
-                        ("guarded_loop_sink", "guarded loop sink"),
+    for kind, words in (("guarded", "guarded sink"), ("loop", "guarded loop sink"),
                         ("ours", "serve sink")):  # fmt: skip
         new, dup = sink_per_event(kind, args.events)
         rows += [(f"{words}, a new event", new), (f"{words}, a duplicate", dup)]
