@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -28,12 +27,11 @@ from ackledger.envelope import canonical_json
 
 from .fill import SOURCE as GENERIC_SOURCE
 from .fill import generic
+from .guarded_instructions import _CALLGRIND, _LISTENING, _collected
 from .guarded_relay import SOURCE as LAB_SOURCE
 from .guarded_relay import Wire, lab_text
 
 _ROOT = str(Path(__file__).resolve().parent.parent)
-_CALLGRIND = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
-_LISTENING = re.compile(r"listening on http://([\d.]+):(\d+)")
 _HANDLERS = "bench.handlers:HANDLERS"
 
 
@@ -79,10 +77,7 @@ def _life(src: str, user: bool, folder: Path, new: int, dup: int) -> int:
         if process.poll() is None:
             process.kill()
             process.wait()
-    counted = re.search(r"Collected : (\d+)", stderr)
-    if counted is None:
-        raise SystemExit(f"valgrind reported no count:\n{stderr[-2000:]}")
-    return int(counted.group(1))
+    return _collected(stderr)
 
 
 def per_event(src: str, user: bool, events: int) -> tuple[float, float]:
