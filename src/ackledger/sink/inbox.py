@@ -318,6 +318,9 @@ class Inbox(Database):
         self._handlers = _check_handlers(handlers)
         self._types = types if types is not None else EventTypes()
         self._oldest = OldestReceipt()
+        # The handlers' view of the last write transaction of a lone event, kept while the
+        # backend hands out the same ``Tx`` (SQLite's does): one object fewer an event.
+        self._handler_tx: tuple[Tx, HandlerTransaction] | None = None
         super().__init__(target, synchronous=synchronous)
 
     @property
@@ -426,17 +429,18 @@ class Inbox(Database):
         failure: Exception | None = None
         try:
             with self._db.write() as tx:
-                if not tx.inbox_claim_lone(
-                    *item.identity, item.fingerprint, type=event["type"], now=now
-                ):
+                if not tx.inbox_claim_lone(*item.identity, item.fingerprint, event["type"], now):
                     raise _ClaimedMeanwhile
+                pair = self._handler_tx
+                if pair is None or pair[0] is not tx:
+                    pair = self._handler_tx = (tx, HandlerTransaction(tx))
                 try:
                     if tracing():
                         # A span per apply, a child of the producer's, as ``_run_handler``.
                         with span(f"apply {event['type']}", event, kind="consumer"):
-                            handler(HandlerTransaction(tx), event)
+                            handler(pair[1], event)
                     else:
-                        handler(HandlerTransaction(tx), event)
+                        handler(pair[1], event)
                 except Exception as exc:
                     failure = exc
                     raise _HandlerFailed from exc

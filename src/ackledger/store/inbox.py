@@ -128,7 +128,7 @@ class InboxQueries(CounterQueries):
         return claim_all(self, INBOX, rows)
 
     def inbox_claim_lone(
-        self, source: str, event_id: str, fingerprint: str, *, type: str, now: float
+        self, source: str, event_id: str, fingerprint: str, type: str, now: float
     ) -> bool:
         """A lone new event's claim, the first half of its transaction: the arrival number,
         then the claim, as the sink's one-by-one path takes them (any counts the number owes

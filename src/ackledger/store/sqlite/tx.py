@@ -79,7 +79,7 @@ class SqliteTx(Tx):
         return Claim(Outcome.DUPLICATE if stored == fingerprint else Outcome.CONFLICT, event_id)
 
     def inbox_claim_lone(
-        self, source: str, event_id: str, fingerprint: str, *, type: str, now: float
+        self, source: str, event_id: str, fingerprint: str, type: str, now: float
     ) -> bool:
         """``InboxQueries.inbox_claim_lone`` on the connection itself: a lone new event is
         the sink's most common transaction, and each layer of Python between it and SQLite
