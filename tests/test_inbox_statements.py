@@ -12,11 +12,13 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from ackledger import Inbox, warehouse
+from ackledger import Inbox, new_event, warehouse
 from ackledger.errors import Conflict
+from ackledger.sink.handler_tx import HandlerTransaction
 from tests.conftest import raw_rows
 
 SOURCE = "/tests/statements"
@@ -63,6 +65,33 @@ def test_a_lone_new_event_is_one_read_and_four_writes(
     query = "SELECT id, arrival, last_arrival FROM inbox ORDER BY id"
     rows = raw_rows(tmp_path / "inbox.db", query)
     assert rows == [("n-1", 1, 1), ("n-2", 2, 2)]
+
+
+def test_a_lone_event_of_a_users_handler_takes_the_same_lean_path(tmp_path: Path) -> None:
+    """Any handler's lone new event: the read by key, then the arrival counter's value, the
+    claim, the handler's own statement, and the counts in one upsert: no savepoint (a lone
+    event has nothing to keep when its handler fails: the whole transaction is undone)."""
+
+    def record(tx: HandlerTransaction, event: dict[str, Any]) -> None:
+        tx.execute("INSERT INTO user_orders (id) VALUES (?)", (event["id"],))
+
+    inbox = Inbox(tmp_path / "inbox.db", handlers={"com.example.placed": record})
+    with inbox._db.write() as tx:
+        tx.execute("CREATE TABLE user_orders (id TEXT PRIMARY KEY)")
+    seen: list[str] = []
+    conn = inbox._db._conn  # type: ignore[attr-defined]
+    assert isinstance(conn, sqlite3.Connection)
+    conn.set_trace_callback(seen.append)
+    try:
+        placed = new_event("com.example.placed", {"n": 1}, source=SOURCE, id="o-1")
+        assert inbox.receive(placed) == "applied"
+    finally:
+        conn.set_trace_callback(None)
+    assert _verbs(seen) == ["SELECT", "BEGIN", "SELECT", "INSERT", "INSERT", "INSERT", "COMMIT"]
+    assert "INTO user_orders" in seen[4]
+    assert inbox.counters() == {"applied": 1, "duplicate": 0, "conflict": 0}
+    inbox.close()
+    assert raw_rows(tmp_path / "inbox.db", "SELECT id FROM user_orders") == [("o-1",)]
 
 
 def test_a_lone_resend_is_answered_from_a_read(

@@ -214,3 +214,53 @@ def test_the_same_id_from_two_sources_is_two_events(target: Target) -> None:
     assert (north["source"], south["source"]) == ("/north", "/south")
     assert north["fingerprint"] != south["fingerprint"]
     assert sorted(r["source"] for r in both) == ["/north", "/south"]
+
+
+def _arrivals(target: Target) -> int:
+    found = target.rows("SELECT value FROM counters WHERE name = 'sink.arrival'")
+    return int(found[0][0]) if found else 0
+
+
+def test_a_lone_failing_handler_commits_what_the_general_way_commits(target: Target) -> None:
+    """A lone event's handler runs once in the lean path's transaction (no savepoint); its
+    failure rolls all of it back, and what is then committed is what the general way (a
+    savepoint per event) commits for the same failure: the arrival number it took, nothing
+    else (bench/CHANGES.md item 104)."""
+    outage = ConnectionError("the pricing service is down")
+    handler = Recorder({7: outage})
+    with opened(target, handler) as inbox:
+        inbox.receive(placed("p-0", 1))
+        before, taken = recorded(target), _arrivals(target)
+        with pytest.raises(ConnectionError) as raised:
+            inbox.receive(placed("p-1", 7))  # the lone path
+        assert raised.value is outage
+        assert handler.calls[SHOP, "p-1"] == 1  # run once: not redone the general way
+        lone = recorded(target), _arrivals(target)
+        # The general way, on the same event: the same state, the same one number taken.
+        (result,) = inbox._apply_written([[inbox._prepare(placed("p-1", 7))]], 0.0)
+        assert result.statuses == [] and result.error is outage
+        general = recorded(target), _arrivals(target)
+        assert lone == (before, taken + 1)
+        assert general == (before, taken + 2)
+        # The next event takes the next number.
+        assert inbox.receive(placed("p-2", 2)) == "applied"
+    rows = target.rows("SELECT id, arrival, last_arrival FROM inbox WHERE id = 'p-2'")
+    assert rows == [("p-2", taken + 3, taken + 3)]
+    assert user_rows(target) == [(SHOP, "p-0", 1), (SHOP, "p-2", 2)]
+
+
+def test_a_lone_event_of_a_users_handler_is_counted_with_its_receipt(target: Target) -> None:
+    """The lean path's counts: applied and the arrival number, in the receipt's transaction,
+    each lone event numbered in turn, the reference handler's among them."""
+    handler = Recorder()
+    with opened(target, handler) as inbox:
+        assert inbox.receive(placed("p-1", 3)) == "applied"
+        assert inbox.receive(lab("w-1", "snack-7", 2)) == "applied"
+        assert inbox.receive(placed("p-2", 4)) == "applied"
+        assert inbox.receive(placed("p-1", 3)) == "duplicate"
+        assert inbox.counters() == {"applied": 3, "duplicate": 1, "conflict": 0}
+        assert inbox.stock("snack-7") == 2
+    rows = target.rows("SELECT id, arrival, last_arrival, receipts FROM inbox ORDER BY arrival")
+    assert rows == [("p-1", 1, 4, 2), ("w-1", 2, 2, 1), ("p-2", 3, 3, 1)]
+    assert _arrivals(target) == 4
+    assert user_rows(target) == [(SHOP, "p-1", 3), (SHOP, "p-2", 4)]

@@ -20,7 +20,7 @@ from .. import warehouse
 from .._core.database import Database
 from .._core.duration import check_age
 from .._core.idempotency import Outcome
-from .._core.telemetry import span
+from .._core.telemetry import span, tracing
 from ..envelope import fingerprint_of, validate_encoded
 from ..errors import AckledgerError, Conflict, NoHandler
 from ..event import check_identifier
@@ -240,6 +240,11 @@ class _OnlyDuplicates(Exception):
     """A durable attempt found nothing to apply: roll it back, note the duplicates lazily."""
 
 
+class _HandlerFailed(Exception):
+    """A lone event's handler raised: roll its whole transaction back (the caller keeps what
+    it raised)."""
+
+
 class _ClaimedMeanwhile(Exception):
     """A lone event's identity, free at the read by key, was claimed before its write: roll
     the attempt back and take the general way, which tells a duplicate from a conflict."""
@@ -313,6 +318,9 @@ class Inbox(Database):
         self._handlers = _check_handlers(handlers)
         self._types = types if types is not None else EventTypes()
         self._oldest = OldestReceipt()
+        # The handlers' view of the last write transaction of a lone event, kept while the
+        # backend hands out the same ``Tx`` (SQLite's does): one object fewer an event.
+        self._handler_tx: tuple[Tx, HandlerTransaction] | None = None
         super().__init__(target, synchronous=synchronous)
 
     @property
@@ -388,38 +396,67 @@ class Inbox(Database):
     def _apply_lone(self, item: _Item) -> list[BatchResult]:
         """One event alone (one client's one event, the common group), as ``_apply`` does
         any group. The read by key comes first: a re-send is answered from it, with no write
-        lock taken to find it out. A new event of the reference handler is then the store's
-        one call (``inbox_claim_stock``: the statements ``_apply_one_by_one`` would run, in
-        its order, bound at once); if its identity was claimed since the read, that attempt
-        is rolled back before it wrote a count and the general way decides."""
+        lock taken to find it out. A new event, whatever its handler, is then
+        ``_apply_new_lone``'s one transaction; if its identity was claimed since the read,
+        that attempt is rolled back before it wrote a count and the general way decides."""
         db = self._db
         with db.lookup() as tx:
             stored = tx.inbox_fingerprint(*item.identity)
         now = time.time()
         if stored is None:
-            if item.handler is warehouse.apply:
-                event = item.event
-                try:
-                    with db.write() as tx:
-                        data = event["data"]
-                        if tx.inbox_claim_stock(
-                            *item.identity,
-                            item.fingerprint,
-                            type=event["type"],
-                            now=now,
-                            stock=(data["sku"], data["qty"]),
-                            counted=_APPLIED_COUNTER,
-                        ):
-                            return [BatchResult([_APPLIED])]
-                        raise _ClaimedMeanwhile
-                except _ClaimedMeanwhile:
-                    pass
+            try:
+                return self._apply_new_lone(item, now)
+            except _ClaimedMeanwhile:
+                pass
         elif stored == item.fingerprint or self._alike(item, stored):
             # Its note and counts, as ``_note_duplicates`` writes them for a run of one.
             with db.write(durable=False) as tx:
                 tx.inbox_note_lone(*item.identity, now, _DUPLICATE_COUNTER)
             return [BatchResult([_DUPLICATE])]
         return self._apply_written([[item]], now)
+
+    def _apply_new_lone(self, item: _Item, now: float) -> list[BatchResult]:
+        """A lone event whose identity the read found free: the arrival number and the claim
+        (``Tx.inbox_claim_lone``), its handler in that same transaction, the counts
+        (``Tx.inbox_count_lone``), one durable commit: the statements ``_apply_one_by_one``
+        runs for it, in its order, without its savepoint. The savepoint is there to undo one
+        event's claim and effect and keep the rest of a group; a lone event has no rest, so a
+        failing handler rolls the whole transaction back instead. What the general way then
+        commits is only the arrival number it took (its claim and the handler's writes
+        undone, no outcome counted): ``_skip_arrival`` commits just that."""
+        event = item.event
+        handler = item.handler
+        failure: Exception | None = None
+        try:
+            with self._db.write() as tx:
+                if not tx.inbox_claim_lone(*item.identity, item.fingerprint, event["type"], now):
+                    raise _ClaimedMeanwhile
+                pair = self._handler_tx
+                if pair is None or pair[0] is not tx:
+                    pair = self._handler_tx = (tx, HandlerTransaction(tx))
+                try:
+                    if tracing():
+                        # A span per apply, a child of the producer's, as ``_run_handler``.
+                        with span(f"apply {event['type']}", event, kind="consumer"):
+                            handler(pair[1], event)
+                    else:
+                        handler(pair[1], event)
+                except Exception as exc:
+                    failure = exc
+                    raise _HandlerFailed from exc
+                tx.inbox_count_lone(_APPLIED_COUNTER)
+        except _HandlerFailed:
+            assert failure is not None
+            self._skip_arrival()
+            return [BatchResult([], failure)]
+        return [BatchResult([_APPLIED])]
+
+    def _skip_arrival(self) -> None:
+        """Commit what the general way commits for an event whose handler failed: the
+        arrival number it took (a gap in the sequence; no receipt, no outcome counted)."""
+        with self._db.write() as tx:
+            _, owed = tx.inbox_reserve_arrivals(1)
+            tx.counters_bump(owed)
 
     def _apply_written(self, runs: Sequence[Sequence[_Item]], now: float) -> list[BatchResult]:
         """``_apply``'s durable attempt, for runs not known to be a lone duplicate."""

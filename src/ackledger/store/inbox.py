@@ -127,30 +127,27 @@ class InboxQueries(CounterQueries):
         ``claims.claim_all``."""
         return claim_all(self, INBOX, rows)
 
-    def inbox_claim_stock(
-        self,
-        source: str,
-        event_id: str,
-        fingerprint: str,
-        *,
-        type: str,
-        now: float,
-        stock: tuple[str, int],
-        counted: str,
+    def inbox_claim_lone(
+        self, source: str, event_id: str, fingerprint: str, type: str, now: float
     ) -> bool:
-        """A lone new event of the reference handler, its transaction's whole work: the
-        statements the sink's one-by-one path runs for it, in its order (the arrival number,
-        the claim, ``stock``'s (sku, qty) added, the ``counted`` and arrival counts in one
-        bump). False when the identity was already there: then the counts are not bumped and
-        the caller rolls the transaction back (a server database has taken the number)."""
+        """A lone new event's claim, the first half of its transaction: the arrival number,
+        then the claim, as the sink's one-by-one path takes them (any counts the number owes
+        are bumped at once). False when the identity was already there: the caller rolls the
+        transaction back (a server database has taken the number) and writes no count."""
         before, owed = self.inbox_reserve_arrivals(1)
-        arrival = before + 1
-        claim = self.inbox_claim(source, event_id, fingerprint, type=type, now=now, arrival=arrival)
+        claim = self.inbox_claim(
+            source, event_id, fingerprint, type=type, now=now, arrival=before + 1
+        )
         if claim.outcome is not Outcome.APPLIED:
             return False
-        self.execute(INVENTORY_ADD, stock)
-        self.counters_bump({**owed, counted: 1})
+        if owed:
+            self.counters_bump(owed)
         return True
+
+    def inbox_count_lone(self, counted: str) -> None:
+        """A lone new event's counts, the last of its transaction (after its handler): the
+        ``counted`` outcome's, and the arrival number's if ``inbox_claim_lone`` left it."""
+        self.counters_bump({counted: 1})
 
     def inbox_fingerprint(self, source: str, event_id: str) -> str | None:
         found = self.scalar(INBOX_FINGERPRINT, (source, event_id))

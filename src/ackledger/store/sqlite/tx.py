@@ -13,7 +13,7 @@ from typing import Any
 from ..._core.idempotency import Claim, Outcome
 from ..base import Params, Row, Tx
 from ..counters import BUMP_TWO
-from ..inbox import ARRIVAL, INBOX_FINGERPRINT, INVENTORY_ADD
+from ..inbox import ARRIVAL, INBOX_FINGERPRINT
 from ..keys import DELIVERIES
 from ..ledger import INSERT_CONTROL, PURGE_CHUNK
 from ..outbox import MARK_ONE, mark_one_params
@@ -78,31 +78,24 @@ class SqliteTx(Tx):
             raise RuntimeError(f"inbox: key {(source, event_id)!r} vanished inside a transaction")
         return Claim(Outcome.DUPLICATE if stored == fingerprint else Outcome.CONFLICT, event_id)
 
-    def inbox_claim_stock(
-        self,
-        source: str,
-        event_id: str,
-        fingerprint: str,
-        *,
-        type: str,
-        now: float,
-        stock: tuple[str, int],
-        counted: str,
+    def inbox_claim_lone(
+        self, source: str, event_id: str, fingerprint: str, type: str, now: float
     ) -> bool:
-        """``InboxQueries.inbox_claim_stock``'s four statements on the connection itself: a
-        lone new event is the sink's most common transaction, and each layer of Python
-        between it and SQLite (``scalar``, ``inbox_claim``, the bump's join) is a measurable
-        share of it (bench/CHANGES.md item 98). The one writer's lock, held since BEGIN
-        IMMEDIATE, keeps the counter read here the one this commit bumps."""
+        """``InboxQueries.inbox_claim_lone`` on the connection itself: a lone new event is
+        the sink's most common transaction, and each layer of Python between it and SQLite
+        (``scalar``, ``inbox_claim``) is a measurable share of it (bench/CHANGES.md items 98,
+        104). The arrival counter is read here and bumped by ``inbox_count_lone``: the one
+        writer's lock, held since BEGIN IMMEDIATE, keeps the value read the one this commit
+        bumps."""
         conn = self._conn
         taken = conn.execute(q.ARRIVALS_TAKEN).fetchone()
         arrival = 1 if taken is None else int(taken[0]) + 1
         params = (source, event_id, fingerprint, type, now, now, arrival, arrival)
-        if not conn.execute(q.INBOX_CLAIM, params).rowcount:
-            return False
-        conn.execute(INVENTORY_ADD, stock)
-        conn.execute(BUMP_TWO, (ARRIVAL, 1, counted, 1))
-        return True
+        return bool(conn.execute(q.INBOX_CLAIM, params).rowcount)
+
+    def inbox_count_lone(self, counted: str) -> None:
+        """The ``counted`` outcome's and the arrival number's counts in one upsert."""
+        self._conn.execute(BUMP_TWO, (ARRIVAL, 1, counted, 1))
 
     def inbox_fingerprint(self, source: str, event_id: str) -> str | None:
         """The read by key of every lone event, on the connection itself (item 99)."""
