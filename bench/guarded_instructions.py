@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from .guarded_relay import SOURCE, Wire, fill_outbox, lab_text
@@ -66,8 +67,25 @@ def sink_life(kind: str, folder: Path, new: int, dup: int) -> int:
     else:
         command = [sys.executable, "-m", "ackledger.cli", "serve", "sink", "--db", db]
         command += ["--port", "0"]
+    sends = [*range(new), *(n % new for n in range(dup))]
+    texts = ((f"e-{n}", SOURCE, lab_text(f"e-{n}", n)) for n in sends)
+    # The guarded sinks end with their connection (--once); serve sink on SIGTERM.
+    return counted_sink(command, _env(), texts, stop=kind == "ours", what=f"the {kind} sink")
+
+
+def counted_sink(
+    command: list[str],
+    env: dict[str, str],
+    sends: Iterable[tuple[str, str, str]],
+    *,
+    stop: bool,
+    what: str,
+) -> int:
+    """Instructions of the sink ``command`` run under valgrind, sent each (id, source, text)
+    of ``sends`` in turn over one kept connection; ``stop``: it exits on SIGTERM, else when
+    its connection closes."""
     process = subprocess.Popen(
-        [*_CALLGRIND, *command], env=_env(), cwd=_ROOT, text=True,
+        [*_CALLGRIND, *command], env=env, cwd=_ROOT, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:
@@ -76,14 +94,13 @@ def sink_life(kind: str, folder: Path, new: int, dup: int) -> int:
         while found is None:
             line = process.stdout.readline()
             if not line:
-                raise SystemExit(f"the {kind} sink did not start")
+                raise SystemExit(f"{what} did not start")
             found = _LISTENING.search(line)
         wire = Wire(found.group(1), int(found.group(2)))
-        for number in [*range(new), *(n % new for n in range(dup))]:
-            event_id = f"e-{number}"
-            wire.send(event_id, SOURCE, lab_text(event_id, number))
+        for sent in sends:
+            wire.send(*sent)
         wire.close()
-        if kind == "ours":  # the guarded sinks end with their connection (--once)
+        if stop:
             process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=600)
     finally:

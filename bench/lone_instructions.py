@@ -17,8 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -27,9 +25,9 @@ from ackledger.envelope import canonical_json
 
 from .fill import SOURCE as GENERIC_SOURCE
 from .fill import generic
-from .guarded_instructions import _CALLGRIND, _LISTENING, _collected
+from .guarded_instructions import counted_sink
 from .guarded_relay import SOURCE as LAB_SOURCE
-from .guarded_relay import Wire, lab_text
+from .guarded_relay import lab_text
 
 _ROOT = str(Path(__file__).resolve().parent.parent)
 _HANDLERS = "bench.handlers:HANDLERS"
@@ -54,30 +52,9 @@ def _life(src: str, user: bool, folder: Path, new: int, dup: int) -> int:
     if user:
         command += ["--handlers", _HANDLERS]
     env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{_ROOT}"}
-    process = subprocess.Popen(
-        [*_CALLGRIND, *command], env=env, cwd=_ROOT, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
-    try:
-        assert process.stdout is not None
-        found = None
-        while found is None:
-            line = process.stdout.readline()
-            if not line:
-                raise SystemExit("the sink did not start")
-            found = _LISTENING.search(line)
-        wire = Wire(found.group(1), int(found.group(2)))
-        texts = _texts(user, new)
-        for number in [*range(new), *(n % new for n in range(dup))]:
-            wire.send(*texts[number])
-        wire.close()
-        process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=600)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    return _collected(stderr)
+    texts = _texts(user, new)
+    sends = (texts[n] for n in [*range(new), *(n % new for n in range(dup))])
+    return counted_sink(command, env, sends, stop=True, what="the sink")
 
 
 def per_event(src: str, user: bool, events: int) -> tuple[float, float]:
