@@ -141,14 +141,6 @@ def _checked(obj: dict[str, Any], types: EventTypes) -> tuple[dict[str, Any], st
     )
 
 
-#: ``fast_encoded``'s pieces, for ``validate.validate_encoded``, which runs them without its
-#: frame: the names it takes, its check (raises ``NotCommon`` or InvalidEvent when ``obj``
-#: is not the common case).
-FAST_NAMES = _FAST_WITH_KEY
-NotCommon = _Slow
-checked_common = _checked
-
-
 def _printable(text: object) -> str:
     """``text`` if it is a subject or partitionkey the full rules accept, else _Slow."""
     if type(text) is not str or not 1 <= len(text) <= 256:

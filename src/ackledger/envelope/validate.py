@@ -17,7 +17,7 @@ from .. import event as v1
 from ..errors import InvalidEvent
 from ..event_types import EventTypes, check_type_name
 from .content import MAX_EVENT_BYTES, canonical_json
-from .fast import FAST_NAMES, NotCommon, checked_common
+from .fast import fast_encoded
 from .json_value import check_text, copy_json, shown_name
 from .timestamp import is_rfc3339
 from .trace_context import is_traceparent, is_tracestate
@@ -61,12 +61,8 @@ def validate_encoded(obj: object, *, types: EventTypes | None = None) -> tuple[d
     """``validate_cloudevent`` and the event's canonical JSON, which the size rule needs
     anyway: the callers that store, send or fingerprint the event reuse it."""
     kinds = types if types is not None else _reference_types()
-    # ``fast_encoded``'s two steps without its frame (the sink's per-event path).
-    if type(obj) is dict and obj.keys() <= FAST_NAMES:
-        try:
-            found: tuple[dict[str, Any], str] | None = checked_common(obj, kinds)
-        except (NotCommon, InvalidEvent):
-            found = None
+    if type(obj) is dict:
+        found = fast_encoded(obj, kinds)
         if found is not None:
             text = found[1]
             if len(text) <= MAX_EVENT_BYTES // 4 or len(text.encode("utf-8")) <= MAX_EVENT_BYTES:
