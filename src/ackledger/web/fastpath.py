@@ -17,8 +17,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import operator
-import threading
 from collections.abc import Callable, Sequence
+from threading import get_ident
 from typing import Any, Generic, TypeVar
 
 from starlette.types import Receive, Scope, Send
@@ -30,6 +30,7 @@ from .direct import Headers, Outcome, Pending, settled, waited
 
 _LOG = logging.getLogger("ackledger.web")
 _ITEM = operator.itemgetter(0)
+_LISTENER_FAILED = "Exception in a group commit's listener"
 
 #: A route's answer to its headers and body (None: over the cap, not read).
 AnswerMaker = Callable[[Headers, bytes | None], Outcome]
@@ -100,18 +101,6 @@ class GroupCommit(Generic[Item, Result]):
         #: The loop the pending flush was scheduled on.
         self._flush_loop: asyncio.AbstractEventLoop | None = None
 
-    def _running_loop(self) -> asyncio.AbstractEventLoop:
-        """The running loop, remembered: ``asyncio.get_running_loop`` makes a ``getpid``
-        system call each time (CPython 3.11), one per request here. A remembered loop that
-        is running in this very thread is the running one (a thread runs one loop at a time,
-        and a thread's id is reused only once it has ended, its loop stopped with it)."""
-        loop = self._loop
-        thread = threading.get_ident()
-        if loop is None or self._thread != thread or not loop.is_running():
-            loop = self._loop = asyncio.get_running_loop()
-            self._thread = thread
-        return loop
-
     async def submit(self, item: Item) -> Result:
         pending: Pending[Result] = Pending(_no_answer)
         self.enqueue(item, pending)
@@ -121,7 +110,15 @@ class GroupCommit(Generic[Item, Result]):
     def enqueue(self, item: Item, pending: Pending[Result]) -> None:
         """Add ``item`` to the next flush (on the running loop); ``pending`` gets its result
         (the direct routes, ``web.direct``, answer in its listener)."""
-        loop = self._running_loop()
+        # The running loop, remembered: ``asyncio.get_running_loop`` makes a ``getpid``
+        # system call each time (CPython 3.11), one per request here. A remembered loop that
+        # is running in this very thread is the running one (a thread runs one loop at a
+        # time, and a thread's id is reused only once it has ended, its loop stopped with it).
+        loop = self._loop
+        thread = get_ident()
+        if loop is None or self._thread != thread or not loop.is_running():
+            loop = self._loop = asyncio.get_running_loop()
+            self._thread = thread
         if self._scheduled and self._flush_loop is not loop:
             # The flush was scheduled on a loop that stopped before running it (a server shut
             # down mid-request): it will never run. Its items' requests were never answered,
@@ -138,23 +135,25 @@ class GroupCommit(Generic[Item, Result]):
     def _flush(self) -> None:
         self._scheduled = False
         waiting, self._waiting = self._waiting, []
+        # A lone item's list made directly; a group's without a comprehension's frame.
+        items = [waiting[0][0]] if len(waiting) == 1 else list(map(_ITEM, waiting))
         try:
-            results = self._apply_all(list(map(_ITEM, waiting)))  # no comprehension's frame
+            results = self._apply_all(items)
         except Exception as exc:
             for _, pending in waiting:
-                _tell(pending.fail, exc)
+                try:
+                    pending.fail(exc)
+                except Exception:
+                    _LOG.exception(_LISTENER_FAILED)
             return
+        # A listener that raises is logged, as the loop logs a future's callback that raises,
+        # and the rest of the group is still answered (the ``try`` in the loop, not a helper
+        # called per item: a frame fewer a request).
         for (_, pending), result in zip(waiting, results, strict=True):
-            _tell(pending.resolve, result)
-
-
-def _tell(settle: Callable[[Any], None], value: Any) -> None:
-    """Settle one item's ``Pending``: a listener that raises is logged, as the loop logs a
-    future's callback that raises, and the rest of the group is still answered."""
-    try:
-        settle(value)
-    except Exception:
-        _LOG.exception("Exception in a group commit's listener")
+            try:
+                pending.resolve(result)
+            except Exception:
+                _LOG.exception(_LISTENER_FAILED)
 
 
 def _no_answer(pending: Pending[Any]) -> Answer:
