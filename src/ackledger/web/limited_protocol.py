@@ -74,6 +74,9 @@ def _too_large_answer(cap: int) -> bytes:
     return _TOO_LARGE % (len(body), body)
 
 
+#: The header names ``_begin_direct`` reads (llhttp takes Proxy-Connection for Connection).
+_WATCHED = frozenset({b"transfer-encoding", b"content-length", b"connection", b"proxy-connection"})
+
 #: uvicorn's answer to an app that raised before answering: its header lines and body.
 _FAILED_HEAD = (
     b"content-type: text/plain; charset=utf-8\r\ncontent-length: 21\r\nconnection: close\r\n"
@@ -421,13 +424,21 @@ class LimitedHttpTools(HttpToolsProtocol):
         limit = self.limit_concurrency
         if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
             return False  # uvicorn's 503
-        over_cap = False
+        over_cap = asked = False
         for name, value in self.headers:
-            if name == b"transfer-encoding":
-                return False  # a chunked body: read_body's own count of it
-            if name == b"content-length" and value.isdigit() and int(value) > route.cap:
-                over_cap = True
-        keep_alive = parser.get_http_version() != "1.0" and parser.should_keep_alive()
+            if name in _WATCHED:
+                if name == b"transfer-encoding":
+                    return False  # a chunked body: read_body's own count of it
+                if name == b"content-length":
+                    over_cap = over_cap or (value.isdigit() and int(value) > route.cap)
+                else:
+                    asked = True
+        # uvicorn keeps no HTTP/1.0 connection alive. llhttp keeps one alive only when it
+        # asked to be (a Connection header), so the version, a string formatted per call
+        # (~0.3 us), is read only then (bench/CHANGES.md item 111).
+        keep_alive = parser.should_keep_alive() and not (
+            asked and parser.get_http_version() == "1.0"
+        )
         cycle = _Direct(self, route, self.headers, keep_alive, over_cap)
         existing = self.cycle
         self.cycle = cycle  # type: ignore[assignment]
