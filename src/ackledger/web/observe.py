@@ -76,7 +76,8 @@ class _DirectTiming:
     nothing). A request then costs one call of a bound method (which the interpreter runs
     in the caller's own evaluation loop; a ``functools.partial`` or an object's
     ``__call__`` starts a new one) instead of three, and no key is built (bench/CHANGES.md
-    item 111). With the access log on, every answer takes ``observe_direct`` to be logged."""
+    item 111). The first answer of a status, any other status, and every answer while the
+    access log is on take ``Observed.observe_seconds`` (the same steps as before)."""
 
     __slots__ = ("_counts", "_observed", "_path")
 
