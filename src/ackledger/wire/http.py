@@ -51,7 +51,7 @@ class _Connection:
     reader kept with it (llhttp's parser carries on from one answer to the next).
 
     The socket is non-blocking once connected, and every wait is a ``poll`` for at most the
-    time left until the call's deadline (``end``, set by ``begin`` for each call), so the
+    time left until the call's deadline (``end``, set by ``_post`` for each call), so the
     time-out bounds the whole call: a server that drips one byte a second cannot hold a
     sender past it. A socket with a time-out would need its time-out lowered before each read
     and restored after it (an ``ioctl`` each in CPython's ``settimeout``): the per-item
@@ -79,11 +79,6 @@ class _Connection:
         # fit to carry a request.
         return bool(self.poller.poll(0))
 
-    def begin(self, timeout: float, started: float) -> None:
-        """A call starts: its deadline is ``timeout`` seconds after ``started``."""
-        self.timeout = timeout
-        self.end = started + timeout
-
     def _wait(self, events: int) -> None:
         """Return once the socket is ready for ``events`` (or has failed); TimeoutError when
         the deadline passes first."""
@@ -103,8 +98,17 @@ class _Connection:
                 poller.modify(self.sock, select.POLLIN)
 
     def sendall(self, data: bytes) -> None:
+        # A request (a few hundred bytes into an idle connection's empty buffer) nearly always
+        # goes in one send: the view and its slices are made only for what is left.
+        try:
+            sent = self.sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        if sent < len(data):
+            self._send_rest(memoryview(data)[sent:])
+
+    def _send_rest(self, view: memoryview) -> None:
         sock = self.sock
-        view = memoryview(data)
         while view:
             try:
                 view = view[sock.send(view) :]
@@ -112,14 +116,18 @@ class _Connection:
                 self._wait(select.POLLOUT)
 
     def recv(self, size: int) -> bytes:
-        sock = self.sock
+        # The answer is never there yet when asked for: wait first, then read. ``_wait`` for
+        # reading, inline (once an answer, and the poller is registered for reading already).
         while True:
-            # The answer is never there yet when asked for: wait first, then read.
-            self._wait(select.POLLIN)
-            try:
-                return sock.recv(size)
-            except BlockingIOError:  # woken without data (a spurious wake-up): wait again
-                continue
+            left = self.end - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no complete answer within the {self.timeout:g} s time-out")
+            # Rounded up, as CPython rounds a socket's own time-out for poll().
+            if self.poller.poll(math.ceil(left * 1000)):
+                try:
+                    return self.sock.recv(size)
+                except BlockingIOError:  # woken without data (a spurious wake-up): wait again
+                    continue
 
     def close(self) -> None:
         self.sock.close()
@@ -262,7 +270,9 @@ def _post(how: Route, body: bytes, extra: bytes = b"") -> tuple[int, Any]:
     started = time.monotonic()
     conn = _connection(how.key, how.target, how.timeout)
     try:
-        conn.begin(how.timeout, started)
+        # The call's deadline: every wait of this call ends by it.
+        conn.end = started + how.timeout
+        conn.timeout = how.timeout
         head = how.head
         if extra:  # the head ends in "Content-Length: ": the lines go before it
             head = head[: -len(_LENGTH)] + extra + _LENGTH
