@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from ackledger import Inbox, warehouse
 from ackledger.store import open_backend
 from ackledger.store.base import Backend
 
@@ -109,3 +110,52 @@ def test_a_failed_commit_is_rolled_back_not_left_open(backend: Backend) -> None:
     with backend.write() as tx:
         tx.execute("INSERT INTO counters (name, value) VALUES ('next', 1)")
     assert names(backend) == ["next"]
+
+
+def test_a_lone_read_and_note_refuses_to_nest_in_either_write(backend: Backend) -> None:
+    # ``inbox_read_or_note`` takes the lock once for a read on the main connection and a note
+    # on the relaxed one: inside this thread's open transaction of either kind it is refused,
+    # as ``lookup`` and ``write`` are, and the outer transaction commits.
+    assert backend.inbox_read_or_note("s", "free", "f", 1.0, "sink.duplicate") is None
+    assert backend._relaxed_conn is None  # type: ignore[attr-defined] # opened by a note only
+    for durable in (True, False):
+        with backend.write(durable=durable) as tx:
+            tx.execute("INSERT INTO counters (name, value) VALUES (?, 1)", (f"outer-{durable}",))
+            with pytest.raises(sqlite3.OperationalError, match="within a transaction"):
+                backend.inbox_read_or_note("s", "free", "f", 1.0, "sink.duplicate")
+        assert not backend.in_transaction()  # type: ignore[attr-defined]
+    assert names(backend) == ["outer-False", "outer-True"]
+
+
+def test_a_lone_resends_failed_note_is_rolled_back_and_keeps_no_lock(tmp_path: Path) -> None:
+    inbox = Inbox(tmp_path / "inbox.db")
+    event = warehouse.event("n-1", "tea", 2)
+    assert inbox.receive(event) == "applied"
+    with inbox._db.write() as tx:
+        # The note's second statement (the counts) fails after its first (the receipt's
+        # note) ran in the same transaction.
+        tx.execute(
+            "CREATE TRIGGER refuse_duplicates BEFORE INSERT ON counters "
+            "WHEN NEW.name = 'sink.duplicate' BEGIN SELECT RAISE(ABORT, 'refused'); END"
+        )
+    with pytest.raises(sqlite3.DatabaseError, match="refused"):
+        inbox.receive(event)
+    assert not inbox._db.in_transaction()  # type: ignore[attr-defined]
+    done = threading.Event()
+
+    def other() -> None:
+        with inbox._db.write() as tx:
+            tx.execute("DROP TRIGGER refuse_duplicates")
+        done.set()
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    thread.join(timeout=30)
+    assert done.is_set(), "the lock of the failed note was never released"
+    receipt = inbox.receipt("n-1", source=event["source"])
+    assert receipt is not None and receipt["receipts"] == 1  # nothing of the failed note
+    assert inbox.receive(event) == "duplicate"
+    receipt = inbox.receipt("n-1", source=event["source"])
+    assert receipt is not None and receipt["receipts"] == 2
+    assert inbox.counters() == {"applied": 1, "duplicate": 1, "conflict": 0}
+    inbox.close()
