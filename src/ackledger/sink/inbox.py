@@ -418,20 +418,22 @@ class Inbox(Database):
         stored = db.inbox_read_or_note(source, event_id, fingerprint, now, _DUPLICATE_COUNTER)
         if stored == fingerprint:
             return [BatchResult([_DUPLICATE])]
-        item = _Item(event, fingerprint, handler, identity)
         if stored is None:
             try:
-                return self._apply_new_lone(item, now)
+                return self._apply_new_lone(event, fingerprint, handler, now)
             except _ClaimedMeanwhile:
                 pass
-        elif self._alike(item, stored):
+        item = _Item(event, fingerprint, handler, identity)
+        if stored is not None and self._alike(item, stored):
             # Stored by a v1 inbox (its fingerprint): noted as the backend notes a re-send.
             with db.write(durable=False) as tx:
                 tx.inbox_note_lone(source, event_id, now, _DUPLICATE_COUNTER)
             return [BatchResult([_DUPLICATE])]
         return self._apply_written([[item]], now)
 
-    def _apply_new_lone(self, item: _Item, now: float) -> list[BatchResult]:
+    def _apply_new_lone(
+        self, event: dict[str, Any], fingerprint: str, handler: Handler, now: float
+    ) -> list[BatchResult]:
         """A lone event whose identity the read found free: the arrival number and the claim
         (``Tx.inbox_claim_lone``), its handler in that same transaction, the counts
         (``Tx.inbox_count_lone``), one durable commit: the statements ``_apply_one_by_one``
@@ -440,12 +442,13 @@ class Inbox(Database):
         failing handler rolls the whole transaction back instead. What the general way then
         commits is only the arrival number it took (its claim and the handler's writes
         undone, no outcome counted): ``_skip_arrival`` commits just that."""
-        event = item.event
-        handler = item.handler
         failure: Exception | None = None
         try:
             with self._db.write() as tx:
-                if not tx.inbox_claim_lone(*item.identity, item.fingerprint, event["type"], now):
+                claimed = tx.inbox_claim_lone(
+                    event["source"], event["id"], fingerprint, event["type"], now
+                )
+                if not claimed:
                     raise _ClaimedMeanwhile
                 pair = self._handler_tx
                 if pair is None or pair[0] is not tx:
