@@ -159,3 +159,43 @@ def test_a_lone_resends_failed_note_is_rolled_back_and_keeps_no_lock(tmp_path: P
     assert receipt is not None and receipt["receipts"] == 2
     assert inbox.counters() == {"applied": 1, "duplicate": 1, "conflict": 0}
     inbox.close()
+
+
+def test_a_lone_read_runs_on_the_connection_that_wrote_last(tmp_path: Path) -> None:
+    # A WAL connection drops its page cache when it sees another's commit: the read by key
+    # follows the writes (the note's connection after a re-send, the main one after a new
+    # event), and reads the same committed rows on either.
+    inbox = Inbox(tmp_path / "inbox.db")
+    first, second = warehouse.event("w-1", "tea", 1), warehouse.event("w-2", "tea", 1)
+    assert inbox.receive(first) == "applied"
+    assert inbox.receive(first) == "duplicate"  # read on main, noted on the relaxed one
+    backend = inbox._db
+    main, relaxed = backend._conn, backend._relaxed_conn  # type: ignore[attr-defined]
+    on_main: list[str] = []
+    on_relaxed: list[str] = []
+    main.set_trace_callback(on_main.append)
+    relaxed.set_trace_callback(on_relaxed.append)
+    try:
+        assert inbox.receive(first) == "duplicate"
+        assert [s.split()[0] for s in on_relaxed] == [
+            "SELECT",
+            "BEGIN",
+            "UPDATE",
+            "INSERT",
+            "COMMIT",
+        ]
+        assert on_main == []
+        on_relaxed.clear()
+        assert inbox.receive(second) == "applied"  # read where the last note was written
+        assert [s.split()[0] for s in on_relaxed] == ["SELECT"]
+        assert on_main[0].split()[0] == "BEGIN"
+        on_main.clear()
+        on_relaxed.clear()
+        assert inbox.receive(first) == "duplicate"  # after a new event: read on main
+        assert [s.split()[0] for s in on_main] == ["SELECT"]
+        assert [s.split()[0] for s in on_relaxed] == ["BEGIN", "UPDATE", "INSERT", "COMMIT"]
+    finally:
+        main.set_trace_callback(None)
+        relaxed.set_trace_callback(None)
+    assert inbox.counters() == {"applied": 2, "duplicate": 3, "conflict": 0}
+    inbox.close()

@@ -162,6 +162,8 @@ class SqliteBackend(Backend):
         #: The connection the relaxed writes commit on, once known (``inbox_read_or_note``).
         self._note_conn: sqlite3.Connection | None = None if mode == "FULL" else self._conn
         self._autocommit = _Autocommit(self._conn, self._lock, self._relaxed_busy)
+        #: The connection ``inbox_read_or_note`` reads with next.
+        self._lone_reader = self._conn
 
     def _configure(self, mode: str) -> None:
         self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
@@ -237,8 +239,13 @@ class SqliteBackend(Backend):
                 # Inside this thread's own transaction (either connection's): refused, as
                 # ``lookup`` and ``write`` refuse it.
                 raise sqlite3.OperationalError("cannot start a transaction within a transaction")
-            found = conn.execute(INBOX_FINGERPRINT, (source, event_id)).fetchone()
+            # Read on the connection this wrote with last (the note's after a re-send, the
+            # main one after a new event): a WAL connection drops its page cache when it sees
+            # another's commit, so a run of re-sends keeps its pages warm (~4k instructions
+            # a re-send, bench/CHANGES.md item 108). Either sees what is committed.
+            found = self._lone_reader.execute(INBOX_FINGERPRINT, (source, event_id)).fetchone()
             if found is None:
+                self._lone_reader = conn  # a new event's write follows, on the main one
                 return None
             stored = str(found[0])
             if stored == fingerprint:
@@ -257,6 +264,7 @@ class SqliteBackend(Backend):
                         with contextlib.suppress(sqlite3.Error):
                             note.execute("ROLLBACK")
                     raise
+                self._lone_reader = note
             return stored
 
     def statement(self) -> AbstractContextManager[Tx]:
