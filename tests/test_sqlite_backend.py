@@ -28,6 +28,22 @@ def names(backend: Backend) -> list[str]:
         return [str(name) for (name,) in tx.execute("SELECT name FROM counters ORDER BY name")]
 
 
+def _written_by_another_thread(backend: Backend, statement: str) -> bool:
+    """Whether another thread's write transaction of ``statement`` committed within 30 s (it
+    waits for the backend's lock)."""
+    done = threading.Event()
+
+    def other() -> None:
+        with backend.write() as tx:
+            tx.execute(statement)
+        done.set()
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    thread.join(timeout=30)
+    return done.is_set()
+
+
 def test_a_write_inside_a_write_is_refused_and_the_outer_one_commits(backend: Backend) -> None:
     with backend.write() as tx:
         tx.execute("INSERT INTO counters (name, value) VALUES ('outer', 1)")
@@ -82,17 +98,10 @@ def test_an_error_rolls_back_and_lets_other_threads_write(backend: Backend) -> N
     with pytest.raises(KeyError), backend.write() as tx:
         tx.execute("INSERT INTO counters (name, value) VALUES ('lost', 1)")
         raise KeyError("boom")
-    done = threading.Event()
-
-    def other() -> None:
-        with backend.write() as tx:
-            tx.execute("INSERT INTO counters (name, value) VALUES ('other', 1)")
-        done.set()
-
-    thread = threading.Thread(target=other)
-    thread.start()
-    thread.join(timeout=30)
-    assert done.is_set(), "the lock of the failed transaction was never released"
+    written = _written_by_another_thread(
+        backend, "INSERT INTO counters (name, value) VALUES ('other', 1)"
+    )
+    assert written, "the lock of the failed transaction was never released"
     assert names(backend) == ["other"]
 
 
@@ -141,17 +150,8 @@ def test_a_lone_resends_failed_note_is_rolled_back_and_keeps_no_lock(tmp_path: P
     with pytest.raises(sqlite3.DatabaseError, match="refused"):
         inbox.receive(event)
     assert not inbox._db.in_transaction()  # type: ignore[attr-defined]
-    done = threading.Event()
-
-    def other() -> None:
-        with inbox._db.write() as tx:
-            tx.execute("DROP TRIGGER refuse_duplicates")
-        done.set()
-
-    thread = threading.Thread(target=other)
-    thread.start()
-    thread.join(timeout=30)
-    assert done.is_set(), "the lock of the failed note was never released"
+    written = _written_by_another_thread(inbox._db, "DROP TRIGGER refuse_duplicates")
+    assert written, "the lock of the failed note was never released"
     receipt = inbox.receipt("n-1", source=event["source"])
     assert receipt is not None and receipt["receipts"] == 1  # nothing of the failed note
     assert inbox.receive(event) == "duplicate"
