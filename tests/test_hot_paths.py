@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -18,8 +19,8 @@ from ackledger.event import (
     fingerprint,
     validate_event,
 )
-from ackledger.sink.app import _ack_body, _batch_acks_body
-from ackledger.web.answers import json_answer
+from ackledger.sink.app import _Ack, _ack_body, _batch_acks_body
+from ackledger.web.answers import Answer, json_answer
 from ackledger.wire.targets import check_target
 
 IDENT = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,130}", fullmatch=True)
@@ -126,3 +127,22 @@ def test_the_sinks_batch_acks_body_is_its_json(acks: list[tuple[str, str, str]])
         ]
     }
     assert _batch_acks_body(items, statuses) == json_answer(payload).body
+
+
+@pytest.mark.parametrize("replayed", [False, True])
+def test_the_sinks_ack_is_the_answer_it_stands_for(replayed: bool) -> None:
+    """``_Ack`` writes its fields itself (not through the frozen dataclass's ``__init__``):
+    the same fields, headers and lines as the ``Answer`` it replaces, and still frozen."""
+    body = b'{"ack":true,"id":"a-1","source":"urn:x","status":"duplicate"}'
+    ack = _Ack(body, replayed)
+    answer = Answer(200, body, "application/json", _REPLAYED if replayed else None)
+    assert isinstance(ack, Answer)
+    fields = [field.name for field in dataclasses.fields(Answer)]
+    assert [getattr(ack, name) for name in fields] == [getattr(answer, name) for name in fields]
+    assert ack.header_pairs() == answer.header_pairs()
+    assert ack.head_lines() == Answer.head_lines(answer)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ack.status = 500  # type: ignore[misc]
+
+
+_REPLAYED = {"Idempotent-Replayed": "true"}

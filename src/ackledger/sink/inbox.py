@@ -280,6 +280,10 @@ def _v1_same(tx: Tx, item: _Item) -> bool:
     return legacy is not None and legacy == tx.inbox_fingerprint(*item.identity)
 
 
+def _no_handler(event: dict[str, Any]) -> NoHandler:
+    return NoHandler(f"type: no handler for event type {event['type']!r} at this inbox")
+
+
 def _conflict(item: _Item) -> Conflict:
     source, event_id = item.identity
     return Conflict(
@@ -331,7 +335,7 @@ class Inbox(Database):
         event, text = validate_encoded(obj, types=self._types)
         handler = self._handlers.get(event["type"])
         if handler is None:
-            raise NoHandler(f"type: no handler for event type {event['type']!r} at this inbox")
+            raise _no_handler(event)
         return _Item(event, fingerprint_of(event, text), handler, (event["source"], event["id"]))
 
     def _prepared_prefix(self, events: Sequence[object]) -> tuple[list[_Item], Exception | None]:
@@ -371,12 +375,16 @@ class Inbox(Database):
         price of one fsync.
         """
         if len(runs) == 1 and len(runs[0]) == 1:
-            # One client's one event, the common group: the same outcome with fewer objects.
+            # One client's one event, the common group: ``_prepare``'s steps without its
+            # frame and its ``_Item``, which only a new event needs (``_apply_lone``).
             try:
-                item = self._prepare(runs[0][0])
+                event, text = validate_encoded(runs[0][0], types=self._types)
+                handler = self._handlers.get(event["type"])
+                if handler is None:
+                    raise _no_handler(event)
             except AckledgerError as exc:
                 return [BatchResult([], exc)]
-            return self._apply_lone(item)
+            return self._apply_lone(event, fingerprint_of(event, text), handler)
         prepared = [self._prepared_prefix(run) for run in runs]
         if not any(items for items, _ in prepared):
             return [BatchResult([], error) for _, error in prepared]
@@ -390,32 +398,42 @@ class Inbox(Database):
         """Apply prepared runs in ONE committed write transaction (a rolled-back attempt
         applies nothing, so it does not count)."""
         if len(runs) == 1 and len(runs[0]) == 1:
-            return self._apply_lone(runs[0][0])
+            item = runs[0][0]
+            return self._apply_lone(item.event, item.fingerprint, item.handler)
         return self._apply_written(runs, time.time())
 
-    def _apply_lone(self, item: _Item) -> list[BatchResult]:
+    def _apply_lone(
+        self, event: dict[str, Any], fingerprint: str, handler: Handler
+    ) -> list[BatchResult]:
         """One event alone (one client's one event, the common group), as ``_apply`` does
         any group. The read by key comes first: a re-send is answered from it, with no write
-        lock taken to find it out. A new event, whatever its handler, is then
+        lock taken to find it out, and its note is written in the same call of the backend
+        (``Backend.inbox_read_or_note``: its note and counts, as ``_note_duplicates`` writes
+        them for a run of one). A new event, whatever its handler, is then
         ``_apply_new_lone``'s one transaction; if its identity was claimed since the read,
         that attempt is rolled back before it wrote a count and the general way decides."""
-        db = self._db
-        with db.lookup() as tx:
-            stored = tx.inbox_fingerprint(*item.identity)
+        source, event_id = identity = event["source"], event["id"]
         now = time.time()
+        db = self._db
+        stored = db.inbox_read_or_note(source, event_id, fingerprint, now, _DUPLICATE_COUNTER)
+        if stored == fingerprint:
+            return [BatchResult([_DUPLICATE])]
         if stored is None:
             try:
-                return self._apply_new_lone(item, now)
+                return self._apply_new_lone(event, fingerprint, handler, now)
             except _ClaimedMeanwhile:
                 pass
-        elif stored == item.fingerprint or self._alike(item, stored):
-            # Its note and counts, as ``_note_duplicates`` writes them for a run of one.
+        item = _Item(event, fingerprint, handler, identity)
+        if stored is not None and self._alike(item, stored):
+            # Stored by a v1 inbox (its fingerprint): noted as the backend notes a re-send.
             with db.write(durable=False) as tx:
-                tx.inbox_note_lone(*item.identity, now, _DUPLICATE_COUNTER)
+                tx.inbox_note_lone(source, event_id, now, _DUPLICATE_COUNTER)
             return [BatchResult([_DUPLICATE])]
         return self._apply_written([[item]], now)
 
-    def _apply_new_lone(self, item: _Item, now: float) -> list[BatchResult]:
+    def _apply_new_lone(
+        self, event: dict[str, Any], fingerprint: str, handler: Handler, now: float
+    ) -> list[BatchResult]:
         """A lone event whose identity the read found free: the arrival number and the claim
         (``Tx.inbox_claim_lone``), its handler in that same transaction, the counts
         (``Tx.inbox_count_lone``), one durable commit: the statements ``_apply_one_by_one``
@@ -424,12 +442,13 @@ class Inbox(Database):
         failing handler rolls the whole transaction back instead. What the general way then
         commits is only the arrival number it took (its claim and the handler's writes
         undone, no outcome counted): ``_skip_arrival`` commits just that."""
-        event = item.event
-        handler = item.handler
         failure: Exception | None = None
         try:
             with self._db.write() as tx:
-                if not tx.inbox_claim_lone(*item.identity, item.fingerprint, event["type"], now):
+                claimed = tx.inbox_claim_lone(
+                    event["source"], event["id"], fingerprint, event["type"], now
+                )
+                if not claimed:
                     raise _ClaimedMeanwhile
                 pair = self._handler_tx
                 if pair is None or pair[0] is not tx:

@@ -105,6 +105,21 @@ class Backend(abc.ABC):
         transaction. By default ``statements``."""
         return self.statements()
 
+    def inbox_read_or_note(
+        self, source: str, event_id: str, fingerprint: str, now: float, counted: str
+    ) -> str | None:
+        """A lone event's read by key (``lookup``), and when it finds ``fingerprint`` (a
+        re-send of the same content) that re-send's note, ``Tx.inbox_note_lone``, committed
+        as ``write(durable=False)`` commits it. Returns the stored fingerprint, None when the
+        identity is free. The sink's most common request is a re-send: a backend may do both
+        through one entry (SQLite does, bench/CHANGES.md item 108)."""
+        with self.lookup() as tx:
+            stored = tx.inbox_fingerprint(source, event_id)
+        if stored == fingerprint:
+            with self.write(durable=False) as tx:
+                tx.inbox_note_lone(source, event_id, now, counted)
+        return stored
+
     @abc.abstractmethod
     def close(self) -> None: ...
 

@@ -13,7 +13,8 @@ from pathlib import Path
 from types import TracebackType
 
 from ..base import Backend, Tx, check_synchronous
-from .tx import SqliteTx
+from ..inbox import INBOX_FINGERPRINT
+from .tx import SqliteTx, note_lone
 
 BUSY_TIMEOUT_MS = 30_000
 #: The page size of databases this backend creates (see SqliteBackend.__init__).
@@ -158,7 +159,11 @@ class SqliteBackend(Backend):
         self._relaxed_conn: sqlite3.Connection | None = None
         self._write = _WriteTransaction(self._conn, self._lock, self._relaxed_busy)
         self._relaxed_write: _WriteTransaction | None = None if mode == "FULL" else self._write
+        #: The connection the relaxed writes commit on, once known (``inbox_read_or_note``).
+        self._note_conn: sqlite3.Connection | None = None if mode == "FULL" else self._conn
         self._autocommit = _Autocommit(self._conn, self._lock, self._relaxed_busy)
+        #: The connection ``inbox_read_or_note`` reads with next.
+        self._lone_reader = self._conn
 
     def _configure(self, mode: str) -> None:
         self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
@@ -207,7 +212,7 @@ class SqliteBackend(Backend):
                 except BaseException:
                     conn.close()
                     raise
-                self._relaxed_conn = conn
+                self._relaxed_conn = self._note_conn = conn
                 self._relaxed_write = _WriteTransaction(conn, self._lock, self._main_busy)
             return self._relaxed_write
 
@@ -220,6 +225,47 @@ class SqliteBackend(Backend):
 
     def lookup(self) -> AbstractContextManager[Tx]:
         return self._autocommit
+
+    def inbox_read_or_note(
+        self, source: str, event_id: str, fingerprint: str, now: float, counted: str
+    ) -> str | None:
+        """``Backend.inbox_read_or_note`` under one hold of the lock: the read in autocommit
+        on the main connection, a re-send's note in a write transaction of the relaxed
+        writes' connection, with ``lookup``'s and ``write``'s refusals and endings but not
+        their two context managers (~10 Python calls a re-send, bench/CHANGES.md item 108)."""
+        with self._lock:
+            conn, note = self._conn, self._note_conn
+            if conn.in_transaction or (note is not None and note.in_transaction):
+                # Inside this thread's own transaction (either connection's): refused, as
+                # ``lookup`` and ``write`` refuse it.
+                raise sqlite3.OperationalError("cannot start a transaction within a transaction")
+            # Read on the connection this wrote with last (the note's after a re-send, the
+            # main one after a new event): a WAL connection drops its page cache when it sees
+            # another's commit, so a run of re-sends keeps its pages warm (~4k instructions
+            # a re-send, bench/CHANGES.md item 108). Either sees what is committed.
+            found = self._lone_reader.execute(INBOX_FINGERPRINT, (source, event_id)).fetchone()
+            if found is None:
+                self._lone_reader = conn  # a new event's write follows, on the main one
+                return None
+            stored = str(found[0])
+            if stored == fingerprint:
+                if note is None:  # a FULL database's first re-send: opened as ``write`` opens it
+                    self._open_relaxed()
+                    note = self._note_conn
+                    assert note is not None
+                note.execute("BEGIN IMMEDIATE")
+                try:
+                    note_lone(note, source, event_id, now, counted)
+                    note.execute("COMMIT")
+                except BaseException:
+                    # Rolled back whether the note or its COMMIT failed, as
+                    # ``_WriteTransaction.__exit__`` does: nothing of it is left open.
+                    if note.in_transaction:
+                        with contextlib.suppress(sqlite3.Error):
+                            note.execute("ROLLBACK")
+                    raise
+                self._lone_reader = note
+            return stored
 
     def statement(self) -> AbstractContextManager[Tx]:
         # One UPDATE in autocommit: ~13k instructions fewer than BEGIN IMMEDIATE, the UPDATE

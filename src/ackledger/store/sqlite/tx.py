@@ -22,6 +22,16 @@ from . import queries as q
 _OUTCOMES = {outcome.value: outcome for outcome in Outcome}
 
 
+def note_lone(
+    conn: sqlite3.Connection, source: str, event_id: str, now: float, counted: str
+) -> None:
+    """A lone re-send's note in ``conn``'s open write transaction: the note reads its arrival
+    number in its own statement (as ``inbox_note_receipts``), then the ``counted`` outcome's
+    and the arrival number's counts in one upsert (``SqliteBackend.inbox_read_or_note``)."""
+    conn.execute(q.NOTE_RECEIPT_NEXT, (now, 1, source, event_id))
+    conn.execute(BUMP_TWO, (ARRIVAL, 1, counted, 1))
+
+
 class SqliteTx(Tx):
     CLOCK = q.CLOCK
     NEXT_FENCE = q.NEXT_FENCE
@@ -103,11 +113,8 @@ class SqliteTx(Tx):
         return None if found is None else str(found[0])
 
     def inbox_note_lone(self, source: str, event_id: str, now: float, counted: str) -> None:
-        """``InboxQueries.inbox_note_lone``'s two statements on the connection itself: the
-        note reads its arrival number in its own statement, as ``inbox_note_receipts``."""
-        conn = self._conn
-        conn.execute(q.NOTE_RECEIPT_NEXT, (now, 1, source, event_id))
-        conn.execute(BUMP_TWO, (ARRIVAL, 1, counted, 1))
+        """``InboxQueries.inbox_note_lone``'s two statements on the connection itself."""
+        note_lone(self._conn, source, event_id, now, counted)
 
     def inbox_reserve_arrivals(self, count: int) -> tuple[int, dict[str, int]]:
         """The counter as it stands, and its bump left to the caller's ``counters_bump``: the
