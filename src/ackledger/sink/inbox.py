@@ -65,6 +65,8 @@ class _Item(NamedTuple):
     fingerprint: str
     handler: Handler
     identity: tuple[str, str]
+    #: What ``Inbox.read_lone`` read under the identity: None when it was free.
+    stored: str | None = None
 
 
 class _OneByOne(Exception):
@@ -385,7 +387,41 @@ class Inbox(Database):
             except AckledgerError as exc:
                 return [BatchResult([], exc)]
             return self._apply_lone(event, fingerprint_of(event, text), handler)
-        prepared = [self._prepared_prefix(run) for run in runs]
+        return self._apply_prepared([self._prepared_prefix(run) for run in runs])
+
+    def read_lone(self, event: object) -> str | Sequence[object]:
+        """A lone event's steps that need no write transaction, for the request's own turn
+        (the sink's ``POST /events``): validated, its handler found, read by key, and a
+        re-send noted as ``receive`` notes it (``Backend.inbox_read_or_note``; the v1
+        fingerprint's note too). Returns ``"duplicate"`` for a re-send, answered now; else
+        the event prepared, a run of one for ``receive_group``, which neither validates nor
+        reads it again. Raises InvalidEvent or NoHandler (nothing recorded), or the
+        database's error."""
+        event, text = validate_encoded(event, types=self._types)
+        handler = self._handlers.get(event["type"])
+        if handler is None:
+            raise _no_handler(event)
+        return self._read_by_key(event, fingerprint_of(event, text), handler)
+
+    def receive_group(self, runs: Sequence[Sequence[object]]) -> list[BatchResult]:
+        """``receive_runs`` for runs that may be events ``read_lone`` prepared: in ONE
+        transaction, each run as it would be alone. A prepared event found free and alone in
+        its group is ``_apply_new_lone``'s; taken since (``_ClaimedMeanwhile``), stored with
+        other content, or with others in the group, the general way decides (its claim tells
+        a duplicate from a conflict, and counts the conflict durably)."""
+        if len(runs) == 1:
+            run = runs[0]
+            if type(run) is not _Item:
+                return self.receive_runs(runs)
+            return self._apply_read(run)
+        return self._apply_prepared(
+            [([run], None) if type(run) is _Item else self._prepared_prefix(run) for run in runs]
+        )
+
+    def _apply_prepared(
+        self, prepared: Sequence[tuple[Sequence[_Item], Exception | None]]
+    ) -> list[BatchResult]:
+        """Apply runs prepared up to their first refused event, each then stopped by it."""
         if not any(items for items, _ in prepared):
             return [BatchResult([], error) for _, error in prepared]
         results = self._apply([items for items, _ in prepared])
@@ -406,29 +442,45 @@ class Inbox(Database):
         self, event: dict[str, Any], fingerprint: str, handler: Handler
     ) -> list[BatchResult]:
         """One event alone (one client's one event, the common group), as ``_apply`` does
-        any group. The read by key comes first: a re-send is answered from it, with no write
-        lock taken to find it out, and its note is written in the same call of the backend
-        (``Backend.inbox_read_or_note``: its note and counts, as ``_note_duplicates`` writes
-        them for a run of one). A new event, whatever its handler, is then
-        ``_apply_new_lone``'s one transaction; if its identity was claimed since the read,
-        that attempt is rolled back before it wrote a count and the general way decides."""
+        any group: the read by key (``_read_by_key``), then the write (``_apply_read``)."""
+        found = self._read_by_key(event, fingerprint, handler)
+        if isinstance(found, str):
+            return [BatchResult([found])]
+        return self._apply_read(found)
+
+    def _read_by_key(
+        self, event: dict[str, Any], fingerprint: str, handler: Handler
+    ) -> str | _Item:
+        """A lone event's read by key, first: a re-send is answered from it (``"duplicate"``),
+        with no write lock taken to find it out, and its note is written in the same call of
+        the backend (``Backend.inbox_read_or_note``: its note and counts, as
+        ``_note_duplicates`` writes them for a run of one); a receipt of a v1 inbox (its
+        fingerprint) is noted the same way. Anything else is returned as an ``_Item`` with
+        what was read, for ``_apply_read``."""
         source, event_id = identity = event["source"], event["id"]
         now = time.time()
         db = self._db
         stored = db.inbox_read_or_note(source, event_id, fingerprint, now, _DUPLICATE_COUNTER)
         if stored == fingerprint:
-            return [BatchResult([_DUPLICATE])]
-        if stored is None:
-            try:
-                return self._apply_new_lone(event, fingerprint, handler, now)
-            except _ClaimedMeanwhile:
-                pass
-        item = _Item(event, fingerprint, handler, identity)
+            return _DUPLICATE
+        item = _Item(event, fingerprint, handler, identity, stored)
         if stored is not None and self._alike(item, stored):
-            # Stored by a v1 inbox (its fingerprint): noted as the backend notes a re-send.
             with db.write(durable=False) as tx:
                 tx.inbox_note_lone(source, event_id, now, _DUPLICATE_COUNTER)
-            return [BatchResult([_DUPLICATE])]
+            return _DUPLICATE
+        return item
+
+    def _apply_read(self, item: _Item) -> list[BatchResult]:
+        """A lone event ``_read_by_key`` did not settle. Found free, it is
+        ``_apply_new_lone``'s one transaction; if its identity was claimed since the read,
+        that attempt is rolled back before it wrote a count and the general way decides, as
+        it does for other content (its claim counts the conflict durably)."""
+        now = time.time()
+        if item.stored is None:
+            try:
+                return self._apply_new_lone(item.event, item.fingerprint, item.handler, now)
+            except _ClaimedMeanwhile:
+                pass
         return self._apply_written([[item]], now)
 
     def _apply_new_lone(
