@@ -3,7 +3,8 @@
 The two POST routes are answered by the HTTP protocol itself (``web.direct``; plain ASGI
 handlers, ``fastpath``, when mounted in another app) and share write transactions with
 whatever other requests are ready at the same time (group commit): one fsync then makes many
-clients' events durable, and each is answered only after it.
+clients' events durable, and each is answered only after it. A re-sent event needs no write
+of its own: ``POST /events`` answers it from its read by key, in the request's own turn.
 """
 
 from __future__ import annotations
