@@ -80,38 +80,26 @@ def fast_encoded(obj: dict[str, Any], types: EventTypes) -> tuple[dict[str, Any]
                 raise _Slow
             declared = '"datacontenttype":"application/json",'
             others -= 1
-        # Printable ASCII of 1-256 characters without a quote or backslash, most subjects and
-        # keys, is tested and quoted here without a call (the sink's every event carries both);
-        # anything else gets ``_printable``'s test and the encoder's quoting.
+        # Printable ASCII of 1-256 characters, most subjects and keys, is tested here without
+        # a call (the sink's every event carries both); anything else gets ``_printable``'s.
         if "partitionkey" in obj:
             key = obj["partitionkey"]
-            if (
-                type(key) is str
-                and 0 < len(key) <= 256
-                and key.isascii()
-                and key.isprintable()
-                and '"' not in key
-                and "\\" not in key
+            if not (
+                type(key) is str and 0 < len(key) <= 256 and key.isascii() and key.isprintable()
             ):
-                key_part = f'"partitionkey":"{key}",'
-            else:
                 key = _printable(key)
-                key_part = '"partitionkey":' + _QUOTE(key) + ","
+            key_part = '"partitionkey":' + _QUOTE(key) + ","
             others -= 1
         if "subject" in obj:
             subject = obj["subject"]
-            if (
+            if not (
                 type(subject) is str
                 and 0 < len(subject) <= 256
                 and subject.isascii()
                 and subject.isprintable()
-                and '"' not in subject
-                and "\\" not in subject
             ):
-                subject_part = f'"subject":"{subject}",'
-            else:
                 subject = _printable(subject)
-                subject_part = '"subject":' + _QUOTE(subject) + ","
+            subject_part = '"subject":' + _QUOTE(subject) + ","
             others -= 1
         if "data" in obj:
             others -= 1
