@@ -23,6 +23,10 @@ DATA_KEYS = ("sku", "qty")
 #: The source of every event and receipt a v1 database held (store migration 0007): v1 knew
 #: events by id alone, so they all share one source.
 LEGACY_SOURCE = "urn:ackledger:v1"
+#: Skus repeat (a store has so many): each is matched against the identifier pattern once,
+#: and only the first 1024 are kept.
+_SKUS: set[str] = set()
+_MAX_KNOWN = 1024
 
 
 class _Executes(Protocol):
@@ -35,14 +39,13 @@ def check_data(data: Any) -> dict[str, Any]:
     if type(data) is dict and len(data) == 2:
         # The common case in a few exact steps; anything else gets the full check's message.
         sku, qty = data.get("sku"), data.get("qty")
-        if (
-            type(sku) is str
-            and type(qty) is int
-            and 1 <= qty <= v1.MAX_QTY
-            and len(sku) <= 64
-            and v1._ID_RE.fullmatch(sku)
-        ):
-            return {"sku": sku, "qty": qty}
+        if type(sku) is str and type(qty) is int and 1 <= qty <= v1.MAX_QTY:
+            if sku in _SKUS:
+                return {"sku": sku, "qty": qty}
+            if len(sku) <= 64 and v1._ID_RE.fullmatch(sku):
+                if len(_SKUS) < _MAX_KNOWN:
+                    _SKUS.add(sku)
+                return {"sku": sku, "qty": qty}
     if not isinstance(data, dict):
         raise InvalidEvent(f"must be a JSON object, got {type(data).__name__}")
     v1.check_keys(data, DATA_KEYS)

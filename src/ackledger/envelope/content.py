@@ -56,7 +56,8 @@ def fingerprint_of(event: Mapping[str, Any], text: str) -> str:
     event holds nothing but content, that text is the content's, and is hashed as it is."""
     if not event.keys().isdisjoint(_NOT_HASHED):
         return content_fingerprint(event)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    # ``encode()`` is UTF-8 without naming it: a named codec is looked up per call.
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 _NOT_HASHED = NOT_CONTENT | {"datacontenttype"}

@@ -23,9 +23,6 @@ from .content import canonical_json
 from .json_value import _SURROGATE, MAX_DEPTH, SAFE_INT_BITS
 from .uri_reference import is_uri_reference
 
-#: Attributes the fast path knows; any other name sends the event the full way.
-_FAST = frozenset({"specversion", "id", "source", "type", "datacontenttype", "data", "subject"})
-_FAST_WITH_KEY = _FAST | {"partitionkey"}
 #: Sources repeat (one per producer): each is matched against RFC 3986 once.
 _SOURCES: set[str] = set()
 #: Types repeat too: each is matched against the type pattern once.
@@ -46,99 +43,111 @@ def fast_event(obj: dict[str, Any], types: EventTypes) -> dict[str, Any] | None:
 def fast_encoded(obj: dict[str, Any], types: EventTypes) -> tuple[dict[str, Any], str] | None:
     """The validated event and its canonical JSON, made in the same pass, or None when
     ``obj`` is not the common case (or is refused)."""
-    if not obj.keys() <= _FAST_WITH_KEY:
-        return None
+    # One frame: the checks run inside the ``try`` that turns "not the common case" (_Slow)
+    # or a schema's refusal into None; the full way then says what is wrong, with its place.
     try:
-        return _checked(obj, types)
-    except (_Slow, InvalidEvent):
-        # A schema's refusal too: the full way raises it, with the attribute's place.
-        return None
-
-
-def _checked(obj: dict[str, Any], types: EventTypes) -> tuple[dict[str, Any], str]:
-    specversion, event_id = obj.get("specversion"), obj.get("id")
-    source, kind = obj.get("source"), obj.get("type")
-    if specversion != "1.0" or type(specversion) is not str:
-        raise _Slow
-    if type(event_id) is not str or len(event_id) > 128 or not _ID_RE.fullmatch(event_id):
-        raise _Slow
-    if type(kind) is not str or kind not in _KINDS:
-        if type(kind) is not str or not _TYPE_NAME.fullmatch(kind):
+        specversion, event_id = obj.get("specversion"), obj.get("id")
+        source, kind = obj.get("source"), obj.get("type")
+        if specversion != "1.0" or type(specversion) is not str:
             raise _Slow
-        if len(_KINDS) < _MAX_KNOWN:
-            _KINDS.add(kind)
-    if type(source) is not str or source not in _SOURCES:
-        if type(source) is not str or not 1 <= len(source) <= 256:
+        if type(event_id) is not str or len(event_id) > 128 or not _ID_RE.fullmatch(event_id):
             raise _Slow
-        if not is_uri_reference(source):
-            raise _Slow
-        if len(_SOURCES) < _MAX_KNOWN:
-            _SOURCES.add(source)
-    event: dict[str, Any] = {
-        "specversion": "1.0",
-        "id": event_id,
-        "source": source,
-        "type": kind,
-    }
-    # The canonical JSON is written here, in sorted key order, instead of by the sorting
-    # encoder afterwards: id and type are of their patterns' characters and a source of RFC
-    # 3986's, none of which JSON escapes (tests/test_envelope_fast.py holds the text to
-    # ``canonical_json``). Each part is empty or ends in a comma, and one f-string joins them.
-    data_part = declared = key_part = subject_part = ""
-    if "datacontenttype" in obj:
-        if obj["datacontenttype"] != "application/json":
-            raise _Slow
-        if type(obj["datacontenttype"]) is not str:
-            raise _Slow
-        event["datacontenttype"] = "application/json"
-        declared = '"datacontenttype":"application/json",'
-    schema = types.schema(kind)
-    if "data" in obj:
-        given = obj["data"]
-        if schema is types.reference:
-            # The reference schema only reads what it is given and answers with fresh plain
-            # values ({"sku", "qty"}: an identifier and an int): no copy before it or after
-            # it, and no encoder for its text. Only an exact dict: a subclass's ``[]`` (what
-            # the schema reads) could say other than its items (what a copy reads). Its
-            # refusal is an InvalidEvent: the full way says it with the attribute's place.
-            if type(given) is not dict:
+        if type(kind) is not str or kind not in _KINDS:
+            if type(kind) is not str or not _TYPE_NAME.fullmatch(kind):
                 raise _Slow
-            event["data"] = data = schema(given)
-            data_part = f'"data":{{"qty":{int.__repr__(data["qty"])},"sku":"{data["sku"]}"}},'
-        else:
-            data = _copy(given, 0)
-            if data is None:
-                raise _Slow  # a null member is absent: the full way says what that means
-            if schema is not None:
-                # Any other schema may hold on to what it returned, so that is copied.
-                data = _copy(types.check(kind, data), 0)
-            event["data"] = data
-            data_part = '"data":' + _ENCODE(data) + ","
-    elif schema is not None:
-        raise _Slow
-    # Printable ASCII of 1-256 characters, most subjects and keys, is tested here without a
-    # call (the sink's every event carries both); anything else gets ``_printable``'s test.
-    if "partitionkey" in obj:
-        key = obj["partitionkey"]
-        if not (type(key) is str and 0 < len(key) <= 256 and key.isascii() and key.isprintable()):
-            key = _printable(key)
-        event["partitionkey"] = key
-        key_part = '"partitionkey":' + _QUOTE(key) + ","
-    if "subject" in obj:
-        subject = obj["subject"]
-        if not (
-            type(subject) is str
-            and 0 < len(subject) <= 256
-            and subject.isascii()
-            and subject.isprintable()
-        ):
-            subject = _printable(subject)
-        event["subject"] = subject
-        subject_part = '"subject":' + _QUOTE(subject) + ","
-    return event, (
-        f'{{{data_part}{declared}"id":"{event_id}",{key_part}"source":"{source}",'
-        f'"specversion":"1.0",{subject_part}"type":"{kind}"}}'
-    )
+            if len(_KINDS) < _MAX_KNOWN:
+                _KINDS.add(kind)
+        if type(source) is not str or source not in _SOURCES:
+            if type(source) is not str or not 1 <= len(source) <= 256:
+                raise _Slow
+            if not is_uri_reference(source):
+                raise _Slow
+            if len(_SOURCES) < _MAX_KNOWN:
+                _SOURCES.add(source)
+        # The canonical JSON is written here, in sorted key order, instead of by the sorting
+        # encoder afterwards: id and type are of their patterns' characters and a source of RFC
+        # 3986's, none of which JSON escapes (tests/test_envelope_fast.py holds the text to
+        # ``canonical_json``). Each part is empty or ends in a comma, and one f-string joins them.
+        data_part = declared = key_part = subject_part = ""
+        # Each member besides the four above must be one the fast path knows: counted off as
+        # each is found (cheaper than a set test of the names), and settled before any schema
+        # runs, so an event of other attributes is never checked twice by its schema.
+        others = len(obj) - 4
+        if "datacontenttype" in obj:
+            if obj["datacontenttype"] != "application/json":
+                raise _Slow
+            if type(obj["datacontenttype"]) is not str:
+                raise _Slow
+            declared = '"datacontenttype":"application/json",'
+            others -= 1
+        # Printable ASCII of 1-256 characters, most subjects and keys, is tested here without
+        # a call (the sink's every event carries both); anything else gets ``_printable``'s.
+        if "partitionkey" in obj:
+            key = obj["partitionkey"]
+            if not (
+                type(key) is str and 0 < len(key) <= 256 and key.isascii() and key.isprintable()
+            ):
+                key = _printable(key)
+            key_part = '"partitionkey":' + _QUOTE(key) + ","
+            others -= 1
+        if "subject" in obj:
+            subject = obj["subject"]
+            if not (
+                type(subject) is str
+                and 0 < len(subject) <= 256
+                and subject.isascii()
+                and subject.isprintable()
+            ):
+                subject = _printable(subject)
+            subject_part = '"subject":' + _QUOTE(subject) + ","
+            others -= 1
+        if "data" in obj:
+            others -= 1
+        if others:
+            raise _Slow  # an extension, time, a trace attribute: the full way
+        event: dict[str, Any] = {
+            "specversion": "1.0",
+            "id": event_id,
+            "source": source,
+            "type": kind,
+        }
+        if declared:
+            event["datacontenttype"] = "application/json"
+        schema = types.schema(kind)
+        if "data" in obj:
+            given = obj["data"]
+            if schema is types.reference:
+                # The reference schema only reads what it is given and answers with fresh plain
+                # values ({"sku", "qty"}: an identifier and an exact int, so its text is its
+                # repr): no copy before it or after it, and no encoder for its text. Only an
+                # exact dict: a subclass's ``[]`` (what the schema reads) could say other than
+                # its items (what a copy reads). Its refusal is an InvalidEvent: the full way
+                # says it with the attribute's place.
+                if type(given) is not dict:
+                    raise _Slow
+                event["data"] = data = schema(given)
+                data_part = f'"data":{{"qty":{data["qty"]},"sku":"{data["sku"]}"}},'
+            else:
+                data = _copy(given, 0)
+                if data is None:
+                    raise _Slow  # a null member is absent: the full way says what that means
+                if schema is not None:
+                    # Any other schema may hold on to what it returned, so that is copied.
+                    data = _copy(types.check(kind, data), 0)
+                event["data"] = data
+                data_part = '"data":' + _ENCODE(data) + ","
+        elif schema is not None:
+            raise _Slow
+        if key_part:
+            event["partitionkey"] = key
+        if subject_part:
+            event["subject"] = subject
+        return event, (
+            f'{{{data_part}{declared}"id":"{event_id}",{key_part}"source":"{source}",'
+            f'"specversion":"1.0",{subject_part}"type":"{kind}"}}'
+        )
+    except (_Slow, InvalidEvent):
+        return None
 
 
 def _printable(text: object) -> str:

@@ -46,6 +46,9 @@ _EXTENSION_NAME = re.compile(r"[a-z0-9]{1,20}")
 _UNPRINTABLE = re.compile(
     "[\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
 )
+#: A text of at most this many characters is within MAX_EVENT_BYTES whatever they are (UTF-8
+#: takes at most 4 bytes a character), so its bytes need not be counted.
+_SURELY_SMALL = MAX_EVENT_BYTES // 4
 
 
 def validate_cloudevent(obj: object, *, types: EventTypes | None = None) -> dict[str, Any]:
@@ -65,7 +68,7 @@ def validate_encoded(obj: object, *, types: EventTypes | None = None) -> tuple[d
         found = fast_encoded(obj, kinds)
         if found is not None:
             text = found[1]
-            if len(text) <= MAX_EVENT_BYTES // 4 or len(text.encode("utf-8")) <= MAX_EVENT_BYTES:
+            if len(text) <= _SURELY_SMALL or len(text.encode()) <= MAX_EVENT_BYTES:
                 return found
     return _validate_fully(obj, kinds)
 

@@ -253,7 +253,8 @@ def _percent_decoded(value: bytes, attribute: str) -> bytes:
 def _json(body: bytes) -> Any:
     try:
         # UTF-8 only (RFC 8259): json.loads(bytes) would also guess UTF-16/32 and skip a BOM.
-        return parse_strict_json(body.decode("utf-8"))
+        # ``decode()`` is strict UTF-8 without naming it (a named codec is looked up per call).
+        return parse_strict_json(body.decode())
     except UnicodeDecodeError as exc:
         raise InvalidEvent(
             f"body: not UTF-8 ({exc.reason} at byte {exc.start})", field="body"
