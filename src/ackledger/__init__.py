@@ -12,6 +12,7 @@ from .envelope import validate_cloudevent as validate_event
 from .errors import (
     AckledgerError,
     Conflict,
+    InFlight,
     InvalidEvent,
     LeaseLost,
     NoHandler,
@@ -33,6 +34,7 @@ __all__ = [
     "AckledgerError",
     "Conflict",
     "EventTypes",
+    "InFlight",
     "Inbox",
     "InvalidEvent",
     "LeaseLost",
