@@ -22,6 +22,7 @@ from .errors import (
 )
 from .event_types import EventTypes
 from .ledger.client import LedgerClient
+from .ledger.idempotency_middleware import IdempotencyMiddleware
 from .ledger.ledger import Ledger
 from .sink.inbox import Inbox
 from .source.dispatch import dispatch, dispatch_batch
@@ -34,6 +35,7 @@ __all__ = [
     "AckledgerError",
     "Conflict",
     "EventTypes",
+    "IdempotencyMiddleware",
     "InFlight",
     "Inbox",
     "InvalidEvent",

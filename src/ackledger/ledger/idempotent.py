@@ -271,11 +271,15 @@ class _Call:
         return result
 
     async def _on(self, using: object, work: Callable[[Tx], Any]) -> Any:
-        """Run ``work`` on the caller's connection: a SQLAlchemy AsyncSession or AsyncConnection
-        through its ``run_sync`` (the sync session it hands over is one ackledger writes with),
-        any other kind of §12 directly."""
-        run_sync = getattr(using, "run_sync", None)
-        if run_sync is not None and inspect.iscoroutinefunction(run_sync):
-            waiting: Awaitable[Any] = run_sync(lambda sync: work(self.s.db.borrow(sync)))
-            return await waiting
-        return work(self.s.db.borrow(using))
+        return await on_callers_connection(self.s.db, using, work)
+
+
+async def on_callers_connection(db: Backend, using: object, work: Callable[[Tx], Any]) -> Any:
+    """Run ``work`` on the caller's connection: a SQLAlchemy AsyncSession or AsyncConnection
+    through its ``run_sync`` (the sync session it hands over is one ackledger writes with), any
+    other kind of §12 directly."""
+    run_sync = getattr(using, "run_sync", None)
+    if run_sync is not None and inspect.iscoroutinefunction(run_sync):
+        waiting: Awaitable[Any] = run_sync(lambda sync: work(db.borrow(sync)))
+        return await waiting
+    return work(db.borrow(using))
