@@ -23,6 +23,8 @@ from .._core.idempotency import Outcome
 from ..errors import Conflict, InvalidEvent
 from ..event import canonical_json, check_identifier, fingerprint
 from ..store import Tx
+from ..store.idempotency_keys import PURGE_CHUNK as KEYS_PURGE_CHUNK
+from ..store.idempotency_keys import count_keys, purge_expired_keys
 from ..store.ledger import OUTCOME_COLUMNS, PURGE_CHUNK
 from .idempotent import idempotent as _idempotent
 from .outcomes import (
@@ -490,3 +492,22 @@ class Ledger(Database):
             deliveries += gone_deliveries
             attempts += gone_attempts
         return {"deliveries": deliveries, "attempts": attempts}
+
+    def purge_keys(self) -> int:
+        """Forget every idempotency key (of ``idempotent`` functions and the
+        ``IdempotencyMiddleware``) past its ttl, except one a live holder still runs; returns
+        how many went. Expired keys are already ignored by claims: this only frees the space."""
+        removed = 0
+        while True:
+            # A chunk per transaction, as ``purge``: no key, nor SQLite's file, is held long.
+            with self._db.write() as tx:
+                gone = purge_expired_keys(tx, time.time(), KEYS_PURGE_CHUNK)
+            removed += gone
+            if gone < KEYS_PURGE_CHUNK:
+                return removed
+
+    def key_counts(self) -> dict[str, int]:
+        """How many idempotency keys are ``in_progress`` and ``completed`` (expired ones
+        included until ``purge_keys``)."""
+        with self._db.read() as tx:
+            return count_keys(tx)
