@@ -4,7 +4,9 @@ own connection."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -135,3 +137,28 @@ def test_scopes_are_separate(backend: Backend) -> None:
     with backend.write() as tx:
         found = claim_key(tx, "t", "k", "fp2", token="x", now=NOW, lease=LEASE, ttl=TTL)
     assert found.found is Found.CLAIMED
+
+
+def test_of_many_takeovers_of_a_dead_key_one_wins(backend: Backend, target: Target) -> None:
+    _claim(backend, "k")
+    racers = 8
+    opened = [open_backend(target.ref) for _ in range(racers)]
+    barrier = threading.Barrier(racers)
+
+    def take(i: int) -> Found:
+        barrier.wait()
+        with opened[i].write() as tx:
+            found = claim_key(
+                tx, "s", "k", "fp", token=f"r{i}", now=NOW + LEASE, lease=LEASE, ttl=TTL
+            )
+        return found.found
+
+    try:
+        with ThreadPoolExecutor(racers) as pool:
+            outcomes = list(pool.map(take, range(racers)))
+    finally:
+        for each in opened:
+            each.close()
+    assert sorted(o.value for o in outcomes) == ["claimed"] + ["in_flight"] * (racers - 1)
+    winner = outcomes.index(Found.CLAIMED)
+    assert _rows(target)[0][4] == f"r{winner}"

@@ -2,11 +2,11 @@
 
 Every operation is one statement that both databases run alike, on any transaction: ackledger's
 own (``Backend.write``) or one borrowed from the caller (``store.borrowed``), so that a key can
-be written in the caller's business transaction. The claim is one ``INSERT ... ON CONFLICT DO
-UPDATE ... WHERE`` backed by the primary key: it takes a free key, an expired one, or one whose
-holder's lease ran out, and leaves any other alone (on PostgreSQL a concurrent claim of the same
-key waits for the first to commit, then sees its row). Only a claim that did not take the key
-reads it, in the same transaction.
+be written in the caller's business transaction. A claim is an ``INSERT ... ON CONFLICT DO
+NOTHING`` backed by the primary key (on PostgreSQL a concurrent claim of the same key waits for
+the first to commit, then does nothing), then, only if the key was there, a conditional
+``UPDATE`` that takes an expired key or one whose holder's lease ran out (the database
+re-checks its condition on the newest row, so of two takeovers one wins), then a read.
 """
 
 from __future__ import annotations
@@ -24,18 +24,21 @@ COLUMNS = (
 
 # Parameters: scope, key, fingerprint, lease_token, lease_expires_at, now, expires_at.
 _CLAIM = (
-    f"INSERT INTO {TABLE} AS k (scope, key, fingerprint, state, lease_token, lease_expires_at, "
+    f"INSERT INTO {TABLE} (scope, key, fingerprint, state, lease_token, lease_expires_at, "
     "created_at, expires_at) VALUES (?, ?, ?, 'in_progress', ?, ?, ?, ?) "
-    "ON CONFLICT (scope, key) DO UPDATE SET fingerprint = excluded.fingerprint, "
-    "state = 'in_progress', lease_token = excluded.lease_token, "
-    "lease_expires_at = excluded.lease_expires_at, result = NULL, body = NULL, "
-    "created_at = excluded.created_at, completed_at = NULL, expires_at = excluded.expires_at "
-    # An expired answer is forgotten; a holder whose lease ran out died (or stalled): the same
-    # call takes its key over, another call only once the key has expired as well.
-    "WHERE (k.state = 'completed' AND k.expires_at <= excluded.created_at) "
-    "OR (k.state = 'in_progress' AND k.lease_expires_at <= excluded.created_at "
-    "AND (k.fingerprint = excluded.fingerprint OR k.expires_at <= excluded.created_at)) "
-    "RETURNING lease_token"
+    "ON CONFLICT (scope, key) DO NOTHING RETURNING 1"
+)
+# Parameters: as _CLAIM's, then scope, key, now, now, fingerprint, now. An expired answer is
+# forgotten; a holder whose lease ran out died (or stalled): the same call takes its key over,
+# another call only once the key has expired as well. An UPDATE locks only the row it changes,
+# so a claim that finds the key taken holds no lock on it (a borrowed transaction would keep
+# that lock, and with it the holder's completion, waiting until it ends).
+_TAKE_OVER = (
+    f"UPDATE {TABLE} SET fingerprint = ?, state = 'in_progress', lease_token = ?, "
+    "lease_expires_at = ?, result = NULL, body = NULL, created_at = ?, completed_at = NULL, "
+    "expires_at = ? WHERE scope = ? AND key = ? AND ("
+    "(state = 'completed' AND expires_at <= ?) OR (state = 'in_progress' "
+    "AND lease_expires_at <= ? AND (fingerprint = ? OR expires_at <= ?))) RETURNING 1"
 )
 _FIND = (
     f"SELECT fingerprint, state, lease_expires_at, result, body FROM {TABLE} "
@@ -96,13 +99,21 @@ def claim_key(
     lease: float,
     ttl: float,
 ) -> KeyClaim:
-    """Take ``(scope, key)`` for the holder ``token`` until ``now + lease``, or say why not."""
-    taken = tx.one(_CLAIM, (scope, key, fingerprint, token, now + lease, now, now + ttl))
-    if taken is not None:
-        return KeyClaim(Found.CLAIMED)
-    row = tx.one(_FIND, (scope, key))
-    if row is None:  # pragma: no cover - the claim saw the row, and holds its lock
-        raise RuntimeError(f"{TABLE}: key {key!r} vanished inside a transaction")
+    """Take ``(scope, key)`` for the holder ``token`` until ``now + lease``, or say why not.
+
+    Three statements at most: the insert of a new key; else the takeover of an expired or
+    dead one; else the read that says why not. A key released between two of them (its row
+    deleted) is claimed again from the start."""
+    until, expires = now + lease, now + ttl
+    while True:
+        if tx.one(_CLAIM, (scope, key, fingerprint, token, until, now, expires)) is not None:
+            return KeyClaim(Found.CLAIMED)
+        changes = (fingerprint, token, until, now, expires, scope, key, now, now, fingerprint, now)
+        if tx.one(_TAKE_OVER, changes) is not None:
+            return KeyClaim(Found.CLAIMED)
+        row = tx.one(_FIND, (scope, key))
+        if row is not None:
+            break
     stored, state, lease_expires_at, result, body = row
     if stored != fingerprint:
         return KeyClaim(Found.CONFLICT)
