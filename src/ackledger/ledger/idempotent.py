@@ -108,6 +108,19 @@ def idempotent(
     return decorate
 
 
+class _Turns:
+    """The pauses between claims of a key that another call holds, until ``wait`` is over."""
+
+    def __init__(self, wait: float) -> None:
+        self.deadline = time.monotonic() + wait
+        self._next = FIRST_POLL
+
+    def pause(self) -> float:
+        pause = min(self._next, max(0.0, self.deadline - time.monotonic()))
+        self._next = min(self._next * 2, MAX_POLL)
+        return pause
+
+
 class _Call:
     def __init__(self, settings: Settings, fn: Callable[..., Any], sig: inspect.Signature) -> None:
         self.s = settings
@@ -164,20 +177,18 @@ class _Call:
     def run(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         key, fp, using = self.identify(args, kwargs)
         token = new_token()
-        deadline = time.monotonic() + self.s.wait
-        pause = FIRST_POLL
-        while True:
+        turns = _Turns(self.s.wait)
+
+        def claim() -> KeyClaim:
             if using is None:
-                found = self.own_claim(key, fp, token)
-            else:
-                found = self.claim(self.s.db.borrow(using), key, fp, token)
-            if found.found is Found.CLAIMED:
-                break
-            done, stored = self.settle(found, key, deadline)
+                return self.own_claim(key, fp, token)
+            return self.claim(self.s.db.borrow(using), key, fp, token)
+
+        while (found := claim()).found is not Found.CLAIMED:
+            done, stored = self.settle(found, key, turns.deadline)
             if done:
                 return stored
-            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-            pause = min(pause * 2, MAX_POLL)
+            time.sleep(turns.pause())
         if using is not None:
             return self._run_borrowed(self.s.db.borrow(using), key, token, args, kwargs)
         keeper = LeaseKeeper(self.s.db, self.scope, key, token, self.s.lease).start()
@@ -186,12 +197,10 @@ class _Call:
             text = result_json(result, self.name)
         except BaseException:
             keeper.stop()
-            with self.s.db.write() as tx:
-                release_key(tx, self.scope, key, token)
+            self._own_release(key, token)
             raise
         keeper.stop()
-        with self.s.db.write() as tx:
-            complete_key(tx, self.scope, key, token, result=text, body=None, now=time.time())
+        self._own_complete(key, token, text)
         return result
 
     def _run_borrowed(
@@ -218,20 +227,19 @@ class _Call:
     async def run_async(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         key, fp, using = self.identify(args, kwargs)
         token = new_token()
-        deadline = time.monotonic() + self.s.wait
-        pause = FIRST_POLL
-        while True:
+        turns = _Turns(self.s.wait)
+
+        async def claim() -> KeyClaim:
             if using is None:
-                found = await asyncio.to_thread(self.own_claim, key, fp, token)
-            else:
-                found = await self._on(using, lambda tx: self.claim(tx, key, fp, token))
-            if found.found is Found.CLAIMED:
-                break
-            done, stored = self.settle(found, key, deadline)
+                return await asyncio.to_thread(self.own_claim, key, fp, token)
+            found: KeyClaim = await self._on(using, lambda tx: self.claim(tx, key, fp, token))
+            return found
+
+        while (found := await claim()).found is not Found.CLAIMED:
+            done, stored = self.settle(found, key, turns.deadline)
             if done:
                 return stored
-            await asyncio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-            pause = min(pause * 2, MAX_POLL)
+            await asyncio.sleep(turns.pause())
         if using is not None:
             return await self._run_borrowed_async(using, key, token, args, kwargs)
         keeper = LeaseKeeper(self.s.db, self.scope, key, token, self.s.lease).start()
