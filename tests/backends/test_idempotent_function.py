@@ -396,22 +396,24 @@ def test_using_a_sqlalchemy_session(ledger: Ledger, target: Target) -> None:
     assert [row[1:3] for row in _keys(target)] == [("s-1", "completed")]
 
 
-def test_using_a_sqlalchemy_async_session(ledger: Ledger, target: Target) -> None:
-    if target.dialect != "postgres":
-        pytest.skip("SQLAlchemy's async sessions reach PostgreSQL (asyncpg) here")
+def test_using_a_sqlalchemy_async_session(pg_url: str) -> None:
+    """An AsyncSession and an AsyncConnection, on PostgreSQL through asyncpg (ackledger
+    writes through no async SQLite driver)."""
     from sqlalchemy import text
     from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
+    target = Target("postgres", pg_url)
     target.execute(EFFECTS)
     runs = []
 
-    @ledger.idempotent(key=lambda session, order_id: order_id, using_arg="session")
-    async def ship(session: AsyncSession, order_id: str) -> str:
-        runs.append(order_id)
-        await session.execute(text("INSERT INTO shipments (order_id) VALUES (:o)"), {"o": order_id})
-        return order_id
+    async def main(ledger: Ledger) -> None:
+        @ledger.idempotent(key=lambda session, order_id: order_id, using_arg="session")
+        async def ship(session: AsyncSession, order_id: str) -> str:
+            runs.append(order_id)
+            insert = text("INSERT INTO shipments (order_id) VALUES (:o)")
+            await session.execute(insert, {"o": order_id})
+            return order_id
 
-    async def main() -> None:
         engine = create_async_engine(_engine_url(target, "asyncpg"))
         try:
             async with AsyncSession(engine) as session:
@@ -423,9 +425,13 @@ def test_using_a_sqlalchemy_async_session(ledger: Ledger, target: Target) -> Non
                 await session.commit()
             async with AsyncSession(engine) as session, session.begin():
                 assert await ship(session, "a-1") == "a-1"
+            # An AsyncConnection too (engine.begin() commits when the block ends).
+            async with engine.begin() as conn:
+                assert await ship(conn, "a-2") == "a-2"  # type: ignore[arg-type]
         finally:
             await engine.dispose()
 
-    asyncio.run(main())
-    assert runs == ["a-1", "a-1"]
-    assert _effects(target) == [("a-1",)]
+    with Ledger(pg_url) as ledger:
+        asyncio.run(main(ledger))
+    assert runs == ["a-1", "a-1", "a-2"]
+    assert _effects(target) == [("a-1",), ("a-2",)]
