@@ -217,7 +217,7 @@ def measure(plan: Plan, results: Results) -> None:
             )
             # The same three steps done for real by two processes that hand over to each other:
             # what the machine allows a relay once its fsyncs and wake-ups interleave. The
-            # floor is the raw one (issue 18): http.client's own cost is not the machine's.
+            # floor is the raw one: http.client's own cost is not the machine's.
             # Beside it, in the same repetition, the floor that also does the contract's
             # work (the guarded hand-over), and both with their marks behind the next send.
             handovers.measure_rep(

@@ -1,6 +1,6 @@
 """The guarded loop sink: the guarded sink's rules for one event (``guarded_sink.py``, whose
 functions it calls) served as ``serve sink`` serves them, with the service's duties, each in
-the most direct form found (bench/CHANGES.md item 101):
+the most direct form found:
 
 - many clients at once on one event loop: an ``asyncio.Protocol`` per connection on uvloop,
   parsing with httptools (llhttp), as uvicorn does for ``serve sink``;

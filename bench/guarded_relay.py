@@ -1,4 +1,4 @@
-"""The guarded hand-over's relay side, and the probes of both hand-over floors (issue 18).
+"""The guarded hand-over's relay side, and the probes of both hand-over floors.
 
 The zero-code hand-over (``floors.handover_floor``) is what the machine allows: a round trip
 and a one-row FULL commit on each side, no checks. The guarded hand-over is the same two

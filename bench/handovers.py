@@ -1,4 +1,4 @@
-"""The hand-over floors of one repetition, side by side (issue 18, bench/CHANGES.md item 82):
+"""The hand-over floors of one repetition, side by side:
 
 - ``floor.handover``: the zero-code hand-over (a raw round trip to ``rawserver.py --commit``
   and a one-row FULL commit on each side);
@@ -10,7 +10,7 @@
   kept raw socket with a new event, and with the same event again;
 - ``floor.guarded_loop_new`` / ``floor.guarded_loop_dup``: the same to the guarded loop sink
   (``guarded_loop_sink.py``: the same rules, served with the service's duties: an event
-  loop, the limits, pipelining, group commit; item 101).
+  loop, the limits, pipelining, group commit).
 
 Each with both processes' CPU per event (this process's ``process_time``, the sink's from
 ``/proc``): on a shared machine the steadier figure, and the fsync of a FULL commit costs CPU

@@ -3,8 +3,8 @@
 A hand-over between two processes costs a context switch when both sit on one CPU, and a
 wake-up of the other CPU when they do not; on a VM whose idle vCPUs halt at once, that
 wake-up is most of a minimal hand-over's time. Left to the scheduler, the pair lands either
-way depending on what ran before, so an unpinned floor swings with it (bench/CHANGES.md
-item 61). Linux only (``os.sched_setaffinity``); elsewhere nothing is pinned.
+way depending on what ran before, so an unpinned floor swings with it.
+Linux only (``os.sched_setaffinity``); elsewhere nothing is pinned.
 """
 
 from __future__ import annotations

@@ -278,7 +278,7 @@ def measure_relay(plan: Plan, results: Results) -> None:
                 results.add("relay.item", "per-item relay (dispatch + send_http)", "/s", value)
                 # The paired floor's own rate too, to set beside the floors section's, and the
                 # same pinned on one CPU: unpinned, the floor swings with where the scheduler
-                # puts its two processes (bench/CHANGES.md item 61).
+                # puts its two processes.
                 results.add(
                     "relay.item_floor",
                     "the zero-code hand-over floor measured around each per-item run",

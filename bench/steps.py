@@ -1,4 +1,4 @@
-"""One event at a time, step by step (issue 18): each step of the per-item relay beside the
+"""One event at a time, step by step: each step of the per-item relay beside the
 floor of what it does, measured in the same run.
 
 - the relay's own step: ``dispatch`` over a FULL outbox with a ``send`` that returns True at

@@ -1,8 +1,8 @@
-"""The guarded hand-over floor keeps the rules it claims to keep (bench/CHANGES.md item 82):
+"""The guarded hand-over floor keeps the rules it claims to keep:
 a floor that silently did less work would make ackledger look slower than it is.
 
 Real processes and files: the guarded sink (``bench/guarded_sink.py``) and the guarded loop
-sink (``bench/guarded_loop_sink.py``, item 101: the same rules with the service's duties) on
+sink (``bench/guarded_loop_sink.py``: the same rules with the service's duties) on
 127.0.0.1 with their own SQLite files, read back from a separate connection; the relay side on
 a real outbox file.
 """
@@ -221,7 +221,7 @@ def test_the_relay_takes_only_the_exact_ack_of_its_event() -> None:
             wire.close()
 
 
-# The guarded loop sink's service duties (bench/guarded_loop_sink.py, item 101): the limits,
+# The guarded loop sink's service duties (bench/guarded_loop_sink.py): the limits,
 # many clients at once, pipelining, group commit. Its limits are shortened for the test.
 
 
