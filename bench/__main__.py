@@ -13,6 +13,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 from . import (
     brokers,
@@ -54,6 +55,39 @@ def _load_line() -> str:
     return f"{one:.2f} {five:.2f} {fifteen:.2f}"
 
 
+def measure(
+    chosen: list[str],
+    plan: Plan,
+    stored: dict[str, dict[str, Any]],
+    *,
+    command: str,
+    about: dict[str, str],
+    save: Callable[[dict[str, dict[str, Any]]], None] | None,
+) -> Results:
+    """Runs the ``chosen`` sections into ``stored`` (replacing those, keeping the others),
+    calling ``save`` after each; returns every figure, the kept sections' included."""
+    # Sections read figures of the sections before them (the floors above all): a partial run
+    # starts from what is stored, and stores only what its own sections add.
+    kept = {name: part for name, part in stored.items() if name not in chosen}
+    results = store.combined(kept, list(SECTIONS))
+    for name in chosen:
+        before = store.snapshot(results)
+        started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+        load_before, section_clock = _load_line(), time.perf_counter()
+        SECTIONS[name](plan, results)
+        stored[name] = {
+            "plan": plan.name,
+            "command": command,
+            "started": started,
+            "seconds": round(time.perf_counter() - section_clock, 1),
+            "machine": {**about, "load_before": load_before, "load_after": _load_line()},
+            **store.section_part(results, before),
+        }
+        if save is not None:
+            save(stored)  # after each section: an interrupted run keeps what it measured
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     size = parser.add_mutually_exclusive_group(required=True)
@@ -81,26 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     about = machine.describe()
     print(f"{command}: {about['cores']} cores, Python {about['python']}, SQLite {about['sqlite']}")
     stored = {} if args.no_docs else store.load()
-    # Sections read figures of the sections before them (the floors above all): a partial run
-    # starts from what is stored, and stores only what its own sections add.
-    kept = {name: part for name, part in stored.items() if name not in chosen}
-    results = store.combined(kept, list(SECTIONS))
     clock = time.perf_counter()
-    for name in chosen:
-        before = store.snapshot(results)
-        started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-        load_before, section_clock = _load_line(), time.perf_counter()
-        SECTIONS[name](plan, results)
-        stored[name] = {
-            "plan": plan.name,
-            "command": command.strip(),
-            "started": started,
-            "seconds": round(time.perf_counter() - section_clock, 1),
-            "machine": {**about, "load_before": load_before, "load_after": _load_line()},
-            **store.section_part(results, before),
-        }
-        if not args.no_docs:
-            store.save(stored)  # after each section: an interrupted run keeps what it measured
+    results = measure(chosen, plan, stored, command=command.strip(), about=about,
+                      save=None if args.no_docs else store.save)  # fmt: skip
     print(f"measured in {time.perf_counter() - clock:.0f} s")
     for key, refused in results.refused.items():
         print(f"  REFUSED {refused['label']} ({key}): {refused['why']}")

@@ -90,14 +90,14 @@ class Page:
     def __init__(self, results: Results) -> None:
         self.results = results
 
-    def cell(self, key: str, *, spread: bool = False) -> str:
+    def cell(self, key: str, *, spread: bool = False, whole: bool = False) -> str:
         refused = self.results.refused.get(key)
         if refused is not None:
             return f"**refused** ({refused['why']})"
         figure = self.results.figures.get(key)
         if figure is None or not figure.samples or math.isnan(figure.median):
             return NOT_MEASURED
-        text = _num(figure.median)
+        text = f"{figure.median:,.0f}" if whole else _num(figure.median)
         if spread and len(figure.samples) > 1:
             text += f" ({_num(figure.low)} to {_num(figure.high)})"
         return text
@@ -113,6 +113,12 @@ class Page:
 
 def _rows(cells: Iterable[Iterable[str]]) -> list[str]:
     return ["| " + " | ".join(row) + " |" for row in cells]
+
+
+def _table(head: str, cells: Iterable[Iterable[str]]) -> list[str]:
+    """A Markdown table: ``head`` is its header cells joined by " | "."""
+    columns = head.count("|") + 1
+    return [f"| {head} |", "|" + "---|" * columns, *_rows(cells)]
 
 
 def _runs(sections: dict[str, dict[str, Any]], order: list[str]) -> list[str]:
@@ -158,9 +164,9 @@ def _headline(page: Page) -> list[str]:
         "workloads time a whole drain, not single events, so they have no per-event latency; "
         "the latencies of single requests are in the next tables.",
         "",
-        "| outbox | to | one at a time, events/s | p50 / p99 | batched, events/s | how |",
-        "|---|---|---|---|---|---|",
-        *_rows((store_, to, one, lat, batch, how) for store_, to, one, lat, batch, how in rows),
+        *_table(
+            "outbox | to | one at a time, events/s | p50 / p99 | batched, events/s | how", rows
+        ),
         "",
         f"Batches in flight (`--batch --inflight {INFLIGHT}`): RabbitMQ "
         f"{page.cell('broker.ours.inflight')}/s, NATS {page.cell('broker.nats.inflight')}/s. "
@@ -185,16 +191,16 @@ def _services(page: Page) -> list[str]:
         "",
         "`POST /events` of one `ackledger serve sink` process, a new event each request:",
         "",
-        "| clients | SQLite events/s | p50 / p99 ms | PostgreSQL events/s | p50 / p99 ms |",
-        "|---|---|---|---|---|",
-        *_rows(sink),
+        *_table(
+        "clients | SQLite events/s | p50 / p99 ms | PostgreSQL events/s | p50 / p99 ms",
+        sink),
         "",
         "`POST /deliveries` of one `ackledger serve ledger` process, 16 clients, every other "
         "request a retry of the one before it:",
         "",
-        "| database | requests/s | p50 / p99 ms |",
-        "|---|---|---|",
-        *_rows([
+        *_table(
+        "database | requests/s | p50 / p99 ms",
+        [
             ("SQLite", page.cell("ledger.http.rps"), page.latency("ledger.http")),
             ("PostgreSQL", page.cell("pg.ledger.http.rps"), page.latency("pg.ledger.http")),
         ]),
@@ -224,9 +230,10 @@ def _ledger_peer(page: Page, results: Results) -> list[str]:
         "keeps nothing on disk). The bare loop runs the ledger's own statements with no "
         "ackledger Python: the most this schema allows here.",
         "",
-        "| who | requests/s (lowest to highest) | / Powertools |",
-        "|---|---|---|",
-        *_rows((words, page.cell(key, spread=True), against(key)) for words, key in rows),
+        *_table(
+            "who | requests/s (lowest to highest) | / Powertools",
+            [(words, page.cell(key, spread=True), against(key)) for words, key in rows],
+        ),
     ]
 
 
@@ -251,23 +258,23 @@ def _broker_peer(page: Page, results: Results) -> list[str]:
         "database and queue (`bench/brokers`); the floors publish straight from pika and "
         "nats-py with the same confirms.",
         "",
-        "| relay | events/s |",
-        "|---|---|",
-        *_rows(rows),
+        *_table("relay | events/s", rows),
         "",
-        *(["| ratio | measured | goal |", "|---|---|---|"] if shown else []),
-        *_rows(
-            (label, f"{value:.2f} x", "—" if goal is None else f"≥ {goal:g}")
-            for label, value, goal in shown
-            if value is not None
+        *_table(
+            "ratio | measured | goal",
+            [
+                (label, f"{value:.2f} x", "—" if goal is None else f"≥ {goal:g}")
+                for label, value, goal in shown
+                if value is not None
+            ],
         ),
         "",
         "Unroutable messages (RabbitMQ returned them): ours marked "
-        f"{page.cell('broker.fact.return.ours.sent')} of them sent and kept "
-        f"{page.cell('broker.fact.return.ours.kept')}; faststream-outbox deleted "
-        f"{page.cell('broker.fact.return.peer.deleted')} rows. Share of messages read back as "
-        f"persistent: ours {page.cell('broker.fact.persistent.ours.batch')}, faststream-outbox "
-        f"at its defaults {page.cell('broker.fact.persistent.peer.default')}.",
+        f"{page.cell('broker.fact.return.ours.sent', whole=True)} of them sent and kept "
+        f"{page.cell('broker.fact.return.ours.kept', whole=True)}; faststream-outbox deleted "
+        f"{page.cell('broker.fact.return.peer.deleted', whole=True)} rows. Share of messages "
+        f"read back as persistent: ours {page.cell('broker.fact.persistent.ours.batch')}, "
+        f"faststream-outbox at its defaults {page.cell('broker.fact.persistent.peer.default')}.",
     ]
 
 
@@ -301,13 +308,12 @@ def _floors(page: Page, results: Results) -> list[str]:
         "(`bench/floors.py`): on a shared machine a workload divided by its floor travels "
         "between runs much better than its raw rate.",
         "",
-        "| floor | median (lowest to highest) | unit |",
-        "|---|---|---|",
-        *_rows((words, page.cell(key, spread=True), unit) for words, key, unit in floors),
+        *_table(
+            "floor | median (lowest to highest) | unit",
+            [(words, page.cell(key, spread=True), unit) for words, key, unit in floors],
+        ),
         "",
-        "| ratio | measured | goal | met |",
-        "|---|---|---|---|",
-        *_rows(ratio_rows),
+        *_table("ratio | measured | goal | met", ratio_rows),
     ]
 
 
@@ -335,9 +341,7 @@ def _more(page: Page) -> list[str]:
     return [
         "## More from the same run",
         "",
-        "| workload | median |",
-        "|---|---|",
-        *_rows(rows),
+        *_table("workload | median", rows),
         "",
         "Every figure of the run, with each repetition, is in `docs/benchmarks.json`.",
     ]
