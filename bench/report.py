@@ -52,8 +52,6 @@ RATIOS = (
           "relay.item", "floor.handover", "at least", 0.7),
     Ratio("`ackledger relay --pipeline` / zero-code hand-over measured around it",
           "relay.item_daemon_pipeline", "relay.item_floor", "at least", 0.7),
-    Ratio("per-item relay / guarded hand-over (the contract's work, no ackledger code)",
-          "relay.item", "floor.handover_guarded"),
     Ratio("batch relay / per-item relay", "relay.batch", "relay.item", "at least", 10.0),
     Ratio("a new event through `serve sink` / (raw round trip + FULL commit)",
           "step.sink_new", "floor.step_new", "at most", 1.5),
@@ -289,8 +287,6 @@ def _floors(page: Page, results: Results) -> list[str]:
          "/s"),
         ("zero-code hand-over: two processes, raw socket, a FULL commit on each side",
          "floor.handover", "/s"),
-        ("guarded hand-over: the same doing the contract's work, no ackledger code",
-         "floor.handover_guarded", "/s"),
         ("raw round trip + FULL commit", "floor.step_new", "µs"),
         ("raw round trip + read by key", "floor.step_dup", "µs"),
     ]  # fmt: skip
