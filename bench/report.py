@@ -126,17 +126,29 @@ def _runs(sections: dict[str, dict[str, Any]], order: list[str]) -> list[str]:
         if name in sections:
             part = sections[name]
             runs.setdefault((part["command"], part["started"][:13]), []).append(name)
-    lines = []
+    lines: list[str] = []
+    busy: list[str] = []
     for (_, _), names in runs.items():
         first, last = sections[names[0]], sections[names[-1]]
         seconds = sum(sections[n]["seconds"] for n in names)
         about = first["machine"]
+        busiest = max(float(sections[n]["machine"][w].split()[0]) for n in names
+                      for w in ("load_before", "load_after"))  # fmt: skip
+        if busiest > float(about["cores"]):
+            busy.append(f"{busiest:.1f} on {about['cores']} cores")
         lines.append(
             f"- `{first['command']}`, started {first['started']}, {seconds:,.0f} s "
             f"({', '.join(names)}): {about['cores']} cores ({about['cpu']}), {about['kernel']}, "
             f"{about['python']}, SQLite {about['sqlite']}, PostgreSQL {about['postgresql']}; "
             f"load average {about['load_before']} before, {last['machine']['load_after']} after."
         )
+    if busy:
+        lines += [
+            "",
+            f"The machine was busy with other work (load average up to {', '.join(busy)}): "
+            "every rate here is lower, and every latency higher, than on a quiet machine; "
+            "the ratios to floors of the same run suffer least.",
+        ]
     return lines
 
 

@@ -58,3 +58,14 @@ def test_an_older_file_is_refused_with_a_clear_error(tmp_path: Path) -> None:
     path.write_text(json.dumps({"figures": []}))
     with pytest.raises(ValueError, match="no 'sections' object"):
         store.load(path)
+
+
+def test_the_page_says_when_the_machine_was_busier_than_its_cores() -> None:
+    def page(load: str) -> str:
+        about = {**ABOUT, "load_before": f"{load} 0 0", "load_after": "0.10 0 0"}
+        part = {"plan": "full", "command": "c", "started": "s", "seconds": 1.0, "machine": about}
+        return report.render({"accept": part}, list(SECTIONS))
+
+    assert "load average up to 3.5 on 2 cores" in page("3.50")
+    assert "busy with other work" not in page("1.90")
+    assert "**This is a quick run**" not in page("1.90")
