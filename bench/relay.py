@@ -232,13 +232,13 @@ def measure_relay(plan: Plan, results: Results) -> None:
     daemon = relay_daemon_has_batch()
     if not daemon:
         results.skip("relay.daemon", "`ackledger relay --batch` is not available on this branch")
-    # Checkouts older than ackledger.sender (bench.compare NAME=SRC) skip the own-sender runs.
+    # Installs older than ackledger.sender skip the own-sender runs.
     own_runs = (
         (("own", fill.event, "lab"), ("gown", fill.generic, "generic"))
         if hasattr(ackledger, "sender")
         else ()
     )
-    # Checkouts before per-item marks behind (bench.compare NAME=SRC) skip those runs.
+    # Installs before per-item marks behind skip those runs.
     behind = "behind" in inspect.signature(dispatch).parameters
     daemon_item_pipeline = behind and daemon
     with scratch("relay") as folder, handover_floor(folder) as probe:

@@ -60,7 +60,7 @@ def relay_own_step(folder: Path, count: int, tag: str) -> tuple[float, float]:
 
 
 #: The per-item mark as the product makes it (``store/outbox.py``), written out here so that
-#: the floor stays the same for every checkout that ``bench.compare`` measures.
+#: the floor stays the same whichever version of the product is measured.
 _BARE_MARK = (
     "UPDATE outbox SET sent = CASE WHEN quarantined = 0 THEN 1 ELSE sent END, "
     "sent_at = CASE WHEN quarantined = 0 THEN COALESCE(sent_at, ?) ELSE sent_at END, "
