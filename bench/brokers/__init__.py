@@ -21,7 +21,7 @@ from ..postgres import available as postgres_available
 from ..postgres import database
 from . import jetstream, ours, peer, rabbit
 
-#: Events per timed run of the batch relays: the issue's 20,000, in a quick run too. At 2,000
+#: Events per timed run of the batch relays: 20,000, in a quick run too. At 2,000
 #: the peer's best settings (4 workers x fetch 500) drained the table in one fetch round, and
 #: its "rate" was that round's, above RabbitMQ's own floor.
 EVENTS = 20_000
@@ -231,7 +231,7 @@ def _nats_round(results: Results, rep: int, counts: Counts) -> None:
             results.notes.append(f"NATS {kind}: the stream holds {stored} of {total} messages")
 
 
-#: (label, numerator, denominator, goal): the issue's goals, and the ratios worth a look.
+#: (label, numerator, denominator, goal): the goals, and the ratios worth a look.
 RATIOS: tuple[tuple[str, str, str, float | None], ...] = (
     ("ours --batch / faststream-outbox at its defaults", "broker.ours.batch",
      "broker.peer.default", 10.0),
