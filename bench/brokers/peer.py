@@ -51,7 +51,7 @@ class Settings:
 
 
 #: Its defaults (``subscriber()``'s and the RabbitMQ publisher's), and the best settings found
-#: for it in the issue's measurement.
+#: for it when it was first measured.
 DEFAULT = Settings("default", workers=1, fetch=10, flush=1, persist=False)
 BEST = Settings("best", workers=4, fetch=500, flush=500, persist=True)
 
