@@ -1,14 +1,19 @@
-"""``python -m bench --quick|--full [--only SECTION,...]``: measure, then write docs/."""
+"""``python -m bench --quick|--full [--only SECTION,...]``: measure, then write docs/.
+
+The figures go to docs/benchmarks.json by section (``--only`` replaces the sections it names
+and keeps the others), and docs/benchmarks.md is rendered from that file by ``bench.report``
+(``python -m bench --render`` renders it again without measuring).
+"""
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 from . import (
     brokers,
@@ -22,8 +27,8 @@ from . import (
     report,
     sinkload,
     steps,
+    store,
 )
-from .brokers import docs as brokers_docs
 from .common import FULL, QUICK, Plan, Results
 
 Section = Callable[[Plan, Results], None]
@@ -40,57 +45,84 @@ SECTIONS: dict[str, Section] = {
     "ledger-http": ledger.measure_http,
     "postgres": postgres.measure,
     "drills": drills.measure,
-    # PostgreSQL outbox -> RabbitMQ / NATS against faststream-outbox and the raw floors; its
-    # own section of docs/ (bench/brokers/docs.py), also runnable alone: python -m bench.brokers
+    # PostgreSQL outbox -> RabbitMQ / NATS against faststream-outbox and the raw floors.
     "brokers": brokers.measure,
 }
+
+
+def _load_line() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
+
+
+def measure(
+    chosen: list[str],
+    plan: Plan,
+    stored: dict[str, dict[str, Any]],
+    *,
+    command: str,
+    about: dict[str, str],
+    save: Callable[[dict[str, dict[str, Any]]], None] | None,
+) -> Results:
+    """Runs the ``chosen`` sections into ``stored`` (replacing those, keeping the others),
+    calling ``save`` after each; returns every figure, the kept sections' included."""
+    # Sections read figures of the sections before them (the floors above all): a partial run
+    # starts from what is stored, and stores only what its own sections add.
+    kept = {name: part for name, part in stored.items() if name not in chosen}
+    results = store.combined(kept, list(SECTIONS))
+    for name in chosen:
+        before = store.snapshot(results)
+        started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+        load_before, section_clock = _load_line(), time.perf_counter()
+        SECTIONS[name](plan, results)
+        stored[name] = {
+            "plan": plan.name,
+            "command": command,
+            "started": started,
+            "seconds": round(time.perf_counter() - section_clock, 1),
+            "machine": {**about, "load_before": load_before, "load_after": _load_line()},
+            **store.section_part(results, before),
+        }
+        if save is not None:
+            save(stored)  # after each section: an interrupted run keeps what it measured
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     size = parser.add_mutually_exclusive_group(required=True)
-    size.add_argument("--quick", action="store_true", help="every workload, small (< 2 minutes)")
+    size.add_argument("--quick", action="store_true", help="every workload, small")
     size.add_argument("--full", action="store_true", help="every workload, full size")
+    size.add_argument(
+        "--render", action="store_true", help="write docs/benchmarks.md from the stored figures"
+    )
     parser.add_argument(
         "--only", default="", help=f"comma-separated sections ({', '.join(SECTIONS)})"
     )
     parser.add_argument(
         "--no-docs", action="store_true", help="print the figures, leave docs/ alone"
     )
-    parser.add_argument("--json", metavar="PATH", help="also write the figures to PATH as JSON")
     args = parser.parse_args(argv)
+    if args.render:
+        print(f"wrote {report.write(store.load(), list(SECTIONS))}")
+        return 0
     plan = QUICK if args.quick else FULL
     chosen = [name for name in args.only.split(",") if name] or list(SECTIONS)
     unknown = [name for name in chosen if name not in SECTIONS]
     if unknown:
         parser.error(f"--only: unknown section {unknown[0]!r}")
     command = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
-    started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     about = machine.describe()
     print(f"{command}: {about['cores']} cores, Python {about['python']}, SQLite {about['sqlite']}")
-    results = Results()
+    stored = {} if args.no_docs else store.load()
     clock = time.perf_counter()
-    for name in chosen:
-        SECTIONS[name](plan, results)
-    took = time.perf_counter() - clock
-    load = os.getloadavg()
-    about["load_after"] = f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
-    print(f"measured in {took:.0f} s")
-    for target in report.targets(results, plan):
-        if target.value is not None:
-            verdict = {True: "met", False: "NOT met", None: "-"}[target.met]
-            print(f"  {target.label}: {target.value:,.2f} (target {target.goal:,}) {verdict}")
-    for line in report.information(results):
-        if line.value is not None:
-            print(f"  {line.label}: {line.value:,.2f} (information)")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as dump:
-            json.dump([f.as_dict() for f in results.figures.values()], dump, indent=1)
+    results = measure(chosen, plan, stored, command=command.strip(), about=about,
+                      save=None if args.no_docs else store.save)  # fmt: skip
+    print(f"measured in {time.perf_counter() - clock:.0f} s")
+    for key, refused in results.refused.items():
+        print(f"  REFUSED {refused['label']} ({key}): {refused['why']}")
     if not args.no_docs:
-        out = report.write(results, plan, about, command=command, started=started, took=took)
-        if "brokers" in chosen:
-            brokers_docs.write(results, about, command=command, started=started, took=took)
-        print(f"wrote {out}")
+        print(f"wrote {report.write(stored, list(SECTIONS))}")
     return 0
 
 

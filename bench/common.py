@@ -102,16 +102,26 @@ class Results:
 
     def __init__(self) -> None:
         self.figures: dict[str, Figure] = {}
+        #: Figures whose workload did not get the answers it expected: key -> label, unit, why.
+        self.refused: dict[str, dict[str, str]] = {}
         self.skipped: dict[str, str] = {}
         self.notes: list[str] = []
 
     def add(self, key: str, label: str, unit: str, value: float, note: str = "") -> Figure:
+        if key in self.refused:
+            # One refused repetition refuses the figure: a median over the rest would hide it.
+            return Figure(key, label, unit, [value], note)
         figure = self.figures.get(key)
         if figure is None:
             figure = Figure(key, label, unit, note=note)
             self.figures[key] = figure
         figure.samples.append(value)
         return figure
+
+    def refuse(self, key: str, label: str, unit: str, why: str) -> None:
+        """Drop figure ``key`` for the whole run and keep why, to be shown instead of it."""
+        self.figures.pop(key, None)
+        self.refused.setdefault(key, {"label": label, "unit": unit, "why": why})
 
     def get(self, key: str) -> float | None:
         figure = self.figures.get(key)
@@ -120,6 +130,26 @@ class Results:
     def skip(self, section: str, reason: str) -> None:
         self.skipped[section] = reason
         print(f"  skipped {section}: {reason}", flush=True)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "figures": [f.as_dict() for f in self.figures.values()],
+            "refused": self.refused,
+            "skipped": self.skipped,
+            "notes": self.notes,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Results:
+        results = cls()
+        for item in data.get("figures", []):
+            results.figures[item["key"]] = Figure(
+                item["key"], item["label"], item["unit"], list(item["samples"]), item["note"]
+            )
+        results.refused = dict(data.get("refused", {}))
+        results.skipped = dict(data.get("skipped", {}))
+        results.notes = list(data.get("notes", []))
+        return results
 
 
 def rate(count: int, seconds: float) -> float:

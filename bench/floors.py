@@ -20,9 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from . import handovers
 from .common import Plan, Results, scratch, timed_loop
-from .placement import PLACEMENTS, placed
 from .rawserver import ANSWER, one_row_committer
 
 BODY = b'{"id":"floor","qty":1,"sku":"floor"}'
@@ -127,10 +125,9 @@ def raw_exchange(url: str) -> tuple[Callable[[], None], Callable[[], None]]:
     return exchange, conn.close
 
 
-#: A hand-over probe: ``probe(seconds)`` as the scheduler places it, or ``probe(seconds,
-#: "together")`` / ``"apart"`` pinned (``bench.placement``); returns the rate, or NaN if the
-#: placement could not be made.
-Probe = Callable[..., float]
+#: A hand-over probe: ``probe(seconds)`` runs the zero-code hand-over for that long and returns
+#: its rate.
+Probe = Callable[[float], float]
 
 
 @contextmanager
@@ -143,13 +140,8 @@ def handover_floor(folder: Path) -> Iterator[Probe]:
     with start_listener(command) as durable:
         mark = one_row_committer(str(folder / "handover-source.db"))
 
-        def probe(seconds: float, how: str | None = None) -> float:
-            if how is None:
-                return raw_round_trip_rate(durable.base_url, seconds, after=mark)
-            with placed(how, durable.process.pid) as pinned:
-                if not pinned:
-                    return float("nan")
-                return raw_round_trip_rate(durable.base_url, seconds, after=mark)
+        def probe(seconds: float) -> float:
+            return raw_round_trip_rate(durable.base_url, seconds, after=mark)
 
         yield probe
 
@@ -162,26 +154,21 @@ def measure(plan: Plan, results: Results) -> None:
     with (
         scratch("floors") as folder,
         start_listener([sys.executable, str(rawserver)]) as raw,
-        start_listener(
-            [sys.executable, str(rawserver), "--commit", str(folder / "raw-sink.db")]
-        ) as durable,
-        handovers.guarded_sink(folder) as guarded,
-        handovers.guarded_sink(folder, "guarded_loop_sink") as guarded_loop,
+        handover_floor(folder) as handover,
     ):
-        mark = one_row_committer(str(folder / "raw-source.db"))
-        for rep in range(plan.reps):
+        for _ in range(plan.reps):
             results.add(
                 "floor.fdatasync",
                 "fdatasync (4 KiB overwrite)",
                 "/s",
                 fdatasync_rate(folder, plan.floor_seconds),
             )
-            results.add(
+            commit = results.add(
                 "floor.commit_full",
                 "SQLite one-row commit, WAL, synchronous=FULL",
                 "/s",
                 sqlite_commit_rate(folder, "FULL", plan.floor_seconds),
-            )
+            ).samples[-1]
             results.add(
                 "floor.commit_normal",
                 "SQLite one-row commit, WAL, synchronous=NORMAL",
@@ -194,13 +181,12 @@ def measure(plan: Plan, results: Results) -> None:
                 "/s",
                 http_round_trip_rate(raw.base_url, plan.floor_seconds),
             ).samples[-1]
-            raw_trip = results.add(
+            results.add(
                 "floor.http_raw",
                 "kept raw socket round trip to a raw socket server",
                 "/s",
                 raw_round_trip_rate(raw.base_url, plan.floor_seconds),
-            ).samples[-1]
-            commit = results.figures["floor.commit_full"].samples[-1]
+            )
             # One event relayed one at a time costs a commit at the sink, a commit of the mark
             # at the source and one round trip between them.
             results.add(
@@ -209,40 +195,13 @@ def measure(plan: Plan, results: Results) -> None:
                 "/s",
                 1.0 / (2.0 / commit + 1.0 / trip),
             )
-            results.add(
-                "floor.relay_raw",
-                "per-item relay floor 1/(2 commits + 1 raw round trip)",
-                "/s",
-                1.0 / (2.0 / commit + 1.0 / raw_trip),
-            )
             # The same three steps done for real by two processes that hand over to each other:
-            # what the machine allows a relay once its fsyncs and wake-ups interleave. The
-            # floor is the raw one (issue 18): http.client's own cost is not the machine's.
-            # Beside it, in the same repetition, the floor that also does the contract's
-            # work (the guarded hand-over), and both with their marks behind the next send.
-            handovers.measure_rep(
-                results,
-                folder=folder,
-                seconds=plan.floor_seconds,
-                rep=rep,
-                raw=(lambda: raw_exchange(durable.base_url), durable.process.pid),
-                guarded=guarded,
-                guarded_loop=guarded_loop,
-            )
-            for how, where in PLACEMENTS.items():
-                with placed(how, durable.process.pid) as pinned:
-                    if pinned:
-                        results.add(
-                            f"floor.handover_{how}",
-                            f"the zero-code hand-over, its two processes pinned {where}",
-                            "/s",
-                            raw_round_trip_rate(durable.base_url, plan.floor_seconds, after=mark),
-                        )
+            # what the machine allows a relay once its fsyncs and wake-ups interleave.
             results.add(
-                "floor.handover_http",
-                "the same hand-over with http.client as the client",
+                "floor.handover",
+                "zero-code hand-over: raw socket round trip + a one-row FULL commit on each side",
                 "/s",
-                http_round_trip_rate(durable.base_url, plan.floor_seconds, after=mark),
+                handover(plan.floor_seconds),
             )
     for key in (
         "floor.fdatasync",
@@ -251,13 +210,7 @@ def measure(plan: Plan, results: Results) -> None:
         "floor.http",
         "floor.http_raw",
         "floor.relay",
-        "floor.relay_raw",
-        "floor.handover_together",
-        "floor.handover_apart",
-        "floor.handover_http",
+        "floor.handover",
     ):
-        figure = results.figures.get(key)
-        if figure is None:
-            continue  # a placement this machine cannot make
+        figure = results.figures[key]
         print(f"  {figure.label}: {figure.median:,.0f}/s", flush=True)
-    handovers.print_figures(results)

@@ -25,7 +25,7 @@ from typing import Any
 from ackledger._dev.procs import run_cli, start_service
 
 from .common import Plan, Results, rate, scratch
-from .load import run_load
+from .load import DELIVERIES, record, run_load
 
 REDIS_HOST = "127.0.0.1"
 REDIS_PORT = 6379
@@ -265,23 +265,13 @@ def measure_http(plan: Plan, results: Results) -> None:
             for rep in range(plan.reps):
                 load = run_load(
                     service.base_url,
-                    "/deliveries",
+                    DELIVERIES,
                     HTTP_CLIENTS,
                     plan.ledger_http_seconds,
                     delivery_requests(f"r{rep}"),
                 )
-                if not set(load.statuses) <= {200, 201}:
-                    results.notes.append(f"ledger HTTP answers: {load.statuses}")
-                results.add(
-                    "ledger.http.rps", "ledger POST /deliveries, 16 clients", "/s", load.throughput
-                )
-                results.add(
-                    "ledger.http.p50", "ledger POST /deliveries, 16 clients, p50", "ms", load.p(50)
-                )
-                results.add(
-                    "ledger.http.p99", "ledger POST /deliveries, 16 clients, p99", "ms", load.p(99)
+                record(
+                    results, "ledger.http", f"ledger POST /deliveries, {HTTP_CLIENTS} clients", load
                 )
         finally:
             service.stop()
-    rps, p50, p99 = (results.get(f"ledger.http.{part}") or 0.0 for part in ("rps", "p50", "p99"))
-    print(f"  {rps:,.0f}/s, p50 {p50:.2f} ms, p99 {p99:.2f} ms", flush=True)

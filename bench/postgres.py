@@ -27,7 +27,7 @@ from ackledger._dev.procs import Service, cli_command, start_service
 from . import fill
 from .common import Plan, Results, marks_rate, scratch
 from .ledger import delivery_requests
-from .load import run_load
+from .load import DELIVERIES, EVENTS, record, run_load
 from .machine import POSTGRES_URL
 
 PARTITIONS = 64
@@ -148,9 +148,9 @@ def measure(plan: Plan, results: Results) -> None:
                         def make(client: int, number: int, tag: str = f"{rep}-{clients}") -> Any:
                             return fill.lab_event(f"{tag}-{client}-{number}", "s", 1)
 
-                        load = run_load(sink.base_url, "/events", clients, plan.load_seconds, make)
-                        _add_load(results, f"pg.sink.c{clients}", f"PostgreSQL sink /events, "
-                                  f"{clients} client(s)", load)  # fmt: skip
+                        load = run_load(sink.base_url, EVENTS, clients, plan.load_seconds, make)
+                        record(results, f"pg.sink.c{clients}", f"PostgreSQL sink /events, "
+                               f"{clients} client(s)", load)  # fmt: skip
             finally:
                 sink.stop()
         with database() as ledger_db:
@@ -159,21 +159,9 @@ def measure(plan: Plan, results: Results) -> None:
                 for rep in range(reps):
                     ask = delivery_requests(f"pg{rep}")
                     load = run_load(
-                        ledger.base_url, "/deliveries", HTTP_CLIENTS, plan.ledger_http_seconds, ask
+                        ledger.base_url, DELIVERIES, HTTP_CLIENTS, plan.ledger_http_seconds, ask
                     )
-                    _add_load(results, "pg.ledger.http", "PostgreSQL ledger POST /deliveries, "
-                              f"{HTTP_CLIENTS} clients", load)  # fmt: skip
+                    record(results, "pg.ledger.http", "PostgreSQL ledger POST /deliveries, "
+                           f"{HTTP_CLIENTS} clients", load)  # fmt: skip
             finally:
                 ledger.stop()
-
-
-def _add_load(results: Results, key: str, label: str, load: Any) -> None:
-    if not set(load.statuses) <= {200, 201}:
-        results.notes.append(f"{label}: answers {load.statuses}")
-    results.add(f"{key}.rps", label, "/s", load.throughput)
-    results.add(f"{key}.p50", f"{label}, p50", "ms", load.p(50))
-    results.add(f"{key}.p99", f"{label}, p99", "ms", load.p(99))
-    print(
-        f"  {label}: {load.throughput:,.0f}/s, p50 {load.p(50):.2f} ms, p99 {load.p(99):.2f} ms",
-        flush=True,
-    )

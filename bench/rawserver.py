@@ -23,10 +23,9 @@ ANSWER = (
 )
 
 
-def one_row_committer(path: str, *, any_thread: bool = False) -> Callable[[], None]:
-    """A function that makes one one-row commit in ``path`` (WAL, synchronous=FULL);
-    ``any_thread``: callable from a thread other than this one (a mark behind the send)."""
-    db = sqlite3.connect(path, isolation_level=None, check_same_thread=not any_thread)
+def one_row_committer(path: str) -> Callable[[], None]:
+    """A function that makes one one-row commit in ``path`` (WAL, synchronous=FULL)."""
+    db = sqlite3.connect(path, isolation_level=None)
     db.execute("PRAGMA journal_mode = WAL")
     db.execute("PRAGMA synchronous = FULL")
     db.execute("CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
@@ -66,9 +65,9 @@ def _serve_connection(conn: socket.socket, before_answer: Callable[[], None] | N
         conn.sendall(ANSWER)
 
 
-def listen(serve: Callable[[socket.socket], None], *, once: bool = False) -> None:
+def listen(serve: Callable[[socket.socket], None]) -> None:
     """Listen on a free loopback port, print its URL, and ``serve`` each connection in turn
-    (Nagle off); ``once``: return after the first."""
+    (Nagle off)."""
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", 0))
@@ -79,15 +78,13 @@ def listen(serve: Callable[[socket.socket], None], *, once: bool = False) -> Non
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with conn:
             serve(conn)
-        if once:
-            return
 
 
 def main() -> None:
     commit = None
     if "--commit" in sys.argv:
         commit = one_row_committer(sys.argv[sys.argv.index("--commit") + 1])
-    listen(lambda conn: _serve_connection(conn, commit), once="--once" in sys.argv)
+    listen(lambda conn: _serve_connection(conn, commit))
 
 
 if __name__ == "__main__":

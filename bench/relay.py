@@ -7,7 +7,6 @@ with synchronous=FULL. The clock runs from the first dispatch to the last mark.
 from __future__ import annotations
 
 import inspect
-import math
 import os
 import signal
 import sqlite3
@@ -233,13 +232,13 @@ def measure_relay(plan: Plan, results: Results) -> None:
     daemon = relay_daemon_has_batch()
     if not daemon:
         results.skip("relay.daemon", "`ackledger relay --batch` is not available on this branch")
-    # Checkouts older than ackledger.sender (bench.compare NAME=SRC) skip the own-sender runs.
+    # Installs older than ackledger.sender skip the own-sender runs.
     own_runs = (
         (("own", fill.event, "lab"), ("gown", fill.generic, "generic"))
         if hasattr(ackledger, "sender")
         else ()
     )
-    # Checkouts before per-item marks behind (bench.compare NAME=SRC) skip those runs.
+    # Installs before per-item marks behind skip those runs.
     behind = "behind" in inspect.signature(dispatch).parameters
     daemon_item_pipeline = behind and daemon
     with scratch("relay") as folder, handover_floor(folder) as probe:
@@ -276,23 +275,13 @@ def measure_relay(plan: Plan, results: Results) -> None:
                 _, value, cpu = relay_rate(source, sink.base_url, batch=False)
                 around = (before + probe(plan.floor_seconds)) / 2
                 results.add("relay.item", "per-item relay (dispatch + send_http)", "/s", value)
-                # The paired floor's own rate too, to set beside the floors section's, and the
-                # same pinned on one CPU: unpinned, the floor swings with where the scheduler
-                # puts its two processes (bench/CHANGES.md item 61).
+                # The paired floor's own rate too, to set beside the floors section's.
                 results.add(
                     "relay.item_floor",
                     "the zero-code hand-over floor measured around each per-item run",
                     "/s",
                     around,
                 )
-                together = probe(plan.floor_seconds, "together")
-                if not math.isnan(together):  # NaN: the pair could not be pinned here
-                    results.add(
-                        "relay.item_floor_together",
-                        "the same floor right after the run, its two processes on one CPU",
-                        "/s",
-                        together,
-                    )
                 results.add(
                     "relay.item_cpu", "per-item relay: the relay's CPU per event", "µs", cpu
                 )
@@ -371,12 +360,11 @@ def measure_relay(plan: Plan, results: Results) -> None:
     handover = results.get("floor.handover")
     print(f"  per-item relay: {item or 0:,.0f}/s (summed floor {floor or 0:,.0f}/s)", flush=True)
     if item and handover:
-        # Issue 18's goal: at least 0.7 of the same three steps done with no ackledger code.
+        # The goal: at least 0.7 of the same three steps done with no ackledger code.
         print(
             f"  per-item relay / zero-code hand-over floor ({handover:,.0f}/s): "
             f"{item / handover:.2f}; paired with the floor measured around each run "
-            f"({results.get('relay.item_floor') or 0:,.0f}/s; on one CPU "
-            f"{results.get('relay.item_floor_together') or 0:,.0f}/s): "
+            f"({results.get('relay.item_floor') or 0:,.0f}/s): "
             f"{results.get('relay.item_handover') or 0:.2f}",
             flush=True,
         )
@@ -403,9 +391,7 @@ def measure_relay(plan: Plan, results: Results) -> None:
 
 
 def _print_behind(results: Results) -> None:
-    """The per-item runs with marks behind the next send, beside the serial ones, and (where
-    the floors have it) against the hand-over floor that marks behind too."""
-    behind_floor = results.get("floor.handover_behind")
+    """The per-item runs with marks behind the next send, beside the serial ones."""
     for serial, piped, what in (
         ("relay.item", "relay.item_behind", "dispatch behind=..."),
         ("relay.item_daemon", "relay.item_daemon_pipeline", "`ackledger relay --pipeline`"),
@@ -420,7 +406,4 @@ def _print_behind(results: Results) -> None:
             f"{results.get(piped + '_cpu') or 0:,.0f} µs (serial "
             f"{results.get(serial + '_cpu') or 0:,.0f} µs)"
         )
-        if behind_floor:
-            line += f"; / hand-over floor with its mark behind ({behind_floor:,.0f}/s): "
-            line += f"{value / behind_floor:.2f}"
         print(line, flush=True)

@@ -1,4 +1,4 @@
-"""One event at a time, step by step (issue 18): each step of the per-item relay beside the
+"""One event at a time, step by step: each step of the per-item relay beside the
 floor of what it does, measured in the same run.
 
 - the relay's own step: ``dispatch`` over a FULL outbox with a ``send`` that returns True at
@@ -60,7 +60,7 @@ def relay_own_step(folder: Path, count: int, tag: str) -> tuple[float, float]:
 
 
 #: The per-item mark as the product makes it (``store/outbox.py``), written out here so that
-#: the floor stays the same for every checkout that ``bench.compare`` measures.
+#: the floor stays the same whichever version of the product is measured.
 _BARE_MARK = (
     "UPDATE outbox SET sent = CASE WHEN quarantined = 0 THEN 1 ELSE sent END, "
     "sent_at = CASE WHEN quarantined = 0 THEN COALESCE(sent_at, ?) ELSE sent_at END, "
@@ -164,7 +164,7 @@ def measure(plan: Plan, results: Results) -> None:
     _print_table(results)
 
 
-#: The issue's table: (step, its CPU keys, its floor, the floor's words).
+#: The table: (step, its CPU keys, its floor, the floor's words).
 _TABLE = (
     ("step.relay_own", ("step.relay_own_cpu",), "floor.step_commit", "one FULL commit"),
     ("step.relay_own", ("step.relay_own_cpu",), "floor.step_mark", "the mark on bare sqlite3"),
@@ -180,34 +180,6 @@ _TABLE = (
         "floor.step_dup",
         "raw round trip + read by key",
     ),
-    # The same two against the guarded sink (the contract's work in the least Python, from
-    # the floors section of this run; bench/guarded_sink.py).
-    (
-        "step.sink_new",
-        ("step.sink_new_cpu", "step.sink_new_sink_cpu"),
-        "floor.guarded_new",
-        "the guarded sink's new event",
-    ),
-    (
-        "step.sink_dup",
-        ("step.sink_dup_cpu", "step.sink_dup_sink_cpu"),
-        "floor.guarded_dup",
-        "the guarded sink's duplicate",
-    ),
-    # And against the guarded loop sink (the same rules with the service's duties: an event
-    # loop, the limits, pipelining, group commit; bench/guarded_loop_sink.py).
-    (
-        "step.sink_new",
-        ("step.sink_new_cpu", "step.sink_new_sink_cpu"),
-        "floor.guarded_loop_new",
-        "the guarded loop sink's new event",
-    ),
-    (
-        "step.sink_dup",
-        ("step.sink_dup_cpu", "step.sink_dup_sink_cpu"),
-        "floor.guarded_loop_dup",
-        "the guarded loop sink's duplicate",
-    ),
 )
 
 
@@ -219,12 +191,9 @@ def _print_table(results: Results) -> None:
         if step is None or floor is None:
             continue
         cpus = " + ".join(f"{results.get(cpu) or 0:,.0f}" for cpu in cpu_keys)
-        # A floor with processes of its own has their CPU too (bench/handovers.py).
-        floor_cpus = [results.get(f"{floor_key}_{side}_cpu") for side in ("client", "sink")]
-        its = " + ".join(f"{cpu:,.0f}" for cpu in floor_cpus if cpu is not None)
         print(
             f"  {step.label}: {step.median:,.0f} µs (CPU {cpus} µs); {floor_words}: "
-            f"{floor:,.0f} µs{f' (CPU {its} µs)' if its else ''}; {step.median / floor:.2f}x",
+            f"{floor:,.0f} µs; {step.median / floor:.2f}x",
             flush=True,
         )
 

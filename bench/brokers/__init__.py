@@ -21,9 +21,9 @@ from ..postgres import available as postgres_available
 from ..postgres import database
 from . import jetstream, ours, peer, rabbit
 
-#: Events per timed run of the batch relays: the issue's 20,000, in a quick run too. At 2,000
+#: Events per timed run of the batch relays: 20,000, in a quick run too. At 2,000
 #: the peer's best settings (4 workers x fetch 500) drained the table in one fetch round, and
-#: its "rate" was that round's, above RabbitMQ's own floor (bench/CHANGES.md item 22).
+#: its "rate" was that round's, above RabbitMQ's own floor.
 EVENTS = 20_000
 #: The least number of fetch rounds each of the peer's workers must make in a timed run: its
 #: count is raised to this many rounds whatever ``--events`` says (best: 4 x 500 x 10 = 20,000).
@@ -37,7 +37,7 @@ WINDOWS = (1, 16, 256)
 #: Events of the unroutable runs.
 RETURNED_EVENTS = 200
 #: ``relay --batch --inflight N``: the batches in flight of the timed runs (the recommended N,
-#: picked with ``bench.broker_cpu`` from 2, 4, 8 and 16: bench/CHANGES.md item 50).
+#: picked from 2, 4, 8 and 16 by the relay's CPU per event).
 INFLIGHT = 8
 TYPE = "warehouse.stock.added"
 
@@ -231,7 +231,7 @@ def _nats_round(results: Results, rep: int, counts: Counts) -> None:
             results.notes.append(f"NATS {kind}: the stream holds {stored} of {total} messages")
 
 
-#: (label, numerator, denominator, goal): the issue's goals, and the ratios worth a look.
+#: (label, numerator, denominator, goal): the goals, and the ratios worth a look.
 RATIOS: tuple[tuple[str, str, str, float | None], ...] = (
     ("ours --batch / faststream-outbox at its defaults", "broker.ours.batch",
      "broker.peer.default", 10.0),

@@ -2,7 +2,7 @@
 
 Its dependencies (FastStream, aio-pika, SQLAlchemy 2 async, asyncpg) are not ours, so it lives
 in ``.venv-peer`` at the top of the checkout, made by the first run that needs it with the
-pinned versions of the issue. The relay runs in a child process (``peer_child.py``); this side
+pinned versions below. The relay runs in a child process (``peer_child.py``); this side
 counts the rows left in its table from another connection every 20 ms and takes the rate
 from the first row gone to the last, as ours is taken from its first mark to its last.
 """
@@ -51,7 +51,7 @@ class Settings:
 
 
 #: Its defaults (``subscriber()``'s and the RabbitMQ publisher's), and the best settings found
-#: for it in the issue's measurement.
+#: for it when it was first measured.
 DEFAULT = Settings("default", workers=1, fetch=10, flush=1, persist=False)
 BEST = Settings("best", workers=4, fetch=500, flush=500, persist=True)
 
