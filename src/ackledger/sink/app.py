@@ -1,10 +1,9 @@
 """The sink service: ``POST /events`` applies an event once through the inbox.
 
-The two POST routes are answered by the HTTP protocol itself (``web.direct``; plain ASGI
-handlers, ``fastpath``, when mounted in another app) and share write transactions with
-whatever other requests are ready at the same time (group commit): one fsync then makes many
-clients' events durable, and each is answered only after it. A re-sent event needs no write
-of its own: ``POST /events`` answers it from its read by key, in the request's own turn.
+The two POST routes are plain ASGI handlers (``web.fastpath``) that share write transactions
+with whatever other requests are ready at the same time (group commit): one fsync then makes
+many clients' events durable, and each is answered only after it. A re-sent event needs no
+write of its own: ``POST /events`` answers it from its read by key, in the request's own turn.
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ from ..web.answers import (
     unavailable_answer,
 )
 from ..web.cloudevents_http import Headers, decode_batch, decode_event
-from ..web.direct import Outcome, Pending
 from ..web.docs_page import api_routes
 from ..web.fastpath import GroupCommit, PostRoute
 from ..web.health import liveness, readiness
@@ -48,11 +46,6 @@ MAX_BATCH = api.MAX_BATCH
 _REPLAYED = {"Idempotent-Replayed": "true"}
 _REPLAYED_HEADER = (b"idempotent-replayed", b"true")
 _JSON_TYPE = (b"content-type", b"application/json")
-#: ``head_lines`` of an ACK, a re-sent event's and a new one's, but for the length.
-_REPLAYED_LINES = (
-    b"idempotent-replayed: true\r\ncontent-length: %d\r\ncontent-type: application/json\r\n"
-)
-_ACK_LINES = b"content-length: %d\r\ncontent-type: application/json\r\n"
 
 
 class _Ack(Answer):
@@ -72,10 +65,6 @@ class _Ack(Answer):
     def header_pairs(self) -> list[tuple[bytes, bytes]]:
         length = (b"content-length", b"%d" % len(self.body))
         return [_REPLAYED_HEADER, length, _JSON_TYPE] if self.headers else [length, _JSON_TYPE]
-
-    def head_lines(self) -> tuple[bytes, bool]:
-        lines = _REPLAYED_LINES if self.headers else _ACK_LINES
-        return lines % len(self.body), False
 
 
 def _ack_body(event: dict[str, Any], status: str) -> bytes:
@@ -168,7 +157,7 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "") -> ASGIApp:
     group: GroupCommit[Sequence[object], BatchResult] = GroupCommit(inbox.receive_group)
     read_lone = inbox.read_lone
 
-    def event_answer(headers: Headers, body: bytes | None) -> Outcome:
+    async def event_answer(headers: Headers, body: bytes | None) -> Answer:
         # ``_decoded``'s steps without its frame: this runs for every event.
         if body is None:
             return too_large_answer()
@@ -177,8 +166,8 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "") -> ASGIApp:
         except InvalidEvent as exc:
             return invalid_answer(str(exc), exc.field)
         # Validated and read by key in the request's own turn: a re-send (the commonest
-        # request) is answered now, with no turn of the loop and no place in the group
-        # (bench/CHANGES.md item 117). Only what needs the write joins the group, prepared.
+        # request) is answered now, with no place in the group. Only what needs the write
+        # joins the group, prepared.
         try:
             found = read_lone(obj)
         except AckledgerError as exc:
@@ -187,49 +176,36 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "") -> ASGIApp:
             return unavailable_answer(exc)
         if type(found) is str:
             return _Ack(_ack_body(obj, found), True)
+        try:
+            result = await group.submit(found)
+        except database_errors() as exc:
+            return unavailable_answer(exc)
+        if result.error is not None:
+            return _refusal_answer(result.error)
+        status = result.statuses[0]
+        return _Ack(_ack_body(obj, status), status == "duplicate")
 
-        def finish(done: Pending[BatchResult]) -> Answer:
-            try:
-                result = done.result()
-            except database_errors() as exc:
-                return unavailable_answer(exc)
-            if result.error is not None:
-                return _refusal_answer(result.error)
-            status = result.statuses[0]
-            return _Ack(_ack_body(obj, status), status == "duplicate")
-
-        pending = Pending(finish)
-        group.enqueue(found, pending)
-        return pending
-
-    def batch_answer(headers: Headers, body: bytes | None) -> Outcome:
+    async def batch_answer(headers: Headers, body: bytes | None) -> Answer:
         items = _decoded(headers, body, decode_batch)
         if isinstance(items, Answer):
             return items
         if not isinstance(items, list) or not 1 <= len(items) <= MAX_BATCH:
             return invalid_answer(f"body: must be a JSON list of 1-{MAX_BATCH} events", "body")
+        try:
+            result = await group.submit(items)
+        except database_errors() as exc:
+            return unavailable_answer(exc)
+        if result.error is None:
+            return _Ack(_batch_acks_body(items, result.statuses))
+        acks = [
+            {"id": item["id"], "source": item["source"], "ack": True, "status": status}
+            for item, status in zip(items, result.statuses, strict=False)
+        ]
+        error = _refusal(result.error)
+        error["index"] = len(result.statuses)
+        return json_answer({"acks": acks, "error": error})
 
-        def finish(done: Pending[BatchResult]) -> Answer:
-            try:
-                result = done.result()
-            except database_errors() as exc:
-                return unavailable_answer(exc)
-            if result.error is None:
-                return _Ack(_batch_acks_body(items, result.statuses))
-            acks = [
-                {"id": item["id"], "source": item["source"], "ack": True, "status": status}
-                for item, status in zip(items, result.statuses, strict=False)
-            ]
-            error = _refusal(result.error)
-            error["index"] = len(result.statuses)
-            return json_answer({"acks": acks, "error": error})
-
-        pending = Pending(finish)
-        group.enqueue(items, pending)
-        return pending
-
-    # Requests are counted and timed around the whole app (web.observe), these too; the
-    # protocol answers them directly (web.direct), other servers through ASGI.
+    # Requests are counted and timed around the whole app (web.observe), these too.
     post_event = PostRoute(event_answer)
     post_batch = PostRoute(batch_answer)
     events, batch = prefix + "/events", prefix + "/events/batch"

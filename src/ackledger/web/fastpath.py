@@ -1,11 +1,10 @@
 """The hot POST routes, and group commit.
 
 Starlette's middleware stack, router and request/response objects cost more per request than
-the inbox's own work (docs/benchmarks.md). A ``PostRoute`` makes its answer from the request's
-headers and body: the protocol calls it directly (``web.direct``) for a POST on its exact
-path; on the ASGI path ``web.observe.Observed`` calls it without the router (and times it
-without wrapping ``send``), while Starlette keeps it as a route: a GET on that path still gets
-Starlette's 405, and a mounted app is routed as before.
+the inbox's own work (docs/benchmarks.md). A ``PostRoute`` is a plain ASGI handler that makes
+its answer from the request's headers and body: ``web.observe.Observed`` calls it without the
+router (and times it without wrapping ``send``), while Starlette keeps it as a route: a GET on
+that path still gets Starlette's 405, and a mounted app is routed as before.
 
 ``GroupCommit`` lets requests that are ready in the same turn of the event loop share one
 write transaction: each request still gets its own result, and is answered only after the one
@@ -15,34 +14,25 @@ commit that made it durable.
 from __future__ import annotations
 
 import asyncio
-import logging
-import operator
-from collections.abc import Callable, Sequence
-from threading import get_ident
-from typing import Any, Generic, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, TypeVar
 
 from starlette.types import Receive, Scope, Send
 
 from ..errors import InvalidEvent
 from .answers import Answer, invalid_answer
 from .bodies import MAX_BODY_BYTES, BodyTooLarge, ClientGone, read_body
-from .direct import Headers, Outcome, Pending, settled, waited
-
-_LOG = logging.getLogger("ackledger.web")
-_ITEM = operator.itemgetter(0)
-_LISTENER_FAILED = "Exception in a group commit's listener"
+from .cloudevents_http import Headers
 
 #: A route's answer to its headers and body (None: over the cap, not read).
-AnswerMaker = Callable[[Headers, bytes | None], Outcome]
+AnswerMaker = Callable[[Headers, bytes | None], Awaitable[Answer]]
 
 
 class PostRoute:
-    """One POST route, answered on both paths: as a ``DirectRoute`` (``web.direct``) by the
-    protocol, and as an ASGI handler (a request the protocol leaves to uvicorn's cycle, or
-    an app served by another server), which reads the body and waits for the same answer.
+    """One POST route as a plain ASGI handler: it reads the body (up to ``cap`` bytes) and
+    sends the answer ``answer(headers, body)`` makes.
 
     It is an object, not a function, so that Starlette mounts it as an ASGI app as it is.
-    ``answer`` is the function it was made with (no frame of its own per request).
     """
 
     def __init__(self, answer: AnswerMaker, cap: int = MAX_BODY_BYTES) -> None:
@@ -69,7 +59,7 @@ class PostRoute:
             return None
         except InvalidEvent as exc:  # a second Content-Type
             return invalid_answer(str(exc), exc.field)
-        return await settled(self.answer(scope["headers"], body))
+        return await self.answer(scope["headers"], body)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.respond(scope, receive, send)
@@ -85,76 +75,53 @@ class GroupCommit(Generic[Item, Result]):
     ``apply_all(items)`` runs in ONE write transaction and returns one result per item, in
     order. Every request that was ready when the loop got to it has submitted its item by the
     time the flush runs (the flush is scheduled behind them), so N concurrent clients share one
-    commit. Each item's ``Pending`` is resolved in the flush itself, after the commit, and its
-    listener (the protocol's answer) runs there: a lone client pays one extra turn of the loop,
-    not the two an asyncio future's callback took (bench/CHANGES.md item 92). If
-    ``apply_all`` raises, nothing was committed and every item of the group fails with that
+    commit. Each ``submit`` returns its item's result once that commit is done; if
+    ``apply_all`` raises, nothing was committed and every item of the group raises that
     exception.
     """
 
     def __init__(self, apply_all: Callable[[Sequence[Item]], list[Result]]) -> None:
         self._apply_all = apply_all
-        self._waiting: list[tuple[Item, Pending[Result]]] = []
-        self._scheduled = False
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread = 0
-        #: The loop the pending flush was scheduled on.
+        self._waiting: list[tuple[Item, asyncio.Future[Result]]] = []
+        #: The loop a flush is scheduled on (None: none is).
         self._flush_loop: asyncio.AbstractEventLoop | None = None
 
     async def submit(self, item: Item) -> Result:
-        pending: Pending[Result] = Pending(_no_answer)
-        self.enqueue(item, pending)
-        await waited(pending)
-        return pending.result()
-
-    def enqueue(self, item: Item, pending: Pending[Result]) -> None:
-        """Add ``item`` to the next flush (on the running loop); ``pending`` gets its result
-        (the direct routes, ``web.direct``, answer in its listener)."""
-        # The running loop, remembered: ``asyncio.get_running_loop`` makes a ``getpid``
-        # system call each time (CPython 3.11), one per request here. A remembered loop that
-        # is running in this very thread is the running one (a thread runs one loop at a
-        # time, and a thread's id is reused only once it has ended, its loop stopped with it).
-        loop = self._loop
-        thread = get_ident()
-        if loop is None or self._thread != thread or not loop.is_running():
-            loop = self._loop = asyncio.get_running_loop()
-            self._thread = thread
-        if self._scheduled and self._flush_loop is not loop:
+        loop = asyncio.get_running_loop()
+        if self._flush_loop is not None and self._flush_loop is not loop:
             # The flush was scheduled on a loop that stopped before running it (a server shut
             # down mid-request): it will never run. Its items' requests were never answered,
-            # so they are dropped, not applied (their senders send them again). Every item
-            # waiting is that loop's: the first item on another loop reschedules here.
+            # so they are dropped, not applied (their senders send them again).
             self._waiting = []
-            self._scheduled = False
-        self._waiting.append((item, pending))
-        if not self._scheduled:
-            self._scheduled = True
+            self._flush_loop = None
+        done: asyncio.Future[Result] = loop.create_future()
+        self._waiting.append((item, done))
+        if self._flush_loop is None:
             self._flush_loop = loop
             loop.call_soon(self._flush)
+        return await done
 
     def _flush(self) -> None:
-        self._scheduled = False
+        self._flush_loop = None
         waiting, self._waiting = self._waiting, []
-        # A lone item's list made directly; a group's without a comprehension's frame.
-        items = [waiting[0][0]] if len(waiting) == 1 else list(map(_ITEM, waiting))
         try:
-            results = self._apply_all(items)
+            outcome: list[Result] | Exception = self._apply_all([item for item, _ in waiting])
         except Exception as exc:
-            for _, pending in waiting:
-                try:
-                    pending.fail(exc)
-                except Exception:
-                    _LOG.exception(_LISTENER_FAILED)
-            return
-        # A listener that raises is logged, as the loop logs a future's callback that raises,
-        # and the rest of the group is still answered (the ``try`` in the loop, not a helper
-        # called per item: a frame fewer a request).
-        for (_, pending), result in zip(waiting, results, strict=True):
-            try:
-                pending.resolve(result)
-            except Exception:
-                _LOG.exception(_LISTENER_FAILED)
+            outcome = exc
+        _settle(waiting, outcome)
 
 
-def _no_answer(pending: Pending[Any]) -> Answer:
-    raise TypeError("an item submitted to a group commit is awaited, not answered")
+def _settle(
+    waiting: Sequence[tuple[object, asyncio.Future[Result]]], outcome: list[Result] | Exception
+) -> None:
+    """Hand each waiting request its result, or the group's error. A request whose client
+    left meanwhile (its future cancelled) is skipped: its item was applied all the same."""
+    if not isinstance(outcome, Exception) and len(outcome) != len(waiting):
+        outcome = RuntimeError(f"a group of {len(waiting)} items got {len(outcome)} results")
+    for number, (_, done) in enumerate(waiting):
+        if done.cancelled():
+            continue
+        if isinstance(outcome, Exception):
+            done.set_exception(outcome)
+        else:
+            done.set_result(outcome[number])
