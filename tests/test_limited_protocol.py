@@ -349,3 +349,32 @@ def test_heads_under_the_cap_are_served_however_they_arrive() -> None:
         sock.sendall(b"\r\n\r\n")
         assert _bodies(sock, 2) == [b"/body", b"/after"]
     assert app.paths == ["/whole", "/pieces", "/body", "/after"]
+
+
+def test_a_connection_past_the_cap_is_answered_503() -> None:
+    """With three connections allowed, two open (each answered once, so both are the
+    server's), a third one's request gets 503; once the two are closed, a new connection is
+    served."""
+    app = _Recorder()
+    with _served(app, Limits(max_connections=3)) as served_port:
+        held = [socket.create_connection(("127.0.0.1", served_port)) for _ in range(2)]
+        try:
+            for sock in held:
+                sock.sendall(f"GET /held HTTP/1.1\r\n{_HOST}\r\n".encode())
+                assert _bodies(sock, 1) == [b"/held"]
+            with socket.create_connection(("127.0.0.1", served_port)) as third:
+                third.sendall(f"GET /third HTTP/1.1\r\n{_HOST}\r\n".encode())
+                assert _until_head_end(third).startswith(b"HTTP/1.1 503 ")
+        finally:
+            for sock in held:
+                sock.close()
+        deadline = time.monotonic() + 20
+        while True:
+            with socket.create_connection(("127.0.0.1", served_port)) as later:
+                later.sendall(f"GET /later HTTP/1.1\r\n{_HOST}\r\n".encode())
+                if _until_head_end(later).startswith(b"HTTP/1.1 200 "):
+                    break
+            assert time.monotonic() < deadline, "the closed connections were never let go"
+            time.sleep(0.05)
+    assert app.paths[:2] == ["/held", "/held"] and "/third" not in app.paths
+    assert app.paths[-1] == "/later"
