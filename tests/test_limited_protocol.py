@@ -24,6 +24,7 @@ from ackledger import Inbox
 from ackledger.web.limits import Limits
 from ackledger.web.server import bind
 from tests.events import lab
+from tests.test_sink_connections import _Reader
 
 IDLE = 1
 
@@ -302,23 +303,11 @@ def test_a_head_over_the_cap_in_one_write_is_refused(head: str) -> None:
     assert app.paths == ["/first"]
 
 
-def _bodies(sock: socket.socket, count: int) -> list[bytes]:
-    """The bodies of the next ``count`` answers on ``sock`` (each a 200 with a length)."""
-    sock.settimeout(20)
-    got, bodies = b"", list[bytes]()
-    while len(bodies) < count:
-        head, found, rest = got.partition(b"\r\n\r\n")
-        if found:
-            assert head.startswith(b"HTTP/1.1 200 "), head
-            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
-            if len(rest) >= length:
-                bodies.append(rest[:length])
-                got = rest[length:]
-                continue
-        chunk = sock.recv(65536)
-        assert chunk, f"closed after {bodies}"
-        got += chunk
-    return bodies
+def _bodies(reader: _Reader, count: int) -> list[bytes]:
+    """The bodies of the next ``count`` answers, each a 200."""
+    answers = [reader.answer() for _ in range(count)]
+    assert [status for status, _, _ in answers] == [200] * count
+    return [body for _, _, body in answers]
 
 
 def test_heads_under_the_cap_are_served_however_they_arrive() -> None:
@@ -330,13 +319,14 @@ def test_heads_under_the_cap_are_served_however_they_arrive() -> None:
         _served(app, Limits()) as served_port,
         socket.create_connection(("127.0.0.1", served_port)) as sock,
     ):
+        reader = _Reader(sock)
         sock.sendall(f"GET /whole HTTP/1.1\r\n{_HOST}{padding}\r\n".encode())
-        assert _bodies(sock, 1) == [b"/whole"]
+        assert _bodies(reader, 1) == [b"/whole"]
         pieced = f"GET /pieces HTTP/1.1\r\n{_HOST}{padding}\r\n".encode()
         for start in range(0, len(pieced), _KIB):
             sock.sendall(pieced[start : start + _KIB])
             time.sleep(0.001)
-        assert _bodies(sock, 1) == [b"/pieces"]
+        assert _bodies(reader, 1) == [b"/pieces"]
         body = b"b" * 60 * _KIB
         sock.sendall(
             f"POST /body HTTP/1.1\r\n{_HOST}Content-Length: {len(body)}\r\n\r\n".encode()
@@ -347,7 +337,7 @@ def test_heads_under_the_cap_are_served_however_they_arrive() -> None:
         sock.sendall(f"{_HOST}X-Pad: {'p' * 4 * _KIB}".encode())
         time.sleep(0.1)
         sock.sendall(b"\r\n\r\n")
-        assert _bodies(sock, 2) == [b"/body", b"/after"]
+        assert _bodies(reader, 2) == [b"/body", b"/after"]
     assert app.paths == ["/whole", "/pieces", "/body", "/after"]
 
 
@@ -361,7 +351,7 @@ def test_a_connection_past_the_cap_is_answered_503() -> None:
         try:
             for sock in held:
                 sock.sendall(f"GET /held HTTP/1.1\r\n{_HOST}\r\n".encode())
-                assert _bodies(sock, 1) == [b"/held"]
+                assert _bodies(_Reader(sock), 1) == [b"/held"]
             with socket.create_connection(("127.0.0.1", served_port)) as third:
                 third.sendall(f"GET /third HTTP/1.1\r\n{_HOST}\r\n".encode())
                 assert _until_head_end(third).startswith(b"HTTP/1.1 503 ")
