@@ -14,8 +14,10 @@ commit that made it durable.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Generic, TypeVar
+from concurrent.futures import Executor, Future
+from typing import Any, Generic, TypeVar
 
 from starlette.types import Receive, Scope, Send
 
@@ -78,50 +80,98 @@ class GroupCommit(Generic[Item, Result]):
     commit. Each ``submit`` returns its item's result once that commit is done; if
     ``apply_all`` raises, nothing was committed and every item of the group raises that
     exception.
+
+    With a ``thread`` (an executor of one worker), ``apply_all`` runs there, off the event
+    loop: a user's handler never blocks the loop it is served from. One group is in the
+    thread at a time; the requests that arrive meanwhile wait and form the next group.
     """
 
-    def __init__(self, apply_all: Callable[[Sequence[Item]], list[Result]]) -> None:
+    def __init__(
+        self,
+        apply_all: Callable[[Sequence[Item]], list[Result]],
+        *,
+        thread: Executor | None = None,
+    ) -> None:
         self._apply_all = apply_all
+        self._thread_pool = thread
+        #: A group is being applied in ``thread``; the next flush waits for it.
+        self._busy = False
         self._waiting: list[tuple[Item, asyncio.Future[Result]]] = []
-        #: The loop a flush is scheduled on (None: none is).
+        self._scheduled = False
+        #: The loop the pending flush (or the group in the thread) belongs to.
         self._flush_loop: asyncio.AbstractEventLoop | None = None
 
     async def submit(self, item: Item) -> Result:
         loop = asyncio.get_running_loop()
-        if self._flush_loop is not None and self._flush_loop is not loop:
+        if (self._scheduled or self._busy) and self._flush_loop is not loop:
             # The flush was scheduled on a loop that stopped before running it (a server shut
             # down mid-request): it will never run. Its items' requests were never answered,
-            # so they are dropped, not applied (their senders send them again).
+            # so they are dropped, not applied (their senders send them again). Every item
+            # waiting is that loop's: the first item on another loop reschedules here.
             self._waiting = []
-            self._flush_loop = None
+            self._scheduled = False
+            self._busy = False
         done: asyncio.Future[Result] = loop.create_future()
         self._waiting.append((item, done))
-        if self._flush_loop is None:
+        if not self._scheduled:
+            self._scheduled = True
             self._flush_loop = loop
             loop.call_soon(self._flush)
         return await done
 
     def _flush(self) -> None:
-        self._flush_loop = None
+        self._scheduled = False
+        if self._busy or not self._waiting:
+            return  # the group in the thread flushes what waits once it is done
         waiting, self._waiting = self._waiting, []
+        items = [item for item, _ in waiting]
+        if self._thread_pool is not None:
+            self._busy = True
+            loop = self._flush_loop
+            assert loop is not None
+            applied = self._thread_pool.submit(self._apply_all, items)
+            applied.add_done_callback(
+                lambda applied: _on_loop(loop, self._settle_thread, waiting, applied)
+            )
+            return
         try:
-            outcome: list[Result] | Exception = self._apply_all([item for item, _ in waiting])
+            outcome: list[Result] | BaseException = self._apply_all(items)
         except Exception as exc:
             outcome = exc
         _settle(waiting, outcome)
 
+    def _settle_thread(
+        self, waiting: list[tuple[Item, asyncio.Future[Result]]], applied: Future[list[Result]]
+    ) -> None:
+        """On the loop: answer a group the thread applied, then flush what waited for it."""
+        self._busy = False
+        error = applied.exception()
+        _settle(waiting, error if error is not None else applied.result())
+        if self._waiting and not self._scheduled:
+            loop = self._flush_loop
+            assert loop is not None
+            self._scheduled = True
+            loop.call_soon(self._flush)
+
 
 def _settle(
-    waiting: Sequence[tuple[object, asyncio.Future[Result]]], outcome: list[Result] | Exception
+    waiting: Sequence[tuple[object, asyncio.Future[Result]]], outcome: list[Result] | BaseException
 ) -> None:
     """Hand each waiting request its result, or the group's error. A request whose client
     left meanwhile (its future cancelled) is skipped: its item was applied all the same."""
-    if not isinstance(outcome, Exception) and len(outcome) != len(waiting):
+    if not isinstance(outcome, BaseException) and len(outcome) != len(waiting):
         outcome = RuntimeError(f"a group of {len(waiting)} items got {len(outcome)} results")
     for number, (_, done) in enumerate(waiting):
         if done.cancelled():
             continue
-        if isinstance(outcome, Exception):
+        if isinstance(outcome, BaseException):
             done.set_exception(outcome)
         else:
             done.set_result(outcome[number])
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop, call: Callable[..., object], *args: Any) -> None:
+    """``call(*args)`` on ``loop``, from another thread; nothing if the loop has closed (a
+    server stopped mid-group: its requests were never answered, their senders send again)."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(call, *args)
