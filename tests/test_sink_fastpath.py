@@ -11,6 +11,7 @@ import http.client
 import json
 import threading
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -292,3 +293,33 @@ def test_group_commit_answers_each_request_after_the_commit_even_if_one_left() -
     assert outcomes[0] == 0 and outcomes[2] == 20
     assert isinstance(outcomes[1], asyncio.CancelledError)
     assert seen == ["commit [0, 1, 2]", "answer 0: 0", "answer 2: 20"]
+
+
+def test_group_commit_in_a_thread_forms_the_next_group_meanwhile() -> None:
+    """With a thread, ``apply_all`` runs off the loop, one group at a time: the submits made
+    while a group is in the thread wait, form the next group, and each gets its own result
+    (set on the loop once the thread is done)."""
+    started, release = threading.Event(), threading.Event()
+    calls: list[tuple[list[int], bool]] = []
+
+    def apply_all(items: Sequence[int]) -> list[int]:
+        calls.append((list(items), threading.current_thread() is not threading.main_thread()))
+        if len(calls) == 1:
+            started.set()
+            release.wait(10)
+        return [item * 10 for item in items]
+
+    async def scenario() -> list[int]:
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            group: GroupCommit[int, int] = GroupCommit(apply_all, thread=pool)
+            first = asyncio.ensure_future(group.submit(1))
+            while not started.is_set():
+                await asyncio.sleep(0.01)
+            later = [asyncio.ensure_future(group.submit(number)) for number in (2, 3)]
+            await asyncio.sleep(0.1)
+            assert not first.done() and not any(task.done() for task in later)
+            release.set()
+            return [await first, *[await task for task in later]]
+
+    assert asyncio.run(scenario()) == [10, 20, 30]
+    assert calls == [([1], True), ([2, 3], True)]
