@@ -1,7 +1,8 @@
 """The read time-outs and the answers on kept-alive connections of a real ``serve sink``
-(``--read-timeout 1``): each connection has one deadline and one timer, and writes an answer
-in one piece (``web.limited_protocol``). Bounds on time are generous: they tell "closed by the
-time-out" from "never closed", and "kept open" from "closed at the first timer"."""
+(``--read-timeout 1``): each connection has one deadline and one timer
+(``web.limited_protocol``), and pipelined answers come whole and in order. Bounds on time are
+generous: they tell "closed by the time-out" from "never closed", and "kept open" from "closed
+at the first timer"."""
 
 from __future__ import annotations
 
@@ -98,8 +99,7 @@ def test_a_slow_second_head_on_a_kept_alive_connection_is_cut_off(sink: Service)
 
 def test_pipelined_requests_are_answered_whole_and_in_order(sink: Service) -> None:
     """Three requests in one write, the last a repeat of the first: three complete answers
-    in their order, each with its own length (the writes of one turn are joined, never
-    mixed)."""
+    in their order, each with its own length (never mixed)."""
     with socket.create_connection(("127.0.0.1", sink.port)) as sock:
         sock.sendall(b"".join(_request(sink.port, name) for name in ("p-1", "p-2", "p-1")))
         answers = _answers(sock, 3)

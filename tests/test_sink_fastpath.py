@@ -11,14 +11,13 @@ import http.client
 import json
 import threading
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ackledger._dev.procs import Service
-from ackledger.web.answers import Answer
-from ackledger.web.direct import Pending
 from ackledger.web.fastpath import GroupCommit
 
 from .conftest import raw_rows
@@ -212,8 +211,8 @@ def test_group_commit_failure_reaches_every_member() -> None:
 
 
 def test_group_commit_serves_one_loop_after_another() -> None:
-    """The remembered loop (no ``getpid`` per submit) is the running one: a group used on a
-    second loop in this thread, then on a third in another thread, still gathers there."""
+    """A group used on a second loop in this thread, then on a third in another thread,
+    still gathers there."""
     calls: list[list[int]] = []
 
     def apply_all(items: Sequence[int]) -> list[int]:
@@ -267,67 +266,60 @@ def test_a_flush_a_stopped_loop_never_ran_does_not_stall_the_next_loop() -> None
     assert calls == [[2]]
 
 
-def _pending() -> Pending[int]:
-    return Pending(lambda done: Answer(200, b"%d" % done.result(), "text/plain"))
-
-
-def test_group_commit_answers_each_item_in_the_flush_itself_after_the_commit() -> None:
-    """Each item's listener (the protocol's answer) runs in the flush, after ``apply_all``
-    returned (its commit), before anything else the loop has queued: no loop turn of its
-    own, as an asyncio future's callback took; and a listener that raises is logged while
-    the rest of the group is still answered."""
+def test_group_commit_answers_each_request_after_the_commit_even_if_one_left() -> None:
+    """Every submit of a group returns its own result once ``apply_all`` has returned (its
+    commit); a request cancelled meanwhile (its client left) is still applied, and the rest
+    of the group is answered all the same."""
     seen: list[str] = []
 
     def apply_all(items: Sequence[int]) -> list[int]:
         seen.append(f"commit {list(items)}")
         return [item * 10 for item in items]
 
-    def listener(number: int) -> Any:
-        def heard(done: Pending[int]) -> None:
-            seen.append(f"answer {number}: {done.finish(done).body.decode()}")
-            if number == 1:
-                raise RuntimeError("a listener's bug")
-
-        return heard
-
-    async def scenario() -> None:
+    async def scenario() -> list[BaseException | int]:
         group: GroupCommit[int, int] = GroupCommit(apply_all)
-        for number in range(3):
-            pending = _pending()
-            group.enqueue(number, pending)
-            pending.listen(listener(number))
-        # Queued behind the flush: it runs in the same turn, after the flush has returned.
-        loop = asyncio.get_running_loop()
-        behind: asyncio.Future[None] = loop.create_future()
 
-        def next_handle() -> None:
-            seen.append("next handle")
-            behind.set_result(None)
+        async def one(number: int) -> int:
+            result = await group.submit(number)
+            seen.append(f"answer {number}: {result}")
+            return result
 
-        loop.call_soon(next_handle)
-        await behind
+        tasks = [asyncio.ensure_future(one(number)) for number in range(3)]
+        await asyncio.sleep(0)  # each has submitted; the flush is queued behind them
+        tasks[1].cancel()
+        return await asyncio.gather(*tasks, return_exceptions=True)
 
-    asyncio.run(scenario())
-    assert seen == [
-        "commit [0, 1, 2]",
-        "answer 0: 0",
-        "answer 1: 10",
-        "answer 2: 20",
-        "next handle",
-    ]
+    outcomes = asyncio.run(scenario())
+    assert outcomes[0] == 0 and outcomes[2] == 20
+    assert isinstance(outcomes[1], asyncio.CancelledError)
+    assert seen == ["commit [0, 1, 2]", "answer 0: 0", "answer 2: 20"]
 
 
-def test_a_pending_answer_heard_late_or_failed() -> None:
-    """A listener added once the result is in is called at once; a failure is raised by
-    ``result`` (the sink's ``finish`` turns a database error into 503 with it)."""
-    heard: list[int] = []
-    pending = _pending()
-    pending.resolve(4)
-    pending.listen(lambda done: heard.append(done.result()))
-    assert heard == [4] and pending.finish(pending).body == b"4"
-    failed = _pending()
-    failed.listen(lambda done: heard.append(-1))
-    failed.fail(OSError("disk gone"))
-    assert heard == [4, -1]
-    with pytest.raises(OSError, match="disk gone"):
-        failed.result()
+def test_group_commit_in_a_thread_forms_the_next_group_meanwhile() -> None:
+    """With a thread, ``apply_all`` runs off the loop, one group at a time: the submits made
+    while a group is in the thread wait, form the next group, and each gets its own result
+    (set on the loop once the thread is done)."""
+    started, release = threading.Event(), threading.Event()
+    calls: list[tuple[list[int], bool]] = []
+
+    def apply_all(items: Sequence[int]) -> list[int]:
+        calls.append((list(items), threading.current_thread() is not threading.main_thread()))
+        if len(calls) == 1:
+            started.set()
+            release.wait(10)
+        return [item * 10 for item in items]
+
+    async def scenario() -> list[int]:
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            group: GroupCommit[int, int] = GroupCommit(apply_all, thread=pool)
+            first = asyncio.ensure_future(group.submit(1))
+            while not started.is_set():
+                await asyncio.sleep(0.01)
+            later = [asyncio.ensure_future(group.submit(number)) for number in (2, 3)]
+            await asyncio.sleep(0.1)
+            assert not first.done() and not any(task.done() for task in later)
+            release.set()
+            return [await first, *[await task for task in later]]
+
+    assert asyncio.run(scenario()) == [10, 20, 30]
+    assert calls == [([1], True), ([2, 3], True)]

@@ -1,10 +1,10 @@
-"""``POST /events`` reads a lone event by key in the request's own turn (bench/CHANGES.md item
-117): a re-send is answered at once, outside the group commit; whatever needs the write joins
-the group, and the flush still decides what the read could not know.
+"""``POST /events`` reads a lone event by key in the request's own turn: a re-send is
+answered at once, outside the group commit; whatever needs the write joins the group, and the
+flush still decides what the read could not know.
 
-The sink's real app on a real database (SQLite's file, PostgreSQL); its direct route is
-called as the protocol calls it (``answer(headers, body)``, then the ``Pending``'s answer
-once the flush has run).
+The sink's real ASGI app on a real database (SQLite's file, PostgreSQL), called as a server
+calls it. A request answered in its own turn is one whose call completes without waiting:
+its coroutine finishes at its first step.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -20,31 +20,63 @@ import pytest
 
 from ackledger.sink.app import create_sink_app
 from ackledger.sink.inbox import Inbox
-from ackledger.web.answers import Answer
-from ackledger.web.direct import Outcome, Pending, direct_routes_of, settled
 
 from ..events import SOURCE, lab
 from .conftest import Target
 
 _HEADERS = [(b"content-type", b"application/cloudevents+json")]
 
-Route = Callable[[dict[str, Any]], Outcome]
+#: (status, headers, body) of an answer.
+Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
+Call = Coroutine[Any, Any, Answer]
+Route = Callable[[dict[str, Any]], Call]
 
 
 def _run(inbox: Inbox, steps: Callable[[Route], Coroutine[Any, Any, None]]) -> None:
-    """``steps(post)`` on a running loop, ``post(event)`` being the direct route's call."""
-    route = direct_routes_of(create_sink_app(inbox))[b"/events"]
+    """``steps(post)`` on a running loop, ``post(event)`` being the app's call for a POST."""
+    app = create_sink_app(inbox)
 
-    def post(event: dict[str, Any]) -> Outcome:
-        return route.answer(_HEADERS, json.dumps(event).encode())
+    async def post(event: dict[str, Any]) -> Answer:
+        scope = {"type": "http", "method": "POST", "path": "/events", "headers": _HEADERS}
+        sent: list[MutableMapping[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            body = json.dumps(event).encode()
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message: MutableMapping[str, Any]) -> None:
+            sent.append(message)
+
+        await app(scope, receive, send)
+        start, body = sent
+        return start["status"], start["headers"], body["body"]
 
     asyncio.run(steps(post))
 
 
+def _at_once(call: Call) -> Answer:
+    """The answer of a call that completes without waiting (fails if it waits)."""
+    try:
+        call.send(None)
+    except StopIteration as done:
+        answer: Answer = done.value
+        return answer
+    call.close()
+    raise AssertionError("the request waited for something before its answer")
+
+
+async def _waiting(call: Call) -> asyncio.Task[Answer]:
+    """The call started, and found waiting (for the group's commit)."""
+    task = asyncio.ensure_future(call)
+    await asyncio.sleep(0)
+    assert not task.done(), "answered without waiting for the group"
+    return task
+
+
 def _status(answer: Answer) -> tuple[int, Any, bool]:
-    body = json.loads(answer.body)
-    replayed = (b"idempotent-replayed", b"true") in answer.header_pairs()
-    return answer.status, body.get("status"), replayed
+    status, headers, body = answer
+    replayed = (b"idempotent-replayed", b"true") in headers
+    return status, json.loads(body).get("status"), replayed
 
 
 def test_a_resend_is_answered_in_its_own_turn_and_counted(target: Target) -> None:
@@ -52,13 +84,10 @@ def test_a_resend_is_answered_in_its_own_turn_and_counted(target: Target) -> Non
     with Inbox(target.ref) as inbox:
 
         async def steps(post: Route) -> None:
-            first = post(event)
-            assert isinstance(first, Pending)  # a new event waits for the group's commit
-            assert _status(await settled(first)) == (200, "applied", False)
-            again = post(event)
-            # Settled before any turn of the loop: the answer itself, noted and counted.
-            assert isinstance(again, Answer)
-            assert _status(again) == (200, "duplicate", True)
+            first = await _waiting(post(event))  # a new event waits for the group's commit
+            assert _status(await first) == (200, "applied", False)
+            # Answered without waiting: noted and counted all the same.
+            assert _status(_at_once(post(event))) == (200, "duplicate", True)
             assert inbox.counters() == {"applied": 1, "duplicate": 1, "conflict": 0}
             assert inbox.receipt("r1", source=SOURCE)["receipts"] == 2  # type: ignore[index]
 
@@ -82,10 +111,9 @@ def test_an_identity_taken_between_the_read_and_the_flush_is_decided_by_the_clai
     with Inbox(target.ref) as inbox, Inbox(target.ref) as other:
 
         async def steps(post: Route) -> None:
-            waiting = post(lab("m1", "s1", 2))
-            assert isinstance(waiting, Pending)
+            waiting = await _waiting(post(lab("m1", "s1", 2)))
             assert other.receive(lab("m1", "s1", qty)) == "applied"
-            assert _status(await settled(waiting)) == expected
+            assert _status(await waiting) == expected
 
         _run(inbox, steps)
         assert inbox.counters() == counts
@@ -97,10 +125,12 @@ def test_two_copies_in_one_turn_both_join_the_group(target: Target) -> None:
 
         async def steps(post: Route) -> None:
             # Both read the identity free (nothing is committed till the flush).
-            first, second = post(lab("t1", "s1", 2)), post(lab("t1", "s1", 2))
-            assert isinstance(first, Pending) and isinstance(second, Pending)
-            assert _status(await settled(first)) == (200, "applied", False)
-            assert _status(await settled(second)) == (200, "duplicate", True)
+            first = asyncio.ensure_future(post(lab("t1", "s1", 2)))
+            second = asyncio.ensure_future(post(lab("t1", "s1", 2)))
+            await asyncio.sleep(0)
+            assert not first.done() and not second.done()
+            assert _status(await first) == (200, "applied", False)
+            assert _status(await second) == (200, "duplicate", True)
 
         _run(inbox, steps)
         assert inbox.counters() == {"applied": 1, "duplicate": 1, "conflict": 0}
@@ -112,11 +142,10 @@ def test_a_conflict_found_by_the_read_is_refused_and_counted_durably(target: Tar
         assert inbox.receive(lab("c1", "s1", 2)) == "applied"
 
         async def steps(post: Route) -> None:
-            refused = post(lab("c1", "s1", 5))
-            assert isinstance(refused, Pending)  # counted by the general way, in the group
-            answer = await settled(refused)
-            assert answer.status == 422
-            assert json.loads(answer.body)["type"].endswith("/conflict")
+            # Counted by the general way, in the group.
+            status, _, body = await (await _waiting(post(lab("c1", "s1", 5))))
+            assert status == 422
+            assert json.loads(body)["type"].endswith("/conflict")
 
         _run(inbox, steps)
         assert inbox.counters() == {"applied": 1, "duplicate": 0, "conflict": 1}
@@ -134,10 +163,9 @@ def test_a_database_error_on_the_read_is_503(tmp_path: Path) -> None:
         conn.close()
 
         async def steps(post: Route) -> None:
-            answer = post(lab("d1", "s1", 2))
-            assert isinstance(answer, Answer)
-            assert answer.status == 503
-            assert answer.headers == {"Retry-After": "1"}
-            assert json.loads(answer.body)["type"].endswith("/unavailable")
+            status, headers, body = _at_once(post(lab("d1", "s1", 2)))
+            assert status == 503
+            assert (b"retry-after", b"1") in headers
+            assert json.loads(body)["type"].endswith("/unavailable")
 
         _run(inbox, steps)

@@ -1,10 +1,9 @@
 """The sink service: ``POST /events`` applies an event once through the inbox.
 
-The two POST routes are answered by the HTTP protocol itself (``web.direct``; plain ASGI
-handlers, ``fastpath``, when mounted in another app) and share write transactions with
-whatever other requests are ready at the same time (group commit): one fsync then makes many
-clients' events durable, and each is answered only after it. A re-sent event needs no write
-of its own: ``POST /events`` answers it from its read by key, in the request's own turn.
+The two POST routes are plain ASGI handlers (``web.fastpath``) that share write transactions
+with whatever other requests are ready at the same time (group commit): one fsync then makes
+many clients' events durable, and each is answered only after it. A re-sent event needs no
+write of its own: ``POST /events`` answers it from its read by key, in the request's own turn.
 """
 
 from __future__ import annotations
@@ -34,7 +33,6 @@ from ..web.answers import (
     unavailable_answer,
 )
 from ..web.cloudevents_http import Headers, decode_batch, decode_event
-from ..web.direct import Outcome, Pending
 from ..web.docs_page import api_routes
 from ..web.fastpath import GroupCommit, PostRoute
 from ..web.health import liveness, readiness
@@ -52,11 +50,6 @@ MAX_BATCH = api.MAX_BATCH
 _REPLAYED = {"Idempotent-Replayed": "true"}
 _REPLAYED_HEADER = (b"idempotent-replayed", b"true")
 _JSON_TYPE = (b"content-type", b"application/json")
-#: ``head_lines`` of an ACK, a re-sent event's and a new one's, but for the length.
-_REPLAYED_LINES = (
-    b"idempotent-replayed: true\r\ncontent-length: %d\r\ncontent-type: application/json\r\n"
-)
-_ACK_LINES = b"content-length: %d\r\ncontent-type: application/json\r\n"
 
 
 class _Ack(Answer):
@@ -76,10 +69,6 @@ class _Ack(Answer):
     def header_pairs(self) -> list[tuple[bytes, bytes]]:
         length = (b"content-length", b"%d" % len(self.body))
         return [_REPLAYED_HEADER, length, _JSON_TYPE] if self.headers else [length, _JSON_TYPE]
-
-    def head_lines(self) -> tuple[bytes, bool]:
-        lines = _REPLAYED_LINES if self.headers else _ACK_LINES
-        return lines % len(self.body), False
 
 
 def _ack_body(event: dict[str, Any], status: str) -> bytes:
@@ -156,24 +145,19 @@ def _event_ack(event: dict[str, Any], result: BatchResult) -> Answer:
     return _Ack(_ack_body(event, status), status == "duplicate")
 
 
-def _enqueued(
+async def _submitted(
     group: GroupCommit[Sequence[object], BatchResult],
     run: Sequence[object],
     answer: Callable[[BatchResult], Answer],
-) -> Pending[BatchResult]:
+) -> Answer:
     """``run`` submitted to the next group commit; its answer made once the group is in."""
-
-    def finish(done: Pending[BatchResult]) -> Answer:
-        try:
-            return answer(done.result())
-        except database_errors() as exc:
-            return unavailable_answer(exc)
-        except NotAwaited as exc:
-            return _not_awaited_answer(exc)
-
-    pending = Pending(finish)
-    group.enqueue(run, pending)
-    return pending
+    try:
+        result = await group.submit(run)
+    except database_errors() as exc:
+        return unavailable_answer(exc)
+    except NotAwaited as exc:
+        return _not_awaited_answer(exc)
+    return answer(result)
 
 
 def _not_awaited_answer(exc: NotAwaited) -> Answer:
@@ -218,7 +202,7 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "", own_thread: bool = False)
             return call()
         return await asyncio.get_running_loop().run_in_executor(thread, call)
 
-    def event_answer(headers: Headers, body: bytes | None) -> Outcome:
+    async def event_answer(headers: Headers, body: bytes | None) -> Answer:
         # ``_decoded``'s steps without its frame: this runs for every event.
         if body is None:
             return too_large_answer()
@@ -228,10 +212,10 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "", own_thread: bool = False)
             return invalid_answer(str(exc), exc.field)
         if thread is not None:
             # Everything else in the inbox's thread: the read by key is a database call too.
-            return _enqueued(group, [obj], lambda result: _event_ack(obj, result))
+            return await _submitted(group, [obj], lambda result: _event_ack(obj, result))
         # Validated and read by key in the request's own turn: a re-send (the commonest
-        # request) is answered now, with no turn of the loop and no place in the group
-        # (bench/CHANGES.md item 117). Only what needs the write joins the group, prepared.
+        # request) is answered now, with no place in the group. Only what needs the write
+        # joins the group, prepared.
         try:
             found = read_lone(obj)
         except AckledgerError as exc:
@@ -240,9 +224,9 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "", own_thread: bool = False)
             return unavailable_answer(exc)
         if type(found) is str:
             return _Ack(_ack_body(obj, found), True)
-        return _enqueued(group, found, lambda result: _event_ack(obj, result))
+        return await _submitted(group, found, lambda result: _event_ack(obj, result))
 
-    def batch_answer(headers: Headers, body: bytes | None) -> Outcome:
+    async def batch_answer(headers: Headers, body: bytes | None) -> Answer:
         items = _decoded(headers, body, decode_batch)
         if isinstance(items, Answer):
             return items
@@ -260,10 +244,9 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "", own_thread: bool = False)
             error["index"] = len(result.statuses)
             return json_answer({"acks": acks, "error": error})
 
-        return _enqueued(group, items, finish)
+        return await _submitted(group, items, finish)
 
-    # Requests are counted and timed around the whole app (web.observe), these too; the
-    # protocol answers them directly (web.direct), other servers through ASGI.
+    # Requests are counted and timed around the whole app (web.observe), these too.
     post_event = PostRoute(event_answer)
     post_batch = PostRoute(batch_answer)
     events, batch = prefix + "/events", prefix + "/events/batch"

@@ -37,7 +37,7 @@ class Answer:
         await self.send(send)
 
     def header_pairs(self) -> list[tuple[bytes, bytes]]:
-        """The answer's headers as sent, in order (the same on the ASGI and direct paths)."""
+        """The answer's headers as sent, in order."""
         headers = [
             (b"content-length", str(len(self.body)).encode()),
             (b"content-type", self.media_type.encode("latin-1")),
@@ -51,17 +51,6 @@ class Answer:
                 *headers,
             ]
         return headers
-
-    def head_lines(self) -> tuple[bytes, bool]:
-        """The header lines as sent on the direct path (each with its CRLF, in
-        ``header_pairs``' order), and whether one of them is ``connection: close``."""
-        lines = []
-        closing = False
-        for name, value in self.header_pairs():
-            if name == b"connection" and b"close" in value.lower():
-                closing = True
-            lines.append(b"%s: %s\r\n" % (name, value))
-        return b"".join(lines), closing
 
     async def send(self, send: Send) -> None:
         """Send as ``response()`` would: the same status, headers and body (the media types

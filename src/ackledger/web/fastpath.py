@@ -1,11 +1,10 @@
 """The hot POST routes, and group commit.
 
 Starlette's middleware stack, router and request/response objects cost more per request than
-the inbox's own work (docs/benchmarks.md). A ``PostRoute`` makes its answer from the request's
-headers and body: the protocol calls it directly (``web.direct``) for a POST on its exact
-path; on the ASGI path ``web.observe.Observed`` calls it without the router (and times it
-without wrapping ``send``), while Starlette keeps it as a route: a GET on that path still gets
-Starlette's 405, and a mounted app is routed as before.
+the inbox's own work (docs/benchmarks.md). A ``PostRoute`` is a plain ASGI handler that makes
+its answer from the request's headers and body: ``web.observe.Observed`` calls it without the
+router (and times it without wrapping ``send``), while Starlette keeps it as a route: a GET on
+that path still gets Starlette's 405, and a mounted app is routed as before.
 
 ``GroupCommit`` lets requests that are ready in the same turn of the event loop share one
 write transaction: each request still gets its own result, and is answered only after the one
@@ -16,11 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor, Future
-from threading import get_ident
 from typing import Any, Generic, TypeVar
 
 from starlette.types import Receive, Scope, Send
@@ -28,23 +24,17 @@ from starlette.types import Receive, Scope, Send
 from ..errors import InvalidEvent
 from .answers import Answer, invalid_answer
 from .bodies import MAX_BODY_BYTES, BodyTooLarge, ClientGone, read_body
-from .direct import Headers, Outcome, Pending, settled, waited
-
-_LOG = logging.getLogger("ackledger.web")
-_ITEM = operator.itemgetter(0)
-_LISTENER_FAILED = "Exception in a group commit's listener"
+from .cloudevents_http import Headers
 
 #: A route's answer to its headers and body (None: over the cap, not read).
-AnswerMaker = Callable[[Headers, bytes | None], Outcome]
+AnswerMaker = Callable[[Headers, bytes | None], Awaitable[Answer]]
 
 
 class PostRoute:
-    """One POST route, answered on both paths: as a ``DirectRoute`` (``web.direct``) by the
-    protocol, and as an ASGI handler (a request the protocol leaves to uvicorn's cycle, or
-    an app served by another server), which reads the body and waits for the same answer.
+    """One POST route as a plain ASGI handler: it reads the body (up to ``cap`` bytes) and
+    sends the answer ``answer(headers, body)`` makes.
 
     It is an object, not a function, so that Starlette mounts it as an ASGI app as it is.
-    ``answer`` is the function it was made with (no frame of its own per request).
     """
 
     def __init__(self, answer: AnswerMaker, cap: int = MAX_BODY_BYTES) -> None:
@@ -71,7 +61,7 @@ class PostRoute:
             return None
         except InvalidEvent as exc:  # a second Content-Type
             return invalid_answer(str(exc), exc.field)
-        return await settled(self.answer(scope["headers"], body))
+        return await self.answer(scope["headers"], body)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.respond(scope, receive, send)
@@ -87,10 +77,8 @@ class GroupCommit(Generic[Item, Result]):
     ``apply_all(items)`` runs in ONE write transaction and returns one result per item, in
     order. Every request that was ready when the loop got to it has submitted its item by the
     time the flush runs (the flush is scheduled behind them), so N concurrent clients share one
-    commit. Each item's ``Pending`` is resolved in the flush itself, after the commit, and its
-    listener (the protocol's answer) runs there: a lone client pays one extra turn of the loop,
-    not the two an asyncio future's callback took (bench/CHANGES.md item 92). If
-    ``apply_all`` raises, nothing was committed and every item of the group fails with that
+    commit. Each ``submit`` returns its item's result once that commit is done; if
+    ``apply_all`` raises, nothing was committed and every item of the group raises that
     exception.
 
     With a ``thread`` (an executor of one worker), ``apply_all`` runs there, off the event
@@ -108,31 +96,13 @@ class GroupCommit(Generic[Item, Result]):
         self._thread_pool = thread
         #: A group is being applied in ``thread``; the next flush waits for it.
         self._busy = False
-        self._waiting: list[tuple[Item, Pending[Result]]] = []
+        self._waiting: list[tuple[Item, asyncio.Future[Result]]] = []
         self._scheduled = False
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread = 0
-        #: The loop the pending flush was scheduled on.
+        #: The loop the pending flush (or the group in the thread) belongs to.
         self._flush_loop: asyncio.AbstractEventLoop | None = None
 
     async def submit(self, item: Item) -> Result:
-        pending: Pending[Result] = Pending(_no_answer)
-        self.enqueue(item, pending)
-        await waited(pending)
-        return pending.result()
-
-    def enqueue(self, item: Item, pending: Pending[Result]) -> None:
-        """Add ``item`` to the next flush (on the running loop); ``pending`` gets its result
-        (the direct routes, ``web.direct``, answer in its listener)."""
-        # The running loop, remembered: ``asyncio.get_running_loop`` makes a ``getpid``
-        # system call each time (CPython 3.11), one per request here. A remembered loop that
-        # is running in this very thread is the running one (a thread runs one loop at a
-        # time, and a thread's id is reused only once it has ended, its loop stopped with it).
-        loop = self._loop
-        thread = get_ident()
-        if loop is None or self._thread != thread or not loop.is_running():
-            loop = self._loop = asyncio.get_running_loop()
-            self._thread = thread
+        loop = asyncio.get_running_loop()
         if (self._scheduled or self._busy) and self._flush_loop is not loop:
             # The flush was scheduled on a loop that stopped before running it (a server shut
             # down mid-request): it will never run. Its items' requests were never answered,
@@ -141,67 +111,63 @@ class GroupCommit(Generic[Item, Result]):
             self._waiting = []
             self._scheduled = False
             self._busy = False
-        self._waiting.append((item, pending))
+        done: asyncio.Future[Result] = loop.create_future()
+        self._waiting.append((item, done))
         if not self._scheduled:
             self._scheduled = True
             self._flush_loop = loop
             loop.call_soon(self._flush)
+        return await done
 
     def _flush(self) -> None:
         self._scheduled = False
-        if self._busy:
+        if self._busy or not self._waiting:
             return  # the group in the thread flushes what waits once it is done
         waiting, self._waiting = self._waiting, []
-        # A lone item's list made directly; a group's without a comprehension's frame.
-        items = [waiting[0][0]] if len(waiting) == 1 else list(map(_ITEM, waiting))
+        items = [item for item, _ in waiting]
         if self._thread_pool is not None:
             self._busy = True
             loop = self._flush_loop
             assert loop is not None
-            done = self._thread_pool.submit(self._apply_all, items)
-            done.add_done_callback(lambda done: _on_loop(loop, self._settle_thread, waiting, done))
+            applied = self._thread_pool.submit(self._apply_all, items)
+            applied.add_done_callback(
+                lambda applied: _on_loop(loop, self._settle_thread, waiting, applied)
+            )
             return
         try:
-            results = self._apply_all(items)
+            outcome: list[Result] | BaseException = self._apply_all(items)
         except Exception as exc:
-            self._fail(waiting, exc)
-            return
-        self._resolve(waiting, results)
+            outcome = exc
+        _settle(waiting, outcome)
 
     def _settle_thread(
-        self, waiting: list[tuple[Item, Pending[Result]]], done: Future[list[Result]]
+        self, waiting: list[tuple[Item, asyncio.Future[Result]]], applied: Future[list[Result]]
     ) -> None:
         """On the loop: answer a group the thread applied, then flush what waited for it."""
         self._busy = False
-        error = done.exception()
-        if error is not None:
-            self._fail(waiting, error)
-        else:
-            self._resolve(waiting, done.result())
+        error = applied.exception()
+        _settle(waiting, error if error is not None else applied.result())
         if self._waiting and not self._scheduled:
             loop = self._flush_loop
             assert loop is not None
             self._scheduled = True
             loop.call_soon(self._flush)
 
-    @staticmethod
-    def _fail(waiting: list[tuple[Item, Pending[Result]]], error: BaseException) -> None:
-        for _, pending in waiting:
-            try:
-                pending.fail(error)
-            except Exception:
-                _LOG.exception(_LISTENER_FAILED)
 
-    @staticmethod
-    def _resolve(waiting: list[tuple[Item, Pending[Result]]], results: list[Result]) -> None:
-        # A listener that raises is logged, as the loop logs a future's callback that raises,
-        # and the rest of the group is still answered (the ``try`` in the loop, not a helper
-        # called per item: a frame fewer a request).
-        for (_, pending), result in zip(waiting, results, strict=True):
-            try:
-                pending.resolve(result)
-            except Exception:
-                _LOG.exception(_LISTENER_FAILED)
+def _settle(
+    waiting: Sequence[tuple[object, asyncio.Future[Result]]], outcome: list[Result] | BaseException
+) -> None:
+    """Hand each waiting request its result, or the group's error. A request whose client
+    left meanwhile (its future cancelled) is skipped: its item was applied all the same."""
+    if not isinstance(outcome, BaseException) and len(outcome) != len(waiting):
+        outcome = RuntimeError(f"a group of {len(waiting)} items got {len(outcome)} results")
+    for number, (_, done) in enumerate(waiting):
+        if done.cancelled():
+            continue
+        if isinstance(outcome, BaseException):
+            done.set_exception(outcome)
+        else:
+            done.set_result(outcome[number])
 
 
 def _on_loop(loop: asyncio.AbstractEventLoop, call: Callable[..., object], *args: Any) -> None:
@@ -209,7 +175,3 @@ def _on_loop(loop: asyncio.AbstractEventLoop, call: Callable[..., object], *args
     server stopped mid-group: its requests were never answered, their senders send again)."""
     with contextlib.suppress(RuntimeError):
         loop.call_soon_threadsafe(call, *args)
-
-
-def _no_answer(pending: Pending[Any]) -> Answer:
-    raise TypeError("an item submitted to a group commit is awaited, not answered")

@@ -20,13 +20,13 @@ from __future__ import annotations
 import functools
 import hmac
 import ipaddress
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..wire.token import Token
 from .answers import Answer, invalid_answer, problem_answer
-from .direct import Headers, Refuse, Served, direct_routes_of
+from .cloudevents_http import Headers
 
 #: Headers read as one value; a second copy is refused rather than guessed at.
 SINGLETON_HEADERS = frozenset(
@@ -111,19 +111,6 @@ class Guard:
             return
         await self.app(scope, receive, send)
 
-    def direct_routes(self) -> Mapping[str, Served]:
-        """The wrapped app's direct routes (``web.direct``), each behind the same checks: the
-        check is made the route's first step (not a wrapper around it)."""
-        guarded = {}
-        for raw, route in direct_routes_of(self.app).items():
-            # The path bound positionally: a keyword would make a dict per call.
-            check: Refuse = functools.partial(self._refusal, raw.decode())
-            inner = route.refuse
-            if inner is not None:  # the wrapped app has a check of its own: ours first
-                check = functools.partial(_both, check, inner)
-            guarded[raw.decode()] = Served(route.cap, route.answer, check, route.observe)
-        return guarded
-
     def _refusal(self, path: str, headers: Headers) -> Answer | None:
         seen: dict[bytes, bytes] = {}
         for name, value in headers:
@@ -150,11 +137,6 @@ class Guard:
         if scheme.lower() != b"bearer" or not hmac.compare_digest(credentials, self._expected):
             return _unauthorized("the bearer token is not this service's", "invalid_token")
         return None
-
-
-def _both(first: Refuse, then: Refuse, headers: Headers) -> Answer | None:
-    refusal = first(headers)
-    return refusal if refusal is not None else then(headers)
 
 
 def _unauthorized(detail: str, error: str | None) -> Answer:

@@ -3,9 +3,7 @@ the access log line.
 
 It wraps the whole app, the hot POST routes (``fastpath``) included, so no route is left out:
 those it calls itself (``direct``), which saves the router and a wrapper around every ``send``
-of theirs on the sink's per-event path; and those the protocol answers without ASGI
-(``web.direct``) are timed by the protocol with the step ``direct_routes`` gives them, from
-their head's arrival to their answer, as the ASGI path times them.
+of theirs on the sink's per-event path.
 Labels come from fixed sets only: the route's template (``/events/{event_id}``, never the id
 itself; ``unmatched`` for a path no route knows), a known method or ``other``, and the status.
 The access log never sees headers (so never a token), only method, path, status and time.
@@ -25,7 +23,6 @@ from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._core.logline import log_event
-from .direct import Served
 from .fastpath import PostRoute
 
 #: The access log: quiet unless ``--access-log`` sets it to INFO (``web.server``).
@@ -69,39 +66,6 @@ class _Latencies(Collector):
         yield family
 
 
-class _DirectTiming:
-    """``observe`` is ``Served.observe`` of one direct route: ``Observed.observe_direct``
-    for its path, with the histogram's counts of each usual status held once that series
-    exists (made by its first observation, so ``/metrics`` lists no series that saw
-    nothing). A request then costs one call of a bound method (which the interpreter runs
-    in the caller's own evaluation loop; a ``functools.partial`` or an object's
-    ``__call__`` starts a new one) instead of three, and no key is built (bench/CHANGES.md
-    item 111). The first answer of a status, any other status, and every answer while the
-    access log is on take ``Observed.observe_seconds`` (the same steps as before)."""
-
-    __slots__ = ("_counts", "_observed", "_path")
-
-    def __init__(self, observed: Observed, path: str) -> None:
-        self._observed = observed
-        self._path = path
-        #: status -> that series' counts (``_Latencies.series``' own list).
-        self._counts: dict[int, list[float]] = {}
-
-    def observe(self, status: int, started: float) -> None:
-        seconds = time.perf_counter() - started
-        counts = self._counts.get(status)
-        if counts is None or ACCESS_LOG.isEnabledFor(logging.INFO):
-            observed = self._observed
-            observed.observe_seconds(self._path, status, seconds)
-            if counts is None:
-                series = observed.direct_series(self._path, status)
-                if series is not None:
-                    self._counts[status] = series
-            return
-        counts[bisect_left(_BUCKETS, seconds)] += 1
-        counts[-1] += seconds
-
-
 class Observed:
     """``app``, with each request's latency observed and its access line logged.
 
@@ -127,7 +91,7 @@ class Observed:
         }
         self._latencies = _Latencies()
         registry.register(self._latencies)
-        #: The histogram's key of each direct route's usual answers, made once.
+        #: The histogram's key of the usual answers of the POST routes called here, made once.
         self._direct_keys = {
             (path, status): (self._fixed[path], "POST", str(status))
             for path in self._direct
@@ -173,14 +137,6 @@ class Observed:
                 seconds = time.perf_counter() - started
                 self._observe(method, path, self.template(scope), status, seconds)
 
-    def direct_routes(self) -> Mapping[str, Served]:
-        """The direct routes, each timed and logged here as on the ASGI path: the timing is
-        the route's last step (``web.direct.Served``), made once here."""
-        return {
-            path: Served(route.cap, route.answer, None, _DirectTiming(self, path).observe)
-            for path, route in self._direct.items()
-        }
-
     async def _respond(
         self, route: PostRoute, scope: Scope, receive: Receive, send: Send, started: float
     ) -> None:
@@ -195,16 +151,8 @@ class Observed:
                 self.observe_direct(scope["path"], status, started)
 
     def observe_direct(self, path: str, status: int, started: float) -> None:
-        """Time (and log) a POST answered by one of the direct routes."""
-        self.observe_seconds(path, status, time.perf_counter() - started)
-
-    def direct_series(self, path: str, status: int) -> list[float] | None:
-        """The histogram's counts of a direct route's usual answer, once observed."""
-        key = self._direct_keys.get((path, status))
-        return None if key is None else self._latencies.series.get(key)
-
-    def observe_seconds(self, path: str, status: int, seconds: float) -> None:
-        """``observe_direct`` of an answer that took ``seconds``."""
+        """Time (and log) a POST answered by one of the routes called here."""
+        seconds = time.perf_counter() - started
         key = self._direct_keys.get((path, status))
         if key is None or ACCESS_LOG.isEnabledFor(logging.INFO):
             self._observe("POST", path, self._fixed.get(path, path), status, seconds)

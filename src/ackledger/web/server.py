@@ -22,7 +22,6 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from .._core.logline import install
-from .direct import direct_routes_of
 from .limits import Limits
 from .observe import ACCESS_LOG
 
@@ -117,14 +116,9 @@ def serve(
         # reads; uvicorn's middleware for them cost 1.5% of the sink's samples (CHANGES 19).
         proxy_headers=False,
         lifespan="off",
-        # Enforced by web.limited_protocol with the read time-outs (one timer a connection).
-        timeout_keep_alive=max(1, int(limits.keep_alive)),
         timeout_graceful_shutdown=GRACEFUL_SECONDS,
-        # The head cap and the read time-outs (web.limits); h11's own cap, should it be used.
-        # The POST routes the protocol answers itself (web.direct), if the app has any.
-        http=limits.protocol(direct_routes_of(app)),
-        h11_max_incomplete_event_size=limits.head_bytes,
-        limit_concurrency=limits.max_connections,
+        # The head cap, the read time-outs, the idle limit and the connection cap.
+        **limits.uvicorn_options(),
     )
     server = _Server(config)
     # A stop asked for between "listening" and uvicorn's own handlers is a graceful one too
