@@ -20,8 +20,9 @@ from .errors import (
     UnsafeTarget,
 )
 from .event_types import EventTypes
-from .ledger.client import LedgerClient
+from .ledger.client import AsyncLedgerClient, LedgerClient
 from .ledger.ledger import Ledger
+from .ledger.outcomes import InFlight
 from .sink.inbox import Inbox
 from .source.dispatch import dispatch, dispatch_batch
 from .source.outbox import Outbox
@@ -31,8 +32,10 @@ from .wire.sender import sender
 __all__ = [
     "MAX_EVENT_BYTES",
     "AckledgerError",
+    "AsyncLedgerClient",
     "Conflict",
     "EventTypes",
+    "InFlight",
     "Inbox",
     "InvalidEvent",
     "LeaseLost",
