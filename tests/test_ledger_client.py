@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import Awaitable
 from pathlib import Path
@@ -246,3 +247,18 @@ def test_a_bearer_token_is_sent(kind: type[Client]) -> None:
         _call(client, "health")
         assert b"\r\nAuthorization: Bearer s3cret-token-1" in server.heads[0]
     assert "s3cret" not in repr(vars(client))
+
+
+def test_the_documented_examples_run(ledger_service: Service) -> None:
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "ledger.md").read_text()
+    blocks = [
+        block
+        for block in re.findall(r"```python\n(.*?)```", docs, flags=re.S)
+        if "LedgerClient" in block
+    ]
+    assert any("AsyncLedgerClient" in block for block in blocks)
+    assert any("client.claim(" in block for block in blocks)
+    for block in blocks:
+        assert "http://127.0.0.1:8080" in block
+        code = block.replace("http://127.0.0.1:8080", ledger_service.base_url)
+        exec(compile(code, "docs/ledger.md", "exec"), {"__name__": "docs"})  # noqa: S102
