@@ -67,49 +67,10 @@ def _sqlalchemy_url(target: Target, driver: str) -> str:
 INSERT_ORDER = "INSERT INTO shop_orders (id, total) VALUES (:id, 10)"
 
 
-class SessionCaller(Caller):
-    def __init__(self, target: Target, driver: str, *, autocommit: bool = False) -> None:
-        from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+class OnConnection(Caller):
+    """A caller whose ``using`` is one connection, opened by its first ``begin``."""
 
-        options = {"isolation_level": "AUTOCOMMIT"} if autocommit else {}
-        self.engine = create_async_engine(_sqlalchemy_url(target, driver), **options)
-        self.session = AsyncSession(self.engine)
-
-    async def own_write(self, order_id: str) -> None:
-        from sqlalchemy import text
-
-        await self.session.execute(text(INSERT_ORDER), {"id": order_id})
-
-    def using(self) -> object:
-        return self.session
-
-    async def commit(self) -> None:
-        await self.session.commit()
-
-    async def rollback(self) -> None:
-        await self.session.rollback()
-
-    async def close(self) -> None:
-        await self.session.close()
-        await self.engine.dispose()
-
-
-class ConnectionCaller(Caller):
-    def __init__(self, target: Target, driver: str, *, autocommit: bool = False) -> None:
-        from sqlalchemy.ext.asyncio import create_async_engine
-
-        options = {"isolation_level": "AUTOCOMMIT"} if autocommit else {}
-        self.engine = create_async_engine(_sqlalchemy_url(target, driver), **options)
-        self.conn: Any = None
-
-    async def begin(self) -> None:
-        if self.conn is None:
-            self.conn = await self.engine.connect()
-
-    async def own_write(self, order_id: str) -> None:
-        from sqlalchemy import text
-
-        await self.conn.execute(text(INSERT_ORDER), {"id": order_id})
+    conn: Any = None
 
     def using(self) -> object:
         return self.conn
@@ -123,14 +84,45 @@ class ConnectionCaller(Caller):
     async def close(self) -> None:
         if self.conn is not None:
             await self.conn.close()
+
+
+class SqlAlchemyCaller(OnConnection):
+    """SQLAlchemy's asyncio engine on ``driver``; ``conn`` an AsyncSession or AsyncConnection."""
+
+    def __init__(self, target: Target, driver: str, *, autocommit: bool = False) -> None:
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        options = {"isolation_level": "AUTOCOMMIT"} if autocommit else {}
+        self.engine = create_async_engine(_sqlalchemy_url(target, driver), **options)
+
+    async def own_write(self, order_id: str) -> None:
+        from sqlalchemy import text
+
+        await self.conn.execute(text(INSERT_ORDER), {"id": order_id})
+
+    async def close(self) -> None:
+        await super().close()
         await self.engine.dispose()
 
 
-class PsycopgCaller(Caller):
+class SessionCaller(SqlAlchemyCaller):
+    async def begin(self) -> None:
+        from sqlalchemy.ext.asyncio import AsyncSession
+
+        if self.conn is None:
+            self.conn = AsyncSession(self.engine)
+
+
+class ConnectionCaller(SqlAlchemyCaller):
+    async def begin(self) -> None:
+        if self.conn is None:
+            self.conn = await self.engine.connect()
+
+
+class PsycopgCaller(OnConnection):
     def __init__(self, target: Target, *, autocommit: bool = False) -> None:
         self.url = target.ref
         self.autocommit = autocommit
-        self.conn: Any = None
 
     async def begin(self) -> None:
         if self.conn is None:
@@ -139,27 +131,13 @@ class PsycopgCaller(Caller):
     async def own_write(self, order_id: str) -> None:
         await self.conn.execute("INSERT INTO shop_orders (id, total) VALUES (%s, 10)", (order_id,))
 
-    def using(self) -> object:
-        return self.conn
 
-    async def commit(self) -> None:
-        await self.conn.commit()
-
-    async def rollback(self) -> None:
-        await self.conn.rollback()
-
-    async def close(self) -> None:
-        if self.conn is not None:
-            await self.conn.close()
-
-
-class AsyncpgCaller(Caller):
+class AsyncpgCaller(OnConnection):
     """asyncpg has no implicit transaction: ``conn.transaction()`` begins one."""
 
     def __init__(self, target: Target, *, autocommit: bool = False) -> None:
         self.url = target.ref
         self.autocommit = autocommit
-        self.conn: Any = None
         self.tx: Any = None
 
     async def begin(self) -> None:
@@ -174,18 +152,11 @@ class AsyncpgCaller(Caller):
     async def own_write(self, order_id: str) -> None:
         await self.conn.execute("INSERT INTO shop_orders (id, total) VALUES ($1, 10)", order_id)
 
-    def using(self) -> object:
-        return self.conn
-
     async def commit(self) -> None:
         await self.tx.commit()
 
     async def rollback(self) -> None:
         await self.tx.rollback()
-
-    async def close(self) -> None:
-        if self.conn is not None:
-            await self.conn.close()
 
 
 KINDS = [

@@ -81,15 +81,7 @@ def delivery_call(
         body["payload"] = req.payload
     if req.claim_ttl is not None:
         body["claim_ttl"] = req.claim_ttl
-
-    def finish(status: int, data: bytes) -> dict[str, Any]:
-        answer = _answer_object(status, data)
-        if status == 409:
-            raise _in_flight(answer, req.claim_ttl)
-        if status not in (200, 201):
-            _refused(status, answer)
-        return answer
-
+    finish = _finisher((200, 201), 409, lambda answer: _in_flight(answer, req.claim_ttl))
     return _post(target, DELIVERIES_PATH, body, finish)
 
 
@@ -113,15 +105,7 @@ def report_call(
         body["claim"] = report.claim
         if report.exit_status is not None:
             body["exit_status"] = report.exit_status
-
-    def finish(status: int, data: bytes) -> dict[str, Any]:
-        answer = _answer_object(status, data)
-        if status == 404:
-            raise UnknownDelivery(str(answer.get("detail", "")) or None)
-        if status != 200:
-            _refused(status, answer)
-        return answer
-
+    finish = _finisher((200,), 404, lambda answer: UnknownDelivery(_detail(answer) or None))
     return _post(target, f"{DELIVERIES_PATH}/{action}", body, finish)
 
 
@@ -152,6 +136,27 @@ def _post(
     return Call(target, "POST", path, data, MAX_ANSWER_BYTES, finish)
 
 
+def _finisher(
+    ok: tuple[int, ...], status_of_error: int, error: Callable[[dict[str, Any]], Exception]
+) -> Callable[[int, bytes], dict[str, Any]]:
+    """The reading of a POST's answer: a JSON object; ``error`` for ``status_of_error``, the
+    common refusals for any other status outside ``ok``."""
+
+    def finish(status: int, data: bytes) -> dict[str, Any]:
+        answer = _answer_object(status, data)
+        if status == status_of_error:
+            raise error(answer)
+        if status not in ok:
+            _refused(status, answer)
+        return answer
+
+    return finish
+
+
+def _detail(answer: dict[str, Any]) -> str:
+    return str(answer.get("detail", ""))
+
+
 def _json(status: int, data: bytes) -> Any:
     try:
         return json.loads(data)
@@ -169,7 +174,7 @@ def _answer_object(status: int, data: bytes) -> dict[str, Any]:
 
 
 def _refused(status: int, answer: dict[str, Any]) -> NoReturn:
-    detail = str(answer.get("detail", ""))
+    detail = _detail(answer)
     if status == 422:
         raise Conflict(detail or None)
     if status == 400:
@@ -184,7 +189,7 @@ def _in_flight(answer: dict[str, Any], claim_ttl: float | None) -> InFlight:
         return float(value) if isinstance(value, (int, float)) else 0.0
 
     return InFlight(
-        str(answer.get("detail", "")) or "the key is in flight",
+        _detail(answer) or "the key is in flight",
         attempt=int(number("attempt")),
         delivery_no=int(number("delivery_no")),
         claimed_by=str(answer.get("claimed_by", "")),
