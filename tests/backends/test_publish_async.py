@@ -348,3 +348,58 @@ def test_without_using_the_event_loop_runs_on_while_the_database_is_busy(
         holder.join()
         assert ticks >= 20  # 0.5 s of 10 ms ticks, give or take a loaded machine
         assert [event["seq"] for event in outbox.pending()] == [seq]
+
+
+@pytest.mark.parametrize("kind", ["psycopg", "asyncpg"])
+def test_a_waiting_statement_leaves_the_loop_free_and_a_cancel_waits_for_it(
+    pg_url: str, kind: str
+) -> None:
+    from ackledger.store.postgres import queries
+
+    target = Target("postgres", pg_url)
+    with Outbox(pg_url, source=SOURCE) as outbox:
+        target.execute(BUSINESS)
+        # The event's partition lock, held by another transaction for half a second.
+        lock = queries.LOCK_PARTITION.replace("?", "%s")
+        held = threading.Event()
+
+        def hold() -> None:
+            with psycopg.connect(pg_url) as other:
+                other.execute(lock, (queries.PARTITION_LOCK_CLASS, "p-1"))
+                held.set()
+                time.sleep(0.5)
+                other.rollback()
+
+        async def scenario() -> tuple[int, float]:
+            caller = make_caller(target, kind)
+            try:
+                await caller.begin()
+                event = placed("o-9") | {"partitionkey": "p-1"}
+                task = asyncio.ensure_future(outbox.publish_async(event, using=caller.using()))
+                ticks = 0
+                started = time.monotonic()
+                while ticks < 10:
+                    ticks += 1
+                    await asyncio.sleep(0.01)
+                assert not task.done()  # still waiting for the lock, and the loop ticks
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                waited = time.monotonic() - started
+                # The connection is the caller's again: its own statements and rollback work.
+                await caller.own_write("o-10")
+                await caller.rollback()
+                return ticks, waited
+            finally:
+                await caller.close()
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        held.wait()
+        try:
+            ticks, waited = asyncio.run(scenario())
+        finally:
+            holder.join()
+        assert ticks == 10
+        assert waited >= 0.3  # the cancel was answered once the worker's statement finished
+        assert seen(target, outbox) == ([], [])

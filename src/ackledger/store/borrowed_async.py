@@ -15,7 +15,8 @@ is only how a statement reaches an asyncio driver, and :func:`run_borrowed` supp
   statements are awaited on the event loop: the function runs in a worker thread, each
   statement is handed to the loop (``run_coroutine_threadsafe``) to run on the caller's
   connection, and the worker waits for its rows. The loop stays free meanwhile, and the
-  caller's connection is only ever used from the loop's own thread.
+  caller's connection is only ever used from the loop's own thread. A cancelled publish
+  lets the worker finish before the cancellation reaches the caller.
 """
 
 from __future__ import annotations
@@ -64,7 +65,14 @@ async def run_borrowed(using: object, dialect: str, work: Callable[[Tx], T]) -> 
     else:
         raise _not_accepted(using)
     tx = _LoopPostgresTx(statements, asyncio.get_running_loop())
-    return await asyncio.to_thread(work, tx)
+    running = asyncio.ensure_future(asyncio.to_thread(work, tx))
+    try:
+        return await asyncio.shield(running)
+    except asyncio.CancelledError:
+        # The worker would go on sending statements on the caller's connection after the
+        # caller was told; let it finish first, so the connection is the caller's again.
+        await asyncio.wait([running])
+        raise
 
 
 def _not_accepted(obj: object) -> TypeError:
