@@ -17,6 +17,7 @@ import pytest
 import ackledger
 from ackledger import AsyncLedgerClient, InFlight, LedgerClient, NotAcknowledged
 from ackledger._dev.procs import Service
+from ackledger.ledger.http_message import AnswerReader
 from ackledger.ledger.outcomes import UnknownDelivery
 from tests.conftest import raw_rows
 from tests.rawserver import RawServer, forbid_network, http_answer
@@ -262,3 +263,42 @@ def test_the_documented_examples_run(ledger_service: Service) -> None:
         assert "http://127.0.0.1:8080" in block
         code = block.replace("http://127.0.0.1:8080", ledger_service.base_url)
         exec(compile(code, "docs/ledger.md", "exec"), {"__name__": "docs"})  # noqa: S102
+
+
+# -- the answer reader alone: bytes in, (status, body) out -----------------------------------
+
+
+def _read(raw: bytes, cap: int, step: int) -> tuple[int, bytes]:
+    reader = AnswerReader(cap)
+    for at in range(0, len(raw), step):
+        if reader.feed(raw[at : at + step]):
+            assert at + step >= len(raw)  # complete only once the last byte is in
+            break
+    return reader.answer()
+
+
+@pytest.mark.parametrize("step", [1, 7, 1 << 20])
+def test_the_reader_gives_the_same_answer_however_the_bytes_arrive(step: int) -> None:
+    assert _read(http_answer(200, HEALTH), 1000, step) == (200, HEALTH)
+    assert _read(_chunked(HEALTH), 1000, step) == (200, HEALTH)
+    assert _read(b"HTTP/1.1 204 No Content\r\n\r\n", 1000, step) == (204, b"")
+    trailer = _chunked(HEALTH)[: -len(b"\r\n")] + b"X-Sum: 1\r\n\r\n"
+    assert _read(trailer, 1000, step) == (200, HEALTH)
+
+
+@pytest.mark.parametrize(
+    ("raw", "text"),
+    [
+        (http_answer(200, b"x" * 101), "over 100 bytes"),
+        (_chunked(b"x" * 101), "over 100 bytes"),
+        (b"HTTP/1.1 200 OK\r\n" + b"X: " + b"y" * 20000, "head over"),
+        (b"HTTP/1.1 100 Continue\r\n\r\n", "interim"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", "Transfer-Encoding"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", "conflicting"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "chunk size"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n", "CRLF"),
+    ],
+)
+def test_the_reader_refuses_what_it_must(raw: bytes, text: str) -> None:
+    with pytest.raises(NotAcknowledged, match=text):
+        _read(raw, 100, len(raw))
