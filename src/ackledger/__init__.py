@@ -21,7 +21,7 @@ from .errors import (
     UnsafeTarget,
 )
 from .event_types import EventTypes
-from .ledger.client import LedgerClient
+from .ledger.client import AsyncLedgerClient, LedgerClient
 from .ledger.idempotency_middleware import IdempotencyMiddleware
 from .ledger.ledger import Ledger
 from .sink.inbox import Inbox
@@ -33,6 +33,7 @@ from .wire.sender import sender
 __all__ = [
     "MAX_EVENT_BYTES",
     "AckledgerError",
+    "AsyncLedgerClient",
     "Conflict",
     "EventTypes",
     "IdempotencyMiddleware",

@@ -2,52 +2,53 @@
 
 Same safety rules as ``send_http``: the URL is checked before any connection (loopback unless
 a host is allowed explicitly; the ledger's base URL ``http://HOST:PORT`` or its ``/deliveries``
-URL, nothing else), ``http.client`` never reads proxy
-variables nor follows redirects, and answers are read up to a cap. Each call is one request
-on its own connection: a worker asks once and exits.
+URL, nothing else), no proxy variables are read nor redirects followed, and answers are read
+up to a cap. Each call is one request on its own connection: a worker asks once.
+
+What is sent and how an answer is read is written once, in ``protocol`` (sans-IO);
+:class:`LedgerClient` carries those calls over a blocking socket and
+:class:`AsyncLedgerClient` over an asyncio stream (``transport``), so the two clients differ
+only in how they wait.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import uuid
 from collections.abc import Iterable
-from typing import Any, NoReturn
-from urllib.parse import quote, urlsplit
+from typing import Any, TypeVar
 
-from ..errors import Conflict, InvalidEvent, NotAcknowledged
-from ..event import canonical_json
-from ..wire.framing import MAX_ANSWER_BYTES
-from ..wire.http import request_once
-from ..wire.targets import Target, check_target, check_timeout
+from ..wire.targets import check_timeout
 from ..wire.token import Token
-from .ledger import LedgerRequest, check_request
-from .outcomes import InFlight, Report, UnknownDelivery
+from .ledger import LedgerRequest, check_report, check_request
+from .outcomes import Report
+from .protocol import (
+    DELIVERIES_PATH,
+    MAX_LISTING_BYTES,
+    Call,
+    deliveries_target,
+    delivery_call,
+    read_call,
+    report_call,
+)
+from .transport import send, send_async
 
-DELIVERIES_PATH = "/deliveries"
-#: Listings can be long; they are still read up to a cap.
-MAX_LISTING_BYTES = 16 * 1024 * 1024
+__all__ = [
+    "DELIVERIES_PATH",
+    "MAX_LISTING_BYTES",
+    "AsyncLedgerClient",
+    "LedgerClient",
+    "complete_delivery",
+    "deliveries_target",
+    "read_ledger",
+    "release_delivery",
+    "request_delivery",
+]
 
+T = TypeVar("T")
 
-def deliveries_target(url: object, allowed_hosts: Iterable[str] | None = None) -> Target:
-    """The ledger named by ``url``, its base URL or its ``/deliveries`` URL (the same two forms
-    everywhere a ledger is named); UnsafeTarget for anything else, before any connection."""
-    if isinstance(url, str) and "?" not in url and "#" not in url:
-        try:
-            path = urlsplit(url).path
-        except ValueError:
-            path = None  # check_target says what is wrong with it
-        if path in ("", "/"):
-            url = url.rstrip("/") + DELIVERIES_PATH
-    return check_target(url, DELIVERIES_PATH, allowed_hosts)
-
-
-def _json(status: int, data: bytes) -> Any:
-    try:
-        return json.loads(data)
-    except (ValueError, UnicodeDecodeError):
-        raise NotAcknowledged(f"HTTP {status} answer is not valid JSON", status=status) from None
+#: A claim lasts this long unless the caller asks otherwise (``deliver --claim-ttl``'s default).
+DEFAULT_CLAIM_TTL = 300.0
 
 
 def request_delivery(
@@ -62,23 +63,8 @@ def request_delivery(
     ``attempt``, ``state``, ``ledger``; ``claim`` when one was asked for and taken). A 409
     raises :class:`InFlight`, a 422 :class:`Conflict`, a 400 :class:`InvalidEvent`, any
     other failure :class:`NotAcknowledged` (or an ``OSError`` for the connection)."""
-    target = deliveries_target(url, allowed_hosts)
-    body: dict[str, Any] = {
-        "case_id": req.case_id,
-        "work_id": req.work_id,
-        "pod_uid": req.pod_uid,
-        "mode": req.mode,
-    }
-    if req.payload is not None:
-        body["payload"] = req.payload
-    if req.claim_ttl is not None:
-        body["claim_ttl"] = req.claim_ttl
-    status, answer = _post(target, DELIVERIES_PATH, body, timeout, token)
-    if status == 409:
-        raise _in_flight(answer, req.claim_ttl)
-    if status not in (200, 201):
-        _refused(status, answer)
-    return answer
+    call = delivery_call(url, req, allowed_hosts)
+    return send(call, timeout=check_timeout(timeout), token=token)
 
 
 def complete_delivery(
@@ -91,14 +77,8 @@ def complete_delivery(
 ) -> dict[str, Any]:
     """POST ``/deliveries/complete``: the work of a key (or of a claim's delivery) finished.
     Returns the delivery's state and result; a 404 raises :class:`UnknownDelivery`."""
-    body: dict[str, Any] = {"case_id": report.case_id, "work_id": report.work_id}
-    if report.result is not None:
-        body["result"] = json.loads(report.result)
-    if report.pod_uid is not None:
-        body["pod_uid"] = report.pod_uid
-    if report.claim is not None:
-        body["claim"] = report.claim
-    return _report(url, "/complete", body, timeout, allowed_hosts=allowed_hosts, token=token)
+    call = report_call(url, "complete", report, allowed_hosts)
+    return send(call, timeout=check_timeout(timeout), token=token)
 
 
 def release_delivery(
@@ -110,72 +90,8 @@ def release_delivery(
     token: Token | str | None = None,
 ) -> dict[str, Any]:
     """POST ``/deliveries/release``: the claim's work failed with ``report.exit_status``."""
-    body: dict[str, Any] = {
-        "case_id": report.case_id,
-        "work_id": report.work_id,
-        "claim": report.claim,
-    }
-    if report.exit_status is not None:
-        body["exit_status"] = report.exit_status
-    return _report(url, "/release", body, timeout, allowed_hosts=allowed_hosts, token=token)
-
-
-def _report(
-    url: str,
-    action: str,
-    body: dict[str, Any],
-    timeout: float,
-    *,
-    allowed_hosts: Iterable[str] | None,
-    token: Token | str | None,
-) -> dict[str, Any]:
-    target = deliveries_target(url, allowed_hosts)
-    status, answer = _post(target, DELIVERIES_PATH + action, body, timeout, token)
-    if status == 404:
-        raise UnknownDelivery(str(answer.get("detail", "")) or None)
-    if status != 200:
-        _refused(status, answer)
-    return answer
-
-
-def _post(
-    target: Target, path: str, body: dict[str, Any], timeout: float, token: Token | str | None
-) -> tuple[int, dict[str, Any]]:
-    data = canonical_json(body).encode()
-    status, answer = request_once(
-        target, "POST", path, data, timeout=timeout, cap=MAX_ANSWER_BYTES, token=token
-    )
-    found = _json(status, answer)
-    if not isinstance(found, dict):
-        raise NotAcknowledged(f"HTTP {status} answer is not a JSON object", status=status)
-    if status in (200, 201) and not isinstance(found.get("delivery_no"), int):
-        raise NotAcknowledged("the ledger's answer has no delivery_no", status=status)
-    return status, found
-
-
-def _refused(status: int, answer: dict[str, Any]) -> NoReturn:
-    detail = str(answer.get("detail", ""))
-    if status == 422:
-        raise Conflict(detail or None)
-    if status == 400:
-        field = answer.get("field")
-        raise InvalidEvent(detail or None, field=field if isinstance(field, str) else None)
-    raise NotAcknowledged(f"HTTP {status} from the ledger: {detail[:200]}", status=status)
-
-
-def _in_flight(answer: dict[str, Any], claim_ttl: float | None) -> InFlight:
-    def number(name: str) -> float:
-        value = answer.get(name)
-        return float(value) if isinstance(value, (int, float)) else 0.0
-
-    return InFlight(
-        str(answer.get("detail", "")) or "the key is in flight",
-        attempt=int(number("attempt")),
-        delivery_no=int(number("delivery_no")),
-        claimed_by=str(answer.get("claimed_by", "")),
-        age=number("claim_age_s"),
-        claim_ttl=claim_ttl or 0.0,
-    )
+    call = report_call(url, "release", report, allowed_hosts)
+    return send(call, timeout=check_timeout(timeout), token=token)
 
 
 def read_ledger(
@@ -189,27 +105,13 @@ def read_ledger(
 ) -> Any:
     """GET ``healthz``, ``deliveries`` or ``attempts`` from the ledger whose ``/deliveries``
     URL (or base URL) is ``url``; returns the parsed JSON."""
-    if what not in ("healthz", "deliveries", "attempts"):
-        raise ValueError(f"what: must be healthz, deliveries or attempts, got {what!r}")
-    target = deliveries_target(url, allowed_hosts)
-    path = f"/{what}" + ("" if case_id is None else f"?case_id={quote(case_id, safe='')}")
-    status, data = request_once(
-        target, "GET", path, None, timeout=timeout, cap=MAX_LISTING_BYTES, token=token
-    )
-    if status != 200:
-        raise NotAcknowledged(f"HTTP {status} for GET {path}", status=status)
-    return _json(status, data)
+    call = read_call(url, what, case_id, allowed_hosts)
+    return send(call, timeout=check_timeout(timeout), token=token)
 
 
-class LedgerClient:
-    """A worker's handle on a ledger service: ``request`` asks for the delivery of a business
-    key (one HTTP request, as ``ackledger deliver`` makes); ``deliveries``, ``attempts`` and
-    ``health`` read what the ledger holds.
-
-    ``url`` is the ledger's base URL (``http://HOST:PORT``) or its ``/deliveries`` URL, checked
-    here, before any connection. ``pod_uid`` names this execution in the ledger's attempts:
-    by default ``$POD_UID`` (the Kubernetes downward API), else a random UUID for this client.
-    """
+class _Calls:
+    """The checks and calls both clients share: every method here raises on bad input
+    before anything is sent, and returns the :class:`Call` to make."""
 
     def __init__(
         self,
@@ -218,6 +120,7 @@ class LedgerClient:
         pod_uid: str | None = None,
         timeout: float = 5.0,
         allowed_hosts: Iterable[str] | None = None,
+        token: Token | str | None = None,
     ) -> None:
         self._hosts = None if allowed_hosts is None else tuple(allowed_hosts)
         deliveries_target(url, self._hosts)  # UnsafeTarget now, not at the first request
@@ -227,6 +130,59 @@ class LedgerClient:
             pod_uid if pod_uid is not None else os.environ.get("POD_UID") or str(uuid.uuid4())
         )
         check_request("x", "x", self.pod_uid, "idempotent", None)  # InvalidEvent naming pod_uid
+        self._token = token if token is None or isinstance(token, Token) else Token(token)
+
+    def _request_call(
+        self, case_id: str, work_id: str, mode: str, payload: dict[str, Any] | None
+    ) -> Call[dict[str, Any]]:
+        req = check_request(case_id, work_id, self.pod_uid, mode, payload)
+        return delivery_call(self.url, req, self._hosts)
+
+    def _claim_call(
+        self,
+        case_id: str,
+        work_id: str,
+        pod_uid: str | None,
+        claim_ttl: float,
+        payload: dict[str, Any] | None,
+    ) -> Call[dict[str, Any]]:
+        if claim_ttl is None:
+            raise TypeError("claim_ttl: must be a number of seconds, got None")
+        who = self.pod_uid if pod_uid is None else pod_uid
+        req = check_request(case_id, work_id, who, "idempotent", payload, claim_ttl=claim_ttl)
+        return delivery_call(self.url, req, self._hosts)
+
+    def _complete_call(
+        self, case_id: str, work_id: str, result: object, claim: str | None
+    ) -> Call[dict[str, Any]]:
+        report = check_report(case_id, work_id, claim=claim, pod_uid=self.pod_uid, result=result)
+        return report_call(self.url, "complete", report, self._hosts)
+
+    def _release_call(
+        self, case_id: str, work_id: str, claim: str, exit_status: int | None
+    ) -> Call[dict[str, Any]]:
+        if claim is None:
+            raise TypeError("claim: release needs the token of the claim to give back, got None")
+        report = check_report(case_id, work_id, claim=claim, exit_status=exit_status)
+        return report_call(self.url, "release", report, self._hosts)
+
+    def _read_call(self, what: str, case_id: str | None) -> Call[Any]:
+        if case_id is not None:
+            check_request(case_id, "x", "x", "idempotent", None)  # InvalidEvent naming case_id
+        return read_call(self.url, what, case_id, self._hosts)
+
+
+class LedgerClient(_Calls):
+    """A worker's handle on a ledger service: ``request`` asks for the delivery of a business
+    key (one HTTP request, as ``ackledger deliver`` makes); ``claim``, ``complete`` and
+    ``release`` are the protocol of ``ackledger deliver --run``, for a Job written in Python;
+    ``deliveries``, ``attempts`` and ``health`` read what the ledger holds.
+
+    ``url`` is the ledger's base URL (``http://HOST:PORT``) or its ``/deliveries`` URL, checked
+    here, before any connection. ``pod_uid`` names this execution in the ledger's attempts:
+    by default ``$POD_UID`` (the Kubernetes downward API), else a random UUID for this client.
+    ``token`` is sent as ``Authorization: Bearer`` to a ledger that requires one.
+    """
 
     def request(
         self,
@@ -240,22 +196,106 @@ class LedgerClient:
         "ledger"}``. Bad arguments raise InvalidEvent before any request; the same key with
         another payload raises Conflict; an unreachable or failing ledger OSError or
         NotAcknowledged (worth retrying)."""
-        req = check_request(case_id, work_id, self.pod_uid, mode, payload)
-        return request_delivery(self.url, req, timeout=self.timeout, allowed_hosts=self._hosts)
+        return self._send(self._request_call(case_id, work_id, mode, payload))
+
+    def claim(
+        self,
+        case_id: str,
+        work_id: str,
+        *,
+        pod_uid: str | None = None,
+        claim_ttl: float = DEFAULT_CLAIM_TTL,
+        payload: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """``request`` that also takes the claim of the key's work: the answer has ``"state"``;
+        while it is ``"in_progress"`` it has ``"claim": {"token", "taken_over", "ttl"}`` too,
+        and this execution may do the work, then ``complete`` or ``release`` it with that
+        token. A ``"completed"`` answer has no claim: the work is done (``"result"``). A live
+        claim of another execution, younger than ``claim_ttl`` seconds, raises
+        :class:`ackledger.InFlight` (its ``retry_after`` says when it could be taken over)."""
+        return self._send(self._claim_call(case_id, work_id, pod_uid, claim_ttl, payload))
+
+    def complete(
+        self, case_id: str, work_id: str, *, result: object = None, claim: str | None = None
+    ) -> dict[str, Any]:
+        """Record the key's work as finished, with an optional JSON ``result``; returns the
+        delivery's ``state`` and ``result`` (the first completion's, when it was already
+        completed, with ``"duplicate": true``). Unknown key or claim: UnknownDelivery."""
+        return self._send(self._complete_call(case_id, work_id, result, claim))
+
+    def release(
+        self, case_id: str, work_id: str, *, claim: str, exit_status: int | None = None
+    ) -> dict[str, Any]:
+        """Give the claim back (the work failed, ``exit_status`` optionally says how): the
+        work stays in progress and the next ``claim`` takes it at once."""
+        return self._send(self._release_call(case_id, work_id, claim, exit_status))
 
     def deliveries(self, case_id: str | None = None) -> Any:
         """The deliveries of one business scope, or every one (``GET /deliveries``)."""
-        return self._read("deliveries", case_id)
+        return self._send(self._read_call("deliveries", case_id))
 
     def attempts(self, case_id: str | None = None) -> Any:
         """Every request made, by which execution, for one scope or all (``GET /attempts``)."""
-        return self._read("attempts", case_id)
+        return self._send(self._read_call("attempts", case_id))
 
     def health(self) -> Any:
         """The ledger's identity (``GET /healthz``: ``pod_uid``, ``boot_id``...)."""
-        return self._read("healthz", None)
+        return self._send(self._read_call("healthz", None))
 
-    def _read(self, what: str, case_id: str | None) -> Any:
-        if case_id is not None:
-            check_request(case_id, "x", "x", "idempotent", None)  # InvalidEvent naming case_id
-        return read_ledger(self.url, what, case_id, timeout=self.timeout, allowed_hosts=self._hosts)
+    def _send(self, call: Call[T]) -> T:
+        return send(call, timeout=self.timeout, token=self._token)
+
+
+class AsyncLedgerClient(_Calls):
+    """:class:`LedgerClient` for asyncio: the same arguments, checks, requests and answers,
+    each method a coroutine that waits on an asyncio stream, never blocking the event loop."""
+
+    async def request(
+        self,
+        case_id: str,
+        work_id: str,
+        *,
+        mode: str = "idempotent",
+        payload: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """:meth:`LedgerClient.request`, awaited."""
+        return await self._send(self._request_call(case_id, work_id, mode, payload))
+
+    async def claim(
+        self,
+        case_id: str,
+        work_id: str,
+        *,
+        pod_uid: str | None = None,
+        claim_ttl: float = DEFAULT_CLAIM_TTL,
+        payload: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """:meth:`LedgerClient.claim`, awaited."""
+        return await self._send(self._claim_call(case_id, work_id, pod_uid, claim_ttl, payload))
+
+    async def complete(
+        self, case_id: str, work_id: str, *, result: object = None, claim: str | None = None
+    ) -> dict[str, Any]:
+        """:meth:`LedgerClient.complete`, awaited."""
+        return await self._send(self._complete_call(case_id, work_id, result, claim))
+
+    async def release(
+        self, case_id: str, work_id: str, *, claim: str, exit_status: int | None = None
+    ) -> dict[str, Any]:
+        """:meth:`LedgerClient.release`, awaited."""
+        return await self._send(self._release_call(case_id, work_id, claim, exit_status))
+
+    async def deliveries(self, case_id: str | None = None) -> Any:
+        """:meth:`LedgerClient.deliveries`, awaited."""
+        return await self._send(self._read_call("deliveries", case_id))
+
+    async def attempts(self, case_id: str | None = None) -> Any:
+        """:meth:`LedgerClient.attempts`, awaited."""
+        return await self._send(self._read_call("attempts", case_id))
+
+    async def health(self) -> Any:
+        """:meth:`LedgerClient.health`, awaited."""
+        return await self._send(self._read_call("healthz", None))
+
+    async def _send(self, call: Call[T]) -> T:
+        return await send_async(call, timeout=self.timeout, token=self._token)

@@ -7,6 +7,7 @@ only an exact acknowledgement (see ``ackledger.dispatch``) turns an event into `
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -28,6 +29,7 @@ from ..event import check_identifier
 from ..event_types import EventTypes
 from ..store import Tx
 from ..store.borrowed import borrow, same_database
+from ..store.borrowed_async import run_borrowed
 from ..store.outbox import MARK_CHUNK, SOURCE_KEY, TARGET_KEY
 from ..store.pending import PendingRow, pending_events
 from ..wire.sender import shown
@@ -214,7 +216,23 @@ class Outbox(Database):
         if using is None:
             with self._db.write() as tx:
                 return _publish(tx, event, self.source, self.types, None)
-        tx = borrow(using, self._db.dialect)
+        return self._publish_borrowed(borrow(using, self._db.dialect), event)
+
+    async def publish_async(self, event: object, *, using: object = None) -> int:
+        """``publish`` for asyncio code; returns the event's seq. With ``using`` (a SQLAlchemy
+        ``AsyncSession`` or ``AsyncConnection``, a psycopg ``AsyncConnection`` or an asyncpg
+        ``Connection``) on the caller's connection, inside the caller's transaction, by the
+        same rules and the same statements as ``publish(using=)`` (store/borrowed_async.py
+        says how); without it, ackledger's own transaction in a worker thread. Either way the
+        event loop runs on while the database works."""
+        if using is None:
+            return await asyncio.to_thread(self.publish, event)
+        return await run_borrowed(
+            using, self._db.dialect, lambda tx: self._publish_borrowed(tx, event)
+        )
+
+    def _publish_borrowed(self, tx: Tx, event: object) -> int:
+        """The publish of ``event`` on a transaction borrowed from the caller."""
         same_database(tx, self.source)
         return _publish(tx, event, self.source, self.types, None)
 

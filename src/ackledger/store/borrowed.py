@@ -236,6 +236,8 @@ def _on_sqlalchemy_connection(conn: SqlAlchemyConnection, dialect: str) -> Tx:
         if bool(adapted.autocommit) and not driver.is_in_transaction():
             raise ValueError(NOT_IN_TRANSACTION)
         tx = _AdaptedPostgresTx(adapted, to_numeric_dollar)
+    elif "aiosqlite" in roots:
+        tx = _on_aiosqlite(driver, adapted)
     else:
         raise _unsupported_driver(driver_name, driver)
     if not conn.in_transaction():
@@ -246,10 +248,17 @@ def _on_sqlalchemy_connection(conn: SqlAlchemyConnection, dialect: str) -> Tx:
     return tx
 
 
+def _on_aiosqlite(driver: Any, adapted: Any) -> Tx:
+    """The sync session of an ``AsyncSession`` on SQLAlchemy's aiosqlite driver."""
+    if not driver.in_transaction and adapted.isolation_level is None:
+        raise ValueError(NOT_IN_TRANSACTION)  # SQLAlchemy's AUTOCOMMIT: each write alone
+    return _AdaptedSqliteTx(adapted, driver)
+
+
 def _unsupported_driver(name: str, driver: object) -> TypeError:
     return TypeError(
         f"using: SQLAlchemy's {name} driver ({_describe(driver)}) is not supported; ackledger "
-        "writes through sqlite3 (pysqlite), psycopg 3 (sync or async) or asyncpg"
+        "writes through sqlite3 (pysqlite or aiosqlite), psycopg 3 (sync or async) or asyncpg"
     )
 
 
@@ -366,5 +375,33 @@ class _AdaptedPostgresTx(PostgresTx):
         cursor = self._adapted.cursor()
         try:
             cursor.executemany(self._placeholders(sql), [tuple(p) for p in params])
+        finally:
+            cursor.close()
+
+
+class _AdaptedSqliteTx(_CallerSqliteTx):
+    """SQLite's operations through SQLAlchemy's DB-API facade of aiosqlite (the sync session
+    of ``AsyncSession.run_sync``): the BEGIN rule of :class:`_CallerSqliteTx`, the state of
+    the transaction read from aiosqlite's connection, rows made plain tuples."""
+
+    def __init__(self, adapted: Any, driver: Any) -> None:
+        super().__init__(adapted)
+        self._driver = driver
+
+    def _cursor(self, sql: str) -> Any:
+        conn: Any = self._conn
+        if not self._driver.in_transaction and sql.lstrip()[:6].upper() != "SELECT":
+            begin = conn.cursor()
+            try:
+                begin.execute(f"BEGIN {conn.isolation_level or ''}")
+            finally:
+                begin.close()
+        return conn.cursor()
+
+    def execute(self, sql: str, params: Params = ()) -> list[Row]:
+        cursor = self._cursor(sql)
+        try:
+            cursor.execute(sql, tuple(params))
+            return [tuple(row) for row in cursor.fetchall()] if cursor.description else []
         finally:
             cursor.close()
