@@ -18,6 +18,7 @@ import ackledger
 from ackledger import AsyncLedgerClient, InFlight, LedgerClient, NotAcknowledged
 from ackledger._dev.procs import Service
 from ackledger.ledger.http_message import AnswerReader
+from ackledger.ledger.outcomes import InFlight as ClaimInFlight
 from ackledger.ledger.outcomes import UnknownDelivery
 from tests.conftest import raw_rows
 from tests.rawserver import RawServer, forbid_network, http_answer
@@ -50,11 +51,14 @@ def test_claim_then_complete_runs_the_work_once(
     token = taken["claim"]["token"]
     assert len(token) == 32 and taken["claim"]["taken_over"] is False
 
-    with pytest.raises(InFlight) as refused:
+    with pytest.raises(InFlight) as raised:
         _call(second, "claim", "case", "job-1", claim_ttl=60)
-    assert refused.value.claimed_by == "pod-a"
-    assert 0 < refused.value.retry_after <= 60
-    assert isinstance(refused.value, ackledger.Conflict)
+    refused = raised.value
+    # ``ackledger.InFlight`` is the base; a ledger claim's says who holds it.
+    assert isinstance(refused, ClaimInFlight)
+    assert refused.claimed_by == "pod-a"
+    assert 0 < refused.retry_after <= 60
+    assert isinstance(refused, ackledger.Conflict)
 
     done = _call(first, "complete", "case", "job-1", result={"rows": 3}, claim=token)
     assert (done["state"], done["result"], done["duplicate"]) == ("completed", {"rows": 3}, False)
