@@ -191,3 +191,10 @@ def test_the_command_refuses_bad_input_in_one_line(tmp_path: Path, built: Scene)
         run_cli("console", "--source", built.source, "--ledger", "http://127.0.0.1:1/"),
         "--ledger",
     )
+
+
+def test_the_reconcile_page_names_the_groups_as_the_command_does(app: InProcess) -> None:
+    page = _get(app, "/reconcile")
+    assert page.status_code == 200
+    for name in ("applied_not_marked", "marked_without_receipt", "unknown_to_outbox"):
+        assert f'data-class="{name}"' in page.text

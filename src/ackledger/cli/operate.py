@@ -87,8 +87,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "request each)",
     )
     reconciler.add_argument(
-        "--show", type=int, default=20, metavar="N", help="ids listed per class (default 20)"
+        "--max-ids", type=int, default=20, metavar="N", help="ids listed per group (default 20)"
     )
+    # The option's earlier name, still read so that scripts written for it keep working.
+    reconciler.add_argument("--show", type=int, dest="max_ids", help=argparse.SUPPRESS)
     reconciler.add_argument("--json", action="store_true", help="print JSON")
     reconciler.set_defaults(handler=cmd_reconcile)
 
@@ -190,9 +192,11 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 def cmd_reconcile(args: argparse.Namespace) -> int:
+    if not 0 <= args.max_ids <= 10_000:
+        raise ValueError(f"--max-ids: must be an integer from 0 to 10000, got {args.max_ids}")
     if is_url(args.sink) and not is_postgres(args.sink):
         check_target(base_url(args.sink) + "/events", "/events")
-    report = reconcile(existing_target(args.source), args.sink, shown=args.show)
+    report = reconcile(existing_target(args.source), args.sink, max_ids=args.max_ids)
     print(json.dumps(report) if args.json else reconcile_text(report))
     return 1 if report["alarms"] else 0
 
