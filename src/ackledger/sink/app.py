@@ -30,6 +30,7 @@ from ..web.answers import (
     too_large_answer,
     unavailable_answer,
 )
+from ..web.bodies import MAX_BATCH_BODY_BYTES
 from ..web.cloudevents_http import Headers, decode_batch, decode_event
 from ..web.direct import Outcome, Pending
 from ..web.docs_page import api_routes
@@ -231,7 +232,7 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "") -> ASGIApp:
     # Requests are counted and timed around the whole app (web.observe), these too; the
     # protocol answers them directly (web.direct), other servers through ASGI.
     post_event = PostRoute(event_answer)
-    post_batch = PostRoute(batch_answer)
+    post_batch = PostRoute(batch_answer, MAX_BATCH_BODY_BYTES)
     events, batch = prefix + "/events", prefix + "/events/batch"
 
     async def get_event(request: Request) -> Answer:

@@ -293,7 +293,8 @@ class LimitedHttpTools(HttpToolsProtocol):
         # It is started after the parser has run, at the same loop time (nothing else runs
         # in between): when the whole head came in these bytes, its completion would clear
         # it at once, and the body's clock (or none, the body being in too) replaces it.
-        head_clock = self._in_head and (self._deadline is None or self._idle)
+        in_head = self._in_head
+        head_clock = in_head and (self._deadline is None or self._idle)
         heads_before = self._heads_done
         # uvicorn's own data_received, without its keep-alive timer (never armed here).
         try:
@@ -313,7 +314,9 @@ class LimitedHttpTools(HttpToolsProtocol):
                 cycle = self.cycle
                 if cycle is not None and cycle.more_body and not self._closing():
                     self._start_read()  # the last head's body is still to come: its time-out
-        elif self._in_head:
+        elif in_head:
+            # Only bytes that arrived while a head was being read: the read that ends a body
+            # (a batch's may be far over the head's cap) is not the next head.
             if head_clock:
                 self._start_read()
             self._head_bytes += len(data)
