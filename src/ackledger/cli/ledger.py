@@ -26,7 +26,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         description="Send one request to a ledger's /deliveries and print its answer as JSON. "
         "The business key (--case-id, --work-id) decides the delivery; --pod-uid only traces "
         "which execution asked. Exit 0 on an answer, 2 on bad input or a refusal (400, 422), "
-        f"{EXIT_UNAVAILABLE} if the ledger is unreachable or (--run) the key is in flight (409). "
+        f"{EXIT_STOPPED} if (--run) the key is in flight (409: another Pod's live claim), "
+        f"{EXIT_UNAVAILABLE} if the ledger is unreachable. "
         "With --run CMD: 0 when the work is completed (now or before), else CMD's own status.",
     )
     deliver.add_argument(
@@ -64,7 +65,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         type=seconds_arg,
         metavar="DURATION",
         help="with --run: a claim younger than this holds the key (409 -> exit "
-        f"{EXIT_UNAVAILABLE}); an older one is taken over, its Pod died (default "
+        f"{EXIT_STOPPED}); an older one is taken over, its Pod died (default "
         f"{DEFAULT_CLAIM_TTL:g}s; seconds or e.g. 5m)",
     )
     deliver.set_defaults(handler=cmd_deliver)

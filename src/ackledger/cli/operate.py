@@ -207,7 +207,8 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
         raise ValueError("--reason: must say why")
     with open_outbox(args.source) as outbox:
         seq = outbox.quarantine(args.event_id, args.reason)
-    print(quarantined_text(args.event_id, seq, args.reason))
+        shown = outbox.backend.location
+    print(quarantined_text(args.event_id, seq, args.reason, shown))
     return 0
 
 

@@ -57,7 +57,9 @@ async def quarantine(console: Console, request: Request) -> Response:
     except (Refused, KeyError, ValueError, AckledgerError) as exc:
         return _refusal(console, "quarantine", exc)
     return console.page(
-        "done.html", title="quarantined", lines=[quarantined_text(event_id, seq, reason)]
+        "done.html",
+        title="quarantined",
+        lines=[quarantined_text(event_id, seq, reason, console.outbox.backend.location)],
     )
 
 

@@ -77,17 +77,28 @@ class Status:
             ("purged", report["purged"]),
             ("last error", last_error),
         ]
-        lines = [f"outbox  {self.location}"]
-        lines += [f"  {label:<20} {value}" for label, value in rows]
+        sections: list[tuple[str, str, list[tuple[str, Any]]]] = [("outbox", self.location, rows)]
         for service in SERVICES:
             if service in report:
-                lines.append(f"{service:<7} {report[service]['url']}")
-                lines += [
-                    f"  {label:<20} {value}"
-                    for label, value in report[service].items()
-                    if label != "url"
-                ]
+                counters = report[service]
+                shown = [(k, _shown(k, v)) for k, v in counters.items() if k != "url"]
+                sections.append((service, counters["url"], shown))
+        # One column for every section's labels: a counter's long name must not push its
+        # value out of line with the others.
+        width = max([20] + [len(label) for _, _, found in sections for label, _ in found])
+        lines = []
+        for name, where, found in sections:
+            lines.append(f"{name:<7} {where}")
+            lines += [f"  {label:<{width}} {value}" for label, value in found]
         return "\n".join(lines)
+
+
+def _shown(label: str, value: Any) -> Any:
+    """A counter's value as the table shows it: seconds to a tenth, with their unit, as the
+    outbox's own ages; other fractions to six significant digits."""
+    if type(value) is not float:
+        return value
+    return f"{value:.1f} s" if label.endswith("_seconds") else f"{value:.6g}"
 
 
 def read_status(
