@@ -16,7 +16,7 @@ from ..ops.databases import is_url
 from ..ops.listings import quarantined_table, quarantined_text, requeued_lines
 from ..ops.probe import base_url
 from ..ops.reconcile import reconcile, reconcile_text
-from ..ops.status import read_status, service_url
+from ..ops.status import is_service, read_status, service_url
 from ..ops.timestamps import utc_timestamp
 from ..ops.trace import trace, trace_text
 from ..store import is_postgres
@@ -30,14 +30,17 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     status = commands.add_parser(
         "status",
         help="what to watch: pending, oldest pending age, attempts, quarantined, sent",
-        description="Outbox figures, and the counters of a sink or ledger service if given. "
+        description="Outbox figures, and the counters of a sink (its service or its inbox "
+        "database) or a ledger service if given. "
         f"Reads only. A service that cannot be read is shown as such, and the exit status is "
         f"then {EXIT_UNREACHABLE}.",
     )
     add_source(status)
     status.add_argument(
-        "--sink", metavar="URL", help="a sink service, http://HOST:PORT (or its /events URL)"
-    )
+        "--sink", metavar="PATH_OR_URL",
+        help="a sink service, http://HOST:PORT (or its /events URL), or the inbox database "
+        "(SQLite file or postgresql:// URL) of a sink or broker consumer",
+    )  # fmt: skip
     status.add_argument(
         "--ledger", metavar="URL",
         help="a ledger service, http://HOST:PORT (or its /deliveries URL)",
@@ -137,13 +140,15 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def cmd_status(args: argparse.Namespace) -> int:
     hosts = args.allow_host
     # Checked before the database is opened: a bad URL is bad input.
-    for name in ("sink", "ledger"):
-        url = getattr(args, name)
-        if url is not None:
+    sink = args.sink
+    if sink is not None and not is_service(sink):
+        sink = existing_target(sink, "sink")
+    for name, url in (("sink", sink), ("ledger", args.ledger)):
+        if url is not None and (name == "ledger" or is_service(url)):
             _service_arg(name, url, hosts)
     status = read_status(
         existing_target(args.source),
-        sink=args.sink,
+        sink=sink,
         ledger=args.ledger,
         token=token_of(args),
         timeout=args.timeout,
