@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from .._core.logline import FORMATS, install
 from .arguments import add_synchronous, handlers_arg, port_arg, positive_float
 
-#: The driver each scheme needs, by module (``cli.EXTRA_OF_MODULE`` names its extra).
+#: The driver each scheme needs, by module (``_core.extras.EXTRA_OF_MODULE`` names its extra).
 if TYPE_CHECKING:
     from ..sink.consume import Consumer
 
