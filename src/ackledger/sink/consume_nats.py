@@ -27,6 +27,9 @@ from .consume import FAILED, REJECTED, Consumer, NatsSource, describe, logger
 _FETCH_S = 0.5
 #: How long the server waits for an ack before it redelivers (a consumer we create).
 _ACK_WAIT_S = 30.0
+#: An idle consumer asks this often whether its stream and durable still exist: a fetch from
+#: a deleted one only ever times out, as an empty one does.
+_CHECK_IDLE_S = 5.0
 
 
 def consume_nats(source: NatsSource, consumer: Consumer) -> int:
@@ -72,8 +75,7 @@ async def _consume(source: NatsSource, consumer: Consumer) -> int:
         try:
             await js.stream_info(source.stream)
         except NotFoundError:
-            print(f"ackledger consume: {source.shown()}: stream {source.stream!r} not found",
-                  file=sys.stderr)  # fmt: skip
+            _not_found(source, f"stream {source.stream!r} not found")
             return 1
         try:
             await js.consumer_info(source.stream, source.durable)
@@ -85,7 +87,10 @@ async def _consume(source: NatsSource, consumer: Consumer) -> int:
             await js.add_consumer(source.stream, config)
         subscription = await js.pull_subscribe_bind(source.durable, source.stream)
         log_event(logger, logging.INFO, "consuming", "consuming", broker=source.shown())
-        await _loop(subscription, source, consumer)
+        gone = await _loop(js, subscription, source, consumer)
+        if gone is not None:
+            _not_found(source, gone)
+            return 1
         await subscription.unsubscribe()
         return 0
     finally:
@@ -97,13 +102,50 @@ async def _consume(source: NatsSource, consumer: Consumer) -> int:
         await nc.close()
 
 
+def _not_found(source: NatsSource, what: str) -> None:
+    print(f"ackledger consume: {source.shown()}: {what}", file=sys.stderr)
+
+
+async def _missing(js: JetStreamContext, source: NatsSource) -> str | None:
+    """What of the source no longer exists (deleted while consuming), or None."""
+    try:
+        await js.stream_info(source.stream)
+    except NotFoundError:
+        return f"stream {source.stream!r} not found (deleted while consuming)"
+    try:
+        await js.consumer_info(source.stream, source.durable)
+    except NotFoundError:
+        return (
+            f"durable consumer {source.durable!r} of stream {source.stream!r} not found "
+            "(deleted while consuming)"
+        )
+    return None
+
+
 async def _loop(
-    subscription: JetStreamContext.PullSubscription, source: NatsSource, consumer: Consumer
-) -> None:
+    js: JetStreamContext,
+    subscription: JetStreamContext.PullSubscription,
+    source: NatsSource,
+    consumer: Consumer,
+) -> str | None:
+    """Fetch and handle until a stop is asked (None), or the stream or durable is found
+    deleted (what is missing: a permanent stop, no retry brings it back)."""
+    loop = asyncio.get_running_loop()
+    checked = loop.time()
     while not consumer.stop.requested:
         try:
             messages = await subscription.fetch(batch=source.max_ack_pending, timeout=_FETCH_S)
         except TimeoutError:  # nats-py's own or asyncio's, as it happens: nothing came
+            if loop.time() - checked >= _CHECK_IDLE_S:
+                checked = loop.time()
+                gone = await _missing(js, source)
+                if gone is not None:
+                    return gone
+            continue
+        except NotFoundError:
+            gone = await _missing(js, source)
+            if gone is not None:
+                return gone
             continue
         except NatsError as exc:  # disconnected: the client reconnects by itself
             delay = consumer.backoff.next_delay()
@@ -115,7 +157,7 @@ async def _loop(
             if consumer.stop.requested:
                 for left in messages[index:]:
                     await left.nak()
-                return
+                return None
             verdict = consumer.handle(message.data)
             if verdict.committed:
                 await message.ack()
@@ -123,3 +165,4 @@ async def _loop(
                 await message.term()
             elif verdict.outcome == FAILED:
                 await message.nak(delay=consumer.backoff.next_delay())
+    return None
