@@ -17,6 +17,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.types import ASGIApp
 
+from ..envelope import check_source
 from ..errors import AckledgerError, Conflict, InvalidEvent, NoHandler, Rejected
 from ..event import check_identifier
 from ..store import database_errors
@@ -242,6 +243,11 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "") -> ASGIApp:
         except AckledgerError as exc:
             return invalid_answer(str(exc), "id")
         source = request.query_params.get("source")
+        if source is not None:
+            try:
+                check_source(source)  # checked as an event's: it never reaches the database bad
+            except InvalidEvent as exc:
+                return invalid_answer(str(exc), "source")
         receipt = inbox.receipt(event_id, source=source)
         if receipt is None:
             detail = f"event {event_id!r} never arrived"
