@@ -552,6 +552,29 @@ def test_nats_durable_deleted_while_consuming_is_a_permanent_stop(
     assert "durable consumer 'gone'" in consumer.stderr and "not found" in consumer.stderr
 
 
+def test_nats_fetches_no_more_than_the_durables_own_limit(
+    tmp_path: Path, jet: Jet, start_consumer: Callable[..., ConsumerProcess]
+) -> None:
+    """A durable its owner made with max_ack_pending=1: a fetch of our own 16 got one message
+    and then waited out its 0.5 s time-out for the rest, each time (10 s for these 20)."""
+    config = ConsumerConfig(
+        durable_name="one-at-a-time", ack_policy=AckPolicy.EXPLICIT, max_ack_pending=1
+    )
+    asyncio.run(_manage(lambda js: js.add_consumer(jet.stream, config)))
+    jet.publish(*(body(stock("tea", 1, f"t-{n:02d}")) for n in range(20)))
+    db = tmp_path / "inbox.db"
+    started = time.monotonic()
+    consumer = start_consumer("--from", jet.url("one-at-a-time"), "--db", str(db))
+    eventually(lambda: "consuming" in consumer.stderr, "the consumer started")
+    eventually(lambda: inventory(db, "tea") == 20, "all twenty applied")
+    took = time.monotonic() - started
+    assert consumer.stop() == 0
+    [consuming] = [line for line in consumer.stderr.splitlines() if " consuming:" in line]
+    assert "batch=1" in consuming
+    assert took < 6.0, f"{took:.1f} s for 20 messages: fetches wait for more than the limit"
+    assert jet.info("one-at-a-time").config.max_ack_pending == 1  # used as its owner made it
+
+
 def test_nats_missing_stream_is_named(tmp_path: Path) -> None:
     stream = f"TEST_CONSUME_MISSING_{uuid.uuid4().hex[:12]}"
     url = f"{NATS}?stream={stream}&durable=d"

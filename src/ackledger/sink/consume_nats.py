@@ -3,7 +3,8 @@
 A committed message is acked, a permanent refusal is ``term``ed (never redelivered), a
 transient failure is ``nak``ed with the backoff as its delay, so the server holds it back.
 The durable consumer is created with explicit acks and ``max_ack_pending`` bounded if it does
-not exist yet; an existing one is used as its owner configured it. Messages fetched but not
+not exist yet; an existing one is used as its owner configured it, and a fetch asks for no more
+than its ``max_ack_pending``. Messages fetched but not
 yet handled when a stop is requested are nacked without delay, so they come back at once.
 """
 
@@ -78,16 +79,20 @@ async def _consume(source: NatsSource, consumer: Consumer) -> int:
             _not_found(source, f"stream {source.stream!r} not found")
             return 1
         try:
-            await js.consumer_info(source.stream, source.durable)
+            info = await js.consumer_info(source.stream, source.durable)
+            batch = _batch_size(source.max_ack_pending, info.config.max_ack_pending)
         except NotFoundError:
             config = ConsumerConfig(
                 durable_name=source.durable, ack_policy=AckPolicy.EXPLICIT,
                 max_ack_pending=source.max_ack_pending, ack_wait=_ACK_WAIT_S,
             )  # fmt: skip
             await js.add_consumer(source.stream, config)
+            batch = source.max_ack_pending
         subscription = await js.pull_subscribe_bind(source.durable, source.stream)
-        log_event(logger, logging.INFO, "consuming", "consuming", broker=source.shown())
-        gone = await _loop(js, subscription, source, consumer)
+        log_event(
+            logger, logging.INFO, "consuming", "consuming", broker=source.shown(), batch=batch
+        )
+        gone = await _loop(js, subscription, source, consumer, batch)
         if gone is not None:
             _not_found(source, gone)
             return 1
@@ -100,6 +105,16 @@ async def _consume(source: NatsSource, consumer: Consumer) -> int:
         except (TimeoutError, NatsError) as exc:
             log_event(logger, logging.WARNING, "broker-error", describe(exc))
         await nc.close()
+
+
+def _batch_size(ours: int, durables: int | None) -> int:
+    """How many messages one fetch asks for: ours, but never more than the durable lets be
+    unacknowledged at once (its owner's ``max_ack_pending``; -1 or none: no limit). Asking for
+    more, the server sends what the limit allows and the fetch waits out its time-out for the
+    rest: one message per half second from a durable made with a limit of one."""
+    if durables is None or durables <= 0:
+        return ours
+    return min(ours, durables)
 
 
 def _not_found(source: NatsSource, what: str) -> None:
@@ -127,6 +142,7 @@ async def _loop(
     subscription: JetStreamContext.PullSubscription,
     source: NatsSource,
     consumer: Consumer,
+    batch: int,
 ) -> str | None:
     """Fetch and handle until a stop is asked (None), or the stream or durable is found
     deleted (what is missing: a permanent stop, no retry brings it back)."""
@@ -134,7 +150,7 @@ async def _loop(
     checked = loop.time()
     while not consumer.stop.requested:
         try:
-            messages = await subscription.fetch(batch=source.max_ack_pending, timeout=_FETCH_S)
+            messages = await subscription.fetch(batch=batch, timeout=_FETCH_S)
         except TimeoutError:  # nats-py's own or asyncio's, as it happens: nothing came
             if loop.time() - checked >= _CHECK_IDLE_S:
                 checked = loop.time()
