@@ -191,3 +191,57 @@ def test_the_command_refuses_bad_input_in_one_line(tmp_path: Path, built: Scene)
         run_cli("console", "--source", built.source, "--ledger", "http://127.0.0.1:1/"),
         "--ledger",
     )
+
+
+def test_the_reconcile_page_names_the_groups_as_the_command_does(app: InProcess) -> None:
+    page = _get(app, "/reconcile")
+    assert page.status_code == 200
+    for name in ("applied_not_marked", "marked_without_receipt", "unknown_to_outbox"):
+        assert f'data-class="{name}"' in page.text
+
+
+@pytest.mark.parametrize(
+    "reason",
+    ["%FF%FEheld", "caf%C3", "line%0Abreak", "tab%09here", "x" * 2001],
+    ids=["invalid-utf8", "cut-utf8", "newline", "tab", "too-long"],
+)
+def test_an_invalid_reason_is_400_and_nothing_is_stored(
+    app: InProcess, scene: Scene, reason: str
+) -> None:
+    before, logged = _state(scene), _log(scene)
+    answer = _post(app, "/quarantine", f"id=order-0009&reason={reason}&token={TOKEN}")
+    assert answer.status_code == 400, answer.text
+    assert "reason" in answer.text or "UTF-8" in answer.text
+    assert _state(scene) == before and _log(scene) == logged
+    stored = raw_rows(Path(scene.source), "SELECT quarantine_reason FROM outbox")
+    assert not any("\ufffd" in str(row[0]) for row in stored)
+
+
+def test_the_token_is_judged_before_the_rest_of_the_form(app: InProcess, scene: Scene) -> None:
+    """Whoever lacks the token learns nothing of how the form would have been judged: the
+    refusal is the token's (403), whatever the rest of the body holds."""
+    before = _state(scene)
+    bad_rest = "id=order-0009&reason=%FF&reason=twice&" + "&".join(f"f{n}=x" for n in range(30))
+    for body, headers in [
+        (bad_rest, {}),  # no token at all
+        (bad_rest + "&token=wrong-token-0000", {}),
+        (bad_rest, {"Authorization": "Bearer wrong-token-0000"}),
+        ("\udcff".encode("utf-8", "surrogateescape").decode("latin-1"), {}),
+    ]:
+        answer = _post(app, "/quarantine", body, **headers)
+        assert answer.status_code == 403, (body[:40], answer.text)
+    # A wrong Bearer is refused before the body is read: even one over the cap.
+    huge = "reason=" + "x" * (64 * 1024)
+    assert _post(app, "/quarantine", huge, Authorization="Bearer wrong").status_code == 403
+    # Without a Bearer the form's token must be read, so the cap comes first.
+    assert _post(app, "/quarantine", huge + f"&token={TOKEN}").status_code == 413
+    assert _state(scene) == before
+    # With the token, the rest is judged: the same bad body is 400 now.
+    assert _post(app, "/quarantine", bad_rest + f"&token={TOKEN}").status_code == 400
+
+
+def test_a_read_only_console_refuses_before_reading_the_form(scene: Scene) -> None:
+    for app in _client(scene, token=None):
+        huge = "reason=" + "x" * (64 * 1024)
+        answer = _post(app, "/quarantine", huge)
+        assert answer.status_code == 403 and "read-only" in answer.text

@@ -194,7 +194,7 @@ def test_reconcile_and_the_ledger_pages_show_what_the_databases_hold(
 ) -> None:
     page.goto(console.base_url + "/reconcile")
     assert page.locator("tr[data-class=applied_not_marked] .count").inner_text() == "1"
-    assert page.locator("tr[data-class=sent_without_receipt] .count").inner_text() == "0"
+    assert page.locator("tr[data-class=marked_without_receipt] .count").inner_text() == "0"
     assert "consistent" in page.locator("#verdict").inner_text()
     page.goto(console.base_url + "/ledger?limit=3")
     deliveries = raw_rows(

@@ -149,6 +149,12 @@ def start_consumer(tmp_path: Path) -> Iterator[Callable[..., ConsumerProcess]]:
             consumer.process.wait()
 
 
+def assert_stopped_line(consumer: ConsumerProcess) -> None:
+    """A consumer stopped by SIGTERM says so in its log before it exits 0."""
+    [stopped] = [line for line in consumer.stderr.splitlines() if " stopped:" in line]
+    assert "INFO" in stopped and "SIGTERM" in stopped and "applied=1" in stopped
+
+
 def handler_table(tmp_path: Path) -> Path:
     """The inbox's file, its schema made, with the flaky handler's table beside it."""
     db = tmp_path / "inbox.db"
@@ -344,6 +350,7 @@ def test_amqp_sigterm_finishes_the_message_in_hand_then_exits_0(
     consumer = start_consumer("--from", rabbit.url, "--db", str(db), *handlers)
     eventually(begun.exists, "the first event in hand")
     assert consumer.stop(signal.SIGTERM) == 0
+    assert_stopped_line(consumer)
     # The one in hand was applied and acked; the prefetched second went back, unapplied.
     assert raw_rows(db, "SELECT id FROM applied") == [("s-1",)]
     assert rabbit.ready(rabbit.queue) == 1
@@ -360,6 +367,16 @@ def test_amqp_wrong_password_is_one_line_without_it(tmp_path: Path, rabbit: Rabb
     assert done.returncode == 1, done.stderr
     assert "wrong-s3cret" not in done.stdout + done.stderr
     assert "access refused" in done.stderr
+
+
+def test_amqp_wrong_vhost_says_the_login_was_refused(tmp_path: Path, rabbit: Rabbit) -> None:
+    vhost = f"no-such-vhost-{uuid.uuid4().hex[:8]}"
+    url = f"amqp://guest:guest@127.0.0.1:5672/{vhost}?queue={rabbit.queue}"
+    done = run_cli("consume", "--from", url, "--db", str(tmp_path / "inbox.db"), timeout=30)
+    assert done.returncode == 1, done.stderr
+    [line] = done.stderr.splitlines()
+    assert f"refused user 'guest' on vhost {vhost!r}" in line
+    assert "no such vhost" in line and "Traceback" not in done.stderr
 
 
 def test_amqp_missing_queue_is_named(tmp_path: Path) -> None:
@@ -513,6 +530,7 @@ def test_nats_sigterm_finishes_the_message_in_hand_then_exits_0(
     consumer = start_consumer("--from", jet.url("inbox"), "--db", str(db), *handlers)
     eventually(begun.exists, "the first event in hand")
     assert consumer.stop(signal.SIGTERM) == 0
+    assert_stopped_line(consumer)
     assert raw_rows(db, "SELECT id FROM applied") == [("s-1",)]
     time.sleep(3.5)  # past the ack wait: an unacked first event would come back as a duplicate
     again = start_consumer("--from", jet.url("inbox"), "--db", str(db), *handlers)
@@ -520,6 +538,41 @@ def test_nats_sigterm_finishes_the_message_in_hand_then_exits_0(
     eventually(lambda: settled(jet.info("inbox")), "all acked")
     assert again.stop() == 0
     assert counters(db)["duplicate"] == 0
+
+
+def test_nats_durable_deleted_while_consuming_is_a_permanent_stop(
+    tmp_path: Path, jet: Jet, start_consumer: Callable[..., ConsumerProcess]
+) -> None:
+    db = tmp_path / "inbox.db"
+    consumer = start_consumer("--from", jet.url("gone"), "--db", str(db))
+    eventually(lambda: "consuming" in consumer.stderr, "the consumer started")
+    asyncio.run(_manage(lambda js: js.delete_consumer(jet.stream, "gone")))
+    # Not retried for ever as an idle one would be: exit 1, naming what is missing.
+    assert consumer.process.wait(WAIT_S) == 1
+    assert "durable consumer 'gone'" in consumer.stderr and "not found" in consumer.stderr
+
+
+def test_nats_fetches_no_more_than_the_durables_own_limit(
+    tmp_path: Path, jet: Jet, start_consumer: Callable[..., ConsumerProcess]
+) -> None:
+    """A durable its owner made with max_ack_pending=1: a fetch of our own 16 got one message
+    and then waited out its 0.5 s time-out for the rest, each time (10 s for these 20)."""
+    config = ConsumerConfig(
+        durable_name="one-at-a-time", ack_policy=AckPolicy.EXPLICIT, max_ack_pending=1
+    )
+    asyncio.run(_manage(lambda js: js.add_consumer(jet.stream, config)))
+    jet.publish(*(body(stock("tea", 1, f"t-{n:02d}")) for n in range(20)))
+    db = tmp_path / "inbox.db"
+    started = time.monotonic()
+    consumer = start_consumer("--from", jet.url("one-at-a-time"), "--db", str(db))
+    eventually(lambda: "consuming" in consumer.stderr, "the consumer started")
+    eventually(lambda: inventory(db, "tea") == 20, "all twenty applied")
+    took = time.monotonic() - started
+    assert consumer.stop() == 0
+    [consuming] = [line for line in consumer.stderr.splitlines() if " consuming:" in line]
+    assert "batch=1" in consuming
+    assert took < 6.0, f"{took:.1f} s for 20 messages: fetches wait for more than the limit"
+    assert jet.info("one-at-a-time").config.max_ack_pending == 1  # used as its owner made it
 
 
 def test_nats_missing_stream_is_named(tmp_path: Path) -> None:

@@ -105,12 +105,35 @@ def test_a_failing_run_releases_its_claim_and_the_next_pod_runs_at_once(
 
 
 @pytest.mark.slow
+def test_run_is_one_string_for_the_shell(
+    ledger_service: Service, ledger_db: Path, tmp_path: Path
+) -> None:
+    """CMD is run by ``/bin/sh -c``: its redirection, ``;`` and ``exit`` are the shell's."""
+    log = tmp_path / "work.log"
+    failing = f"echo x >> {shlex.quote(str(log))}; exit 3"
+    failed = run_cli(*_deliver(ledger_service, "w", "pod-A", "--run", failing))
+    assert failed.returncode == 3, failed.stderr
+    assert failed.stdout == "" and "stays in progress" in failed.stderr
+    assert log.read_text() == "x\n"  # the shell wrote it: echo did not print '>>'
+    # The claim was released: the next Pod runs at once, and its exit 0 completes the work.
+    passing = f'echo "done $ACKLEDGER_DELIVERY_NO" >> {shlex.quote(str(log))}'
+    done = run_cli(*_deliver(ledger_service, "w", "pod-B", "--run", passing))
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["state"] == "completed" and answer["ran"] is True
+    assert log.read_text() == f"x\ndone {answer['delivery_no']}\n"
+    assert _attempts(ledger_db, "w") == [("pod-A", "claimed", 3), ("pod-B", "claimed", 0)]
+
+
+@pytest.mark.slow
 def test_bad_run_options_are_one_line_exit_2_and_record_nothing(
     ledger_service: Service, ledger_db: Path
 ) -> None:
     for extra, flag in [
         (["--claim-ttl", "60"], "--claim-ttl"),
         (["--run", ""], "--run"),
+        (["--run", "  "], "--run"),
+        (["--run", "if true; then echo"], "--run"),
         (["--run", "echo 'unclosed"], "--run"),
         (["--run", "true", "--claim-ttl", "2d"], "--claim-ttl"),
         (["--run", "true", "--claim-ttl", "0"], "--claim-ttl"),

@@ -3,12 +3,15 @@ every line a JSON object, and no header (so no token) ever reaches them."""
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 from pathlib import Path
 
 import pytest
 
 from ackledger import new_event
+from ackledger._core.logline import install
 from ackledger._dev.procs import run_cli, start_service
 
 from .loopback import request
@@ -68,3 +71,49 @@ def test_an_unknown_log_format_is_refused_at_start(tmp_path: Path) -> None:
     done = run_cli("serve", "ledger", "--db", str(tmp_path / "l.db"), "--log-format", "xml")
     assert done.returncode == 2 and "--log-format" in done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "l.db").exists()
+
+
+def _failing_request(logger_name: str, fmt: str) -> str:
+    """What ``install``'s handler writes for an error logged with its exception, as uvicorn
+    logs an app that raised ("Exception in ASGI application")."""
+    stream = io.StringIO()
+    logger = logging.getLogger(logger_name)
+    install(logger, fmt, stream)
+
+    def handle() -> None:
+        raise LookupError("no row for order-1001")
+
+    try:
+        handle()
+    except LookupError:
+        logger.error("Exception in ASGI application", exc_info=True)
+    return stream.getvalue()
+
+
+def test_a_logged_exception_keeps_its_type_message_and_traceback_in_text() -> None:
+    text = _failing_request("ackledger.test.text", "text")
+    first, *rest = text.rstrip("\n").splitlines()
+    assert "Exception in ASGI application" in first
+    assert 'error="LookupError: no row for order-1001"' in first
+    assert rest[0] == "Traceback (most recent call last):"
+    assert any("in handle" in line for line in rest)
+    assert rest[-1] == "LookupError: no row for order-1001"
+
+
+def test_a_logged_exception_keeps_its_type_message_and_traceback_in_json() -> None:
+    text = _failing_request("ackledger.test.json", "json")
+    [line] = text.splitlines()  # one JSON object: the traceback is inside it
+    record = json.loads(line)
+    assert record["message"] == "Exception in ASGI application"
+    assert record["error"] == "LookupError: no row for order-1001"
+    assert record["traceback"].startswith("Traceback (most recent call last):")
+    assert "in handle" in record["traceback"]
+    assert record["traceback"].endswith("LookupError: no row for order-1001")
+
+
+def test_a_line_without_an_exception_has_no_error_field() -> None:
+    stream = io.StringIO()
+    logger = logging.getLogger("ackledger.test.plain")
+    install(logger, "json", stream)
+    logger.warning("all is well")
+    assert set(json.loads(stream.getvalue())) == {"ts", "level", "logger", "event", "message"}

@@ -22,13 +22,14 @@ import nats
 import pytest
 
 from ackledger import NotAcknowledged, Outbox, UnsafeTarget, dispatch, new_event, sender
+from ackledger._core.extras import MissingExtra
 from ackledger._dev.faultproxy import FaultProxy
 from ackledger._dev.procs import run_cli
 from ackledger.envelope import canonical_json
 from ackledger.errors import AckledgerError
 from ackledger.relay.policy import PERMANENT, TRANSIENT, failure_of
 from ackledger.source.dispatch import dispatch_batch, own_stored, own_stored_event
-from ackledger.wire.nats import MissingExtra, NatsSender
+from ackledger.wire.nats import NatsSender
 from tests.opshelp import free_port, start_relay, wait_until
 from tests.rawserver import forbid_network
 from tests.stored_events import LOOSE_ID, dispatchers, loosen, stored_events, stored_outbox

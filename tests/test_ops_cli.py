@@ -99,6 +99,44 @@ def test_status_reads_the_sink_counters_from_its_metrics(
     assert "applied" in table and url in table
 
 
+def _sink_figures(sink: str) -> dict[str, Any]:
+    with Inbox(sink) as inbox:
+        inbox.receive(of(_ev("a")))
+        inbox.receive(of(_ev("a")))  # a duplicate
+        with pytest.raises(Exception, match="other content"):
+            inbox.receive(of(_ev("a", qty=5)))
+    return {"applied": 1, "duplicates": 1, "conflicts": 1, "purged": 0}
+
+
+def _status_of_sink(source_db: Path, sink: str) -> None:
+    Outbox(source_db).close()
+    expected = _sink_figures(sink)
+    report = _cli_json("status", "--source", str(source_db), "--sink", sink, "--json")
+    figures = report["sink"]
+    assert {name: figures[name] for name in expected} == expected
+    assert figures["oldest_receipt_age_seconds"] >= 0 and "url" not in figures
+    assert "secret" not in json.dumps(report)
+    table = run_cli("status", "--source", str(source_db), "--sink", sink)
+    assert table.returncode == 0, table.stderr
+    assert "duplicates" in table.stdout and "oldest_receipt_age_seconds" in table.stdout
+
+
+def test_status_reads_a_sinks_inbox_database_as_trace_does(source_db: Path, sink_db: Path) -> None:
+    """The same targets as trace, reconcile and the console: the inbox database too."""
+    _status_of_sink(source_db, str(sink_db))
+    missing = run_cli("status", "--source", str(source_db), "--sink", str(sink_db) + ".gone")
+    assert_one_line_error(missing, "--sink")
+
+
+@pytest.mark.postgres
+def test_status_reads_a_sinks_postgresql_inbox(source_db: Path, pg_url: str) -> None:
+    _status_of_sink(source_db, pg_url)
+    # A database that cannot be reached is shown as such, exit 4, as a service that cannot.
+    dead = f"postgresql://postgres:secret@127.0.0.1:{free_port()}/nowhere"
+    report = _cli_json("status", "--source", str(source_db), "--sink", dead, "--json", code=4)
+    assert "error" in report["sink"] and "secret" not in json.dumps(report)
+
+
 def test_status_says_when_a_service_cannot_be_read(source_db: Path) -> None:
     Outbox(source_db).close()
     dead = f"http://127.0.0.1:{free_port()}"

@@ -52,9 +52,9 @@ def classes(report: dict[str, Any]) -> dict[str, tuple[int | None, list[str]]]:
 EXPECTED = {
     "applied_not_marked": (1, ["lost-ack"]),
     "applied_quarantined": (1, ["held"]),
-    "sent_without_receipt": (1, ["gone"]),
+    "marked_without_receipt": (1, ["gone"]),
     "other_content": (1, ["other"]),
-    "receipt_not_in_outbox": (1, ["purged"]),
+    "unknown_to_outbox": (1, ["purged"]),
 }
 
 
@@ -69,7 +69,7 @@ def test_every_class_is_found_on_sqlite_and_the_command_exits_1(tmp_path: Path) 
     assert report["checked"] == {"outbox_rows": 6, "receipts": 5}  # the foreign one skipped
     text = run_cli("reconcile", "--source", str(source), "--sink", str(sink))
     assert text.returncode == 1
-    assert "ALARM sent_without_receipt: 1" in text.stdout and "verdict: 2 alarm(s)" in text.stdout
+    assert "ALARM marked_without_receipt: 1" in text.stdout and "verdict: 2 alarm(s)" in text.stdout
     assert "ALARM applied_not_marked" not in text.stdout  # harmless
 
 
@@ -83,7 +83,7 @@ def test_a_consistent_pair_exits_0_and_reads_in_chunks(
             inbox.receive(ev(f"e-{number:02d}"))
             outbox.mark_sent(f"e-{number:02d}")
     monkeypatch.setattr(reconciling, "CHUNK", 3)  # 11 rows: four chunks on each side
-    report = reconciling.reconcile(str(source), str(sink), shown=2)
+    report = reconciling.reconcile(str(source), str(sink), max_ids=2)
     assert report["alarms"] == 0 and report["checked"] == {"outbox_rows": 11, "receipts": 11}
     assert all(count == 0 for count, _ in classes(report).values())
     done = run_cli("reconcile", "--source", str(source), "--sink", str(sink))
@@ -97,9 +97,15 @@ def test_ids_shown_are_capped_and_the_rest_counted(tmp_path: Path) -> None:
             outbox.publish(ev(f"g-{number}"))
             outbox.mark_sent(f"g-{number}")
     Inbox(sink).close()
-    done = run_cli("reconcile", "--source", str(source), "--sink", str(sink), "--show", "2")
+    done = run_cli("reconcile", "--source", str(source), "--sink", str(sink), "--max-ids", "2")
     assert done.returncode == 1
     assert "ids: g-0, g-1 (and 3 more)" in done.stdout
+    # The option's earlier name still works, and is not offered in the help.
+    done = run_cli("reconcile", "--source", str(source), "--sink", str(sink), "--show", "1")
+    assert done.returncode == 1
+    assert "ids: g-0 (and 4 more)" in done.stdout
+    shown = run_cli("reconcile", "--help")
+    assert "--max-ids" in shown.stdout and "--show" not in shown.stdout
 
 
 @pytest.mark.postgres
@@ -113,9 +119,9 @@ def test_postgres_and_a_mixed_pair(tmp_path: Path, pg_url: str) -> None:
         for name in ("ok", "lost-ack", "held", "gone", "purged"):
             inbox.receive(ev(name))
     mixed = classes(reconciling.reconcile(pg_url, str(sink)))
-    assert mixed["sent_without_receipt"] == (0, [])
+    assert mixed["marked_without_receipt"] == (0, [])
     assert mixed["applied_not_marked"] == (1, ["lost-ack"])
-    assert mixed["receipt_not_in_outbox"] == (1, ["purged"])
+    assert mixed["unknown_to_outbox"] == (1, ["purged"])
 
 
 def test_against_a_sink_service_only_the_outbox_rows_are_checked(
@@ -135,8 +141,8 @@ def test_against_a_sink_service_only_the_outbox_rows_are_checked(
     assert report["receipts_checked"] is False
     found = classes(report)
     assert found["applied_not_marked"] == (1, ["a"])
-    assert found["sent_without_receipt"] == (1, ["b"])
-    assert found["receipt_not_in_outbox"][0] is None
+    assert found["marked_without_receipt"] == (1, ["b"])
+    assert found["unknown_to_outbox"][0] is None
 
 
 @pytest.mark.parametrize(
@@ -144,7 +150,7 @@ def test_against_a_sink_service_only_the_outbox_rows_are_checked(
     [
         (["--sink", "missing.db"], "missing.db"),
         (["--sink", "http://sink.invalid:1"], "sink.invalid"),
-        (["--sink", "SINK", "--show", "-1"], "shown"),
+        (["--sink", "SINK", "--max-ids", "-1"], "--max-ids"),
         ([], "--sink"),
     ],
 )
@@ -196,7 +202,7 @@ def test_no_false_alarm_while_a_relay_is_running(
         try:
             while True:
                 before = count(source_db, "sent = 0")
-                report = reconciling.reconcile(str(source_db), str(sink_db), shown=3)
+                report = reconciling.reconcile(str(source_db), str(sink_db), max_ids=3)
                 runs.append((before, count(source_db, "sent = 0"), report))
                 if before == 0:
                     break

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import signal
 from pathlib import Path
 from typing import Any
@@ -238,9 +240,21 @@ def test_a_poison_event_stops_the_relay_under_the_stop_policy_with_an_alert(
     records = [json.loads(line) for line in lines if line.startswith("{")]
     poison = [r for r in records if r["event"] == "poison"]
     assert poison and poison[0]["level"] == "error" and poison[0]["id"] == "p-2"
-    assert any(r["event"] == "stopped-on-poison" for r in records)
+    [stopped] = [r for r in records if r["event"] == "stopped-on-poison"]
     said = [line for line in lines if line.startswith("ackledger relay: stopped on poison")]
     assert said and "p-2" in said[0] and "trace p-2" in said[0]
+    # Every command the relay suggests runs as printed (no option left out).
+    trace, quarantine = re.findall(r"`ackledger ([^`]*)`", stopped["message"])
+    commands = [*re.findall(r"`ackledger ([^`]*)`", said[0]), trace, quarantine]
+    for command in commands:
+        done = run_cli(*shlex.split(command))
+        assert done.returncode in (0, 1), (command, done.stderr)
+    assert ids(source, "SELECT id FROM outbox WHERE quarantined = 1") == ["p-2"]
+    # ... and so does the way back that ``quarantine`` prints.
+    held = run_cli("quarantine", "c-3", "--source", str(source), "--reason", "held")
+    [requeue] = re.findall(r"`ackledger ([^`]*)`", held.stdout)
+    assert run_cli(*shlex.split(requeue)).returncode == 0, requeue
+    assert ids(source, "SELECT id FROM outbox WHERE quarantined = 1") == ["p-2"]
 
 
 @pytest.mark.parametrize(

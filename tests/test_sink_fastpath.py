@@ -17,7 +17,10 @@ from typing import Any
 
 import pytest
 
+from ackledger import MAX_EVENT_BYTES
 from ackledger._dev.procs import Service
+from ackledger.envelope import canonical_json
+from ackledger.web.bodies import MAX_BATCH_BODY_BYTES
 from ackledger.web.fastpath import GroupCommit
 
 from .conftest import raw_rows
@@ -93,12 +96,43 @@ def test_invalid_is_400_naming_the_field(
     assert raw_rows(sink_db, "SELECT count(*) FROM inbox") == [(0,)]
 
 
-@pytest.mark.parametrize("path", ["/events", "/events/batch"])
-def test_body_over_64_kib_is_413(conn: http.client.HTTPConnection, path: str) -> None:
-    status, headers, data = _call(conn, "POST", path, b"[" + b" " * (64 * 1024) + b"]")
+@pytest.mark.parametrize(
+    ("path", "cap"), [("/events", 64 * 1024), ("/events/batch", MAX_BATCH_BODY_BYTES)]
+)
+def test_body_over_its_cap_is_413(conn: http.client.HTTPConnection, path: str, cap: int) -> None:
+    status, headers, data = _call(conn, "POST", path, b"[" + b" " * cap + b"]")
     assert status == 413
     assert headers["content-type"] == "application/problem+json"
     assert json.loads(data)["status"] == 413
+
+
+def _padded(event_id: str, size: int) -> dict[str, Any]:
+    """A lab event whose canonical JSON is exactly ``size`` bytes (padded by an extension)."""
+    event = {**lab(event_id, "s", 1), "pad": ""}
+    event["pad"] = "p" * (size - len(canonical_json(event)))
+    assert len(canonical_json(event)) == size
+    return event
+
+
+@pytest.mark.parametrize("via", ["", "?via=asgi"], ids=["direct", "asgi"])
+def test_a_batch_of_sixteen_events_of_64_kib_each_is_applied(
+    conn: http.client.HTTPConnection, sink_db: Path, via: str
+) -> None:
+    """The batch's cap is 16 events of 64 KiB each, not 64 KiB for the whole list; an item
+    over 64 KiB is still refused (400)."""
+    events = [_padded(f"big-{via and 'a'}{i}", MAX_EVENT_BYTES) for i in range(16)]
+    body = json.dumps(events, indent=1).encode()  # a client's own layout, not canonical
+    assert len(body) > 16 * MAX_EVENT_BYTES
+    status, _, data = _call(conn, "POST", "/events/batch" + via, body)
+    assert status == 200, data[:300]
+    assert [ack["status"] for ack in json.loads(data)["acks"]] == ["applied"] * 16
+    over = [_padded(f"over-{i}", MAX_EVENT_BYTES - 1) for i in range(2)]
+    over[1]["pad"] += "pp"
+    status, _, data = _call(conn, "POST", "/events/batch" + via, json.dumps(over).encode())
+    answer = json.loads(data)
+    refused = answer["error"] if status == 200 else answer
+    assert refused["status"] == 400 and "65537 bytes" in refused["detail"]
+    assert raw_rows(sink_db, "SELECT count(*) FROM inbox WHERE id = 'over-1'") == [(0,)]
 
 
 @pytest.mark.parametrize(("method", "path"), [("GET", "/events"), ("PUT", "/events/batch")])

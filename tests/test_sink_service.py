@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ackledger import new_event
+from ackledger._dev.procs import Service, start_service
 from ackledger.errors import Rejected
 from ackledger.sink.handler_tx import HandlerTransaction
 from ackledger.sink.inbox import Inbox
@@ -303,3 +307,33 @@ def test_a_batch_error_carries_the_status_the_item_would_have_had_alone(
     )
     # Alone, the failing item is answered with that very status.
     assert post(notes_app, failing)[0] == status
+
+
+def _receipt_of(service: Service, query: str) -> tuple[int, dict[str, Any]]:
+    url = f"{service.base_url}/events/snack-7?{query}"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:  # noqa: S310 - loopback
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as refused:
+        return refused.code, json.loads(refused.read())
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_bad_source_in_the_receipt_query_is_400_on_either_database(
+    request: pytest.FixtureRequest, tmp_path: Path, kind: str
+) -> None:
+    """The query's ``source`` is checked as an event's before it reaches the database: a NUL
+    byte made PostgreSQL fail (500) where SQLite found nothing (404)."""
+    db = str(tmp_path / "sink.db") if kind == "sqlite" else request.getfixturevalue("pg_url")
+    with Inbox(db) as inbox:
+        inbox.receive(SNACK)
+    service = start_service(["serve", "sink", "--db", db, "--port", "0"])
+    try:
+        for bad in ("\x00", "a\x00b", "", "x" * 257):
+            status, problem = _receipt_of(service, urllib.parse.urlencode({"source": bad}))
+            assert (status, problem["status"], problem["field"]) == (400, 400, "source"), bad
+        status, receipt = _receipt_of(service, urllib.parse.urlencode({"source": SOURCE}))
+        assert status == 200 and receipt["id"] == "snack-7"
+        assert _receipt_of(service, "source=%2Felsewhere")[0] == 404
+    finally:
+        service.stop()

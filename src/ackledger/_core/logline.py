@@ -4,6 +4,10 @@ Long-running commands log through the standard ``logging`` module (so an embeddi
 route the lines itself); ``install`` gives the command line its stderr handler in either form.
 Each record carries an ``event`` name (``sent``, ``send-failed``, ``poison`` ...) and a dict of
 ``fields`` that the JSON form emits as keys and the text form as ``key=value`` pairs.
+
+A record logged with an exception (``logger.exception``, ``exc_info=``: uvicorn's "Exception in
+ASGI application") keeps it: the exception's type and message as ``error``, and its traceback,
+which the text form prints below the line and the JSON form keeps in ``traceback``.
 """
 
 from __future__ import annotations
@@ -29,14 +33,38 @@ def _parts(record: logging.LogRecord) -> tuple[str, dict[str, Any]]:
     return str(event), dict(fields) if isinstance(fields, dict) else {}
 
 
+def _error(record: logging.LogRecord) -> str | None:
+    """``Type: message`` of the exception the record carries, or None."""
+    exc = record.exc_info[1] if record.exc_info else None
+    if exc is None:
+        return None
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _traceback(formatter: logging.Formatter, record: logging.LogRecord) -> str | None:
+    """The record's traceback (and stack, if asked for) as ``logging`` formats them."""
+    parts = []
+    if record.exc_info and record.exc_info[1] is not None:
+        parts.append(formatter.formatException(record.exc_info))
+    if record.stack_info:
+        parts.append(formatter.formatStack(record.stack_info))
+    return "\n".join(parts) or None
+
+
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         event, fields = _parts(record)
+        error = _error(record)
+        if error is not None:
+            fields["error"] = error
         extras = "".join(f" {key}={_text(value)}" for key, value in fields.items())
-        return (
+        line = (
             f"{_timestamp(record.created)} {record.levelname:<7} {event}: "
             f"{record.getMessage()}{extras}"
         )
+        trace = _traceback(self, record)
+        return line if trace is None else f"{line}\n{trace}"
 
 
 class JsonFormatter(logging.Formatter):
@@ -50,6 +78,12 @@ class JsonFormatter(logging.Formatter):
             "message": record.getMessage(),
             **fields,
         }
+        error = _error(record)
+        if error is not None:
+            line["error"] = error
+        trace = _traceback(self, record)
+        if trace is not None:
+            line["traceback"] = trace
         return json.dumps(line, default=str, separators=(",", ":"))
 
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from .._core import telemetry
+from .._core.extras import EXTRA_OF_MODULE, missing_extra
 from .._version import __version__
 from ..errors import AckledgerError
 from ..store import database_errors, unreachable_errors
@@ -26,21 +27,6 @@ COMMAND_MODULES = (
     verify,
 )  # fmt: skip
 
-#: The optional dependencies, by the extra that installs them (pyproject.toml): a command
-#: that needs a missing one says which extra to install instead of printing a traceback.
-EXTRA_OF_MODULE = {
-    "starlette": "server",
-    "uvicorn": "server",
-    "httptools": "server",
-    "prometheus_client": "server",
-    "anyio": "server",
-    "psycopg": "postgres",
-    "psycopg_pool": "postgres",
-    "pika": "amqp",
-    "nats": "nats",
-    "opentelemetry": "otel",
-    "jinja2": "console",
-}
 
 #: The commands that run a service, a relay or a consumer: they set up OpenTelemetry when
 #: ``OTEL_TRACES_EXPORTER`` asks for it (CONTRACT §10), and flush it when they end.
@@ -110,13 +96,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except database_errors() as exc:
         fail(f"database: {exc}")
     except ModuleNotFoundError as exc:
-        extra = EXTRA_OF_MODULE.get((exc.name or "").partition(".")[0])
-        if extra is None:
+        # A command that needs a missing extra says which to install, not a traceback.
+        missing = missing_extra(exc, args.command)
+        if missing is None:
             raise
-        fail(
-            f"{args.command}: this needs the '{extra}' extra, which is not installed "
-            f"(no module {exc.name!r}): pip install 'ackledger[{extra}]'"
-        )
+        fail(str(missing))
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     finally:

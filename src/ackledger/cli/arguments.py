@@ -27,6 +27,14 @@ def add_synchronous(parser: argparse.ArgumentParser) -> None:
     )
 
 
+#: ``--to`` of ``dispatch`` and ``relay``: every kind of sender (CONTRACT §5).
+TO_HELP = (
+    "a sink, http://HOST:PORT/events; RabbitMQ, "
+    "amqp://USER:PASS@HOST:PORT/VHOST?exchange=E[&routing_key=K]; or NATS JetStream, "
+    "nats://HOST:PORT?subject=PREFIX[&stream=S]"
+)
+
+
 def add_source(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--source", required=True, metavar="PATH", help="outbox database (or postgresql:// URL)"

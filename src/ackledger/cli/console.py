@@ -19,8 +19,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "with their meaning and a chart of pending over time, pending and quarantined events "
         "(grouped by reason) with quarantine and requeue buttons, a trace per event, "
         "reconcile's result (with --sink) and the ledger's keys with their attempts (with "
-        "--ledger). The buttons need the token of --token-file, typed into the page; without "
-        "it the console is read-only. Prints 'listening on URL' once bound.",
+        "--ledger). The buttons (POST) need the token of --token-file, typed into the page; "
+        "the pages are read without it, and without --token-file the console is read-only. "
+        "Prints 'listening on URL' once bound.",
     )
     console.add_argument(
         "--source", required=True, metavar="PATH_OR_URL",
@@ -37,7 +38,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )  # fmt: skip
     console.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     console.add_argument("--port", type=port_arg, default=8090, help="port (0: any free port)")
-    add_exposure(console)
+    add_exposure(
+        console,
+        "a file holding the token the quarantine and requeue buttons (POST) must carry: typed "
+        "into the page, or sent as Authorization: Bearer (compared in constant time); the "
+        "pages are read without it; required to bind beyond loopback",
+    )
     console.set_defaults(handler=cmd_console)
 
 

@@ -12,7 +12,7 @@ from .._core.logline import FORMATS, install
 from ..sink.handler_call import describe_kinds
 from .arguments import add_synchronous, handlers_arg, port_arg, positive_float
 
-#: The driver each scheme needs, by module (``cli.EXTRA_OF_MODULE`` names its extra).
+#: The driver each scheme needs, by module (``_core.extras.EXTRA_OF_MODULE`` names its extra).
 if TYPE_CHECKING:
     from ..sink.consume import Consumer
 

@@ -44,9 +44,10 @@ def add_client_token(parser: argparse.ArgumentParser, help: str = _CLIENT_HELP) 
     parser.add_argument("--token-file", metavar="PATH", help=help)
 
 
-def add_exposure(parser: argparse.ArgumentParser) -> None:
-    """A service's ``--token-file`` and ``--insecure-no-token``."""
-    add_client_token(parser, _SERVICE_HELP)
+def add_exposure(parser: argparse.ArgumentParser, token_help: str = _SERVICE_HELP) -> None:
+    """A service's ``--token-file`` (``token_help``: what it guards, when not every request)
+    and ``--insecure-no-token``."""
+    add_client_token(parser, token_help)
     parser.add_argument(
         "--insecure-no-token", action="store_true",
         help="bind beyond loopback without a token (anyone who can reach the port can write)",

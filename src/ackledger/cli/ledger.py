@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
+import subprocess
 import sys
 import uuid
 
@@ -16,7 +16,7 @@ from .arguments import add_http_client, duration_arg, existing_target, json_arg,
 from .exits import EXIT_FAIL_AFTER_SAVE, EXIT_STOPPED
 from .exits import EXIT_UNREACHABLE as EXIT_UNAVAILABLE  # worth retrying
 from .exposure import add_client_token, token_of
-from .run_work import DEFAULT_CLAIM_TTL, run_work
+from .run_work import DEFAULT_CLAIM_TTL, SHELL, run_work
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -26,7 +26,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         description="Send one request to a ledger's /deliveries and print its answer as JSON. "
         "The business key (--case-id, --work-id) decides the delivery; --pod-uid only traces "
         "which execution asked. Exit 0 on an answer, 2 on bad input or a refusal (400, 422), "
-        f"{EXIT_UNAVAILABLE} if the ledger is unreachable or (--run) the key is in flight (409). "
+        f"{EXIT_STOPPED} if (--run) the key is in flight (409: another Pod's live claim), "
+        f"{EXIT_UNAVAILABLE} if the ledger is unreachable. "
         "With --run CMD: 0 when the work is completed (now or before), else CMD's own status.",
     )
     deliver.add_argument(
@@ -55,16 +56,16 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     deliver.add_argument(
         "--run",
         metavar="CMD",
-        help="the work, one shell-quoted command: requested with a claim, run only if the "
-        "delivery is not completed, completed when CMD exits 0; a failing CMD releases the "
-        "claim and its exit status is deliver's",
+        help="the work, one string run by /bin/sh -c: requested with a claim, run only if "
+        "the delivery is not completed, completed when CMD exits 0; a failing CMD releases "
+        "the claim and its exit status is deliver's",
     )
     deliver.add_argument(
         "--claim-ttl",
         type=seconds_arg,
         metavar="DURATION",
         help="with --run: a claim younger than this holds the key (409 -> exit "
-        f"{EXIT_UNAVAILABLE}); an older one is taken over, its Pod died (default "
+        f"{EXIT_STOPPED}); an older one is taken over, its Pod died (default "
         f"{DEFAULT_CLAIM_TTL:g}s; seconds or e.g. 5m)",
     )
     deliver.set_defaults(handler=cmd_deliver)
@@ -165,15 +166,22 @@ def cmd_deliver(args: argparse.Namespace) -> int:
 
 
 def _command(text: str) -> list[str]:
+    """``--run``'s command line: the one string, run by ``/bin/sh -c`` as cron and
+    Kubernetes' ``sh -c`` run it; its syntax is checked first (``sh -n``), before any request."""
     from . import UsageError
 
-    try:
-        command = shlex.split(text)
-    except ValueError as exc:
-        raise UsageError(f"--run: not a shell-quoted command ({exc})") from None
-    if not command:
+    if not text.strip():
         raise UsageError("--run: empty command")
-    return command
+    try:
+        checked = subprocess.run(
+            [SHELL, "-n", "-c", text], capture_output=True, text=True, timeout=10, check=False
+        )
+    except OSError as exc:
+        raise UsageError(f"--run: cannot start {SHELL} ({exc.strerror})") from None
+    if checked.returncode != 0:
+        said = " ".join(checked.stderr.split()) or f"exit {checked.returncode}"
+        raise UsageError(f"--run: not a valid shell command ({said})")
+    return [SHELL, "-c", text]
 
 
 def seconds_arg(text: str) -> float:

@@ -16,7 +16,7 @@ from ..ops.databases import is_url
 from ..ops.listings import quarantined_table, quarantined_text, requeued_lines
 from ..ops.probe import base_url
 from ..ops.reconcile import reconcile, reconcile_text
-from ..ops.status import read_status, service_url
+from ..ops.status import is_service, read_status, service_url
 from ..ops.timestamps import utc_timestamp
 from ..ops.trace import trace, trace_text
 from ..store import is_postgres
@@ -30,14 +30,17 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     status = commands.add_parser(
         "status",
         help="what to watch: pending, oldest pending age, attempts, quarantined, sent",
-        description="Outbox figures, and the counters of a sink or ledger service if given. "
+        description="Outbox figures, and the counters of a sink (its service or its inbox "
+        "database) or a ledger service if given. "
         f"Reads only. A service that cannot be read is shown as such, and the exit status is "
         f"then {EXIT_UNREACHABLE}.",
     )
     add_source(status)
     status.add_argument(
-        "--sink", metavar="URL", help="a sink service, http://HOST:PORT (or its /events URL)"
-    )
+        "--sink", metavar="PATH_OR_URL",
+        help="a sink service, http://HOST:PORT (or its /events URL), or the inbox database "
+        "(SQLite file or postgresql:// URL) of a sink or broker consumer",
+    )  # fmt: skip
     status.add_argument(
         "--ledger", metavar="URL",
         help="a ledger service, http://HOST:PORT (or its /deliveries URL)",
@@ -87,8 +90,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "request each)",
     )
     reconciler.add_argument(
-        "--show", type=int, default=20, metavar="N", help="ids listed per class (default 20)"
+        "--max-ids", type=int, default=20, metavar="N", help="ids listed per group (default 20)"
     )
+    # The option's earlier name, still read so that scripts written for it keep working.
+    reconciler.add_argument("--show", type=int, dest="max_ids", help=argparse.SUPPRESS)
     reconciler.add_argument("--json", action="store_true", help="print JSON")
     reconciler.set_defaults(handler=cmd_reconcile)
 
@@ -135,13 +140,15 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def cmd_status(args: argparse.Namespace) -> int:
     hosts = args.allow_host
     # Checked before the database is opened: a bad URL is bad input.
-    for name in ("sink", "ledger"):
-        url = getattr(args, name)
-        if url is not None:
+    sink = args.sink
+    if sink is not None and not is_service(sink):
+        sink = existing_target(sink, "sink")
+    for name, url in (("sink", sink), ("ledger", args.ledger)):
+        if url is not None and (name == "ledger" or is_service(url)):
             _service_arg(name, url, hosts)
     status = read_status(
         existing_target(args.source),
-        sink=args.sink,
+        sink=sink,
         ledger=args.ledger,
         token=token_of(args),
         timeout=args.timeout,
@@ -190,9 +197,11 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 def cmd_reconcile(args: argparse.Namespace) -> int:
+    if not 0 <= args.max_ids <= 10_000:
+        raise ValueError(f"--max-ids: must be an integer from 0 to 10000, got {args.max_ids}")
     if is_url(args.sink) and not is_postgres(args.sink):
         check_target(base_url(args.sink) + "/events", "/events")
-    report = reconcile(existing_target(args.source), args.sink, shown=args.show)
+    report = reconcile(existing_target(args.source), args.sink, max_ids=args.max_ids)
     print(json.dumps(report) if args.json else reconcile_text(report))
     return 1 if report["alarms"] else 0
 
@@ -203,7 +212,8 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
         raise ValueError("--reason: must say why")
     with open_outbox(args.source) as outbox:
         seq = outbox.quarantine(args.event_id, args.reason)
-    print(quarantined_text(args.event_id, seq, args.reason))
+        shown = outbox.backend.location
+    print(quarantined_text(args.event_id, seq, args.reason, shown))
     return 0
 
 

@@ -13,6 +13,7 @@ from ..source.inflight import MAX_INFLIGHT
 from ..source.marking import MARK_SYNCS
 from ..store import is_postgres
 from .arguments import (
+    TO_HELP,
     add_http_client,
     add_source,
     add_synchronous,
@@ -47,8 +48,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add_source(relay)
     relay.add_argument(
         "--to", required=True, metavar="URL",
-        help="a sink, http://HOST:PORT/events, or a broker, amqp://USER:PASS@HOST:PORT/VHOST"
-        "?exchange=E[&routing_key=K]",
+        help=TO_HELP,
     )  # fmt: skip
     relay.add_argument("--batch", action="store_true", help="send each selection in one request")
     relay.add_argument(

@@ -23,6 +23,8 @@ from ..ledger.ledger import LedgerRequest, check_report
 
 #: A claim lasts this long unless ``--claim-ttl`` says otherwise (CONTRACT §10).
 DEFAULT_CLAIM_TTL = 300.0
+#: ``--run``'s CMD is one string for this shell (``-c``), as cron and ``sh -c`` run it.
+SHELL = "/bin/sh"
 #: The shell's statuses for a command it could not run.
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
@@ -35,18 +37,19 @@ def _say(text: str) -> None:
 
 
 def _run(command: list[str], env: dict[str, str]) -> int:
-    """CMD's exit status as a shell reports it (128 + N for a signal). Its output goes to
+    """CMD's exit status as the shell reports it (128 + N for a signal). Its output goes to
     stderr: deliver's stdout carries only the ledger's answer, one JSON object."""
     try:
         done = subprocess.run(command, env=env, stdout=sys.stderr.fileno(), check=False)
-    except FileNotFoundError:
-        _say(f"--run: command not found: {command[0]}")
-        return EXIT_NOT_FOUND
-    except PermissionError:
-        _say(f"--run: not executable: {command[0]}")
+    except OSError as exc:
+        _say(f"--run: cannot start {command[0]} ({exc.strerror})")
         return EXIT_NOT_EXECUTABLE
     if done.returncode < 0:
         return 128 + int(signal.Signals(-done.returncode))
+    if done.returncode == EXIT_NOT_FOUND:
+        _say(f"--run: command not found (the shell's exit {EXIT_NOT_FOUND})")
+    elif done.returncode == EXIT_NOT_EXECUTABLE:
+        _say(f"--run: command not executable (the shell's exit {EXIT_NOT_EXECUTABLE})")
     return done.returncode
 
 

@@ -14,6 +14,7 @@ from ..source.dispatch import dispatch, dispatch_batch
 from ..source.outbox import MAX_LISTING, Outbox
 from ..wire.sender import sender
 from .arguments import (
+    TO_HELP,
     add_http_client,
     add_source,
     add_synchronous,
@@ -86,8 +87,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--to",
         required=True,
         metavar="URL",
-        help="the sink, http://HOST:PORT/events, or a broker, amqp://USER:PASS@HOST:PORT/VHOST"
-        "?exchange=E[&routing_key=K]",
+        help=TO_HELP,
     )
     send.add_argument("--limit", type=limit_arg, default=16, help="1-16 (default 16)")
     send.add_argument("--batch", action="store_true", help="send the batch in one request")

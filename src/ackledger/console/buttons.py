@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from ..errors import AckledgerError
+from ..errors import AckledgerError, InvalidEvent
 from ..event import check_identifier
 from ..ops.listings import quarantined_text, requeued_lines
-from .writes import Refused, check_token, read_form, same_origin
+from .writes import Refused, authorized_form, same_origin
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -25,9 +25,7 @@ if TYPE_CHECKING:
 
 async def _authorized_form(console: Console, request: Request) -> dict[str, str]:
     same_origin(request)
-    form = await read_form(request)
-    check_token(request, form, console.token)
-    return form
+    return await authorized_form(request, console.token)
 
 
 def _event_id(form: dict[str, str]) -> str:
@@ -43,6 +41,8 @@ def _refusal(console: Console, title: str, exc: Exception) -> Response:
         return console.message(exc.status, f"{title} refused", str(exc))
     if isinstance(exc, KeyError):
         return console.message(404, f"{title} refused", f"unknown event id {exc.args[0]!r}")
+    if isinstance(exc, InvalidEvent):
+        return console.message(400, f"{title} refused", str(exc))  # bad input, not a state
     return console.message(409, f"{title} refused", str(exc))
 
 
@@ -57,7 +57,9 @@ async def quarantine(console: Console, request: Request) -> Response:
     except (Refused, KeyError, ValueError, AckledgerError) as exc:
         return _refusal(console, "quarantine", exc)
     return console.page(
-        "done.html", title="quarantined", lines=[quarantined_text(event_id, seq, reason)]
+        "done.html",
+        title="quarantined",
+        lines=[quarantined_text(event_id, seq, reason, console.outbox.backend.location)],
     )
 
 

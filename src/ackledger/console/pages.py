@@ -27,7 +27,7 @@ PENDING_SHOWN = 200
 #: Keys a page of the ledger shows unless ``limit`` asks for another number.
 LEDGER_PAGE = 50
 #: Ids reconcile lists per class.
-RECONCILE_SHOWN = 50
+RECONCILE_MAX_IDS = 50
 
 
 async def overview(console: Console, request: Request) -> Response:
@@ -89,7 +89,7 @@ async def reconcile_page(console: Console, request: Request) -> Response:
             404, "reconcile", "this console was started without --sink: nothing to compare with"
         )
     report = await run_in_threadpool(
-        lambda: reconcile(console.source, str(console.sink), shown=RECONCILE_SHOWN)
+        lambda: reconcile(console.source, str(console.sink), max_ids=RECONCILE_MAX_IDS)
     )
     return console.page("reconcile.html", title="reconcile", report=report)
 

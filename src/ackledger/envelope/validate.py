@@ -148,6 +148,12 @@ def _string(value: object, name: str) -> str:
     return check_text(value, name)
 
 
+def check_source(value: object) -> str:
+    """``value`` if it is an event's ``source`` (InvalidEvent naming ``source`` if not): also
+    for a source that arrives alone, as a query's, before it goes near a database."""
+    return _source(value)
+
+
 def _source(value: object) -> str:
     source = _string(value, "source")
     if not (1 <= len(source) <= 256 and is_uri_reference(source)):

@@ -24,7 +24,7 @@ from ..errors import InvalidEvent
 from ..store import database_errors
 from ..web import openapi_ledger as api
 from ..web.answers import Answer, bad_input, json_answer, problem_answer, unavailable_answer
-from ..web.bodies import BodyTooLarge, parse_json, read_capped
+from ..web.bodies import BodyTooLarge
 from ..web.database_calls import DatabaseCalls
 from ..web.docs_page import api_routes
 from ..web.fastpath import GroupCommit
@@ -40,7 +40,7 @@ from .ledger import (
     Refusal,
     request_from_json,
 )
-from .outcome_app import in_flight_answer, outcome_routes
+from .outcome_app import in_flight_answer, outcome_routes, read_request
 from .outcomes import InFlight
 from .pages import next_link, page_from_query
 
@@ -99,7 +99,7 @@ def create_ledger_app(ledger: Ledger, identity: Identity | None = None) -> ASGIA
 
     async def post_delivery(request: Request) -> Answer:
         try:
-            req = request_from_json(parse_json(await read_capped(request)))
+            req = request_from_json(await read_request(request))
             done = await submit(req)
         except (BodyTooLarge, ValueError) as exc:
             return bad_input(exc, ledger=me.short)

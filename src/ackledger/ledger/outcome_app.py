@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from ..store import database_errors
 from ..web.answers import Answer, bad_input, json_answer, problem_answer, unavailable_answer
@@ -42,6 +42,16 @@ def in_flight_answer(exc: InFlight, case_id: str, work_id: str, **extra: Any) ->
     return replace(answer, headers={"Retry-After": str(max(1, math.ceil(exc.retry_after)))})
 
 
+async def read_request(request: Request) -> Any:
+    """The request's JSON body (capped); a client that leaves mid-body is bad input like a
+    body cut short, not a server error (nothing is written either way)."""
+    try:
+        body = await read_capped(request)
+    except ClientDisconnect:
+        raise ValueError("body: the client left before sending it all") from None
+    return parse_json(body)
+
+
 def outcome_routes(
     ledger: Ledger, db: DatabaseCalls, identity: dict[str, str]
 ) -> list[DocumentedRoute]:
@@ -50,7 +60,7 @@ def outcome_routes(
     ) -> Callable[[Request], Any]:
         async def answer(request: Request) -> Answer:
             try:
-                report = parse(parse_json(await read_capped(request)))
+                report = parse(await read_request(request))
                 done = await db(apply, report)
             except (BodyTooLarge, ValueError) as exc:
                 return bad_input(exc, ledger=identity)

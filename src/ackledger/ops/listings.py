@@ -3,6 +3,7 @@ what a quarantine or a requeue did, as the command line and the console both say
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from .timestamps import utc_timestamp
@@ -29,11 +30,13 @@ def quarantined_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def quarantined_text(event_id: str, seq: int, reason: str) -> str:
-    """What ``Outbox.quarantine`` did, and how to undo it."""
+def quarantined_text(event_id: str, seq: int, reason: str, source: str) -> str:
+    """What ``Outbox.quarantine`` did, and the command that undoes it (``source``: the outbox
+    as shown, never its password)."""
+    undo = shlex.join(["ackledger", "requeue", event_id, "--source", source])
     return (
         f"quarantined {event_id} (seq {seq}): {reason.strip()}; it is not sent and not "
-        f"counted as sent; `ackledger requeue {event_id}` puts it back"
+        f"counted as sent; `{undo}` puts it back"
     )
 
 

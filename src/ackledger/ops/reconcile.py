@@ -34,7 +34,7 @@ CLASSES: dict[str, tuple[str, bool]] = {
         "applied at the sink, quarantined in the outbox: requeue it to have it marked",
         False,
     ),
-    "sent_without_receipt": (
+    "marked_without_receipt": (
         "marked sent in the outbox, no receipt at the sink: must never happen inside the "
         "boundary (unless the sink purged the receipt or is not the sink this outbox sends to)",
         True,
@@ -43,7 +43,7 @@ CLASSES: dict[str, tuple[str, bool]] = {
         "the sink holds the identity with other content: it refuses ours (422)",
         True,
     ),
-    "receipt_not_in_outbox": (
+    "unknown_to_outbox": (
         "a receipt of this outbox's source that the outbox has no row for: sent and purged "
         "from the outbox, or never published here",
         False,
@@ -66,7 +66,7 @@ class Finding:
 class Tally:
     """What a reconcile run has found so far."""
 
-    shown: int
+    max_ids: int
     sources: set[str]
     findings: dict[str, Finding] = field(
         default_factory=lambda: {name: Finding() for name in CLASSES}
@@ -74,16 +74,17 @@ class Tally:
     checked: dict[str, int] = field(default_factory=lambda: {"outbox_rows": 0, "receipts": 0})
 
     def add(self, name: str, event_id: str) -> None:
-        self.findings[name].add(event_id, self.shown)
+        self.findings[name].add(event_id, self.max_ids)
 
 
-def reconcile(source: str, sink: str, *, shown: int = 20) -> dict[str, Any]:
+def reconcile(source: str, sink: str, *, max_ids: int = 20) -> dict[str, Any]:
     """The disagreements between the outbox at ``source`` and the sink (its inbox database, or
-    its service URL, then only the outbox's rows can be checked, one request each)."""
-    if type(shown) is not int or not 0 <= shown <= 10_000:
-        raise ValueError(f"shown: must be an integer from 0 to 10000, got {shown!r}")
+    its service URL, then only the outbox's rows can be checked, one request each), with up
+    to ``max_ids`` ids per group."""
+    if type(max_ids) is not int or not 0 <= max_ids <= 10_000:
+        raise ValueError(f"max_ids: must be an integer from 0 to 10000, got {max_ids!r}")
     with Outbox(source) as outbox:
-        tally = Tally(shown, {outbox.source})
+        tally = Tally(max_ids, {outbox.source})
         if is_url(sink) and not is_postgres(sink):
             where = f"GET {base_url(sink)}/events/{{id}}"
             lookup = _service_lookup(base_url(sink))
@@ -115,7 +116,7 @@ def reconcile(source: str, sink: str, *, shown: int = 20) -> dict[str, Any]:
         "alarms": alarms,
     }
     if not receipts_checked:
-        report["classes"]["receipt_not_in_outbox"]["count"] = None
+        report["classes"]["unknown_to_outbox"]["count"] = None
     return report
 
 
@@ -164,7 +165,7 @@ def _walk_outbox(outbox: Outbox, lookup: Lookup, tally: Tally) -> None:
                 tally.add("other_content", row["id"])
             elif fingerprint is None:
                 if row["sent"]:
-                    tally.add("sent_without_receipt", row["id"])
+                    tally.add("marked_without_receipt", row["id"])
             elif row["quarantined"]:
                 tally.add("applied_quarantined", row["id"])
             elif not row["sent"]:
@@ -194,7 +195,7 @@ def _walk_inbox(inbox: Inbox, outbox: Outbox, tally: Tally) -> None:
             present = tx.outbox_ids_among(sorted({event_id for event_id, _ in ours}))
         for key in ours:
             if key not in present:
-                tally.add("receipt_not_in_outbox", key[0])
+                tally.add("unknown_to_outbox", key[0])
 
 
 def reconcile_text(report: dict[str, Any]) -> str:

@@ -1,5 +1,8 @@
 """What to watch: the outbox's figures and, when given, a sink's or ledger's counters.
 
+A sink is named as everywhere else (``trace``, ``reconcile``, the console): its service's URL,
+whose ``/metrics`` is read, or its inbox database, whose durable counters are read directly.
+
 A service that cannot be read is reported as such next to the figures instead of failing
 the whole look: the outbox's state is worth seeing most when a service is down.
 """
@@ -11,9 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import AckledgerError
+from ..sink.inbox import Inbox
 from ..source.outbox import Outbox
+from ..store import database_errors, is_postgres, without_password
 from ..wire.targets import check_target
 from ..wire.token import Token
+from .databases import is_url
 from .probe import base_url, scrape
 from .timestamps import utc_timestamp
 
@@ -29,6 +35,36 @@ def service_url(url: str, service: str = "sink", allowed_hosts: Iterable[str] | 
     base = base_url(url, _ROUTE[service])
     check_target(base + "/metrics", "/metrics", allowed_hosts)
     return base
+
+
+def inbox_counters(target: str) -> dict[str, Any]:
+    """A sink's figures read from its inbox database (SQLite file or ``postgresql://`` URL)
+    under the names its service's ``/metrics`` gives them: ``{"database", counter: value...}``,
+    or ``{"database", "error"}``."""
+    shown = without_password(target)
+    try:
+        with Inbox(target) as inbox:
+            shown = inbox.backend.location
+            found = inbox.counters()
+            retention = inbox.retention()
+    except Exception as exc:
+        # The driver's errors are known only once it is loaded, by the open above.
+        if not isinstance(exc, (OSError, AckledgerError, *database_errors())):
+            raise
+        return {"database": shown, "error": f"{type(exc).__name__}: {exc}"}
+    return {
+        "database": shown,
+        "applied": found["applied"],
+        "conflicts": found["conflict"],
+        "duplicates": found["duplicate"],
+        "oldest_receipt_age_seconds": retention["oldest_receipt_age_s"] or 0.0,
+        "purged": retention["purged"],
+    }
+
+
+def is_service(target: str) -> bool:
+    """A sink named by its service's URL, rather than by its inbox database."""
+    return is_url(target) and not is_postgres(target)
 
 
 def service_counters(
@@ -77,17 +113,31 @@ class Status:
             ("purged", report["purged"]),
             ("last error", last_error),
         ]
-        lines = [f"outbox  {self.location}"]
-        lines += [f"  {label:<20} {value}" for label, value in rows]
+        sections: list[tuple[str, str, list[tuple[str, Any]]]] = [("outbox", self.location, rows)]
         for service in SERVICES:
             if service in report:
-                lines.append(f"{service:<7} {report[service]['url']}")
-                lines += [
-                    f"  {label:<20} {value}"
-                    for label, value in report[service].items()
-                    if label != "url"
+                counters = report[service]
+                where = counters["url"] if "url" in counters else counters["database"]
+                shown = [
+                    (k, _shown(k, v)) for k, v in counters.items() if k not in ("url", "database")
                 ]
+                sections.append((service, where, shown))
+        # One column for every section's labels: a counter's long name must not push its
+        # value out of line with the others.
+        width = max([20] + [len(label) for _, _, found in sections for label, _ in found])
+        lines = []
+        for name, where, found in sections:
+            lines.append(f"{name:<7} {where}")
+            lines += [f"  {label:<{width}} {value}" for label, value in found]
         return "\n".join(lines)
+
+
+def _shown(label: str, value: Any) -> Any:
+    """A counter's value as the table shows it: seconds to a tenth, with their unit, as the
+    outbox's own ages; other fractions to six significant digits."""
+    if type(value) is not float:
+        return value
+    return f"{value:.1f} s" if label.endswith("_seconds") else f"{value:.6g}"
 
 
 def read_status(
@@ -100,15 +150,18 @@ def read_status(
     allowed_hosts: Iterable[str] | None = None,
 ) -> Status:
     """The outbox's figures (``Outbox.stats``) with the counters of the services given (each
-    named by its base URL, its /metrics URL, or its own route's URL)."""
+    named by its base URL, its /metrics URL, or its own route's URL; the sink also by its
+    inbox database)."""
     hosts = None if allowed_hosts is None else tuple(allowed_hosts)
-    given = {"sink": sink, "ledger": ledger}
+    given = {"sink": sink if sink is None or is_service(sink) else None, "ledger": ledger}
     services = {
         name: service_url(url, name, hosts) for name, url in given.items() if url is not None
     }
     with Outbox(source) as outbox:
         figures: dict[str, Any] = outbox.stats()
         location = outbox.backend.location
+    if sink is not None and not is_service(sink):
+        figures["sink"] = inbox_counters(sink)
     for name, url in services.items():
         figures[name] = service_counters(name, url, token, timeout=timeout, allowed_hosts=hosts)
     return Status(location, figures)

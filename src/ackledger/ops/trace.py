@@ -17,6 +17,7 @@ from ..event import check_identifier
 from ..sink.inbox import Inbox
 from ..source.outbox import Outbox
 from ..store import is_postgres, without_password
+from ..warehouse import TYPE as LAB_TYPE
 from ..wire.token import Token
 from .ack_kinds import BROKERS, target_for
 from .databases import existing_database, is_url
@@ -112,7 +113,7 @@ def trace(
     asked = sink is not None
     seen = SinkSeen(asked, receipt, sink_where, sink_error, conflict)
     stages = [
-        _accepted_stage(order, source_shown),
+        _accepted_stage(order, row, source_shown),
         _outbox_stage(row, history, source_shown),
         _sink_stage(seen, broker=broker),
         _ack_stage(row, seen, via),
@@ -145,8 +146,16 @@ def trace_text(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _accepted_stage(order: dict[str, Any] | None, source: str) -> Stage:
+def _accepted_stage(order: dict[str, Any] | None, row: dict[str, Any] | None, source: str) -> Stage:
     where = f"table orders in {source}"
+    if order is None and row is not None and row["type"] != LAB_TYPE:
+        # An order row means something only for the lab's events: for any other type the
+        # outbox row is the first evidence there is.
+        return Stage(
+            "accepted", YES, "published", f"table outbox in {source}",
+            f"a {row['type']} event of source {row['source']}, published at "
+            f"{utc_timestamp(row['created_at'])} (seq={row['seq']})",
+        )  # fmt: skip
     if order is None:
         return Stage(
             "accepted", NO, "no order row", where,
@@ -202,7 +211,7 @@ def _sink_stage(seen: SinkSeen, *, broker: bool) -> Stage:
             "sink", NO, "no inbox receipt", where,
             "the consumer has not applied this id: still in the queue or stream, the consumer "
             "behind or stopped, or rejected as poison (dead-lettered or terminated: see the "
-            "consumer's log and its ackledger_consume metrics)",
+            "consumer's log and its ackledger_consumer_* metrics)",
         )  # fmt: skip
     if receipt is None:
         return Stage("sink", NO, "no inbox receipt", where, "the sink has not applied this id")

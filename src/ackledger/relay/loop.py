@@ -505,7 +505,8 @@ class Relay:
             self.poisoned = failure
             self._note(
                 logging.ERROR, "stopped-on-poison",
-                stopping_on_poison(event_id), id=event_id, **pick.fields,
+                stopping_on_poison(event_id, self.picker.outbox.backend.location),
+                id=event_id, **pick.fields,
             )  # fmt: skip
             self.stop.set()
         else:

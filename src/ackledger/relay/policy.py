@@ -10,6 +10,7 @@ or quarantines it and goes on with the events behind it.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 
 from ..errors import InvalidEvent, NotAcknowledged
@@ -73,11 +74,13 @@ def failure_of(exc: Exception, refusal: Refusal | None, event_id: str | None = N
     return Failure(event_id, kind, describe(exc), status)
 
 
-def stopping_on_poison(event_id: str) -> str:
-    """The last line of a relay that stops on a poison event: what the operator does next."""
+def stopping_on_poison(event_id: str, source: str) -> str:
+    """The last line of a relay that stops on a poison event: what the operator does next,
+    as commands that run as printed (``source``: the outbox as shown, never its password)."""
+    where = f"{shlex.quote(event_id)} --source {shlex.quote(source)}"
     return (
-        f"stopping: inspect with `ackledger trace {event_id}`, fix the cause, then "
-        f"`ackledger quarantine {event_id} --reason ...` or correct the sink"
+        f"stopping: inspect with `ackledger trace {where}`, fix the cause, then "
+        f"`ackledger quarantine {where} --reason 'refused by the sink'` or correct the sink"
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -84,13 +85,16 @@ def run(
         wire.close()
         restore_early()
     if relay.poisoned is not None:
-        event_id = relay.poisoned.event_id
+        event_id = relay.poisoned.event_id or "?"
         # A broker is no sink to ask: its consumer's inbox is named by whoever runs it.
         http = settings.url.startswith(("http://", "https://"))
-        sink = f" --sink {base_url(settings.url)}" if http else " [--sink CONSUMER_INBOX]"
+        command = ["ackledger", "trace", event_id, "--source", without_password(source)]
+        if http:
+            command += ["--sink", base_url(settings.url)]
+        more = "" if http else " (add --sink with the consumer's inbox database)"
         print(
             f"ackledger relay: stopped on poison event {event_id}: {relay.poisoned.message}; "
-            f"see `ackledger trace {event_id} --source {without_password(source)}{sink}`",
+            f"see `{shlex.join(command)}`{more}",
             file=sys.stderr,
         )
     return code

@@ -19,6 +19,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.types import ASGIApp
 
+from ..envelope import check_source
 from ..errors import AckledgerError, Conflict, InvalidEvent, NoHandler, Rejected
 from ..event import check_identifier
 from ..store import database_errors
@@ -32,6 +33,7 @@ from ..web.answers import (
     too_large_answer,
     unavailable_answer,
 )
+from ..web.bodies import MAX_BATCH_BODY_BYTES
 from ..web.cloudevents_http import Headers, decode_batch, decode_event
 from ..web.docs_page import api_routes
 from ..web.fastpath import GroupCommit, PostRoute
@@ -248,7 +250,7 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "", own_thread: bool = False)
 
     # Requests are counted and timed around the whole app (web.observe), these too.
     post_event = PostRoute(event_answer)
-    post_batch = PostRoute(batch_answer)
+    post_batch = PostRoute(batch_answer, MAX_BATCH_BODY_BYTES)
     events, batch = prefix + "/events", prefix + "/events/batch"
 
     async def get_event(request: Request) -> Answer:
@@ -258,6 +260,11 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "", own_thread: bool = False)
         except AckledgerError as exc:
             return invalid_answer(str(exc), "id")
         source = request.query_params.get("source")
+        if source is not None:
+            try:
+                check_source(source)  # checked as an event's: it never reaches the database bad
+            except InvalidEvent as exc:
+                return invalid_answer(str(exc), "source")
         receipt = await off_loop(lambda: inbox.receipt(event_id, source=source))
         if receipt is None:
             detail = f"event {event_id!r} never arrived"

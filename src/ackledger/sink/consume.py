@@ -242,13 +242,17 @@ class StopFlag:
 
     def __init__(self) -> None:
         self.requested = False
+        #: What asked for the stop (a signal's name), for the "stopped" line.
+        self.cause = "a stop request"
 
-    def request(self) -> None:
+    def request(self, cause: str = "a stop request") -> None:
+        if not self.requested:
+            self.cause = cause
         self.requested = True
 
     def install(self) -> Callable[[], None]:
         def handler(signum: int, frame: FrameType | None) -> None:
-            self.request()
+            self.request(signal.Signals(signum).name)
 
         previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
 
@@ -299,9 +303,19 @@ def run(source: BrokerSource, consumer: Consumer) -> int:
         if isinstance(source, AmqpSource):
             from .consume_amqp import consume_amqp
 
-            return consume_amqp(source, consumer)
-        from .consume_nats import consume_nats
+            code = consume_amqp(source, consumer)
+        else:
+            from .consume_nats import consume_nats
 
-        return consume_nats(source, consumer)
+            code = consume_nats(source, consumer)
     finally:
         restore()
+    if code == 0 and consumer.stop.requested:
+        counts = consumer.counts
+        log_event(
+            logger, logging.INFO, "stopped",
+            f"stopped on {consumer.stop.cause}, after the message in hand",
+            broker=source.shown(), applied=counts.applied, duplicate=counts.duplicate,
+            rejected=counts.rejected, failed=counts.failed,
+        )  # fmt: skip
+    return code

@@ -19,6 +19,7 @@ import pika
 from pika.exceptions import (
     AMQPError,
     ChannelClosedByBroker,
+    ConnectionClosedByBroker,
     ProbableAccessDeniedError,
     ProbableAuthenticationError,
 )
@@ -30,6 +31,9 @@ from .consume import FAILED, REJECTED, AmqpSource, Consumer, describe, logger
 _IDLE_S = 0.25
 #: The broker's answers that say the queue or the access to it is not there: no retry helps.
 _NOT_THERE = {403: "access refused", 404: "not found"}
+#: A connection closed with these (ACCESS_REFUSED, NOT_ALLOWED: a vhost that does not exist or
+#: is not the user's, on the brokers that say so) is refused, not lost.
+_LOGIN_REFUSED = (403, 530)
 
 
 def _parameters(source: AmqpSource) -> Any:
@@ -50,8 +54,15 @@ def consume_amqp(source: AmqpSource, consumer: Consumer) -> int:
             connection = pika.BlockingConnection(_parameters(source))
             _consume(connection, source, consumer)
         except (ProbableAuthenticationError, ProbableAccessDeniedError) as exc:
-            print(f"ackledger consume: {shown}: access refused ({type(exc).__name__})",
-                  file=sys.stderr)  # fmt: skip
+            # pika's names guess at the cause from how the broker hung up (its text may read
+            # "StreamLostError"); what is known is that this login was refused.
+            print(_login_refused(source, type(exc).__name__), file=sys.stderr)
+            return 1
+        except ConnectionClosedByBroker as exc:
+            if exc.reply_code not in _LOGIN_REFUSED:
+                _reconnect_later(consumer, exc, shown)
+                continue
+            print(_login_refused(source, exc.reply_text), file=sys.stderr)
             return 1
         except ChannelClosedByBroker as exc:
             if exc.reply_code in _NOT_THERE:
@@ -70,6 +81,15 @@ def consume_amqp(source: AmqpSource, consumer: Consumer) -> int:
                 with contextlib.suppress(AMQPError):
                     connection.close()
     return 0
+
+
+def _login_refused(source: AmqpSource, why: str) -> str:
+    who = "" if source.user is None else f"user {source.user!r} on "
+    return (
+        f"ackledger consume: {source.shown()}: access refused: the broker refused {who}vhost "
+        f"{source.vhost!r} (a wrong user or password, no such vhost, or no permission on it; "
+        f"{why})"
+    )
 
 
 def _reconnect_later(consumer: Consumer, exc: Exception, shown: str) -> None:

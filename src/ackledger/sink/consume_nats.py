@@ -3,7 +3,8 @@
 A committed message is acked, a permanent refusal is ``term``ed (never redelivered), a
 transient failure is ``nak``ed with the backoff as its delay, so the server holds it back.
 The durable consumer is created with explicit acks and ``max_ack_pending`` bounded if it does
-not exist yet; an existing one is used as its owner configured it. Messages fetched but not
+not exist yet; an existing one is used as its owner configured it, and a fetch asks for no more
+than its ``max_ack_pending``. Messages fetched but not
 yet handled when a stop is requested are nacked without delay, so they come back at once.
 """
 
@@ -27,6 +28,9 @@ from .consume import FAILED, REJECTED, Consumer, NatsSource, describe, logger
 _FETCH_S = 0.5
 #: How long the server waits for an ack before it redelivers (a consumer we create).
 _ACK_WAIT_S = 30.0
+#: An idle consumer asks this often whether its stream and durable still exist: a fetch from
+#: a deleted one only ever times out, as an empty one does.
+_CHECK_IDLE_S = 5.0
 
 
 def consume_nats(source: NatsSource, consumer: Consumer) -> int:
@@ -72,20 +76,26 @@ async def _consume(source: NatsSource, consumer: Consumer) -> int:
         try:
             await js.stream_info(source.stream)
         except NotFoundError:
-            print(f"ackledger consume: {source.shown()}: stream {source.stream!r} not found",
-                  file=sys.stderr)  # fmt: skip
+            _not_found(source, f"stream {source.stream!r} not found")
             return 1
         try:
-            await js.consumer_info(source.stream, source.durable)
+            info = await js.consumer_info(source.stream, source.durable)
+            batch = _batch_size(source.max_ack_pending, info.config.max_ack_pending)
         except NotFoundError:
             config = ConsumerConfig(
                 durable_name=source.durable, ack_policy=AckPolicy.EXPLICIT,
                 max_ack_pending=source.max_ack_pending, ack_wait=_ACK_WAIT_S,
             )  # fmt: skip
             await js.add_consumer(source.stream, config)
+            batch = source.max_ack_pending
         subscription = await js.pull_subscribe_bind(source.durable, source.stream)
-        log_event(logger, logging.INFO, "consuming", "consuming", broker=source.shown())
-        await _loop(subscription, source, consumer)
+        log_event(
+            logger, logging.INFO, "consuming", "consuming", broker=source.shown(), batch=batch
+        )
+        gone = await _loop(js, subscription, source, consumer, batch)
+        if gone is not None:
+            _not_found(source, gone)
+            return 1
         await subscription.unsubscribe()
         return 0
     finally:
@@ -97,13 +107,61 @@ async def _consume(source: NatsSource, consumer: Consumer) -> int:
         await nc.close()
 
 
+def _batch_size(ours: int, durables: int | None) -> int:
+    """How many messages one fetch asks for: ours, but never more than the durable lets be
+    unacknowledged at once (its owner's ``max_ack_pending``; -1 or none: no limit). Asking for
+    more, the server sends what the limit allows and the fetch waits out its time-out for the
+    rest: one message per half second from a durable made with a limit of one."""
+    if durables is None or durables <= 0:
+        return ours
+    return min(ours, durables)
+
+
+def _not_found(source: NatsSource, what: str) -> None:
+    print(f"ackledger consume: {source.shown()}: {what}", file=sys.stderr)
+
+
+async def _missing(js: JetStreamContext, source: NatsSource) -> str | None:
+    """What of the source no longer exists (deleted while consuming), or None."""
+    try:
+        await js.stream_info(source.stream)
+    except NotFoundError:
+        return f"stream {source.stream!r} not found (deleted while consuming)"
+    try:
+        await js.consumer_info(source.stream, source.durable)
+    except NotFoundError:
+        return (
+            f"durable consumer {source.durable!r} of stream {source.stream!r} not found "
+            "(deleted while consuming)"
+        )
+    return None
+
+
 async def _loop(
-    subscription: JetStreamContext.PullSubscription, source: NatsSource, consumer: Consumer
-) -> None:
+    js: JetStreamContext,
+    subscription: JetStreamContext.PullSubscription,
+    source: NatsSource,
+    consumer: Consumer,
+    batch: int,
+) -> str | None:
+    """Fetch and handle until a stop is asked (None), or the stream or durable is found
+    deleted (what is missing: a permanent stop, no retry brings it back)."""
+    loop = asyncio.get_running_loop()
+    checked = loop.time()
     while not consumer.stop.requested:
         try:
-            messages = await subscription.fetch(batch=source.max_ack_pending, timeout=_FETCH_S)
+            messages = await subscription.fetch(batch=batch, timeout=_FETCH_S)
         except TimeoutError:  # nats-py's own or asyncio's, as it happens: nothing came
+            if loop.time() - checked >= _CHECK_IDLE_S:
+                checked = loop.time()
+                gone = await _missing(js, source)
+                if gone is not None:
+                    return gone
+            continue
+        except NotFoundError:
+            gone = await _missing(js, source)
+            if gone is not None:
+                return gone
             continue
         except NatsError as exc:  # disconnected: the client reconnects by itself
             delay = consumer.backoff.next_delay()
@@ -115,7 +173,7 @@ async def _loop(
             if consumer.stop.requested:
                 for left in messages[index:]:
                     await left.nak()
-                return
+                return None
             if consumer.inbox.runs_user_code:
                 # A user's handler runs in a worker thread, never on this event loop.
                 verdict = await asyncio.to_thread(consumer.handle, message.data)
@@ -127,3 +185,4 @@ async def _loop(
                 await message.term()
             elif verdict.outcome == FAILED:
                 await message.nak(delay=consumer.backoff.next_delay())
+    return None

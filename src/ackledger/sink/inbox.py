@@ -718,6 +718,9 @@ class Inbox(Database):
     def asgi(self, prefix: str = "") -> ASGIApp:
         """The ``/events`` routes (and ``/healthz``, ``/metrics``) as an ASGI app to mount in
         your own Starlette or FastAPI app. Needs the ``server`` extra."""
-        from .app import create_sink_app
+        from .._core.extras import needing_extra
+
+        with needing_extra("Inbox.asgi()"):
+            from .app import create_sink_app
 
         return create_sink_app(self, prefix=prefix, own_thread=True)

@@ -107,15 +107,19 @@ MAX_REASON = 2000
 
 
 def _check_reason(reason: object) -> str:
+    # InvalidEvent (a ValueError) names the bad input apart from a state refusal (ValueError).
     if not isinstance(reason, str) or not reason.strip():
-        raise ValueError("reason: must be a non-empty string saying why")
+        raise InvalidEvent("reason: must be a non-empty string saying why", field="reason")
     if len(reason) > MAX_REASON:
-        raise ValueError(f"reason: must be at most {MAX_REASON} characters, got {len(reason)}")
+        raise InvalidEvent(
+            f"reason: must be at most {MAX_REASON} characters, got {len(reason)}", field="reason"
+        )
     if any(_breaks_line(ch) for ch in reason):
         # It is printed back by `quarantined` and `trace`: a newline or an escape sequence
         # would forge lines or drive the operator's terminal.
-        raise ValueError(
-            "reason: must be one line of text without control characters (newline, tab, escape)"
+        raise InvalidEvent(
+            "reason: must be one line of text without control characters (newline, tab, escape)",
+            field="reason",
         )
     return reason.strip()
 

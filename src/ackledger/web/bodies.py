@@ -12,6 +12,9 @@ from ..errors import InvalidEvent
 from ..event import parse_strict_json
 
 MAX_BODY_BYTES = 64 * 1024
+#: A batch holds up to 16 events of up to 64 KiB each; the rest is room for the list's
+#: brackets, commas and whitespace, however a client lays them out.
+MAX_BATCH_BODY_BYTES = 16 * MAX_BODY_BYTES + 16 * 1024
 
 
 class BodyTooLarge(Exception):

@@ -133,7 +133,7 @@ GET_RECEIPT: Operation = {
     ],
     "responses": {
         "200": json_response("its receipt", _RECEIPT),
-        "400": problem("not a valid event id"),
+        "400": problem("not a valid event id, or a source that is not a valid event source"),
         "404": problem("the event never arrived"),
     },
 }

@@ -3,8 +3,8 @@
 A single event is acknowledged only by a 200 whose JSON object says ``"ack": true`` and names
 that very event's identity (``id`` and ``source``). A batch answer acknowledges the prefix of
 items, in order, that each name the identity sent at their place with ``"ack": true``; an item
-naming another, or more items than were sent, makes the whole answer unusable. Nothing here
-touches a socket.
+naming another ends the prefix there; an item that is not an object, or more items than were
+sent, make the whole answer unusable. Nothing here touches a socket.
 """
 
 from __future__ import annotations
@@ -60,30 +60,46 @@ def exact_ack(status: int, answer: Any, event: Mapping[str, Any]) -> bool:
 
 
 def _same_identity(status: int, ack: dict[str, Any], event: Mapping[str, Any], what: str) -> None:
+    reason = _other_identity(ack, event, what)
+    if reason is not None:
+        raise NotAcknowledged(reason, status=status)
+
+
+def _other_identity(ack: dict[str, Any], event: Mapping[str, Any], what: str) -> str | None:
+    """Which identity attribute ``ack`` names differently from ``event``, in words; None if
+    it names the same event."""
     for name in ("id", "source"):
         if ack.get(name) != event[name]:
-            raise NotAcknowledged(
-                f"{what} names {name} {ack.get(name)!r}, not {event[name]!r}", status=status
-            )
+            return f"{what} names {name} {ack.get(name)!r}, not {event[name]!r}"
+    return None
 
 
 def acked_prefix(status: int, answer: Any, sent: Sequence[Mapping[str, Any]]) -> BatchAnswer:
-    """How many of ``sent`` the batch ``answer`` acknowledged in order, and the sink's error."""
+    """How many of ``sent`` the batch ``answer`` acknowledged in order, and the sink's error.
+
+    The prefix ends at the first item that is not an exact ACK of the event at its place: an
+    item naming another event acknowledges nothing, yet the items before it stay acknowledged.
+    """
     if not isinstance(answer, dict) or not isinstance(answer.get("acks"), list):
         raise NotAcknowledged("batch answer has no 'acks' list", status=status)
     acks: list[Any] = answer["acks"]
     if len(acks) > len(sent):
         raise NotAcknowledged("batch answer acknowledges more items than were sent")
     acked = 0
+    reason: str | None = None
     for item, ack in zip(sent, acks, strict=False):
         if not isinstance(ack, dict):
             raise NotAcknowledged(f"batch answer item {acked} is not an object", status=status)
         if ack.get("id") != item["id"] or ack.get("source") != item["source"]:
             # Only now the message's words: formatted for every item, they cost more than
             # the check itself.
-            _same_identity(status, ack, item, f"batch answer item {acked}")
+            reason = _other_identity(ack, item, f"batch answer item {acked}")
+            break
         if ack.get("ack") is not True:
             break
         acked += 1
     error = answer.get("error")
+    if reason is not None:
+        # The sink's error belongs to the item it failed on; a foreign ACK is our own finding.
+        return BatchAnswer(acked, {"title": "not acknowledged", "detail": reason})
     return BatchAnswer(acked, error if isinstance(error, dict) else None)

@@ -32,6 +32,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .._core.extras import needing_extra
 from ..envelope import canonical_json, validate_cloudevent
 from ..errors import AckledgerError, NotAcknowledged
 from .loop_thread import LoopThread
@@ -51,20 +52,9 @@ NO_STREAM = 404
 Message = tuple[str, bytes, dict[str, str]]
 
 
-class MissingExtra(AckledgerError, ModuleNotFoundError):
-    """This needs an extra that is not installed."""
-
-
 def _nats_client() -> Client:
-    try:
+    with needing_extra("nats://"):
         from nats.aio.client import Client
-    except ModuleNotFoundError as exc:
-        missing = MissingExtra(
-            "nats:// needs the 'nats' extra, which is not installed "
-            f"(no module {exc.name!r}): pip install 'ackledger[nats]'"
-        )
-        missing.name = exc.name
-        raise missing from None
     return Client()
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from .._core.extras import needing_extra
 from ..envelope import validate_encoded
 from ..errors import UnsafeTarget
 from .ack import BatchAnswer
@@ -180,21 +181,15 @@ def sender(url: object, **options: Any) -> Sender:
         return _amqp_sender()(url, **options)
     if scheme == "nats":
         # Lazy: the core never imports nats-py; without it this raises, naming the extra.
-        from .nats import NatsSender
+        with needing_extra("nats://"):
+            from .nats import NatsSender
 
-        return NatsSender(url, **options)
+            return NatsSender(url, **options)
     raise UnsafeTarget(f"url: scheme {scheme!r} is not supported (use http, https, amqp or nats)")
 
 
 def _amqp_sender() -> Callable[..., Sender]:
     # pika is the amqp extra: imported only when an amqp:// URL is used.
-    try:
+    with needing_extra("amqp://"):
         from .amqp import AmqpSender
-    except ImportError as exc:
-        if exc.name != "pika" and not (exc.name or "").startswith("pika."):
-            raise
-        raise ModuleNotFoundError(
-            "amqp:// needs pika, which is not installed: pip install 'ackledger[amqp]'",
-            name="pika",
-        ) from None
     return AmqpSender

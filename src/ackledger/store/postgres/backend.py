@@ -87,8 +87,11 @@ class PostgresBackend(Backend):
             return self._pool
 
     def _open_pool(self) -> ConnectionPool[Any]:
-        import psycopg
-        from psycopg_pool import ConnectionPool
+        from ..._core.extras import needing_extra
+
+        with needing_extra("a postgresql:// target"):
+            import psycopg
+            from psycopg_pool import ConnectionPool
 
         kwargs = self._connect_kwargs()
         # One direct attempt first: an unreachable server fails at once with libpq's own
