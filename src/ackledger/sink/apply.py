@@ -12,6 +12,7 @@ arrival number is the one it would have had if the runs were applied one by one.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -20,7 +21,7 @@ from .. import plugins
 from .._core.idempotency import Outcome
 from .._core.telemetry import span, tracing
 from ..errors import Conflict
-from ..store import Tx
+from ..store import Backend, Tx
 from .handler_call import Awaiter, NotAwaited, call_handler
 from .handler_tx import Handler, HandlerTransaction
 
@@ -61,6 +62,23 @@ def same_event(item: Item, stored: str | None) -> bool:
     return stored is not None and plugins.former_fingerprint(item.event) == stored
 
 
+def noted_resend(db: Backend, item: Item) -> bool:
+    """The one branch beside ``apply_runs``: a lone event read by key first. True for a
+    re-send, then noted without waiting for the disk (only its counts could be lost, and only
+    to a power loss before the next durable commit); False: the write decides (a claim racing
+    this read, or other content, is told apart by the write's own claim)."""
+    source, event_id = item.identity
+    now = time.time()
+    stored = db.inbox_read_or_note(source, event_id, item.fingerprint, now, DUPLICATE_COUNTER)
+    if stored is None or stored == item.fingerprint:
+        return stored is not None  # a re-send of the same content was noted by that call
+    if not same_event(item, stored):
+        return False
+    with db.write(durable=False) as tx:  # a former version's receipt of this event
+        tx.inbox_note_lone(source, event_id, now, DUPLICATE_COUNTER)
+    return True
+
+
 def conflict(item: Item) -> Conflict:
     source, event_id = item.identity
     return Conflict(
@@ -68,14 +86,26 @@ def conflict(item: Item) -> Conflict:
     )
 
 
+class LoneFailed(Exception):
+    """The handler of a transaction's only event raised (its ``__cause__``): it ran without
+    a savepoint, so the caller rolls the whole transaction back, then ``take_arrival``."""
+
+
+def take_arrival(tx: Tx) -> None:
+    """What a lone event whose handler failed leaves: the arrival number it took (a gap in
+    the sequence; no receipt, no outcome counted), as a savepoint's undo would leave it."""
+    _, owed = tx.inbox_reserve_arrivals(1)
+    tx.counters_bump(owed)
+
+
 def apply_runs(
     tx: Tx, runs: Sequence[Sequence[Item]], now: float, awaiter: Awaiter | None
 ) -> list[BatchResult]:
     """Apply ``runs`` in ``tx``; each run's result as if it were applied alone after the
     runs before it. The caller commits (a rolled-back attempt applied and counted nothing)."""
-    total = sum(len(run) for run in runs)
+    total = sum(map(len, runs))
     before, owed = tx.inbox_reserve_arrivals(total)
-    walk = _Walk(tx, now, awaiter, before + 1)
+    walk = _Walk(tx, now, awaiter, before + 1, guarded=total > 1)
     results: list[BatchResult] = []
     start = 0
     while start < len(runs):
@@ -90,8 +120,12 @@ def apply_runs(
 class _Walk:
     """One walk of the runs: the claims of the current statement and what is counted."""
 
-    def __init__(self, tx: Tx, now: float, awaiter: Awaiter | None, arrival: int) -> None:
+    def __init__(
+        self, tx: Tx, now: float, awaiter: Awaiter | None, arrival: int, *, guarded: bool
+    ) -> None:
         self.tx = tx
+        #: A savepoint per handler: only where the transaction holds more than its event.
+        self.guarded = guarded
         self.now = now
         self.awaiter = awaiter
         #: The next event's arrival number.
@@ -157,6 +191,17 @@ class _Walk:
         tx = self.tx
         if key in self.fresh:
             self.fresh.discard(key)
+            if not self.guarded:
+                try:
+                    self._call(item)
+                except NotAwaited:
+                    raise
+                except Exception as exc:
+                    raise LoneFailed from exc
+                self.stored[key] = item.fingerprint
+                self.tally[APPLIED_COUNTER] = 1  # the transaction's only event
+                statuses.append(APPLIED)
+                return None
             # A savepoint holds the handler's writes: its failure undoes them and this
             # event's claim, and nothing before it (this run's or another's).
             tx.handler_savepoint()
@@ -171,9 +216,7 @@ class _Walk:
                 self.fresh.add(key)
                 return exc
             tx.handler_release()
-            self.stored[key] = item.fingerprint
-            self._count(APPLIED_COUNTER)
-            statuses.append(APPLIED)
+            self._applied(item, statuses)
             return None
         if not same_event(item, self.stored.get(key)):
             self._count(CONFLICT_COUNTER)
@@ -182,6 +225,11 @@ class _Walk:
         self._count(DUPLICATE_COUNTER)
         statuses.append(DUPLICATE)
         return None
+
+    def _applied(self, item: Item, statuses: list[str]) -> None:
+        self.stored[item.identity] = item.fingerprint
+        self._count(APPLIED_COUNTER)
+        statuses.append(APPLIED)
 
     def _call(self, item: Item) -> None:
         if tracing():

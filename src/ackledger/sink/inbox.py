@@ -27,11 +27,12 @@ from ..event_types import EventTypes, check_type_name
 from .apply import (
     COUNTER_PREFIX,
     DUPLICATE,
-    DUPLICATE_COUNTER,
     BatchResult,
     Item,
+    LoneFailed,
     apply_runs,
-    same_event,
+    noted_resend,
+    take_arrival,
 )
 from .handler_call import Awaiter, HandlerAwaiter, async_refused, check_handler, is_async_handler
 from .handler_tx import Handler
@@ -64,9 +65,13 @@ COUNTER_NAMES = ("applied", "duplicate", "conflict")
 Prepared = tuple[Sequence[Item], Exception | None]
 
 
+#: No awaiter (a ``nullcontext`` holds nothing, so one serves every call).
+_NO_AWAITER: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+
+
 def _awaiter(awaiting: bool) -> contextlib.AbstractContextManager[Awaiter | None]:
     """A ``HandlerAwaiter`` for one call that may await its handlers, else nothing."""
-    return HandlerAwaiter() if awaiting else contextlib.nullcontext()
+    return HandlerAwaiter() if awaiting else _NO_AWAITER
 
 
 def _check_handlers(handlers: object) -> dict[str, Handler]:
@@ -182,11 +187,10 @@ class Inbox(Database):
         Without it, an ``async def`` handler raises ``TypeError`` before anything is written.
         """
         prepared = [self._prepared(run, awaiting) for run in runs]
-        if len(prepared) == 1 and len(prepared[0][0]) == 1 and prepared[0][1] is None:
-            # One event alone: a re-send is answered from a read by key (``read_lone``).
-            found = self._read_lone(prepared[0][0][0])
-            if found is None:
-                return [BatchResult([DUPLICATE])]
+        # One event alone: a re-send is answered from a read by key (``noted_resend``).
+        items, refused = prepared[0] if len(prepared) == 1 else ((), None)
+        if len(items) == 1 and refused is None and noted_resend(self._db, items[0]):
+            return [BatchResult([DUPLICATE])]
         return self._commit(prepared, awaiting)
 
     def read_lone(self, event: object) -> str | Item:
@@ -196,24 +200,7 @@ class Inbox(Database):
         answered now; else the event prepared, a run of its own for ``receive_group``.
         Raises InvalidEvent or NoHandler (nothing recorded), or the database's error."""
         item = self._prepare(event, True)
-        return DUPLICATE if self._read_lone(item) is None else item
-
-    def _read_lone(self, item: Item) -> Item | None:
-        """None when ``item`` is a re-send (noted, without waiting for the disk: only its
-        counts could be lost, and only to a power loss before the next durable commit),
-        else ``item`` for the write. A claim racing this read is told apart by the write's."""
-        source, event_id = item.identity
-        now, db = time.time(), self._db
-        stored = db.inbox_read_or_note(source, event_id, item.fingerprint, now, DUPLICATE_COUNTER)
-        if stored is None:
-            return item
-        if stored == item.fingerprint:
-            return None  # noted by the same call
-        if not same_event(item, stored):
-            return item  # other content: the write's claim refuses it and counts it
-        with db.write(durable=False) as tx:  # a former version's receipt of this event
-            tx.inbox_note_lone(source, event_id, now, DUPLICATE_COUNTER)
-        return None
+        return DUPLICATE if noted_resend(self._db, item) else item
 
     def receive_group(
         self, runs: Sequence[Sequence[object] | Item], *, awaiting: bool = False
@@ -237,8 +224,17 @@ class Inbox(Database):
         refusal, if it had one. Runs with nothing to apply write nothing."""
         if not any(items for items, _ in prepared):
             return [BatchResult([], error) for _, error in prepared]
-        with _awaiter(awaiting) as awaiter, self._db.write() as tx:
-            results = apply_runs(tx, [items for items, _ in prepared], time.time(), awaiter)
+        try:
+            with _awaiter(awaiting) as awaiter, self._db.write() as tx:
+                results = apply_runs(tx, [items for items, _ in prepared], time.time(), awaiter)
+        except LoneFailed as failed:
+            # The only event's handler raised: all of it was rolled back, and what is left
+            # is its arrival number, as for the same failure in a batch.
+            with self._db.write() as tx:
+                take_arrival(tx)
+            error = failed.__cause__
+            assert isinstance(error, Exception)
+            return [BatchResult([], error if items else refused) for items, refused in prepared]
         for result, (_, refused) in zip(results, prepared, strict=True):
             if result.error is None:
                 result.error = refused
@@ -280,11 +276,8 @@ class Inbox(Database):
 
         A re-send that arrives after its receipt is gone is applied again, so the horizon must
         be longer than any event can stay unmarked at its source (docs/postgres.md, "Inbox
-        retention", says how to choose it). Below one hour it is refused unless ``force``.
-        The counters do not change; ``retention()["purged"]`` grows by what was deleted.
-        One pass over the inbox's key, ``chunk`` keys a window, in short write transactions
-        (``retention.purge_windows``).
-        """
+        retention"); below one hour it is refused unless ``force``. The counters do not
+        change; ``retention()["purged"]`` grows. ``retention.purge_windows`` says how."""
         return purge(self._db, older_than_seconds, chunk, force)
 
     def retention(self) -> dict[str, Any]:
