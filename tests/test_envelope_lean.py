@@ -1,6 +1,6 @@
 """The lone event's lean checks keep the rules they replaced (bench/CHANGES.md 120): the fast
 path counts its attribute names off instead of a set test, quotes plain subjects and keys
-itself, the reference schema remembers the skus it checked, and ``EventTypes.schema`` is the
+itself, the lab's schema remembers the skus it checked, and ``EventTypes.schema`` is the
 registry's own ``get``."""
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def test_a_subject_or_key_that_json_escapes_is_written_as_the_encoder_writes_it(
 def test_a_checked_sku_is_remembered_but_a_refused_one_never_is(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(warehouse, "_SKUS", set())  # the module's memory, fresh for this test
+    monkeypatch.setattr(warehouse.schema, "_SKUS", set())  # its memory, fresh for this test
     for _ in range(2):
         with pytest.raises(InvalidEvent) as refused:
             warehouse.check_data({"sku": "-not an identifier", "qty": 1})
@@ -96,15 +96,15 @@ def test_a_checked_sku_is_remembered_but_a_refused_one_never_is(
         with pytest.raises(InvalidEvent) as refused:
             warehouse.check_data({"sku": "sku-lean", "qty": 0})
         assert refused.value.field == "qty"
-    assert "-not an identifier" not in warehouse._SKUS
-    assert "sku-lean" in warehouse._SKUS
+    assert "-not an identifier" not in warehouse.schema._SKUS
+    assert "sku-lean" in warehouse.schema._SKUS
 
 
 def test_the_remembered_skus_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(warehouse, "_SKUS", set())
-    for number in range(2 * warehouse._MAX_KNOWN):
+    monkeypatch.setattr(warehouse.schema, "_SKUS", set())
+    for number in range(2 * warehouse.schema._MAX_KNOWN):
         assert warehouse.check_data({"sku": f"bounded-{number}", "qty": 1})["qty"] == 1
-    assert len(warehouse._SKUS) <= warehouse._MAX_KNOWN
+    assert len(warehouse.schema._SKUS) <= warehouse.schema._MAX_KNOWN
 
 
 def test_a_schema_registered_after_the_first_event_is_the_one_used() -> None:

@@ -1,11 +1,12 @@
-"""What the inbox asks of SQLite per group (issue 18, bench/CHANGES.md item 36): the
-statements SQLite runs, read from its own trace, with the outcome of each call checked too.
+"""What the inbox asks of SQLite per group: the statements SQLite runs, read from its own
+trace, with the outcome of each call checked too.
 
-A new lone event takes one read by key and one write transaction of four statements, none with
-RETURNING (SQLite builds a table of its own for that clause, item 87); a lone re-send is
-answered from that read and noted in one write transaction, with no write attempt rolled
-back; a group's stock is one statement whatever its skus; a group of re-sends stops its
-durable attempt at the claim."""
+Every group is one write transaction: the arrival numbers, ONE claim of every identity, each
+new event's handler in a savepoint of its own (none for a transaction's only event: its
+failure undoes the whole transaction), the counts in one upsert. A lone event is read
+by key first, and a lone re-send is answered from that read and noted in one write
+transaction, with no write attempt rolled back. A run stopped by a conflict gives back the
+claims made beyond its stop, and the runs after it are claimed again."""
 
 from __future__ import annotations
 
@@ -49,14 +50,19 @@ def _verbs(seen: list[str]) -> list[str]:
     return [statement.split()[0].upper() for statement in seen]
 
 
-def test_a_lone_new_event_is_one_read_and_four_writes(
+#: A new event's own statements: its savepoint, its handler's one write, the release.
+NEW = ["SAVEPOINT", "INSERT", "RELEASE"]
+
+
+def test_a_lone_new_event_is_one_read_and_one_write_transaction(
     traced: tuple[Inbox, list[str]], tmp_path: Path
 ) -> None:
     inbox, seen = traced
     assert inbox.receive(_event("n-1", qty=3)) == "applied"
-    # The read by key, then the arrival counter's value, the claim, the stock, and the applied
-    # and arrival counts in one upsert.
+    # The read by key, then the arrival counter's value, the claim, the handler (no
+    # savepoint: nothing else to keep), and the applied and arrival counts in one upsert.
     assert _verbs(seen) == ["SELECT", "BEGIN", "SELECT", "INSERT", "INSERT", "INSERT", "COMMIT"]
+    # None with RETURNING: SQLite builds a table of its own for that clause.
     assert not [statement for statement in seen if "RETURNING" in statement.upper()]
     assert inbox.stock("tea") == 3
     assert inbox.counters() == {"applied": 1, "duplicate": 0, "conflict": 0}
@@ -67,10 +73,9 @@ def test_a_lone_new_event_is_one_read_and_four_writes(
     assert rows == [("n-1", 1, 1), ("n-2", 2, 2)]
 
 
-def test_a_lone_event_of_a_users_handler_takes_the_same_lean_path(tmp_path: Path) -> None:
-    """Any handler's lone new event: the read by key, then the arrival counter's value, the
-    claim, the handler's own statement, and the counts in one upsert: no savepoint (a lone
-    event has nothing to keep when its handler fails: the whole transaction is undone)."""
+def test_a_lone_event_of_a_users_handler_takes_the_same_path(tmp_path: Path) -> None:
+    """Any handler's lone new event: the same statements as the lab's, its handler's own
+    write in the middle."""
 
     def record(tx: HandlerTransaction, event: dict[str, Any]) -> None:
         tx.execute("INSERT INTO user_orders (id) VALUES (?)", (event["id"],))
@@ -132,21 +137,20 @@ def test_a_lone_resend_with_other_content_is_still_refused(
     assert inbox.counters() == {"applied": 1, "duplicate": 0, "conflict": 1}
 
 
-def test_a_group_of_new_events_is_four_writes_whatever_its_skus(
+def test_a_group_of_new_events_is_one_claim_whatever_its_size(
     traced: tuple[Inbox, list[str]],
 ) -> None:
     inbox, seen = traced
     runs = [[_event(f"g-{n}", f"sku-{n % 8}", 1 + n % 3)] for n in range(16)]
     results = inbox.receive_runs(runs)
     assert [r.statuses for r in results] == [["applied"]] * 16
-    assert _verbs(seen) == ["BEGIN", "SELECT", "INSERT", "INSERT", "INSERT", "COMMIT"]
+    assert _verbs(seen) == ["BEGIN", "SELECT", "INSERT", *NEW * 16, "INSERT", "COMMIT"]
+    assert not [statement for statement in seen if "RETURNING" in statement.upper()]
     assert sum(inbox.stock(f"sku-{n}") for n in range(8)) == sum(1 + n % 3 for n in range(16))
     assert inbox.counters() == {"applied": 16, "duplicate": 0, "conflict": 0}
 
 
-def test_a_group_of_resends_stops_its_durable_attempt_at_the_claim(
-    traced: tuple[Inbox, list[str]],
-) -> None:
+def test_a_group_of_resends_runs_no_handler(traced: tuple[Inbox, list[str]]) -> None:
     inbox, seen = traced
     runs = [[_event(f"r-{n}")] for n in range(4)]
     inbox.receive_runs(runs)
@@ -154,11 +158,34 @@ def test_a_group_of_resends_stops_its_durable_attempt_at_the_claim(
     results = inbox.receive_runs(runs)
     assert [r.statuses for r in results] == [["duplicate"]] * 4
     verbs = _verbs(seen)
-    attempt = verbs[: verbs.index("ROLLBACK")]
-    assert "UPDATE" not in attempt  # nothing written only to be undone
-    assert verbs.count("UPDATE") == 4  # then each receipt's note, in the lazy commit
+    assert "SAVEPOINT" not in verbs and "ROLLBACK" not in verbs
+    assert verbs.count("UPDATE") == 4  # each receipt's note
+    assert verbs.count("INSERT") == 2  # the one claim (all there), the counts
     assert inbox.stock("tea") == 4
     assert inbox.counters() == {"applied": 4, "duplicate": 4, "conflict": 0}
+
+
+def test_a_run_stopped_by_a_conflict_gives_back_its_tail_and_the_rest_is_claimed_again(
+    traced: tuple[Inbox, list[str]], tmp_path: Path
+) -> None:
+    inbox, seen = traced
+    inbox.receive(_event("k-0", qty=1))
+    seen.clear()
+    # The first run stops at k-0 (other content): k-1 (same run, after it) was claimed by the
+    # one statement and is given back; the second run holds k-1 too, so it is new there.
+    results = inbox.receive_runs(
+        [[_event("k-a"), _event("k-0", qty=9), _event("k-1", qty=4)], [_event("k-1", qty=5)]]
+    )
+    assert [r.statuses for r in results] == [["applied"], ["applied"]]
+    assert isinstance(results[0].error, Conflict) and results[1].error is None
+    verbs = _verbs(seen)
+    assert verbs.count("DELETE") == 1
+    assert verbs.count("INSERT") == 2 + 2 + 1  # two claims, two handlers, the counts
+    assert inbox.stock("tea") == 1 + 1 + 5
+    assert inbox.counters() == {"applied": 3, "duplicate": 0, "conflict": 1}
+    rows = raw_rows(tmp_path / "inbox.db", "SELECT id, arrival FROM inbox ORDER BY id")
+    # Numbers follow the runs applied one by one: k-a 2, k-0's conflict 3, k-1 4.
+    assert rows == [("k-0", 1), ("k-1", 4), ("k-a", 2)]
 
 
 def test_a_mixed_group_counts_each_outcome(traced: tuple[Inbox, list[str]]) -> None:
@@ -178,9 +205,8 @@ def test_a_lone_event_claimed_between_its_read_and_its_write(
     traced: tuple[Inbox, list[str]], tmp_path: Path, qty: int, outcome: str
 ) -> None:
     """Another process claims the identity after the read by key found it free and before
-    the write's BEGIN IMMEDIATE: the one-call write's claim fails, it is rolled back before it
-    wrote a count, and the general way tells a duplicate (counted, its arrival noted) from a
-    conflict (refused, counted), as it would have without the read (item 98)."""
+    the write's BEGIN IMMEDIATE: the write's claim tells a duplicate (counted, its arrival
+    noted) from a conflict (refused, counted), as it would have without the read."""
     inbox, seen = traced
     other = Inbox(tmp_path / "inbox.db")  # its own connections: another writer on the file
     raced: list[str] = []
@@ -202,7 +228,8 @@ def test_a_lone_event_claimed_between_its_read_and_its_write(
         other.close()
     assert raced == ["applied"]
     verbs = _verbs(seen)
-    assert verbs[:5] == ["SELECT", "BEGIN", "SELECT", "INSERT", "ROLLBACK"]
+    assert verbs[:4] == ["SELECT", "BEGIN", "SELECT", "INSERT"]
+    assert "SAVEPOINT" not in verbs and "ROLLBACK" not in verbs
     assert inbox.stock("tea") == 2
     counts = {"applied": 1, "duplicate": 0, "conflict": 0, outcome: 1}
     assert inbox.counters() == counts
@@ -212,5 +239,5 @@ def test_a_lone_event_claimed_between_its_read_and_its_write(
         "WHERE name = 'sink.arrival') FROM inbox WHERE id = ?",
         ("x-1",),
     )
-    # A duplicate takes the next arrival number; a conflict's attempt takes none that shows.
+    # A duplicate takes the next arrival number; a conflict takes one that shows nowhere.
     assert rows == ([(2, 1, 2, 2)] if outcome == "duplicate" else [(1, 1, 1, 2)])

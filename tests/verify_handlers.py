@@ -7,7 +7,7 @@ from typing import Any
 
 import psycopg
 
-from ackledger.store.inbox import INVENTORY_ADD
+from ackledger.warehouse import INVENTORY_ADD
 
 from . import pg
 

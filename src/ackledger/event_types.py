@@ -6,6 +6,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from . import plugins
 from .errors import InvalidEvent
 
 #: A schema: takes an event's ``data`` (a plain JSON value, the checker's own copy) and
@@ -29,23 +30,16 @@ def check_type_name(value: object, where: str = "type") -> str:
 
 
 class EventTypes:
-    """A registry of event types with a schema each; ``warehouse.stock.added`` is always in it.
+    """A registry of event types with a schema each; the plug-ins' types (the lab's
+    ``warehouse.stock.added``) are always in it.
 
     ``check(type, data)`` runs the type's schema; a type that was not registered passes
     as it is (a source may publish any type; a sink decides by its handlers).
     """
 
     def __init__(self) -> None:
-        # Imported here, not at the top: the warehouse builds its events with the envelope,
-        # and the envelope needs this class, so a top-level import would be a cycle.
-        from . import warehouse
-
-        self._checks: dict[str, Check] = {warehouse.TYPE: warehouse.check_data}
-        # Kept, not imported again per event: an import statement in a function cost more
-        # than the schema's own check on the sink's per-event path (bench/CHANGES.md 19).
-        # Its answer is always a new dict of plain values: the fast path need not copy it.
-        #: The reference type's schema, as ``schema`` returns it (not to be changed).
-        self.reference: Check = warehouse.check_data
+        # The plug-ins' schemas (the lab's type is one), registered when they were imported.
+        self._checks: dict[str, Check] = plugins.checks()
         #: ``schema(name)``: the schema registered for ``name``, or None; ``check`` without
         #: the restatement of a refusal for the whole event (the fast path takes any refusal
         #: the full way). The registry's own ``get``: no Python frame per event.

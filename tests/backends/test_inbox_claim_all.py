@@ -1,6 +1,7 @@
 """Groups of events claimed all at once (``store.claims.claim_all``) give exactly the outcomes,
 receipts, arrival numbers, stock and counters of applying the events one by one, on every
-backend; a conflict anywhere falls back to the one-by-one path, leaving the rest un-applied.
+backend; a conflict stops its run and gives back the claims made beyond it, leaving the rest
+of that run un-applied and the other runs as they would be alone.
 
 The expected state comes from a small model of the contract (``Model``), not from the code.
 """

@@ -221,23 +221,22 @@ def _arrivals(target: Target) -> int:
     return int(found[0][0]) if found else 0
 
 
-def test_a_lone_failing_handler_commits_what_the_general_way_commits(target: Target) -> None:
-    """A lone event's handler runs once in the lean path's transaction (no savepoint); its
-    failure rolls all of it back, and what is then committed is what the general way (a
-    savepoint per event) commits for the same failure: the arrival number it took, nothing
-    else (bench/CHANGES.md item 104)."""
+def test_a_lone_failing_handler_commits_only_its_arrival_number(target: Target) -> None:
+    """A lone event's handler runs once; its failure undoes its claim and its writes, and
+    what is committed is the arrival number it took, nothing else: the same as for the same
+    failure in a batch."""
     outage = ConnectionError("the pricing service is down")
     handler = Recorder({7: outage})
     with opened(target, handler) as inbox:
         inbox.receive(placed("p-0", 1))
         before, taken = recorded(target), _arrivals(target)
         with pytest.raises(ConnectionError) as raised:
-            inbox.receive(placed("p-1", 7))  # the lone path
+            inbox.receive(placed("p-1", 7))
         assert raised.value is outage
-        assert handler.calls[SHOP, "p-1"] == 1  # run once: not redone the general way
+        assert handler.calls[SHOP, "p-1"] == 1  # run once
         lone = recorded(target), _arrivals(target)
-        # The general way, on the same event: the same state, the same one number taken.
-        (result,) = inbox._apply_written([[inbox._prepare(placed("p-1", 7), False)]], 0.0, None)
+        # In a batch of one: the same state, the same one number taken.
+        result = inbox.receive_batch([placed("p-1", 7)])
         assert result.statuses == [] and result.error is outage
         general = recorded(target), _arrivals(target)
         assert lone == (before, taken + 1)
@@ -264,3 +263,30 @@ def test_a_lone_event_of_a_users_handler_is_counted_with_its_receipt(target: Tar
     assert rows == [("p-1", 1, 4, 2), ("w-1", 2, 2, 1), ("p-2", 3, 3, 1)]
     assert _arrivals(target) == 4
     assert user_rows(target) == [(SHOP, "p-1", 3), (SHOP, "p-2", 4)]
+
+
+def test_a_failing_handler_gives_its_identity_back_to_the_runs_after_it(target: Target) -> None:
+    """A handler fails in the middle of a run: its writes, its claim and the claims after it
+    in that run are undone, and a later run of the same group holding one of those identities
+    applies it as new (with its own content), its arrival number the next one in turn."""
+    outage = ConnectionError("the pricing service is down")
+    handler = Recorder({7: outage})
+    with opened(target, handler) as inbox:
+        results = inbox.receive_runs(
+            [
+                [placed("g-1", 1), placed("g-2", 7), placed("g-3", 3)],
+                [placed("g-2", 2), placed("g-3", 4), placed("g-1", 1)],
+            ]
+        )
+        assert [r.statuses for r in results] == [["applied"], ["applied", "applied", "duplicate"]]
+        assert results[0].error is outage and results[1].error is None
+        assert inbox.counters() == {"applied": 3, "duplicate": 1, "conflict": 0}
+    assert user_rows(target) == [(SHOP, "g-1", 1), (SHOP, "g-2", 2), (SHOP, "g-3", 4)]
+    # g-1 1, g-2's failure 2 (shown nowhere), then the second run: 3, 4, 5.
+    rows = target.rows("SELECT id, arrival, last_arrival, receipts FROM inbox ORDER BY id")
+    assert [tuple(int(v) if k else v for k, v in enumerate(r)) for r in rows] == [
+        ("g-1", 1, 5, 2),
+        ("g-2", 3, 3, 1),
+        ("g-3", 4, 4, 1),
+    ]
+    assert handler.calls[SHOP, "g-3"] == 1  # the first run's g-3 never ran

@@ -1,5 +1,5 @@
 """A duplicate is answered from a read, and its bookkeeping is committed without waiting for
-the disk (``Inbox._all_stored``, ``write(durable=False)``): a kill -9 of the sink right after
+the disk (``Inbox.read_lone``, ``write(durable=False)``): a kill -9 of the sink right after
 the answer must still leave the receipt's count, its last arrival and the duplicate counter,
 read from a separate connection, and nothing applied twice."""
 

@@ -1,7 +1,7 @@
 """The CloudEvents 1.0 envelope of CONTRACT v2 section 1: rules, canonical JSON, identity.
 
 The outbox, the inbox and every sender speak it; ``ackledger.event`` keeps only v1's rules
-of the lab's flat order (``warehouse.validate``) and the small checks they share.
+of the lab's flat form and the small checks they share.
 """
 
 from .build import new_event

@@ -115,27 +115,14 @@ def fast_encoded(obj: dict[str, Any], types: EventTypes) -> tuple[dict[str, Any]
             event["datacontenttype"] = "application/json"
         schema = types.schema(kind)
         if "data" in obj:
-            given = obj["data"]
-            if schema is types.reference:
-                # The reference schema only reads what it is given and answers with fresh plain
-                # values ({"sku", "qty"}: an identifier and an exact int, so its text is its
-                # repr): no copy before it or after it, and no encoder for its text. Only an
-                # exact dict: a subclass's ``[]`` (what the schema reads) could say other than
-                # its items (what a copy reads). Its refusal is an InvalidEvent: the full way
-                # says it with the attribute's place.
-                if type(given) is not dict:
-                    raise _Slow
-                event["data"] = data = schema(given)
-                data_part = f'"data":{{"qty":{data["qty"]},"sku":"{data["sku"]}"}},'
-            else:
-                data = _copy(given, 0)
-                if data is None:
-                    raise _Slow  # a null member is absent: the full way says what that means
-                if schema is not None:
-                    # Any other schema may hold on to what it returned, so that is copied.
-                    data = _copy(types.check(kind, data), 0)
-                event["data"] = data
-                data_part = '"data":' + _ENCODE(data) + ","
+            data = _copy(obj["data"], 0)
+            if data is None:
+                raise _Slow  # a null member is absent: the full way says what that means
+            if schema is not None:
+                # A schema may hold on to what it returned, so that is copied.
+                data = _copy(types.check(kind, data), 0)
+            event["data"] = data
+            data_part = '"data":' + _ENCODE(data) + ","
         elif schema is not None:
             raise _Slow
         if key_part:

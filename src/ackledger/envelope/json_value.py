@@ -46,7 +46,7 @@ class _Refused(Exception):
 
 def copy_json(value: object, where: str) -> Any:
     """Return a deep copy of ``value`` built from plain dict, list, str, int, float, bool and
-    None, or raise :class:`InvalidEvent` naming the offending place (``data.items[2].sku``).
+    None, or raise :class:`InvalidEvent` naming the offending place (``data.items[2].name``).
 
     JSON has no NaN or infinities, only string keys and only whole Unicode text; a bool
     stays a bool (never a number). Objects may be any Mapping, arrays a list or tuple.

@@ -1,8 +1,8 @@
 """RFC 3986 URI-references, the form of a CloudEvents ``source``.
 
 The grammar of RFC 3986 section 4.1 written as one regular expression: an absolute URI
-(``urn:shop:orders``, ``https://example.com/x``) or a relative reference (``/orders``,
-``orders``). Only ASCII: an IRI must be percent-encoded first.
+(``urn:shop:billing``, ``https://example.com/x``) or a relative reference (``/billing``,
+``billing``). Only ASCII: an IRI must be percent-encoded first.
 """
 
 from __future__ import annotations

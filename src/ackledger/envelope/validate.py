@@ -138,7 +138,7 @@ def _attributes(obj: object) -> dict[str, Any]:
 
 @functools.cache
 def _reference_types() -> EventTypes:
-    # Made on first use: building it imports the warehouse, which imports this package.
+    # Made on first use, once the plug-ins imported with ``ackledger`` have registered.
     return EventTypes()
 
 

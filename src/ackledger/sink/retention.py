@@ -6,13 +6,51 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
+from .._core.duration import check_age
 from ..store import Backend
-from ..store.inbox import BEFORE_ALL
+from ..store.inbox import BEFORE_ALL, PURGED
+
+#: Receipts are kept this long by default (``Inbox.purge``, ``ackledger inbox purge``).
+DEFAULT_RETENTION_SECONDS = 30 * 86400.0
+#: A shorter horizon needs ``force``: a receipt purged while its event can still be re-sent
+#: turns that re-send into a second apply.
+MIN_RETENTION_SECONDS = 3600.0
+#: Keys per window of ``purge()``'s walk, and the most receipts one of its write transactions
+#: deletes (bench/CHANGES.md, item 64, says why this many).
+PURGE_CHUNK = 1000
 
 #: A span of windows whose old receipts are deleted together reaches at most this many windows:
 #: a DELETE then scans at most ``SPAN_WINDOWS * window`` keys and deletes at most ``window``.
 SPAN_WINDOWS = 10
+
+
+def purge(backend: Backend, older_than_seconds: object, chunk: object, force: object) -> int:
+    """``Inbox.purge``: its arguments checked (ValueError naming the one that is wrong, and
+    nothing deleted), then ``purge_windows`` from now less the age."""
+    age = check_age(older_than_seconds, "older_than_seconds")
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or not 1 <= chunk <= 100_000:
+        raise ValueError(f"chunk: must be a whole number from 1 to 100000, got {chunk!r}")
+    if not isinstance(force, bool):
+        raise ValueError(f"force: must be True or False, got {type(force).__name__}")
+    if age < MIN_RETENTION_SECONDS and not force:
+        raise ValueError(
+            f"older_than_seconds: {age:g} s is under the 1 h floor; a receipt purged while "
+            "its event can still be re-sent turns the re-send into a second apply "
+            "(pass force=True to go below it)"
+        )
+    return purge_windows(backend, time.time() - age, chunk)
+
+
+def report(backend: Backend, oldest: OldestReceipt) -> dict[str, Any]:
+    """``Inbox.retention``: receipts purged over the database's life, and the age of the
+    oldest kept (None for an empty inbox)."""
+    with backend.read() as tx:
+        purged = tx.counters_read(PURGED).get("", 0)
+    found = oldest.read(backend)
+    age = None if found is None else max(0.0, time.time() - found)
+    return {"purged": purged, "oldest_receipt_age_s": age}
 
 
 def purge_windows(backend: Backend, cutoff: float, window: int) -> int:

@@ -13,11 +13,11 @@ import os
 import time
 import unicodedata
 import uuid
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from .. import warehouse
+from .. import plugins
 from .._core.database import Database
 from .._core.duration import MAX_SECONDS
 from .._core.exact import is_int, is_number
@@ -47,11 +47,20 @@ def check_limit(limit: object) -> int:
     return limit
 
 
+#: A business write that comes with a new event (``write(tx, now)``, in its transaction): run
+#: only when the event is new, it raises (Conflict, ...) to refuse it, rolling both back.
+BusinessWrite = Callable[[Tx, float], None]
+
+
 def _publish(
-    tx: Tx, given: object, default_source: str, types: EventTypes, order: dict[str, Any] | None
+    tx: Tx,
+    given: object,
+    default_source: str,
+    types: EventTypes,
+    business: BusinessWrite | None = None,
 ) -> int:
     """Validate ``given`` (``specversion`` and ``source`` filled in if missing) and claim its
-    id in the outbox, writing ``order`` too when given; returns the event's seq."""
+    id in the outbox, running ``business`` too when the event is new; returns its seq."""
     if type(given) is dict:
         # The active span's context, unless the event names its own (CONTRACT §10).
         given = with_trace_context(given)
@@ -73,7 +82,7 @@ def _publish(
     claim = tx.outbox_claim(event, text, fp, partition_key, now)
     outcome = claim.outcome
     if outcome is Outcome.CONFLICT:
-        legacy = warehouse.v1_fingerprint(event)
+        legacy = plugins.former_fingerprint(event)
         if legacy is None or legacy != tx.outbox_fingerprint(event["id"]):
             raise Conflict(f"event {event['id']!r} is already in the outbox with other content")
         outcome = Outcome.DUPLICATE
@@ -81,13 +90,8 @@ def _publish(
         # A new pending event: idle relays may look now instead of at their next poll (on
         # PostgreSQL, once this transaction commits; a rollback wakes nobody).
         tx.outbox_wake()
-    if outcome is Outcome.APPLIED and order is not None and not tx.order_insert(order, now):
-        # The order exists but its event does not: the event was sent and purged. Accepting
-        # it again would announce the same order twice, so refuse (the exception rolls back).
-        raise Conflict(
-            f"order {order['id']!r} was already accepted and its sent event purged; "
-            "it cannot be accepted again"
-        )
+    if outcome is Outcome.APPLIED and business is not None:
+        business(tx, now)
     return int(claim.ref)
 
 
@@ -241,12 +245,12 @@ class Outbox(Database):
         return _publish(tx, event, self.source, self.types, None)
 
     def accept(self, order: object) -> int:
-        """The reference domain: write the lab order and its ``warehouse.stock.added`` event
-        (same id) in one transaction; returns the outbox seq."""
-        clean = warehouse.validate(order)
-        event = warehouse.event(clean["id"], clean["sku"], clean["qty"], source=self.source)
+        """The reference domain (CONTRACT section 3): the order's event and its business row
+        in one transaction, both made by the plug-in that registers ``accept``; returns the
+        outbox seq."""
+        event, write = plugins.call("accept")(order, self.source)
         with self._db.write() as tx:
-            return _publish(tx, event, self.source, self.types, clean)
+            return _publish(tx, event, self.source, self.types, write)
 
     @contextmanager
     def transaction(self) -> Iterator[OutboxTransaction]:
@@ -339,7 +343,8 @@ class Outbox(Database):
 
     def order(self, event_id: str) -> dict[str, Any] | None:
         with self._db.read() as tx:
-            return tx.order_row(event_id)
+            found: dict[str, Any] | None = plugins.call("order")(tx, event_id)
+            return found
 
     # --- operations: quarantine, requeue, statistics, retention ---------------------------
 

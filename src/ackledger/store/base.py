@@ -37,8 +37,8 @@ def check_synchronous(value: object) -> str:
 
 
 class Tx(OutboxQueries, InboxQueries, LedgerQueries, LeaseQueries, ReconcileQueries, VerifyQueries):
-    """One open transaction: one typed method per operation of the outbox (``outbox_*``,
-    ``order_*``), the inbox (``inbox_*``, ``inventory_*``), the ledger (``ledger_*``), the
+    """One open transaction: one typed method per operation of the outbox (``outbox_*``),
+    the inbox (``inbox_*``, ``handler_*``), the ledger (``ledger_*``), the
     partition leases (``lease_*``) and the counters (``counter*``), as River's driver
     interface has. The SQL that both databases run alike is written once, in the module of
     its concept; a dialect (``sqlite/``, ``postgres/``) supplies ``execute``/``executemany``,

@@ -1,17 +1,15 @@
-"""The sink's inbox and the reference domain's inventory."""
+"""The sink's inbox: receipts, their claims, arrival numbers and retention."""
 
 from __future__ import annotations
 
-import functools
-import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from .._core.idempotency import Claim, Outcome
-from .claims import claim_all, claim_once
+from .._core.idempotency import Outcome
+from .claims import claim_all
 from .counters import CounterQueries
 from .executor import Params
-from .keys import INBOX, MANY
+from .keys import INBOX
 
 RECEIPT_COLUMNS = (
     "source", "id", "type", "fingerprint", "first_received_at", "last_received_at", "receipts",
@@ -81,13 +79,6 @@ def _window_range(after: tuple[str, str], last: tuple[str, str] | None) -> tuple
 #: The read by key before a lone event (the sink's ``Inbox``): its stored fingerprint.
 INBOX_FINGERPRINT = "SELECT fingerprint FROM inbox WHERE source = ? AND id = ?"
 
-#: The reference handler's one statement (``warehouse.apply``): add to a sku's stock.
-INVENTORY_ADD = (
-    "INSERT INTO inventory (sku, qty) VALUES (?, ?) "
-    "ON CONFLICT (sku) DO UPDATE SET qty = inventory.qty + excluded.qty"
-)
-
-
 # Folding a group's outcome counts into this upsert was tried and dropped: a two-row upsert
 # with RETURNING costs SQLite more than this one and a plain upsert after it (5.8 against
 # 3.1 + 1.3 us), RETURNING being most of a row's cost (bench/CHANGES.md, item 36).
@@ -100,54 +91,12 @@ _RESERVE = (
 )
 
 
-@functools.lru_cache(maxsize=MANY)
-def _inventory_add_sql(count: int) -> str:
-    # One multi-row upsert; the skus of one call are distinct (a mapping's keys), as
-    # PostgreSQL needs of the rows of one ON CONFLICT DO UPDATE.
-    return (
-        "INSERT INTO inventory (sku, qty) VALUES "
-        + ", ".join(["(?, ?)"] * count)
-        + " ON CONFLICT (sku) DO UPDATE SET qty = inventory.qty + excluded.qty"
-    )
-
-
 class InboxQueries(CounterQueries):
-    def inbox_claim(
-        self, source: str, event_id: str, fingerprint: str, *, type: str, now: float, arrival: int
-    ) -> Claim:
-        """Claim one event's identity (``keys.INBOX``); its first and last arrival are
-        ``arrival``."""
-        return claim_once(
-            self, INBOX, (source, event_id), fingerprint, (type, now, now, arrival, arrival)
-        )
-
     def inbox_claim_all(self, rows: Sequence[Params]) -> list[Outcome]:
         """``inbox_claim`` of many distinct identities, in one multi-row INSERT per 64; each
         row is (source, id, fingerprint, type, now, now, arrival, arrival). See
         ``claims.claim_all``."""
         return claim_all(self, INBOX, rows)
-
-    def inbox_claim_lone(
-        self, source: str, event_id: str, fingerprint: str, type: str, now: float
-    ) -> bool:
-        """A lone new event's claim, the first half of its transaction: the arrival number,
-        then the claim, as the sink's one-by-one path takes them (any counts the number owes
-        are bumped at once). False when the identity was already there: the caller rolls the
-        transaction back (a server database has taken the number) and writes no count."""
-        before, owed = self.inbox_reserve_arrivals(1)
-        claim = self.inbox_claim(
-            source, event_id, fingerprint, type=type, now=now, arrival=before + 1
-        )
-        if claim.outcome is not Outcome.APPLIED:
-            return False
-        if owed:
-            self.counters_bump(owed)
-        return True
-
-    def inbox_count_lone(self, counted: str) -> None:
-        """A lone new event's counts, the last of its transaction (after its handler): the
-        ``counted`` outcome's, and the arrival number's if ``inbox_claim_lone`` left it."""
-        self.counters_bump({counted: 1})
 
     def inbox_fingerprint(self, source: str, event_id: str) -> str | None:
         found = self.scalar(INBOX_FINGERPRINT, (source, event_id))
@@ -179,6 +128,11 @@ class InboxQueries(CounterQueries):
         them."""
         owed = self.inbox_note_receipts(((source, event_id),), now)
         self.counters_bump({**owed, counted: 1})
+
+    def inbox_unclaim(self, identities: Sequence[tuple[str, str]]) -> None:
+        """Delete receipts this transaction claimed and gives back (a run stopped before
+        their events): as if never claimed, for this transaction and for any other."""
+        self.executemany("DELETE FROM inbox WHERE source = ? AND id = ?", identities)
 
     def inbox_note_receipt(self, source: str, event_id: str, now: float, arrival: int) -> None:
         """Count another arrival of an event that was already there (a duplicate)."""
@@ -240,21 +194,8 @@ class InboxQueries(CounterQueries):
         found = self.scalar("SELECT MIN(first_received_at) FROM inbox")
         return None if found is None else float(found)
 
-    def inventory_add(self, added: Mapping[str, int]) -> None:
-        """Add ``added[sku]`` to each sku's stock: one statement for up to 64 skus."""
-        if len(added) == 1:  # a lone event's: no chunks to cut
-            ((sku, qty),) = added.items()
-            self.execute(INVENTORY_ADD, (sku, qty))
-            return
-        items = list(added.items())
-        for start in range(0, len(items), MANY):
-            chunk = items[start : start + MANY]
-            self.execute(
-                _inventory_add_sql(len(chunk)), tuple(itertools.chain.from_iterable(chunk))
-            )
-
-    # A user's handler runs inside a savepoint when it may fail on its own: its failure then
-    # undoes its claim and its writes, and nothing else of the transaction.
+    # A handler runs inside a savepoint: its failure then undoes its writes, and nothing
+    # else of the transaction.
     def handler_savepoint(self) -> None:
         self.execute("SAVEPOINT ackledger_handler")
 
@@ -264,7 +205,3 @@ class InboxQueries(CounterQueries):
     def handler_undo(self) -> None:
         self.execute("ROLLBACK TO SAVEPOINT ackledger_handler")
         self.execute("RELEASE SAVEPOINT ackledger_handler")
-
-    def inventory_stock(self, sku: str) -> int:
-        value = self.scalar("SELECT qty FROM inventory WHERE sku = ?", (sku,))
-        return 0 if value is None else int(value)

@@ -55,7 +55,8 @@ _INBOX_INSERT = (
     "arrival, last_arrival) VALUES "
 )
 _INBOX_ROW = "(?, ?, ?, ?, ?, ?, ?, ?)"
-_INBOX_ON_CONFLICT = " ON CONFLICT (source, id) DO NOTHING RETURNING source, id"
+_INBOX_DO_NOTHING = " ON CONFLICT (source, id) DO NOTHING"
+_INBOX_ON_CONFLICT = _INBOX_DO_NOTHING + " RETURNING source, id"
 
 #: Rows per statement of ``claim_inbox_rows`` and keys per ``find_inbox_keys``: at most 8 * 64
 #: parameters (far below SQLite's and PostgreSQL's limits), and at most 64 statement texts of
@@ -63,9 +64,11 @@ _INBOX_ON_CONFLICT = " ON CONFLICT (source, id) DO NOTHING RETURNING source, id"
 MANY = 64
 
 
-@functools.lru_cache(maxsize=MANY)
-def _inbox_claim_rows_sql(count: int) -> str:
-    return _INBOX_INSERT + ", ".join([_INBOX_ROW] * count) + _INBOX_ON_CONFLICT
+@functools.lru_cache(maxsize=2 * MANY)
+def inbox_claim_rows_sql(count: int, returning: bool = True) -> str:
+    """The multi-row claim of ``count`` rows; without ``returning``, told by its row count."""
+    end = _INBOX_ON_CONFLICT if returning else _INBOX_DO_NOTHING
+    return _INBOX_INSERT + ", ".join([_INBOX_ROW] * count) + end
 
 
 @functools.lru_cache(maxsize=MANY)
@@ -91,7 +94,7 @@ def claim_inbox_rows(tx: Executor, rows: Sequence[Params]) -> set[Identity]:
     for start in range(0, len(rows), MANY):
         chunk = rows[start : start + MANY]
         params = tuple(itertools.chain.from_iterable(chunk))
-        found = tx.execute(_inbox_claim_rows_sql(len(chunk)), params)
+        found = tx.execute(inbox_claim_rows_sql(len(chunk)), params)
         claimed.update([(str(source), str(event_id)) for source, event_id in found])
     return claimed
 

@@ -80,7 +80,7 @@ class LedgerQueries(CounterQueries):
     def ledger_lock_keys(self, keys: Iterable[tuple[str, str]]) -> None:
         """Take the turn of every key for the rest of the transaction, in one order for all
         callers (taken in request order, two transactions naming the same keys in other
-        orders would deadlock). A database with one writer has nothing to take."""
+        order would deadlock). A database with one writer has nothing to take."""
 
     @abc.abstractmethod
     def ledger_record(

@@ -1,4 +1,4 @@
-"""The source's outbox, its orders, its operations log and its retention."""
+"""The source's outbox, its operations log and its retention."""
 
 from __future__ import annotations
 
@@ -27,7 +27,6 @@ SOURCE_KEY = "outbox.source"
 #: ackledger_meta names under which relays note their targets: "relay.target:<url>".
 TARGET_KEY = "relay.target:"
 LOG_COLUMNS = ("seq", "event_id", "kind", "detail", "at")
-ORDER_COLUMNS = ("id", "sku", "qty", "created_at")
 PURGED_SENT = "outbox.purged_sent"
 PURGED_ATTEMPTS = "outbox.purged_attempts"
 
@@ -118,19 +117,6 @@ class OutboxQueries(CounterQueries):
             (len(prefix), prefix),
         )
         return [(str(name), str(value)) for name, value in rows]
-
-    def order_insert(self, event: dict[str, Any], now: float) -> bool:
-        """Insert the order; False if an order with this id already exists."""
-        rows = self.execute(
-            "INSERT INTO orders (id, sku, qty, created_at) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT (id) DO NOTHING RETURNING id",
-            (event["id"], event["sku"], event["qty"], now),
-        )
-        return bool(rows)
-
-    def order_row(self, event_id: str) -> dict[str, Any] | None:
-        row = self.one("SELECT id, sku, qty, created_at FROM orders WHERE id = ?", (event_id,))
-        return None if row is None else dict(zip(ORDER_COLUMNS, row, strict=True))
 
     def outbox_pending(self, limit: int) -> list[PendingRow]:
         # The WHERE clause matches the partial index outbox_pending exactly.

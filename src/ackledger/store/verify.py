@@ -1,7 +1,8 @@
 """What ``verify`` reads back after a schedule: its own events' rows on each side.
 
-Every event of one verify run has an id that starts with the run's tag, and its sku is its
-id, so these reads find that run's rows alone, also in a user's inbox that holds others.
+Every event of one verify run has an id that starts with the run's tag, so these reads find
+that run's rows alone, also in a user's inbox that holds others. (The effect's side is the
+lab's own table, read by the lab.)
 """
 
 from __future__ import annotations
@@ -31,8 +32,3 @@ class VerifyQueries(Executor):
         """The sink's first arrival number of each of the run's events it has a receipt of."""
         rows = self.execute("SELECT id, arrival FROM inbox WHERE id LIKE ?", (_like(prefix),))
         return {str(event_id): int(arrival or 0) for event_id, arrival in rows}
-
-    def verify_stock(self, prefix: str) -> dict[str, int]:
-        """The inventory of the run's skus (each event's sku is its id)."""
-        rows = self.execute("SELECT sku, qty FROM inventory WHERE sku LIKE ?", (_like(prefix),))
-        return {str(sku): int(qty) for sku, qty in rows}

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ... import warehouse
 from ...envelope import new_event
 from ...source.outbox import Outbox
 from ...store import open_backend
@@ -281,4 +282,4 @@ class _Poller:
 
     def stock(self, tag: str) -> dict[str, int]:
         with self.backend.read() as tx:
-            return tx.verify_stock(tag)
+            return warehouse.stock_like(tx, tag)

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from ... import warehouse
 from ...store import Tx, open_backend
 
 
@@ -51,7 +52,7 @@ def read_sides(source: str, sink: str, tag: str) -> Sides:
     with _reading(source) as tx:
         outbox = tx.verify_outbox_rows(tag)
     with _reading(sink) as tx:
-        return Sides(outbox, tx.verify_stock(tag), tx.verify_arrivals(tag))
+        return Sides(outbox, warehouse.stock_like(tx, tag), tx.verify_arrivals(tag))
 
 
 @contextmanager

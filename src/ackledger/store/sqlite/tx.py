@@ -6,15 +6,16 @@ counter needs no spreading, a count read before a DELETE cannot be overtaken.
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..._core.idempotency import Claim, Outcome
+from ..._core.idempotency import Outcome
 from ..base import Params, Row, Tx
 from ..counters import BUMP_TWO
 from ..inbox import ARRIVAL, INBOX_FINGERPRINT
-from ..keys import DELIVERIES
+from ..keys import DELIVERIES, MANY, inbox_claim_rows_sql
 from ..ledger import INSERT_CONTROL, PURGE_CHUNK
 from ..outbox import MARK_ONE, mark_one_params
 from . import queries as q
@@ -26,7 +27,7 @@ def note_lone(
     conn: sqlite3.Connection, source: str, event_id: str, now: float, counted: str
 ) -> None:
     """A lone re-send's note in ``conn``'s open write transaction: the note reads its arrival
-    number in its own statement (as ``inbox_note_receipts``), then the ``counted`` outcome's
+    number in its own statement, then the ``counted`` outcome's
     and the arrival number's counts in one upsert (``SqliteBackend.inbox_read_or_note``)."""
     conn.execute(q.NOTE_RECEIPT_NEXT, (now, 1, source, event_id))
     conn.execute(BUMP_TWO, (ARRIVAL, 1, counted, 1))
@@ -75,37 +76,31 @@ class SqliteTx(Tx):
 
     # --- inbox -----------------------------------------------------------------------------
 
-    def inbox_claim(
-        self, source: str, event_id: str, fingerprint: str, *, type: str, now: float, arrival: int
-    ) -> Claim:
-        """The same one ``INSERT ... ON CONFLICT DO NOTHING`` as ``keys.INBOX``'s claim, told
-        by its row count rather than RETURNING (``queries.INBOX_CLAIM`` says why)."""
-        params = (source, event_id, fingerprint, type, now, now, arrival, arrival)
-        if self._conn.execute(q.INBOX_CLAIM, params).rowcount:
-            return Claim(Outcome.APPLIED, source)
-        stored = self.inbox_fingerprint(source, event_id)
-        if stored is None:  # pragma: no cover - the claim saw the key, so it must be there
-            raise RuntimeError(f"inbox: key {(source, event_id)!r} vanished inside a transaction")
-        return Claim(Outcome.DUPLICATE if stored == fingerprint else Outcome.CONFLICT, event_id)
-
-    def inbox_claim_lone(
-        self, source: str, event_id: str, fingerprint: str, type: str, now: float
-    ) -> bool:
-        """``InboxQueries.inbox_claim_lone`` on the connection itself: a lone new event is
-        the sink's most common transaction, and each layer of Python between it and SQLite
-        (``scalar``, ``inbox_claim``) is a measurable share of it (bench/CHANGES.md items 98,
-        104). The arrival counter is read here and bumped by ``inbox_count_lone``: the one
-        writer's lock, held since BEGIN IMMEDIATE, keeps the value read the one this commit
-        bumps."""
+    def inbox_claim_all(self, rows: Sequence[Params]) -> list[Outcome]:
+        """``InboxQueries.inbox_claim_all`` told by the row count instead of RETURNING (SQLite
+        builds a table of its own for that clause, bench/CHANGES.md item 87). All rows taken is
+        the common case; otherwise a row is this claim's when it holds the arrival number this
+        claim gave it: numbers are taken under the one writer's lock, never twice."""
         conn = self._conn
-        taken = conn.execute(q.ARRIVALS_TAKEN).fetchone()
-        arrival = 1 if taken is None else int(taken[0]) + 1
-        params = (source, event_id, fingerprint, type, now, now, arrival, arrival)
-        return bool(conn.execute(q.INBOX_CLAIM, params).rowcount)
-
-    def inbox_count_lone(self, counted: str) -> None:
-        """The ``counted`` outcome's and the arrival number's counts in one upsert."""
-        self._conn.execute(BUMP_TWO, (ARRIVAL, 1, counted, 1))
+        if len(rows) == 1:  # a lone event's: its row is its parameters
+            taken = conn.execute(inbox_claim_rows_sql(1, False), rows[0]).rowcount
+        else:
+            taken = 0
+            for start in range(0, len(rows), MANY):
+                chunk = rows[start : start + MANY]
+                params = tuple(itertools.chain.from_iterable(chunk))
+                taken += conn.execute(inbox_claim_rows_sql(len(chunk), False), params).rowcount
+        if taken == len(rows):
+            return [Outcome.APPLIED] * len(rows)
+        outcomes: list[Outcome] = []
+        for source, event_id, fingerprint, *rest in rows:
+            stored, arrival = conn.execute(q.INBOX_CLAIMED_AS, (source, event_id)).fetchone()
+            if arrival == rest[-1]:
+                outcomes.append(Outcome.APPLIED)
+            else:
+                same = stored == fingerprint
+                outcomes.append(Outcome.DUPLICATE if same else Outcome.CONFLICT)
+        return outcomes
 
     def inbox_fingerprint(self, source: str, event_id: str) -> str | None:
         """The read by key of every lone event, on the connection itself (item 99)."""
@@ -122,15 +117,6 @@ class SqliteTx(Tx):
         takes these numbers before it commits (or rolls back, taking none)."""
         found = self.scalar(q.ARRIVALS_TAKEN)
         return (0 if found is None else int(found)), {ARRIVAL: count}
-
-    def inbox_note_receipts(
-        self, identities: Sequence[tuple[str, str]], now: float
-    ) -> dict[str, int]:
-        """One statement a re-send, the arrival counter read inside it (a statement fewer
-        than reading it first; the bump is the caller's, as ``inbox_reserve_arrivals``)."""
-        for offset, (source, event_id) in enumerate(identities, 1):
-            self._conn.execute(q.NOTE_RECEIPT_NEXT, (now, offset, source, event_id))
-        return {ARRIVAL: len(identities)}
 
     # --- counters --------------------------------------------------------------------------
 

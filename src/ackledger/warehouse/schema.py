@@ -1,4 +1,4 @@
-"""The reference domain (the seeds' lab): the ``warehouse.stock.added`` event type.
+"""The lab's event type, ``warehouse.stock.added``: its schema, its events, v1's forms.
 
 Its ``data`` is exactly ``{"sku", "qty"}`` under v1's rules, checked by v1's own functions so
 the two forms can never drift apart: ``sku`` 1-64 identifier characters, ``qty`` an int (not a
@@ -9,12 +9,11 @@ bool) from 1 to 1_000_000. ``validate`` keeps v1's strict check of the lab's fla
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
-from . import event as v1
-from .envelope import new_event
-from .errors import InvalidEvent
-from .store.inbox import INVENTORY_ADD
+from .. import event as v1
+from ..envelope import new_event
+from ..errors import InvalidEvent
 
 TYPE = "warehouse.stock.added"
 #: The source of the events ``event`` builds when the caller names none.
@@ -27,10 +26,6 @@ LEGACY_SOURCE = "urn:ackledger:v1"
 #: and only the first 1024 are kept.
 _SKUS: set[str] = set()
 _MAX_KNOWN = 1024
-
-
-class _Executes(Protocol):
-    def execute(self, sql: str, params: Any = ()) -> Any: ...
 
 
 def check_data(data: Any) -> dict[str, Any]:
@@ -66,14 +61,6 @@ def event(id: str, sku: str, qty: int, *, source: str = SOURCE) -> dict[str, Any
 def validate(order: object) -> dict[str, Any]:
     """v1's strict check of the flat order ``{"id", "sku", "qty"}``, with v1's messages."""
     return v1.validate_event(order)
-
-
-def apply(tx: _Executes, event: Mapping[str, Any]) -> None:
-    """The reference handler: add the event's ``qty`` to ``inventory[sku]``, inside the
-    inbox's transaction. (The inbox adds up a batch's stock itself and writes it in one
-    statement per sku; this is the same effect, one event at a time.)"""
-    data = event["data"]
-    tx.execute(INVENTORY_ADD, (data["sku"], data["qty"]))
 
 
 def v1_fingerprint(event: Mapping[str, Any]) -> str | None:
