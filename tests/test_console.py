@@ -13,7 +13,7 @@ import pytest
 
 from ackledger._dev.console_scene import Scene, build
 from ackledger._dev.procs import run_cli
-from ackledger.console.app import Console, create_console_app
+from ackledger.ops.console.app import Console, create_console_app
 from ackledger.source.outbox import Outbox
 from ackledger.web.guard import Guard
 from ackledger.wire.token import Token

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import tomllib
+import zipfile
 from importlib.metadata import version
 from pathlib import Path
 
@@ -177,7 +178,7 @@ PROMISES = {
     "postgres": ["psycopg", "psycopg_pool", "ackledger.store.postgres.backend"],
     "amqp": ["pika", "ackledger.wire.amqp", "ackledger.sink.consume_amqp"],
     "nats": ["nats", "ackledger.wire.nats", "ackledger.sink.consume_nats"],
-    "console": ["jinja2", "ackledger.console.app"],
+    "console": ["jinja2", "ackledger.ops.console.app"],
 }  # fmt: skip
 
 #: Uses the core API end to end (outbox, dispatch, inbox with a handler, ledger, the sender
@@ -231,6 +232,14 @@ def _pip(python: Path, *args: str) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_the_wheel_ships_the_consoles_templates(wheel: Path) -> None:
+    """The console renders files that are not Python: each of them is in the wheel."""
+    templates = ROOT / "src" / "ackledger" / "ops" / "console" / "templates"
+    wanted = {f"ackledger/ops/console/templates/{page.name}" for page in templates.glob("*.html")}
+    assert len(wanted) >= 8
+    assert wanted <= set(zipfile.ZipFile(wheel).namelist())
 
 
 @pytest.mark.slow

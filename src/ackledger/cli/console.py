@@ -63,8 +63,8 @@ def cmd_console(args: argparse.Namespace) -> int:
     from . import require_extra
 
     require_extra("console")  # name the console's extra, not the server's, when it is missing
-    from ..console.app import Console, create_console_app
     from ..ledger.ledger import Ledger
+    from ..ops.console.app import Console, create_console_app
     from ..web.server import serve
     from . import UsageError
     from .serve import listen
