@@ -23,7 +23,6 @@ from ..envelope import check_source
 from ..errors import AckledgerError, Conflict, InvalidEvent, NoHandler, Rejected
 from ..event import check_identifier
 from ..store import database_errors
-from ..web import openapi_sink as api
 from ..web.answers import (
     Answer,
     invalid_answer,
@@ -42,6 +41,7 @@ from ..web.metrics import ServiceMetrics
 from ..web.observe import Observed
 from ..web.openapi import METRICS, READYZ, DocumentedRoute
 from ..web.routing import build_app
+from . import openapi as api
 from .handler_call import NotAwaited
 from .inbox import BatchResult, Inbox
 from .retention_metrics import RetentionMetrics
