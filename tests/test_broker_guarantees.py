@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from ackledger import Outbox, new_event
-from ackledger._dev.procs import cli_command
+from ackledger.ops.processes import cli_command
 
 from . import pg
 from .events import SOURCE, lab

@@ -8,8 +8,8 @@ import sqlite3
 from pathlib import Path
 
 from ackledger import Inbox, Outbox
-from ackledger._dev.procs import Service, run_cli
 from ackledger.ops.probe import scrape
+from ackledger.ops.processes import Service, run_cli
 
 from .conftest import raw_rows
 from .events import lab

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import ackledger
-from ackledger._dev.procs import Service, run_cli
+from ackledger.ops.processes import Service, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from ackledger import Outbox
-from ackledger._dev.procs import Service, start_service
+from ackledger.ops.processes import Service, start_service
 from ackledger.relay.loop import Relay
 from ackledger.relay.pickers import LeasedPartitions, Picker, WholeOutbox
 from ackledger.relay.settings import RelaySettings

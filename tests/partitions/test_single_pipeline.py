@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from ackledger import Outbox
-from ackledger._dev.faultproxy import FaultProxy
-from ackledger._dev.procs import Service, start_service
+from ackledger.ops.faultproxy import FaultProxy
+from ackledger.ops.processes import Service, start_service
 from tests import pg
 from tests.conftest import raw_rows
 from tests.opshelp import settled, wait_until

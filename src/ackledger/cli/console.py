@@ -48,8 +48,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _check_sink(sink: str) -> str:
-    from ..ops.probe import base_url
-    from ..wire.targets import check_target
+    from ..wire.targets import base_url, check_target
 
     if is_postgres(sink):
         return sink
