@@ -283,7 +283,7 @@ def test_a_body_not_declared_as_json_is_refused(
     assert raw_rows(ledger_db, "SELECT COUNT(*) FROM attempts") == [(1,)]
 
 
-# --- found by the review of this session's own changes ------------------------------------------
+# --- more edges: partition relays, time-outs, reasons, payload numbers, strict JSON ---------------
 
 
 def test_a_partition_relay_judges_each_failure_by_itself(

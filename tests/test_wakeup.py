@@ -1,4 +1,4 @@
-"""PostgreSQL wake-up (issue 17 item 3): an idle relay LISTENs, ``publish`` NOTIFYs in its own
+"""PostgreSQL wake-up: an idle relay LISTENs, ``publish`` NOTIFYs in its own
 transaction, and polling stays the source of truth.
 
 Every relay here polls every 30 s, so an event that arrives within 10 s was sent because a
