@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ackledger import Inbox, Outbox, new_event
-from ackledger._dev.procs import Child
+from ackledger.ops.processes import Child
 from ackledger.ops.verify.judge import judge, read_sides
 
 from .broker_routes import BROKERS, Route, open_route

@@ -133,7 +133,7 @@ Probe = Callable[[float], float]
 @contextmanager
 def handover_floor(folder: Path) -> Iterator[Probe]:
     """The zero-code hand-over as a probe (a receiver process of its own, started once)."""
-    from ackledger._dev.procs import start_listener
+    from ackledger.ops.processes import start_listener
 
     rawserver = Path(__file__).with_name("rawserver.py")
     command = [sys.executable, str(rawserver), "--commit", str(folder / "handover-sink.db")]
@@ -148,7 +148,7 @@ def handover_floor(folder: Path) -> Iterator[Probe]:
 
 def measure(plan: Plan, results: Results) -> None:
     print("floors", flush=True)
-    from ackledger._dev.procs import start_listener
+    from ackledger.ops.processes import start_listener
 
     rawserver = Path(__file__).with_name("rawserver.py")
     with (

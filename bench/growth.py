@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from ackledger import Outbox
-from ackledger._dev.procs import cli_command
+from ackledger.ops.processes import cli_command
 
 from . import fill
 from .common import Plan, Results, scratch

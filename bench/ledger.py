@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ackledger._dev.procs import run_cli, start_service
+from ackledger.ops.processes import run_cli, start_service
 
 from .common import Plan, Results, rate, scratch
 from .load import DELIVERIES, record, run_load

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ackledger import Outbox
-from ackledger._dev.procs import Service, cli_command, start_service
+from ackledger.ops.processes import Service, cli_command, start_service
 
 from . import fill
 from .common import Plan, Results, marks_rate, scratch

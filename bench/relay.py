@@ -17,7 +17,7 @@ from typing import Any
 
 import ackledger
 from ackledger import Outbox
-from ackledger._dev.procs import Service, cli_command, run_cli, start_service
+from ackledger.ops.processes import Service, cli_command, run_cli, start_service
 from ackledger.source.dispatch import dispatch, dispatch_batch
 from ackledger.source.marking import MarksBehind
 from ackledger.wire.http import close_connections, send_http, send_http_batch

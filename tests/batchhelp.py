@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ackledger._dev.procs import Service
+from ackledger.ops.processes import Service
 from ackledger.wire.http import send_http_batch
 from tests.conftest import raw_rows
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import http.client
 
-from ackledger._dev.procs import Service
+from ackledger.ops.processes import Service
 
 #: The Content-Type each of the sink's routes takes (CONTRACT v2 section 6).
 ROUTE_TYPES = {

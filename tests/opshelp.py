@@ -11,7 +11,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from ackledger._dev.procs import Service, start_service
+from ackledger.ops.processes import Service, start_service
 from tests.conftest import raw_rows
 
 

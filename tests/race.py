@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from ackledger._dev.procs import Service
+from ackledger.ops.processes import Service
 
 from .inprocess import content_type
 

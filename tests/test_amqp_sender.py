@@ -24,9 +24,9 @@ import pytest
 
 import ackledger
 from ackledger import InvalidEvent, NotAcknowledged, Outbox, UnsafeTarget, dispatch, dispatch_batch
-from ackledger._dev.faultproxy import FaultProxy
-from ackledger._dev.procs import run_cli, start_service
 from ackledger.envelope import canonical_json, validate_cloudevent
+from ackledger.ops.faultproxy import FaultProxy
+from ackledger.ops.processes import run_cli, start_service
 from ackledger.relay.policy import PERMANENT, TRANSIENT, failure_of
 from ackledger.relay.settings import RelaySettings
 from ackledger.source.dispatch import own_stored, own_stored_event

@@ -28,8 +28,8 @@ import pika
 import pytest
 
 from ackledger import Inbox, NotAcknowledged, new_event, send_http
-from ackledger._dev.procs import cli_command, start_service
 from ackledger.envelope import canonical_json
+from ackledger.ops.processes import cli_command, start_service
 
 from . import pg
 from .opshelp import free_port, wait_until

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ackledger._dev.procs import Service
+from ackledger.ops.processes import Service
 from ackledger.wire.http import close_connections, post_batch
 
 from .batchhelp import batch_url, pairs, sender, stock

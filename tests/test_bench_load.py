@@ -19,7 +19,7 @@ from bench.fill import lab_event
 from bench.ledger import delivery_requests
 from bench.load import DELIVERIES, EVENTS, LoadResult, Route, delivery, record, run_load
 
-from ackledger._dev.procs import Service, start_listener, start_service
+from ackledger.ops.processes import Service, start_listener, start_service
 
 SECONDS = 0.4
 

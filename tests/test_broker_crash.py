@@ -27,8 +27,8 @@ from bench.broker_campaign import pending_ids, stock_by_order
 from bench.broker_routes import Route, open_route
 
 from ackledger import Inbox, Outbox
-from ackledger._dev.faultproxy import FaultProxy
-from ackledger._dev.procs import Child, run_cli
+from ackledger.ops.faultproxy import FaultProxy
+from ackledger.ops.processes import Child, run_cli
 
 from . import pg
 from .test_consume import (  # noqa: F401 - the fixture is found by its name here

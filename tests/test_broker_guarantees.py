@@ -1,4 +1,4 @@
-"""What faststream-outbox lacks and ours keeps, against the real RabbitMQ (issue 14, item 9).
+"""What faststream-outbox lacks and ours keeps, against the real RabbitMQ.
 
 The broker benchmark (``bench/brokers``) measured the peer deleting every row RabbitMQ had
 returned as unroutable and publishing non-persistent messages at its defaults. These tests hold
@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from ackledger import Outbox, new_event
-from ackledger._dev.procs import cli_command
+from ackledger.ops.processes import cli_command
 
 from . import pg
 from .events import SOURCE, lab

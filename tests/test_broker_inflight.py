@@ -25,9 +25,9 @@ from bench.broker_routes import open_route
 
 import ackledger
 from ackledger import Outbox
-from ackledger._dev.faultproxy import FaultProxy
-from ackledger._dev.procs import Child, cli_command, run_cli
 from ackledger.envelope import canonical_json
+from ackledger.ops.faultproxy import FaultProxy
+from ackledger.ops.processes import Child, cli_command, run_cli
 from ackledger.relay.loop import Relay
 from ackledger.relay.pickers import WholeOutbox
 from ackledger.relay.settings import RelaySettings

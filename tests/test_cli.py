@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ackledger import Outbox
-from ackledger._dev.procs import Service, run_cli
+from ackledger.ops.processes import Service, run_cli
 from tests.conftest import raw_rows
 from tests.events import lab
 

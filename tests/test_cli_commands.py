@@ -15,7 +15,6 @@ import pytest
 
 import ackledger
 from ackledger import Outbox
-from ackledger._dev.procs import Service, run_cli
 from ackledger.cli import build_parser, main
 from ackledger.cli.exits import (
     EXIT_BAD_INPUT,
@@ -23,6 +22,7 @@ from ackledger.cli.exits import (
     EXIT_STOPPED,
     EXIT_UNREACHABLE,
 )
+from ackledger.ops.processes import Service, run_cli
 from tests.conftest import raw_rows
 from tests.opshelp import free_port
 from tests.test_cli import assert_one_line_error

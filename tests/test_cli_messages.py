@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ackledger import Inbox, Outbox, new_event
-from ackledger._dev.procs import Service, run_cli
+from ackledger.ops.processes import Service, run_cli
 from tests.events import SOURCE, lab
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ackledger import Outbox
-from ackledger._dev.procs import run_cli
+from ackledger.ops.processes import run_cli
 from tests.test_cli import assert_one_line_error
 
 ORDER = json.dumps({"id": "o-1", "sku": "pen", "qty": 1})

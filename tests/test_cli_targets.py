@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from ackledger import Inbox, Outbox
-from ackledger._dev.procs import run_cli
 from ackledger.cli.arguments import open_outbox
+from ackledger.ops.processes import run_cli
 from tests.events import of
 from tests.test_cli import assert_one_line_error
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ackledger import Outbox
-from ackledger._dev.procs import Service, start_service
+from ackledger.ops.processes import Service, start_service
 
 from .loopback import request
 

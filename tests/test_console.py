@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from ackledger._dev.console_scene import Scene, build
-from ackledger._dev.procs import run_cli
-from ackledger.console.app import Console, create_console_app
+from ackledger.ops.console.app import Console, create_console_app
+from ackledger.ops.processes import run_cli
 from ackledger.source.outbox import Outbox
 from ackledger.web.guard import Guard
 from ackledger.wire.token import Token

@@ -14,7 +14,7 @@ import pytest
 
 from ackledger._dev.console_scene import REASONS, Scene, build
 from ackledger._dev.console_shots import CHROMIUM, CHROMIUM_ARGS
-from ackledger._dev.procs import Service, start_service
+from ackledger.ops.processes import Service, start_service
 
 from .conftest import raw_rows
 

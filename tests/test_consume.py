@@ -27,8 +27,8 @@ import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo
 
 from ackledger import Inbox, new_event
-from ackledger._dev.procs import cli_command, run_cli
 from ackledger.envelope import canonical_json
+from ackledger.ops.processes import cli_command, run_cli
 
 from .conftest import raw_rows
 

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from ackledger import send_http
-from ackledger._core.metrics_endpoint import MetricsEndpoint
-from ackledger._dev.procs import Service, run_cli, start_service
 from ackledger.errors import NotAcknowledged
 from ackledger.ledger.client import request_delivery
 from ackledger.ledger.ledger import check_request
+from ackledger.ops.processes import Service, run_cli, start_service
+from ackledger.web.metrics_endpoint import MetricsEndpoint
 from ackledger.wire.sender import sender
 from tests.events import lab
 

@@ -11,10 +11,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from ackledger._dev.faultproxy import FaultProxy
-from ackledger._dev.procs import start_service
 from ackledger.ledger.app import create_ledger_app
 from ackledger.ledger.ledger import Ledger
+from ackledger.ops.faultproxy import FaultProxy
+from ackledger.ops.processes import start_service
 from ackledger.sink.app import create_sink_app
 from ackledger.sink.inbox import Inbox
 

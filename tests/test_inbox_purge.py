@@ -8,8 +8,8 @@ import sqlite3
 from pathlib import Path
 
 from ackledger import Inbox, Outbox
-from ackledger._dev.procs import Service, run_cli
 from ackledger.ops.probe import scrape
+from ackledger.ops.processes import Service, run_cli
 
 from .conftest import raw_rows
 from .events import lab
@@ -69,7 +69,7 @@ def test_a_purge_deletes_at_most_a_window_a_transaction_and_joins_sparse_windows
 ) -> None:
     """SQLite's own trace of the purge's writes: a write transaction never deletes more than a
     window's worth, and windows with few old receipts are deleted from together (at most ten
-    windows a transaction), not one commit per window (bench/CHANGES.md, item 64)."""
+    windows a transaction), not one commit per window."""
     db = tmp_path / "sink.db"
     ids = [f"p{n:03d}" for n in range(200)]
     old = ids[:30] + ids[40:200:20]  # three full windows of 10, then one in 20

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from ackledger import InvalidEvent, Ledger, NotAcknowledged, Outbox, UnsafeTarget, send_http
-from ackledger._dev.procs import Service, run_cli
 from ackledger.event import _STRICT_JSON, parse_strict_json
+from ackledger.ops.processes import Service, run_cli
 from ackledger.source.outbox import MAX_REASON, reason_from
 from tests.conftest import raw_rows
 from tests.events import lab
@@ -283,7 +283,7 @@ def test_a_body_not_declared_as_json_is_refused(
     assert raw_rows(ledger_db, "SELECT COUNT(*) FROM attempts") == [(1,)]
 
 
-# --- found by the review of this session's own changes ------------------------------------------
+# --- more edges: partition relays, time-outs, reasons, payload numbers, strict JSON ---------------
 
 
 def test_a_partition_relay_judges_each_failure_by_itself(

@@ -434,7 +434,7 @@ def test_network_policies_let_our_pods_reach_the_services_and_scrapers_the_metri
     assert all("podSelector" not in peer for peer in rule["from"])
 
 
-# --- The relay to RabbitMQ and the consumer from it (issue 14) -----------------------------
+# --- The relay to RabbitMQ and the consumer from it ---------------------------------------
 
 
 def test_the_amqp_relay_leases_partitions_and_sends_to_the_broker_from_its_secret() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ackledger import Ledger
-from ackledger._dev.procs import Service, run_cli
+from ackledger.ops.processes import Service, run_cli
 from tests.conftest import raw_rows
 
 pytestmark = pytest.mark.slow

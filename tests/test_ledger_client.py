@@ -16,10 +16,10 @@ import pytest
 
 import ackledger
 from ackledger import AsyncLedgerClient, InFlight, LedgerClient, NotAcknowledged
-from ackledger._dev.procs import Service
 from ackledger.ledger.http_message import AnswerReader
 from ackledger.ledger.outcomes import InFlight as ClaimInFlight
 from ackledger.ledger.outcomes import UnknownDelivery
+from ackledger.ops.processes import Service
 from tests.conftest import raw_rows
 from tests.rawserver import RawServer, forbid_network, http_answer
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ackledger._dev.procs import Service, run_cli
+from ackledger.ops.processes import Service, run_cli
 from tests.conftest import raw_rows
 from tests.inprocess import InProcess
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ackledger import send_http, send_http_batch
-from ackledger._dev.procs import Service, start_service
+from ackledger.ops.processes import Service, start_service
 from tests.events import lab
 
 HEAD_PROBE_BYTES = 128 * 1024 * 1024

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ackledger._dev.procs import Service, start_service
+from ackledger.ops.processes import Service, start_service
 from tests.events import lab
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from ackledger import new_event
 from ackledger._core.logline import install
-from ackledger._dev.procs import run_cli, start_service
+from ackledger.ops.processes import run_cli, start_service
 
 from .loopback import request
 

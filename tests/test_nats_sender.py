@@ -23,10 +23,10 @@ import pytest
 
 from ackledger import NotAcknowledged, Outbox, UnsafeTarget, dispatch, new_event, sender
 from ackledger._core.extras import MissingExtra
-from ackledger._dev.faultproxy import FaultProxy
-from ackledger._dev.procs import run_cli
 from ackledger.envelope import canonical_json
 from ackledger.errors import AckledgerError
+from ackledger.ops.faultproxy import FaultProxy
+from ackledger.ops.processes import run_cli
 from ackledger.relay.policy import PERMANENT, TRANSIENT, failure_of
 from ackledger.source.dispatch import dispatch_batch, own_stored, own_stored_event
 from ackledger.wire.nats import NatsSender

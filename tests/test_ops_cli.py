@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from ackledger import Inbox, Outbox
-from ackledger._dev.procs import Service, run_cli
 from ackledger.envelope.content import content_fingerprint
+from ackledger.ops.processes import Service, run_cli
 from tests.conftest import raw_rows
 from tests.events import SOURCE, of
 from tests.opshelp import free_port, ids

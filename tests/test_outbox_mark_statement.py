@@ -1,7 +1,7 @@
 """SQLite's per-item mark (``Outbox.mark_sent`` of one id, durable) is one autocommit statement.
 
 The UPDATE is all or nothing by itself for one id, so it needs no BEGIN IMMEDIATE and COMMIT
-sent through Python around it (bench/CHANGES.md item 95); every other write keeps its
+sent through Python around it (two fewer statements a mark); every other write keeps its
 transaction. What the connection is asked to run is read from SQLite's own trace.
 """
 
@@ -35,7 +35,7 @@ def test_a_durable_mark_of_one_id_is_one_statement(tmp_path: Path) -> None:
         seen = traced(ob)
         ob.mark_sent("e1", attempted=True)
         assert words(seen) == ["UPDATE"]
-        assert "RETURNING" not in seen[0].upper()  # the row count says it (item 96)
+        assert "RETURNING" not in seen[0].upper()  # the row count says it
         del seen[:]
         with pytest.raises(KeyError):
             ob.mark_sent("ghost")

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ackledger import Inbox, Outbox, new_event
-from ackledger._dev.procs import run_cli
+from ackledger.ops.processes import run_cli
 from ackledger.sink.handler_tx import HandlerTransaction
 from tests.conftest import raw_rows
 from tests.test_cli import assert_one_line_error

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ackledger import Inbox, Outbox
-from ackledger._dev.procs import run_cli
+from ackledger.ops.processes import run_cli
 from ackledger.store import open_backend
 from ackledger.store.base import migrate, migrations, schema_versions
 from tests.conftest import raw_rows

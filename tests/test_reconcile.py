@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from ackledger import Inbox, Outbox, new_event
-from ackledger._dev.faultproxy import FaultProxy
-from ackledger._dev.procs import Service, run_cli
 from ackledger.ops import reconcile as reconciling
+from ackledger.ops.faultproxy import FaultProxy
+from ackledger.ops.processes import Service, run_cli
 from tests.opshelp import count, start_relay
 
 SOURCE = "/shop/orders"

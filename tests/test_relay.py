@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from ackledger import Inbox, Outbox
-from ackledger._dev.faultproxy import FaultProxy
-from ackledger._dev.procs import Service, run_cli, start_service
 from ackledger.envelope.content import content_fingerprint
+from ackledger.ops.faultproxy import FaultProxy
+from ackledger.ops.processes import Service, run_cli, start_service
 from ackledger.relay.policy import PERMANENT, TRANSIENT, failure_class
 from tests.conftest import raw_rows
 from tests.events import SOURCE, of

@@ -8,7 +8,7 @@ import sqlite3
 from pathlib import Path
 
 from ackledger import NotAcknowledged, new_event, send_http
-from ackledger._dev.procs import run_cli, start_service
+from ackledger.ops.processes import run_cli, start_service
 
 HANDLERS = """
 from ackledger import Rejected

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ackledger import new_event
-from ackledger._dev.procs import start_service
+from ackledger.ops.processes import start_service
 
 SLOW_HANDLERS = """
 import pathlib, time

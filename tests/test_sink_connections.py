@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ackledger import new_event
-from ackledger._dev.procs import Service, start_service
+from ackledger.ops.processes import Service, start_service
 from tests.events import SOURCE, lab
 
 pytestmark = pytest.mark.slow

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from ackledger import MAX_EVENT_BYTES
-from ackledger._dev.procs import Service
 from ackledger.envelope import canonical_json
+from ackledger.ops.processes import Service
 from ackledger.web.bodies import MAX_BATCH_BODY_BYTES
 from ackledger.web.fastpath import GroupCommit
 

@@ -17,8 +17,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ackledger import new_event
-from ackledger._dev.procs import Service, start_service
 from ackledger.errors import Rejected
+from ackledger.ops.processes import Service, start_service
 from ackledger.sink.handler_tx import HandlerTransaction
 from ackledger.sink.inbox import Inbox
 from tests.conftest import raw_rows

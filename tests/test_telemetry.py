@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ackledger import Outbox, new_event
-from ackledger._dev.procs import Service, run_cli, start_service
+from ackledger.ops.processes import Service, run_cli, start_service
 
 from .test_consume import (  # noqa: F401 - the fixtures are found by their names here
     AMQP,

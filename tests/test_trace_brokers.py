@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ackledger import Inbox, Outbox
-from ackledger._dev.procs import run_cli
+from ackledger.ops.processes import run_cli
 
 from .test_consume import (  # noqa: F401 - the fixtures are found by their names here
     AMQP,

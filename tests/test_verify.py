@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from ackledger import Inbox
-from ackledger._dev.procs import Child, cli_command, run_cli
 from ackledger.cli import main
+from ackledger.ops.processes import Child, cli_command, run_cli
 from ackledger.ops.verify import report
 from ackledger.ops.verify import schedules as s
 from ackledger.ops.verify.campaign import Outcome

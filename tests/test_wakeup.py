@@ -1,4 +1,4 @@
-"""PostgreSQL wake-up (issue 17 item 3): an idle relay LISTENs, ``publish`` NOTIFYs in its own
+"""PostgreSQL wake-up: an idle relay LISTENs, ``publish`` NOTIFYs in its own
 transaction, and polling stays the source of truth.
 
 Every relay here polls every 30 s, so an event that arrives within 10 s was sent because a
@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from ackledger import Outbox
-from ackledger._dev.procs import Service, start_service
+from ackledger.ops.processes import Service, start_service
 from ackledger.relay.loop import Relay
 from ackledger.relay.pickers import LeasedPartitions, Picker, WholeOutbox
 from ackledger.relay.settings import RelaySettings

@@ -25,8 +25,8 @@ from ackledger import (
     send_http,
     send_http_batch,
 )
-from ackledger._dev.procs import Service, start_listener
 from ackledger.envelope import canonical_json
+from ackledger.ops.processes import Service, start_listener
 from ackledger.wire.http import close_connections
 from tests.conftest import raw_rows
 from tests.events import SOURCE, lab

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ackledger import Outbox
-from ackledger._dev.procs import cli_command
+from ackledger.ops.processes import cli_command
 
 from ..common import Query, marks_rate
 from .stopping import terminate

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from ackledger import NotAcknowledged, Outbox
-from ackledger._dev.procs import Service, run_cli
+from ackledger.ops.processes import Service, run_cli
 from ackledger.source.dispatch import dispatch_batch
 from ackledger.wire.http import close_connections, post_batch
 

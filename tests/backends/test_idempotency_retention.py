@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from ackledger import Ledger
-from ackledger._dev.procs import run_cli
+from ackledger.ops.processes import run_cli
 from ackledger.store.idempotency_keys import PURGE_CHUNK, claim_key, complete_key
 
 from .conftest import Target

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ackledger import Inbox
-from ackledger._dev.procs import run_cli
+from ackledger.ops.processes import run_cli
 
 from ..events import SOURCE, lab
 from ..race import at_once

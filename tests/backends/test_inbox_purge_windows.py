@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from ackledger import Inbox
-from ackledger._dev.procs import start_service
+from ackledger.ops.processes import start_service
 from ackledger.store import open_backend
 from ackledger.store.base import migrate
 from ackledger.store.inbox import PURGED

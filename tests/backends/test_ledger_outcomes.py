@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from ackledger import InvalidEvent, Ledger
-from ackledger._dev.procs import Service
 from ackledger.ledger.ledger import NO_PAYLOAD_FINGERPRINT
 from ackledger.ledger.outcomes import InFlight, UnknownDelivery
+from ackledger.ops.processes import Service
 from ackledger.store import open_backend
 from ackledger.store.base import migrate, migrations
 

@@ -14,8 +14,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ackledger import Ledger
-from ackledger._dev.procs import Service, run_cli, start_service
 from ackledger.ledger.ledger import COUNTER_NAMES
+from ackledger.ops.processes import Service, run_cli, start_service
 
 from ..conftest import serve_ledger_in_process
 from ..inprocess import InProcess

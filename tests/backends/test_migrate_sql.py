@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from ackledger._dev.procs import run_cli
+from ackledger.ops.processes import run_cli
 from ackledger.store import open_backend
 from ackledger.store.base import migrate, migrations, schema_versions
 

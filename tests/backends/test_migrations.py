@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ackledger import Outbox
-from ackledger._dev.procs import cli_command, run_cli
+from ackledger.ops.processes import cli_command, run_cli
 from ackledger.relay.partitions import PartitionLeases
 from ackledger.store import open_backend
 from ackledger.store.base import migrate, migrations

@@ -12,8 +12,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from ackledger._dev.procs import start_service
 from ackledger.ledger.ledger import Ledger, check_request
+from ackledger.ops.processes import start_service
 from ackledger.store.postgres.queries import KEY_LOCK_CLASS
 from tests.events import lab
 from tests.loopback import request

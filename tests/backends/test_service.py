@@ -8,7 +8,7 @@ from functools import partial
 from pathlib import Path
 
 from ackledger import send_http
-from ackledger._dev.procs import run_cli, start_service
+from ackledger.ops.processes import run_cli, start_service
 
 from ..events import SOURCE, lab
 from ..race import Answer, Client, at_once, connected

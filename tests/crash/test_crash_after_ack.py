@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from ackledger import Outbox, dispatch, send_http
-from ackledger._dev.faultproxy import FaultProxy
-from ackledger._dev.procs import Service, run_cli
+from ackledger.ops.faultproxy import FaultProxy
+from ackledger.ops.processes import Service, run_cli
 from ackledger.wire.http import close_connections
 from tests.conftest import raw_rows
 

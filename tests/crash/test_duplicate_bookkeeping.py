@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ackledger import send_http, warehouse
-from ackledger._dev.procs import Service
+from ackledger.ops.processes import Service
 from ackledger.wire.http import close_connections
 from tests.conftest import raw_rows
 

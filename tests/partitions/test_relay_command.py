@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ackledger import Inbox, Outbox
-from ackledger._dev.procs import Service, cli_command
+from ackledger.ops.processes import Service, cli_command
 from tests.conftest import raw_rows
 from tests.events import lab
 

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from ackledger import Outbox
-from ackledger._dev.procs import Service, cli_command, start_service
+from ackledger.ops.processes import Service, cli_command, start_service
 
 from .. import pg
 from ..conftest import raw_rows

@@ -1,6 +1,6 @@
 """``ackledger relay --source postgresql:// --single --pipeline``, one event a request, as a
 real process: the single loop over PostgreSQL's whole outbox with each event's mark committed
-behind the next send (bench/CHANGES.md item 84 ran this mode only in-process).
+behind the next send, as a process and not only in-process.
 
 Each database is read from its own connection: the outbox with psycopg, the sink's SQLite file
 with sqlite3.
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from ackledger import Outbox
-from ackledger._dev.faultproxy import FaultProxy
-from ackledger._dev.procs import Service, start_service
+from ackledger.ops.faultproxy import FaultProxy
+from ackledger.ops.processes import Service, start_service
 from tests import pg
 from tests.conftest import raw_rows
 from tests.opshelp import settled, wait_until

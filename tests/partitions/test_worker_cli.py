@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ackledger._dev.procs import cli_command
+from ackledger.ops.processes import cli_command
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:

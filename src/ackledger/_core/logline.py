@@ -16,7 +16,6 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Iterable
 from typing import Any, TextIO
 
 FORMATS = ("text", "json")
@@ -108,9 +107,3 @@ def install(logger: logging.Logger, fmt: str, stream: TextIO | None = None) -> N
 def log_event(logger: logging.Logger, level: int, event: str, message: str, **fields: Any) -> None:
     """Log one named event (``sent``, ``poison`` ...) with its fields."""
     logger.log(level, message, extra={"event": event, "fields": fields})
-
-
-def abridged_ids(ids: Iterable[str], keep: int = 16) -> list[str]:
-    """The first ``keep`` ids and a "+N more" for the rest: a log field stays one line."""
-    listed = list(ids)
-    return listed if len(listed) <= keep else [*listed[:keep], f"+{len(listed) - keep} more"]

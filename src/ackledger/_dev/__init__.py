@@ -1,1 +1,2 @@
-"""Development tools: the fault proxy, process helpers and the demo."""
+"""Development tools: the demo and the console's screenshots (the fault proxy and the process
+helpers they use live in ops/, which `ackledger verify` ships with)."""

@@ -13,9 +13,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..ops.processes import start_service
 from ..source.outbox import Outbox
 from .console_scene import build
-from .procs import start_service
 
 #: Debian's Chromium, and its flags for a headless run that talks to nothing but the page
 #: (the browser tests use the same).

@@ -48,8 +48,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _check_sink(sink: str) -> str:
-    from ..ops.probe import base_url
-    from ..wire.targets import check_target
+    from ..wire.targets import base_url, check_target
 
     if is_postgres(sink):
         return sink
@@ -63,8 +62,8 @@ def cmd_console(args: argparse.Namespace) -> int:
     from . import require_extra
 
     require_extra("console")  # name the console's extra, not the server's, when it is missing
-    from ..console.app import Console, create_console_app
     from ..ledger.ledger import Ledger
+    from ..ops.console.app import Console, create_console_app
     from ..web.server import serve
     from . import UsageError
     from .serve import listen

@@ -14,13 +14,12 @@ import time
 from ..event import check_identifier
 from ..ops.databases import is_url
 from ..ops.listings import quarantined_table, quarantined_text, requeued_lines
-from ..ops.probe import base_url
 from ..ops.reconcile import reconcile, reconcile_text
 from ..ops.status import is_service, read_status, service_url
 from ..ops.timestamps import utc_timestamp
 from ..ops.trace import trace, trace_text
 from ..store import is_postgres
-from ..wire.targets import check_target
+from ..wire.targets import base_url, check_target
 from .arguments import add_http_client, add_source, duration_arg, existing_target, open_outbox
 from .exits import EXIT_OK, EXIT_STOPPED, EXIT_UNREACHABLE
 from .exposure import add_client_token, token_of

@@ -22,7 +22,6 @@ from starlette.types import ASGIApp
 
 from ..errors import InvalidEvent
 from ..store import database_errors
-from ..web import openapi_ledger as api
 from ..web.answers import Answer, bad_input, json_answer, problem_answer, unavailable_answer
 from ..web.bodies import BodyTooLarge
 from ..web.database_calls import DatabaseCalls
@@ -33,6 +32,7 @@ from ..web.metrics import ServiceMetrics
 from ..web.observe import Observed
 from ..web.openapi import METRICS, READYZ, DocumentedRoute
 from ..web.routing import build_app
+from . import openapi as api
 from .ledger import (
     Ledger,
     LedgerRequest,

@@ -12,34 +12,14 @@ import json
 import urllib.parse
 from collections.abc import Iterable
 from typing import Any
-from urllib.parse import urlsplit
 
-from ..errors import NotAcknowledged, UnsafeTarget
+from ..errors import NotAcknowledged
 from ..event import check_identifier
 from ..wire.http import request_once
-from ..wire.targets import Target, check_target
+from ..wire.targets import Target, base_url, check_target
 from ..wire.token import Token
 
 MAX_READ_BYTES = 1024 * 1024
-_BASE_PATHS = ("", "/", "/metrics")
-
-
-def base_url(url: object, route: str = "/events") -> str:
-    """``http://HOST:PORT`` of a service URL whose path is empty, ``/metrics`` or the service's
-    ``route``; refuses any other path."""
-    if not isinstance(url, str):
-        raise UnsafeTarget(f"url: must be a string, got {type(url).__name__}")
-    if "?" in url or "#" in url:
-        raise UnsafeTarget("url: a query or fragment is not allowed")
-    try:
-        parts = urlsplit(url)
-    except ValueError as exc:
-        raise UnsafeTarget(f"url: cannot be parsed: {exc}") from None
-    if parts.path not in (*_BASE_PATHS, route):
-        raise UnsafeTarget(
-            f"url: give the service's base URL, http://HOST:PORT (got path {parts.path!r})"
-        )
-    return f"{parts.scheme}://{parts.netloc}"
 
 
 def _target(url: str, path: str, allowed_hosts: Iterable[str] | None) -> Target:

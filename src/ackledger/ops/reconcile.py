@@ -17,8 +17,9 @@ from typing import Any
 from ..sink.inbox import Inbox
 from ..source.outbox import Outbox
 from ..store import is_postgres
+from ..wire.targets import base_url
 from .databases import existing_database, is_url
-from .probe import base_url, sink_receipt
+from .probe import sink_receipt
 
 #: Rows read per query on each side.
 CHUNK = 500

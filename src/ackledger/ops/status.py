@@ -17,10 +17,10 @@ from ..errors import AckledgerError
 from ..sink.inbox import Inbox
 from ..source.outbox import Outbox
 from ..store import database_errors, is_postgres, without_password
-from ..wire.targets import check_target
+from ..wire.targets import base_url, check_target
 from ..wire.token import Token
 from .databases import is_url
-from .probe import base_url, scrape
+from .probe import scrape
 from .timestamps import utc_timestamp
 
 #: The services whose counters ``status`` shows, in the order it shows them.

@@ -18,10 +18,11 @@ from ..sink.inbox import Inbox
 from ..source.outbox import Outbox
 from ..store import is_postgres, without_password
 from ..warehouse import TYPE as LAB_TYPE
+from ..wire.targets import base_url
 from ..wire.token import Token
 from .ack_kinds import BROKERS, target_for
 from .databases import existing_database, is_url
-from .probe import base_url, sink_receipt
+from .probe import sink_receipt
 from .timestamps import utc_timestamp
 
 YES, NO, UNKNOWN, INFERRED = "yes", "no", "unknown", "inferred"

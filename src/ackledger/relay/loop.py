@@ -70,7 +70,7 @@ BATCHES_PER_STEP = 16
 
 #: A busy relay writes at most one ``sent`` line per this many seconds. At one event a round
 #: (a PostgreSQL wake-up per publish) a line per round cost 60-85 µs of the relay's 370 µs of
-#: CPU per event, and ~7 of 42 µs per event with ``--batch`` (bench/CHANGES.md item 60).
+#: CPU per event, and ~7 of 42 µs per event with ``--batch``.
 SENT_LINE_EVERY = 1.0
 #: How many ids a ``sent`` line lists (then "+N more").
 _SENT_IDS = 16

@@ -15,7 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .._core.metric_families import database_counter, database_gauge
-from .._core.metrics_endpoint import MetricsEndpoint
+from ..web.metrics_endpoint import MetricsEndpoint
 from .loop import RelayCounts
 
 #: Reads the outbox's figures (``Outbox.stats``).

@@ -19,10 +19,10 @@ from types import FrameType
 from typing import Any, TypeVar
 
 from .._core.logline import install
-from ..ops.probe import base_url
 from ..source.outbox import Outbox
 from ..store import without_password
 from ..wire.sender import sender
+from ..wire.targets import base_url
 from .loop import Relay, RelayCounts, logger
 from .partitions import PartitionWorker
 from .pickers import WholeOutbox

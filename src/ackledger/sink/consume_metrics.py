@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from .._core.metrics_endpoint import MetricsEndpoint
+from ..web.metrics_endpoint import MetricsEndpoint
 from .consume import OUTCOMES, ConsumeCounts
 
 #: Metric name (``ackledger_consumer_<name>_total``) of each outcome: plural nouns, as the

@@ -61,7 +61,7 @@ def purge_windows(backend: Backend, cutoff: float, window: int) -> int:
     in one short write transaction, while they hold at most ``window`` old receipts and span
     at most ``SPAN_WINDOWS`` windows: a write transaction deletes at most ``window`` receipts
     and scans a bounded range, and a purge that finds few old receipts commits a tenth as
-    often (bench/CHANGES.md, item 64). A service writing the same database waits for one such
+    often. A service writing the same database waits for one such
     transaction at most, never for the whole purge, and what is done stays done if the purge
     stops (a crash leaves the last purge's record, an older receipt than any kept: the gauge
     then says too old, never too young, until the next purge). The record is written last.

@@ -113,7 +113,7 @@ def serve(
         log_level=settings.level,
         access_log=False,  # ours (web.observe) has the route and the time
         # X-Forwarded-* would only rewrite the client address and scheme, which nothing here
-        # reads; uvicorn's middleware for them cost 1.5% of the sink's samples (CHANGES 19).
+        # reads; uvicorn's middleware for them cost 1.5% of the sink's samples in a profile.
         proxy_headers=False,
         lifespan="off",
         timeout_graceful_shutdown=GRACEFUL_SECONDS,

@@ -73,12 +73,6 @@ class _Connection:
         self.timeout = timeout
         self.end = 0.0
 
-    def is_dropped(self) -> bool:
-        # A kept-alive socket that is readable before we sent anything holds either EOF or
-        # junk (or has failed: POLLHUP and POLLERR are always reported): either way it is not
-        # fit to carry a request.
-        return bool(self.poller.poll(0))
-
     def _wait(self, events: int) -> None:
         """Return once the socket is ready for ``events`` (or has failed); TimeoutError when
         the deadline passes first."""
@@ -146,7 +140,9 @@ def _connection(key: tuple[str, int], target: Target, timeout: float) -> _Connec
     server has closed it; else a new one."""
     pool = getattr(_local, "pool", None) or _pool()  # ``_pool()``, inline: once a request
     conn = pool.get(key)
-    if conn is not None and conn.poller.poll(0):  # ``is_dropped``, inline too
+    # A kept socket readable before we sent anything holds EOF or junk (or has failed:
+    # POLLHUP and POLLERR are always reported): it is not fit to carry a request.
+    if conn is not None and conn.poller.poll(0):
         del pool[key]
         conn.close()
         conn = None
@@ -345,19 +341,6 @@ def send_http(
     ``Authorization: Bearer``."""
     clean, text = validate_encoded(event)
     return post_event(event_route(url, allowed_hosts, token, timeout), clean, text)
-
-
-def send_stored_http(
-    event: Stored,
-    url: str,
-    *,
-    timeout: float = 5.0,
-    allowed_hosts: Iterable[str] | None = None,
-    token: Token | str | None = None,
-) -> bool:
-    """``send_http`` of an event as the outbox stored it (``wire/stored.py``): its stored
-    text, validated when it was published, is the body as it is."""
-    return post_event(event_route(url, allowed_hosts, token, timeout), event.attributes, event.text)
 
 
 def event_route(

@@ -45,6 +45,24 @@ def split_url(url: object, usage: str | None = None) -> tuple[SplitResult, int |
         raise UnsafeTarget(f"url: cannot be parsed{reason}") from None
 
 
+def base_url(url: object, route: str = "/events") -> str:
+    """``http://HOST:PORT`` of a service URL whose path is empty, ``/metrics`` or the service's
+    ``route``; refuses any other path."""
+    if not isinstance(url, str):
+        raise UnsafeTarget(f"url: must be a string, got {type(url).__name__}")
+    if "?" in url or "#" in url:
+        raise UnsafeTarget("url: a query or fragment is not allowed")
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise UnsafeTarget(f"url: cannot be parsed: {exc}") from None
+    if parts.path not in ("", "/", "/metrics", route):
+        raise UnsafeTarget(
+            f"url: give the service's base URL, http://HOST:PORT (got path {parts.path!r})"
+        )
+    return f"{parts.scheme}://{parts.netloc}"
+
+
 def check_host(host: str, allowed_hosts: Iterable[str] | None, how: str = "explicitly") -> str:
     """``host`` if it is loopback or one of ``allowed_hosts`` (UnsafeTarget if not)."""
     if host not in LOOPBACK_HOSTS | {h.lower() for h in (allowed_hosts or ())}:

@@ -7,10 +7,10 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from ...ops.faultproxy import FaultProxy
+from ...ops.processes import run_cli, start_service
 from ...sink.inbox import Inbox
 from ...source.outbox import Outbox
-from ..faultproxy import FaultProxy
-from ..procs import run_cli, start_service
 from .story import Story
 
 #: The shipping service's handlers, as a user writes them in their own module.

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ...ledger.client import read_ledger
-from ..procs import run_cli, start_service
+from ...ops.processes import run_cli, start_service
 from .story import Story
 
 CASE = "seed-002"

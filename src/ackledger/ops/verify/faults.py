@@ -15,9 +15,9 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from ..._core.closing import Closing
-from ..._dev.faultproxy import FaultProxy
-from ..._dev.procs import Child, Service, start_service
 from ...store import is_postgres
+from ..faultproxy import FaultProxy
+from ..processes import Child, Service, start_service
 
 #: What a relay prints when its drill has stopped it between the ACK and the mark.
 DRILL_STOPPED = "drill: ACK for"

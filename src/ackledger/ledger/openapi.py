@@ -1,12 +1,12 @@
-"""The ledger's OpenAPI operations, one per route method (ledger/app.py declares its routes
+"""The ledger's OpenAPI operations, one per route method (app.py declares its routes
 with them; ``web.openapi`` builds the document from those routes)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..ledger.ledger import MAX_KEY_LEN, REQUIRED_FIELDS
-from .openapi import Operation, json_response, problem, replayed_header
+from ..web.openapi import Operation, json_response, problem, replayed_header
+from .ledger import MAX_KEY_LEN, REQUIRED_FIELDS
 
 _KEY = {"type": "string", "pattern": f"^[A-Za-z0-9][A-Za-z0-9._:-]{{0,{MAX_KEY_LEN - 1}}}$"}
 _MODE = {"enum": ["idempotent", "control"]}

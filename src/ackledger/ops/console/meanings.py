@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..ops.timestamps import utc_timestamp
+from ..timestamps import utc_timestamp
 
 #: (key in ``Outbox.stats``, label, meaning) in the order the overview shows them.
 FIGURES = (

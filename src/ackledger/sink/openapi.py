@@ -1,11 +1,11 @@
-"""The sink's OpenAPI operations, one per route method (sink/app.py declares its routes with
+"""The sink's OpenAPI operations, one per route method (app.py declares its routes with
 them; ``web.openapi`` builds the document from those routes)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .openapi import Operation, json_response, problem, replayed_header
+from ..web.openapi import Operation, json_response, problem, replayed_header
 
 MAX_BATCH = 16
 _ID = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"}

@@ -1,4 +1,5 @@
-"""Starting ackledger's own commands as real child processes (demo, tests, benchmarks)."""
+"""Starting ackledger's own commands as real child processes (`ackledger verify`, the demo, tests,
+benchmarks)."""
 
 from __future__ import annotations
 

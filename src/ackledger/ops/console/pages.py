@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from ..errors import AckledgerError, InvalidEvent
-from ..event import check_identifier
-from ..ledger.pages import page_from_query
-from ..ops.reconcile import reconcile
-from ..ops.trace import trace
+from ...errors import AckledgerError, InvalidEvent
+from ...event import check_identifier
+from ...ledger.pages import page_from_query
+from ..reconcile import reconcile
+from ..trace import trace
 from .meanings import shown_figures
 
 if TYPE_CHECKING:

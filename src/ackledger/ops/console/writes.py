@@ -16,7 +16,7 @@ from urllib.parse import parse_qsl
 
 from starlette.requests import ClientDisconnect, Request
 
-from ..wire.token import Token
+from ...wire.token import Token
 
 #: A form here holds a token and a reason (at most 1000 characters): 16 KiB is ample.
 MAX_FORM_BYTES = 16 * 1024

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from ..errors import AckledgerError, InvalidEvent
-from ..event import check_identifier
-from ..ops.listings import quarantined_text, requeued_lines
+from ...errors import AckledgerError, InvalidEvent
+from ...event import check_identifier
+from ..listings import quarantined_text, requeued_lines
 from .writes import Refused, authorized_form, same_origin
 
 if TYPE_CHECKING:

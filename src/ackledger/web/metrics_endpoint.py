@@ -15,7 +15,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.registry import Collector
 
-from .metric_families import BuildInfo
+from .._core.metric_families import BuildInfo
+from .guard import is_loopback_address, loopback_host
 
 
 class MetricsEndpoint:
@@ -24,8 +25,6 @@ class MetricsEndpoint:
         registry.register(collector)
         registry.register(BuildInfo(component))
         self._server, self._thread = start_http_server(port, addr=host, registry=registry)
-        from ..web.guard import is_loopback_address
-
         app = self._server.get_app()
         if app is not None and is_loopback_address(host.strip("[]")):
             self._server.set_app(_loopback_only(app))
@@ -48,8 +47,6 @@ WsgiApp = Callable[[dict[str, Any], Any], Iterable[bytes]]
 
 
 def _loopback_only(app: WsgiApp) -> WsgiApp:
-    from ..web.guard import loopback_host
-
     def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         host = environ.get("HTTP_HOST")
         if host is not None and not loopback_host(host.encode("latin-1")):

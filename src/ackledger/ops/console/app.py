@@ -13,19 +13,19 @@ from starlette.applications import Starlette
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
-from ..ops.timestamps import utc_timestamp
+from ..timestamps import utc_timestamp
 from .samples import Samples
 
 if TYPE_CHECKING:
-    from ..ledger.ledger import Ledger
-    from ..source.outbox import Outbox
-    from ..wire.token import Token
+    from ...ledger.ledger import Ledger
+    from ...source.outbox import Outbox
+    from ...wire.token import Token
 
 
 def _templates() -> jinja2.Environment:
     # Autoescape everywhere: event ids, reasons and errors are other programs' text.
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("ackledger.console", "templates"),
+        loader=jinja2.PackageLoader("ackledger.ops.console", "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
     )
