@@ -18,7 +18,8 @@ DEFAULT_RETENTION_SECONDS = 30 * 86400.0
 #: turns that re-send into a second apply.
 MIN_RETENTION_SECONDS = 3600.0
 #: Keys per window of ``purge()``'s walk, and the most receipts one of its write transactions
-#: deletes (bench/CHANGES.md, item 64, says why this many).
+#: deletes: short enough that a sink's writes wait behind it for milliseconds, long enough that
+#: a purge of millions of receipts is not dominated by its commits.
 PURGE_CHUNK = 1000
 
 #: A span of windows whose old receipts are deleted together reaches at most this many windows:
