@@ -318,6 +318,7 @@ class Inbox(Database):
         handlers: Mapping[str, Handler] | None = None,
         types: EventTypes | None = None,
         synchronous: str = "FULL",
+        schema: str | None = None,
     ) -> None:
         if types is not None and not isinstance(types, EventTypes):
             raise TypeError(f"types: must be an EventTypes, got {type(types).__name__}")
@@ -327,7 +328,7 @@ class Inbox(Database):
         # The handlers' view of the last write transaction of a lone event, kept while the
         # backend hands out the same ``Tx`` (SQLite's does): one object fewer an event.
         self._handler_tx: tuple[Tx, HandlerTransaction] | None = None
-        super().__init__(target, synchronous=synchronous)
+        super().__init__(target, synchronous=synchronous, schema=schema)
 
     @property
     def handlers(self) -> dict[str, Handler]:
@@ -338,6 +339,8 @@ class Inbox(Database):
         handler = self._handlers.get(event["type"])
         if handler is None:
             raise _no_handler(event)
+        if handler is warehouse.apply:
+            self._db.ensure_lab()  # the lab's tables: made by its first event, not by opening
         return _Item(event, fingerprint_of(event, text), handler, (event["source"], event["id"]))
 
     def _prepared_prefix(self, events: Sequence[object]) -> tuple[list[_Item], Exception | None]:
@@ -384,6 +387,8 @@ class Inbox(Database):
                 handler = self._handlers.get(event["type"])
                 if handler is None:
                     raise _no_handler(event)
+                if handler is warehouse.apply:
+                    self._db.ensure_lab()
             except AckledgerError as exc:
                 return [BatchResult([], exc)]
             return self._apply_lone(event, fingerprint_of(event, text), handler)
@@ -401,6 +406,8 @@ class Inbox(Database):
         handler = self._handlers.get(event["type"])
         if handler is None:
             raise _no_handler(event)
+        if handler is warehouse.apply:
+            self._db.ensure_lab()  # the lab's tables: made by its first event, not by opening
         return self._read_by_key(event, fingerprint_of(event, text), handler)
 
     def receive_group(self, runs: Sequence[Sequence[object]]) -> list[BatchResult]:
@@ -571,6 +578,7 @@ class Inbox(Database):
 
     def stock(self, sku: str) -> int:
         check_identifier(sku, "sku", 64)
+        self._db.ensure_lab()
         with self._db.read() as tx:
             return tx.inventory_stock(sku)
 

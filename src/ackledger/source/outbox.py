@@ -179,13 +179,14 @@ class Outbox(Database):
         source: str | None = None,
         types: EventTypes | None = None,
         synchronous: str = "FULL",
+        schema: str | None = None,
     ) -> None:
         if source is not None:
             source = _check_source(source)
         if types is not None and not isinstance(types, EventTypes):
             raise TypeError(f"types: must be an EventTypes, got {type(types).__name__}")
         self.types = types if types is not None else EventTypes()
-        super().__init__(target, synchronous=synchronous)
+        super().__init__(target, synchronous=synchronous, schema=schema)
         try:
             self.source = self._stored_source(source)
         except BaseException:
@@ -223,6 +224,7 @@ class Outbox(Database):
         (same id) in one transaction; returns the outbox seq."""
         clean = warehouse.validate(order)
         event = warehouse.event(clean["id"], clean["sku"], clean["qty"], source=self.source)
+        self._db.ensure_lab()
         with self._db.write() as tx:
             return _publish(tx, event, self.source, self.types, clean)
 
@@ -316,6 +318,7 @@ class Outbox(Database):
             return tx.outbox_event(event_id)
 
     def order(self, event_id: str) -> dict[str, Any] | None:
+        self._db.ensure_lab()
         with self._db.read() as tx:
             return tx.order_row(event_id)
 

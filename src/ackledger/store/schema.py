@@ -89,7 +89,7 @@ def schema_script(dialect: str) -> str:
         for statement in split_statements(script):
             lines.append(statement if statement.rstrip().endswith(";") else f"{statement};")
         lines.append(
-            "INSERT INTO schema_migrations (version, name, applied_at) "
+            "INSERT INTO ackledger_schema_migrations (version, name, applied_at) "
             f"VALUES ({version}, {_literal(name)}, {clock});"
         )
     return "\n".join(lines) + "\n"

@@ -328,14 +328,14 @@ def foreign_file(path: str) -> str | None:
                 str(row[0])
                 for row in conn.execute(
                     "SELECT name FROM sqlite_master WHERE type = 'table' "
-                    "AND name IN ('schema_migrations', 'outbox')"
+                    "AND name IN ('ackledger_schema_migrations', 'ackledger_outbox')"
                 )
             }
         finally:
             conn.close()
     except sqlite3.DatabaseError as exc:
         return f"{path!r} is not a SQLite database ({exc})"
-    if names != {"schema_migrations", "outbox"}:
+    if names != {"ackledger_schema_migrations", "ackledger_outbox"}:
         return (
             f"{path!r} is a SQLite database without ackledger's schema "
             f"(run `ackledger migrate --target {path}` if it is meant to hold one)"
