@@ -36,25 +36,28 @@ from pathlib import Path
 
 #: The outbox in ackledger's shape (written out, so the floor is the same for every checkout).
 OUTBOX_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
+    "CREATE TABLE IF NOT EXISTS ackledger_outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
     "id TEXT NOT NULL UNIQUE, fingerprint TEXT NOT NULL, partition_key TEXT NOT NULL, "
     "sent INTEGER NOT NULL DEFAULT 0 CHECK (sent IN (0, 1)), "
     "quarantined INTEGER NOT NULL DEFAULT 0 CHECK (quarantined IN (0, 1)), "
     "quarantine_reason TEXT, quarantined_at REAL, created_at REAL NOT NULL, sent_at REAL, "
     "attempts INTEGER NOT NULL DEFAULT 0, last_error TEXT, last_attempt_at REAL, source TEXT, "
     "type TEXT, subject TEXT, partitionkey TEXT, data TEXT, event TEXT)",
-    "CREATE INDEX IF NOT EXISTS outbox_pending ON outbox (seq) WHERE sent = 0 AND quarantined = 0",
-    "CREATE INDEX IF NOT EXISTS outbox_sent_at ON outbox (sent_at) WHERE sent = 1",
-    "CREATE INDEX IF NOT EXISTS outbox_quarantined ON outbox (seq) WHERE quarantined = 1 "
-    "AND sent = 0",
+    "CREATE INDEX IF NOT EXISTS ackledger_outbox_pending ON ackledger_outbox (seq) "
+    "WHERE sent = 0 AND quarantined = 0",
+    "CREATE INDEX IF NOT EXISTS ackledger_outbox_sent_at ON ackledger_outbox (sent_at) "
+    "WHERE sent = 1",
+    "CREATE INDEX IF NOT EXISTS ackledger_outbox_quarantined ON ackledger_outbox (seq) "
+    "WHERE quarantined = 1 AND sent = 0",
 )
 _PENDING = (
-    "SELECT id, source, event FROM outbox WHERE sent = 0 AND quarantined = 0 ORDER BY seq LIMIT 16"
+    "SELECT id, source, event FROM ackledger_outbox WHERE sent = 0 AND quarantined = 0 "
+    "ORDER BY seq LIMIT 16"
 )
 #: The per-item mark as ackledger makes it (a quarantined row keeps its hold), without the
 #: RETURNING: the row count says whether the id was there.
 _MARK = (
-    "UPDATE outbox SET sent = CASE WHEN quarantined = 0 THEN 1 ELSE sent END, "
+    "UPDATE ackledger_outbox SET sent = CASE WHEN quarantined = 0 THEN 1 ELSE sent END, "
     "sent_at = CASE WHEN quarantined = 0 THEN COALESCE(sent_at, ?) ELSE sent_at END, "
     "attempts = attempts + 1, last_attempt_at = ? WHERE id = ?"
 )
@@ -91,8 +94,8 @@ def fill_outbox(path: Path, prefix: str, count: int) -> None:
             rows.append((event_id, fingerprint, sku, now, SOURCE, sku, sku, data, text))
         conn.execute("BEGIN IMMEDIATE")
         conn.executemany(
-            "INSERT INTO outbox (id, fingerprint, partition_key, created_at, source, type, "
-            "subject, partitionkey, data, event) "
+            "INSERT INTO ackledger_outbox (id, fingerprint, partition_key, created_at, source, "
+            "type, subject, partitionkey, data, event) "
             "VALUES (?, ?, ?, ?, ?, 'warehouse.stock.added', ?, ?, ?, ?)",
             rows,
         )

@@ -53,16 +53,17 @@ PAGE_SIZE = 2048
 #: The tables a sink needs, in ackledger's shape (written out, so the floor is the same for
 #: every checkout ``bench.compare`` measures).
 SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS inbox (source TEXT NOT NULL, id TEXT NOT NULL, "
+    "CREATE TABLE IF NOT EXISTS ackledger_inbox (source TEXT NOT NULL, id TEXT NOT NULL, "
     "type TEXT NOT NULL, fingerprint TEXT NOT NULL, first_received_at REAL NOT NULL, "
     "last_received_at REAL NOT NULL, receipts INTEGER NOT NULL DEFAULT 1, arrival INTEGER, "
     "last_arrival INTEGER, PRIMARY KEY (id, source)) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS inventory (sku TEXT PRIMARY KEY, qty INTEGER NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS ackledger_counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
 )
-_FIND = "SELECT fingerprint FROM inbox WHERE id = ? AND source = ?"
+_FIND = "SELECT fingerprint FROM ackledger_inbox WHERE id = ? AND source = ?"
 _CLAIM = (
-    "INSERT INTO inbox (source, id, type, fingerprint, first_received_at, last_received_at) "
+    "INSERT INTO ackledger_inbox (source, id, type, fingerprint, first_received_at, "
+    "last_received_at) "
     "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id, source) DO NOTHING"
 )
 _ADD = (
@@ -70,10 +71,13 @@ _ADD = (
     "ON CONFLICT (sku) DO UPDATE SET qty = inventory.qty + excluded.qty"
 )
 _COUNT = (
-    "INSERT INTO counters (name, value) VALUES (?, 1) "
-    "ON CONFLICT (name) DO UPDATE SET value = counters.value + 1"
+    "INSERT INTO ackledger_counters (name, value) VALUES (?, 1) "
+    "ON CONFLICT (name) DO UPDATE SET value = ackledger_counters.value + 1"
 )
-_NOTE = "UPDATE inbox SET receipts = receipts + 1, last_received_at = ? WHERE id = ? AND source = ?"
+_NOTE = (
+    "UPDATE ackledger_inbox SET receipts = receipts + 1, last_received_at = ? "
+    "WHERE id = ? AND source = ?"
+)
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 _TYPE = re.compile(r"[A-Za-z0-9._:-]{1,128}")

@@ -43,7 +43,7 @@ def fill(db: Path, receipts: int, old_every: int = 1) -> None:
     conn = sqlite3.connect(db, isolation_level=None, timeout=30)
     try:
         conn.execute(
-            "UPDATE inbox SET first_received_at = first_received_at - ? "
+            "UPDATE ackledger_inbox SET first_received_at = first_received_at - ? "
             "WHERE CAST(substr(id, 5) AS INTEGER) % ? = 0",
             (40 * DAY, old_every),
         )

@@ -79,11 +79,11 @@ def stored(db: Path) -> dict[str, Any]:
     try:
         return {
             "inventory": dict(conn.execute("SELECT sku, qty FROM inventory").fetchall()),
-            "counters": dict(conn.execute("SELECT name, value FROM counters").fetchall()),
+            "counters": dict(conn.execute("SELECT name, value FROM ackledger_counters").fetchall()),
             "receipts": {
                 (source, event_id): (fingerprint, receipts)
                 for source, event_id, fingerprint, receipts in conn.execute(
-                    "SELECT source, id, fingerprint, receipts FROM inbox"
+                    "SELECT source, id, fingerprint, receipts FROM ackledger_inbox"
                 )
             },
         }
@@ -191,7 +191,7 @@ def test_the_guarded_relay_sends_in_order_and_marks_each_once(
     fill_outbox(outbox, "r", 40)
     conn = sqlite3.connect(outbox, isolation_level=None)
     # A quarantined event is never selected, and its hold is kept.
-    conn.execute("UPDATE outbox SET quarantined = 1 WHERE id = 'r-5'")
+    conn.execute("UPDATE ackledger_outbox SET quarantined = 1 WHERE id = 'r-5'")
     relay = GuardedRelay(outbox, f"http://127.0.0.1:{port}", behind=behind)
     try:
         for _ in range(39):
@@ -200,7 +200,7 @@ def test_the_guarded_relay_sends_in_order_and_marks_each_once(
             relay.step()
     finally:
         relay.close()
-    rows = conn.execute("SELECT id, sent, attempts FROM outbox ORDER BY seq").fetchall()
+    rows = conn.execute("SELECT id, sent, attempts FROM ackledger_outbox ORDER BY seq").fetchall()
     assert rows == [(f"r-{n}", int(n != 5), int(n != 5)) for n in range(40)]
     after = stored(db)
     assert len(after["receipts"]) == 39

@@ -62,7 +62,7 @@ def test_a_lone_new_event_is_one_read_and_four_writes(
     assert inbox.counters() == {"applied": 1, "duplicate": 0, "conflict": 0}
     assert inbox.receive(_event("n-2", qty=1)) == "applied"
     # Each takes the next arrival number: the counter's bump is committed with the claim.
-    query = "SELECT id, arrival, last_arrival FROM inbox ORDER BY id"
+    query = "SELECT id, arrival, last_arrival FROM ackledger_inbox ORDER BY id"
     rows = raw_rows(tmp_path / "inbox.db", query)
     assert rows == [("n-1", 1, 1), ("n-2", 2, 2)]
 
@@ -114,7 +114,7 @@ def test_a_lone_resend_is_answered_from_a_read(
     # The note is in the file for any other connection: receipts, last arrival, counters.
     rows = raw_rows(
         tmp_path / "inbox.db",
-        "SELECT receipts, arrival, last_arrival FROM inbox WHERE id = ?",
+        "SELECT receipts, arrival, last_arrival FROM ackledger_inbox WHERE id = ?",
         ("d-1",),
     )
     assert rows == [(2, 1, 2)]
@@ -208,8 +208,8 @@ def test_a_lone_event_claimed_between_its_read_and_its_write(
     assert inbox.counters() == counts
     rows = raw_rows(
         tmp_path / "inbox.db",
-        "SELECT receipts, arrival, last_arrival, (SELECT value FROM counters "
-        "WHERE name = 'sink.arrival') FROM inbox WHERE id = ?",
+        "SELECT receipts, arrival, last_arrival, (SELECT value FROM ackledger_counters "
+        "WHERE name = 'sink.arrival') FROM ackledger_inbox WHERE id = ?",
         ("x-1",),
     )
     # A duplicate takes the next arrival number; a conflict's attempt takes none that shows.

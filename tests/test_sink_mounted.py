@@ -126,7 +126,7 @@ def serving(folder: Path, mount: str) -> Iterator[Shop]:
 
 def state(db: Path) -> tuple[object, object, object]:
     return (
-        raw_rows(db, "SELECT source, id, type, receipts FROM inbox ORDER BY source, id"),
+        raw_rows(db, "SELECT source, id, type, receipts FROM ackledger_inbox ORDER BY source, id"),
         raw_rows(db, "SELECT id, text FROM notes ORDER BY id"),
         raw_rows(db, "SELECT sku, qty FROM inventory ORDER BY sku"),
     )

@@ -31,7 +31,7 @@ def post(app: InProcess, payload: Any, path: str = "/events") -> tuple[int, dict
 
 def sink_state(path: Path) -> tuple[object, object]:
     return (
-        raw_rows(path, "SELECT source, id, receipts FROM inbox ORDER BY source, id"),
+        raw_rows(path, "SELECT source, id, receipts FROM ackledger_inbox ORDER BY source, id"),
         raw_rows(path, "SELECT sku, qty FROM inventory ORDER BY sku"),
     )
 
@@ -189,7 +189,7 @@ def notes_app(sink_db: Path) -> Iterator[InProcess]:
 def notes_state(path: Path) -> tuple[object, object, object]:
     """The inbox, the notes and the inventory, read on a connection of the test's own."""
     return (
-        raw_rows(path, "SELECT source, id, type FROM inbox ORDER BY source, id"),
+        raw_rows(path, "SELECT source, id, type FROM ackledger_inbox ORDER BY source, id"),
         raw_rows(path, "SELECT id, text FROM notes ORDER BY id"),
         raw_rows(path, "SELECT sku, qty FROM inventory ORDER BY sku"),
     )

@@ -102,7 +102,9 @@ def _answers(results: list[BatchResult]) -> list[tuple[list[str], str | None]]:
 
 
 def _check(target_rows: Any, inbox: Inbox, model: Model) -> None:
-    rows = target_rows("SELECT id, receipts, arrival, last_arrival, source, type FROM inbox")
+    rows = target_rows(
+        "SELECT id, receipts, arrival, last_arrival, source, type FROM ackledger_inbox"
+    )
     assert {r[0]: [int(r[1]), int(r[2]), int(r[3])] for r in rows} == {
         event_id: row[2:] for event_id, row in model.inbox.items()
     }
@@ -177,7 +179,7 @@ def test_an_invalid_item_cuts_its_run_before_the_claim(target: Target) -> None:
 def _counter_totals(target: Target) -> dict[str, int]:
     """The counters table read independently, a PostgreSQL counter's spread rows summed."""
     totals: dict[str, int] = {}
-    for name, value in target.rows("SELECT name, value FROM counters"):
+    for name, value in target.rows("SELECT name, value FROM ackledger_counters"):
         short = str(name).split("#", 1)[0]
         totals[short] = totals.get(short, 0) + int(value)
     return totals
@@ -205,7 +207,7 @@ def test_receive_runs_keeps_each_run_to_itself(target: Target) -> None:
     assert results[3].error is None
     stock = {str(sku): int(qty) for sku, qty in target.rows("SELECT sku, qty FROM inventory")}
     assert stock == {"s": 9, "other": 5}
-    assert {r[0] for r in target.rows("SELECT id FROM inbox")} == {"a", "b", "d", "g"}
+    assert {r[0] for r in target.rows("SELECT id FROM ackledger_inbox")} == {"a", "b", "d", "g"}
     counters = _counter_totals(target)
     counters.pop("sink.arrival")  # the arrival sequence (numbers for every item offered)
     assert counters == {"sink.applied": 4, "sink.duplicate": 1, "sink.conflict": 1}
@@ -216,7 +218,7 @@ def test_receive_runs_with_nothing_valid_writes_nothing(target: Target) -> None:
         (result,) = inbox.receive_runs([[{"id": "x"}]])
     assert result.statuses == []
     assert isinstance(result.error, InvalidEvent)
-    assert target.rows("SELECT count(*) FROM counters") == [(0,)]
+    assert target.rows("SELECT count(*) FROM ackledger_counters") == [(0,)]
 
 
 ID = st.sampled_from(["a", "b", "c", "d", "e", "f"])

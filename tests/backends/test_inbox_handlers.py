@@ -56,7 +56,7 @@ def user_rows(target: Target) -> list[tuple[Any, ...]]:
 
 
 def receipts(target: Target) -> list[tuple[Any, ...]]:
-    return target.rows("SELECT source, id, type, receipts FROM inbox ORDER BY source, id")
+    return target.rows("SELECT source, id, type, receipts FROM ackledger_inbox ORDER BY source, id")
 
 
 def recorded(target: Target) -> dict[str, list[tuple[Any, ...]]]:
@@ -217,7 +217,7 @@ def test_the_same_id_from_two_sources_is_two_events(target: Target) -> None:
 
 
 def _arrivals(target: Target) -> int:
-    found = target.rows("SELECT value FROM counters WHERE name = 'sink.arrival'")
+    found = target.rows("SELECT value FROM ackledger_counters WHERE name = 'sink.arrival'")
     return int(found[0][0]) if found else 0
 
 
@@ -244,7 +244,7 @@ def test_a_lone_failing_handler_commits_what_the_general_way_commits(target: Tar
         assert general == (before, taken + 2)
         # The next event takes the next number.
         assert inbox.receive(placed("p-2", 2)) == "applied"
-    rows = target.rows("SELECT id, arrival, last_arrival FROM inbox WHERE id = 'p-2'")
+    rows = target.rows("SELECT id, arrival, last_arrival FROM ackledger_inbox WHERE id = 'p-2'")
     assert rows == [("p-2", taken + 3, taken + 3)]
     assert user_rows(target) == [(SHOP, "p-0", 1), (SHOP, "p-2", 2)]
 
@@ -260,7 +260,9 @@ def test_a_lone_event_of_a_users_handler_is_counted_with_its_receipt(target: Tar
         assert inbox.receive(placed("p-1", 3)) == "duplicate"
         assert inbox.counters() == {"applied": 3, "duplicate": 1, "conflict": 0}
         assert inbox.stock("snack-7") == 2
-    rows = target.rows("SELECT id, arrival, last_arrival, receipts FROM inbox ORDER BY arrival")
+    rows = target.rows(
+        "SELECT id, arrival, last_arrival, receipts FROM ackledger_inbox ORDER BY arrival"
+    )
     assert rows == [("p-1", 1, 4, 2), ("w-1", 2, 2, 1), ("p-2", 3, 3, 1)]
     assert _arrivals(target) == 4
     assert user_rows(target) == [(SHOP, "p-1", 3), (SHOP, "p-2", 4)]

@@ -84,7 +84,7 @@ def test_the_outbox_keeps_every_event_and_its_state(v1: V1Databases) -> None:
     with Outbox(v1.source.ref) as ob:
         assert ob.source == V1
         rows = v1.source.rows(
-            "SELECT seq, id, source, type, sent, quarantined FROM outbox ORDER BY seq"
+            "SELECT seq, id, source, type, sent, quarantined FROM ackledger_outbox ORDER BY seq"
         )
         assert rows == [
             (n + 1, event_id, V1, warehouse.TYPE, int(n < 2), int(event_id == "o-3"))
@@ -110,7 +110,7 @@ def test_the_outbox_keeps_every_event_and_its_state(v1: V1Databases) -> None:
         assert ob.accept({"id": "o-1", "sku": "snack-7", "qty": 3}) == 1
         assert v1.source.dump() == before
     assert v1.source.rows("SELECT id, sku, qty FROM orders ORDER BY id") == list(ORDERS)
-    assert v1.source.rows("SELECT event FROM outbox WHERE id = 'o-6'") == [
+    assert v1.source.rows("SELECT event FROM ackledger_outbox WHERE id = 'o-6'") == [
         (
             '{"data":{"qty":6,"sku":"snack-9"},"id":"o-6","partitionkey":"snack-9",'
             '"source":"urn:ackledger:v1","specversion":"1.0","subject":"snack-9",'
@@ -137,15 +137,20 @@ def test_the_inbox_keeps_its_receipts_inventory_and_counters(v1: V1Databases) ->
         assert inbox.receipt("o-3") is None
         assert inbox.stock("snack-7") == 7
         assert inbox.counters() == {"applied": 2, "duplicate": 1, "conflict": 0}
-    assert v1.sink.rows("SELECT source, id FROM inbox ORDER BY id") == [(V1, "o-1"), (V1, "o-2")]
+    assert v1.sink.rows("SELECT source, id FROM ackledger_inbox ORDER BY id") == [
+        (V1, "o-1"),
+        (V1, "o-2"),
+    ]
 
 
 def test_the_inbox_records_its_oldest_receipt_and_a_purge_walks_it(v1: V1Databases) -> None:
     """Migration 0010 on a v1 inbox: its first receipt recorded (through 0009's index, before
     dropping it), the index gone, and the purge's windows take both receipts."""
     with Inbox(v1.sink.ref) as inbox:
-        [(first,)] = v1.sink.rows("SELECT MIN(first_received_at) FROM inbox")
-        assert v1.sink.rows("SELECT first_received_at, cutoff FROM inbox_oldest") == [(first, None)]
+        [(first,)] = v1.sink.rows("SELECT MIN(first_received_at) FROM ackledger_inbox")
+        assert v1.sink.rows("SELECT first_received_at, cutoff FROM ackledger_inbox_oldest") == [
+            (first, None)
+        ]
         age = inbox.retention()["oldest_receipt_age_s"]
         assert age is not None and abs(age - (time.time() - first)) < 60
         indexes = (
@@ -210,5 +215,5 @@ def test_dispatching_the_pending_ones_into_the_migrated_inbox_moves_inventory_ex
             6,
         )
         assert inbox.counters() == {"applied": 6, "duplicate": 1, "conflict": 0}
-    assert v1.source.rows("SELECT COUNT(*) FROM outbox WHERE sent = 1") == [(6,)]
-    assert v1.sink.rows("SELECT COUNT(*) FROM inbox WHERE source = ?", (V1,)) == [(6,)]
+    assert v1.source.rows("SELECT COUNT(*) FROM ackledger_outbox WHERE sent = 1") == [(6,)]
+    assert v1.sink.rows("SELECT COUNT(*) FROM ackledger_inbox WHERE source = ?", (V1,)) == [(6,)]

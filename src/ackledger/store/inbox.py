@@ -50,8 +50,9 @@ _RECORD_OLDEST = (
     "INSERT INTO ackledger_inbox_oldest (slot, first_received_at, cutoff, generation) "
     "VALUES (1, ?, ?, 1) ON CONFLICT (slot) DO UPDATE SET "
     "first_received_at = excluded.first_received_at, cutoff = excluded.cutoff, "
-    "generation = inbox_oldest.generation + 1 "
-    "WHERE inbox_oldest.cutoff IS NULL OR inbox_oldest.cutoff <= excluded.cutoff"
+    "generation = ackledger_inbox_oldest.generation + 1 "
+    "WHERE ackledger_inbox_oldest.cutoff IS NULL OR ackledger_inbox_oldest.cutoff <= "
+    "excluded.cutoff"
 )
 
 
