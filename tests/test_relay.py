@@ -66,9 +66,9 @@ def test_a_relay_started_while_the_sink_is_down_drains_once_it_comes_up(tmp_path
         # nothing else moves.
         wait_until(
             lambda: (
-                int(raw_rows(source, "SELECT attempts FROM ackledger_outbox WHERE seq = 1")[0][0])
+                int(raw_rows(source, "SELECT attempts FROM ackledger_outbox WHERE seq = 1")[0][0])  # type: ignore[call-overload]
                 >= 3
-            ),  # type: ignore[call-overload]
+            ),
             "failed attempts to be recorded",
         )
         [(error,)] = raw_rows(source, "SELECT last_error FROM ackledger_outbox WHERE seq = 1")
