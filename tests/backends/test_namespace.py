@@ -81,11 +81,11 @@ def objects(target: Target) -> dict[str, Any]:
     """The names and columns of everything in the database (PostgreSQL: its public schema),
     without the text SQLite keeps of each definition (renames quote the names in it)."""
     if target.dialect == "postgres":
-        found = postgres_schema(target.ref)
+        schema = postgres_schema(target.ref)
         # Without the columns' positions: a dump restored leaves out the gaps that dropped
         # columns leave in a table that was migrated.
-        found["columns"] = sorted((t, c, *rest) for t, c, _, *rest in found["columns"])
-        return found
+        positionless = sorted((row[0], row[1], *row[3:]) for row in schema["columns"])
+        return {**schema, "columns": positionless}
     conn = sqlite3.connect(target.ref)
     try:
         found = conn.execute(
@@ -204,7 +204,7 @@ USER_TABLES = {
     # Rails keeps its migrations under this name, with one column.
     "schema_migrations": "CREATE TABLE schema_migrations (version TEXT PRIMARY KEY)",
 }
-USER_ROWS = {
+USER_ROWS: dict[str, list[tuple[object, ...]]] = {
     "orders": [(1, "ada"), (2, "grace")],
     "outbox": [("hello",)],
     "inbox": [("m-1", "first")],
@@ -236,8 +236,9 @@ def user_db(request: pytest.FixtureRequest, tmp_path: Path) -> Target:
 def user_state(target: Target) -> dict[str, Any]:
     """The user's tables: their definitions (with their indexes and constraints) and rows."""
     rows = {name: target.rows(f"SELECT * FROM {name} ORDER BY 1") for name in USER_TABLES}
+    mine: dict[str, Any]
     if target.dialect == "postgres":
-        schema = postgres_schema(target.ref)
+        schema: dict[str, list[Any]] = postgres_schema(target.ref)
         mine = {
             "columns": [c for c in schema["columns"] if c[0] in USER_TABLES],
             "indexes": [i for i in schema["indexes"] if not i[0].startswith("ackledger_")],
