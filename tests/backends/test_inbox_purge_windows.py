@@ -187,9 +187,9 @@ def test_opening_a_database_of_migration_0009_records_its_oldest_and_drops_the_i
             (source, event_id, at + 10, at + 10),
         )
     target.execute("UPDATE ackledger_inbox SET first_received_at = 999.0 WHERE id = 'r3'")
-    assert "inbox_first_received" in _index_names(target)
+    assert "ackledger_inbox_first_received" in _index_names(target)
     with Inbox(target.ref) as inbox:  # opening migrates
-        assert "inbox_first_received" not in _index_names(target)
+        assert "ackledger_inbox_first_received" not in _index_names(target)
         assert _recorded(target) == (999.0, None, 0)
         assert len(_ids(target)) == 5
         assert inbox.receipt("r3", source="/tests/v9") is not None
@@ -198,7 +198,7 @@ def test_opening_a_database_of_migration_0009_records_its_oldest_and_drops_the_i
 
 def _index_names(target: Target) -> set[str]:
     if target.dialect == "postgres":
-        found = target.rows("SELECT indexname FROM pg_indexes WHERE tablename = 'inbox'")
+        found = target.rows("SELECT indexname FROM pg_indexes WHERE tablename = 'ackledger_inbox'")
     else:
         found = target.rows("SELECT name FROM sqlite_master WHERE type = 'index'")
     return {str(row[0]) for row in found}

@@ -154,11 +154,13 @@ def test_the_inbox_records_its_oldest_receipt_and_a_purge_walks_it(v1: V1Databas
         age = inbox.retention()["oldest_receipt_age_s"]
         assert age is not None and abs(age - (time.time() - first)) < 60
         indexes = (
-            "SELECT indexname FROM pg_indexes WHERE tablename = 'inbox'"
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'ackledger_inbox'"
             if v1.sink.dialect == "postgres"
-            else "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'inbox'"
+            else "SELECT name FROM sqlite_master WHERE type = 'index' "
+            "AND tbl_name = 'ackledger_inbox'"
         )
-        assert "inbox_first_received" not in {row[0] for row in v1.sink.rows(indexes)}
+        found = {row[0] for row in v1.sink.rows(indexes)}
+        assert not {"inbox_first_received", "ackledger_inbox_first_received"} & found
         assert inbox.purge(0.001, chunk=1, force=True) == 2
         assert inbox.retention() == {"purged": 2, "oldest_receipt_age_s": None}
         assert inbox.counters() == {"applied": 2, "duplicate": 1, "conflict": 0}

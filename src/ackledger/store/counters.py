@@ -1,4 +1,4 @@
-"""Durable counters: totals that only grow, kept in the ``counters`` table.
+"""Durable counters: totals that only grow, kept in the ``ackledger_counters`` table.
 
 Everyone bumps them (the sink's outcomes, the ledger's, the outbox's purges). A bump is an
 upsert, so a counter needs no row before its first use.
