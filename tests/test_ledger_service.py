@@ -17,7 +17,7 @@ from tests.inprocess import InProcess
 
 
 def _count(db: Path, table: str) -> int:
-    (count,) = raw_rows(db, f"SELECT COUNT(*) FROM {table}")[0]
+    (count,) = raw_rows(db, f"SELECT COUNT(*) FROM ackledger_{table}")[0]
     assert isinstance(count, int)
     return count
 

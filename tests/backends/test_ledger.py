@@ -32,7 +32,7 @@ def ledger(target: Target) -> Iterator[Ledger]:
 
 
 def count(target: Target, table: str) -> int:
-    (found,) = target.rows(f"SELECT COUNT(*) FROM {table}")[0]
+    (found,) = target.rows(f"SELECT COUNT(*) FROM ackledger_{table}")[0]
     assert isinstance(found, int)
     return found
 

@@ -146,14 +146,19 @@ class LedgerQueries(CounterQueries):
         self, case_id: str | None, after: int | None = None, limit: int | None = None
     ) -> list[dict[str, Any]]:
         return self._ledger_rows(
-            "deliveries", DELIVERY_COLUMNS, "delivery_no", case_id, after=after, limit=limit
+            "ackledger_deliveries",
+            DELIVERY_COLUMNS,
+            "delivery_no",
+            case_id,
+            after=after,
+            limit=limit,
         )
 
     def ledger_attempts(
         self, case_id: str | None, after: int | None = None, limit: int | None = None
     ) -> list[dict[str, Any]]:
         return self._ledger_rows(
-            "attempts", ATTEMPT_COLUMNS, "attempt_no", case_id, after=after, limit=limit
+            "ackledger_attempts", ATTEMPT_COLUMNS, "attempt_no", case_id, after=after, limit=limit
         )
 
     def ledger_attempts_of(self, delivery_nos: Sequence[int]) -> list[dict[str, Any]]:
