@@ -316,15 +316,19 @@ def test_the_lab_tables_come_with_the_first_lab_call_only(target: Target) -> Non
         assert inbox.stock("snack-7") == 3
 
 
-@pytest.mark.parametrize("call", ["receive", "stock", "migrate"])
+@pytest.mark.parametrize("call", ["receive", "accept", "migrate"])
 def test_each_lab_call_makes_the_lab_tables(target: Target, call: str) -> None:
     if call == "receive":
         with Inbox(target.ref) as inbox:
             assert inbox.receive(warehouse.event("w-1", "snack-7", 2)) == "applied"
         assert target.rows("SELECT sku, qty FROM inventory") == [("snack-7", 2)]
-    elif call == "stock":
+    elif call == "accept":
         with Inbox(target.ref) as inbox:
-            assert inbox.stock("snack-7") == 0
+            assert inbox.stock("snack-7") == 0  # only reads: no lab tables, no stock
+        assert not {"orders", "inventory"} & tables(target)
+        with Outbox(target.ref) as ob:
+            ob.accept({"id": "o-1", "sku": "snack-7", "qty": 3})
+            assert ob.order("o-1") is not None
     else:
         done = run_cli("migrate", "--target", target.ref, "--lab")
         assert done.returncode == 0, done.stderr
