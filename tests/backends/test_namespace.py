@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -50,21 +49,8 @@ def v2(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
         shutil.copyfile(FIXTURES / "v2.sqlite", path)
         yield Target("sqlite", str(path))
         return
-    pg.require_postgres()
-    name = pg.create_database()
-    try:
-        url = pg.url_for(name)
-        # The dump starts with psql's \restrict meta-command: psql loads it, psycopg cannot.
-        loaded = subprocess.run(
-            ["psql", "-q", "-v", "ON_ERROR_STOP=1", "-f", str(FIXTURES / "postgres.sql"), url],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert loaded.returncode == 0, loaded.stderr
+    with pg.restored(FIXTURES / "postgres.sql") as url:
         yield Target("postgres", url)
-    finally:
-        pg.drop_database(name)
 
 
 def tables(target: Target) -> set[str]:
