@@ -29,10 +29,17 @@ def post(app: InProcess, payload: Any, path: str = "/events") -> tuple[int, dict
     return status, headers, json.loads(body)
 
 
+def stock_rows(path: Path) -> list[tuple[object, ...]]:
+    """The lab's inventory, none before a lab event made its table."""
+    if not raw_rows(path, "SELECT 1 FROM sqlite_master WHERE name = 'inventory'"):
+        return []
+    return raw_rows(path, "SELECT sku, qty FROM inventory ORDER BY sku")
+
+
 def sink_state(path: Path) -> tuple[object, object]:
     return (
         raw_rows(path, "SELECT source, id, receipts FROM ackledger_inbox ORDER BY source, id"),
-        raw_rows(path, "SELECT sku, qty FROM inventory ORDER BY sku"),
+        stock_rows(path),
     )
 
 
@@ -191,7 +198,7 @@ def notes_state(path: Path) -> tuple[object, object, object]:
     return (
         raw_rows(path, "SELECT source, id, type FROM ackledger_inbox ORDER BY source, id"),
         raw_rows(path, "SELECT id, text FROM notes ORDER BY id"),
-        raw_rows(path, "SELECT sku, qty FROM inventory ORDER BY sku"),
+        stock_rows(path),
     )
 
 
