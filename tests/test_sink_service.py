@@ -17,7 +17,7 @@ from ackledger import new_event
 from ackledger.errors import Rejected
 from ackledger.sink.handler_tx import HandlerTransaction
 from ackledger.sink.inbox import Inbox
-from tests.conftest import raw_rows
+from tests.conftest import raw_rows, stock_rows
 from tests.events import SOURCE, lab
 from tests.inprocess import InProcess
 
@@ -27,13 +27,6 @@ SNACK = lab("snack-7", "snack", 7)
 def post(app: InProcess, payload: Any, path: str = "/events") -> tuple[int, dict[str, str], Any]:
     status, headers, body = app.request("POST", path, json.dumps(payload).encode())
     return status, headers, json.loads(body)
-
-
-def stock_rows(path: Path) -> list[tuple[object, ...]]:
-    """The lab's inventory, none before a lab event made its table."""
-    if not raw_rows(path, "SELECT 1 FROM sqlite_master WHERE name = 'inventory'"):
-        return []
-    return raw_rows(path, "SELECT sku, qty FROM inventory ORDER BY sku")
 
 
 def sink_state(path: Path) -> tuple[object, object]:
