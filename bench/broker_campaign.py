@@ -137,7 +137,7 @@ def _read(db: Path | str, sql: str) -> list[tuple[object, ...]]:
 
 
 def pending_ids(source: Path | str) -> set[str]:
-    return {str(row[0]) for row in _read(source, "SELECT id FROM outbox WHERE sent = 0")}
+    return {str(row[0]) for row in _read(source, "SELECT id FROM ackledger_outbox WHERE sent = 0")}
 
 
 def stock_by_order(sink: Path) -> dict[str, int]:
@@ -241,7 +241,7 @@ def run_schedule(
 
 
 def sent_count(source: Path | str) -> int:
-    return int(str(_read(source, "SELECT count(*) FROM outbox WHERE sent = 1")[0][0]))
+    return int(str(_read(source, "SELECT count(*) FROM ackledger_outbox WHERE sent = 1")[0][0]))
 
 
 def _wait_for(kill: Kill, source: Path | str, events: int) -> None:

@@ -200,15 +200,19 @@ def marks_rate(query: Query, total: int, timeout: float) -> float:
     neither are the events of that first mark. NaN if they did not finish in ``timeout``.
     """
     deadline = time.monotonic() + timeout
-    while query("SELECT 1 FROM outbox WHERE sent = 0 AND quarantined = 0 LIMIT 1", ()):
+    while query("SELECT 1 FROM ackledger_outbox WHERE sent = 0 AND quarantined = 0 LIMIT 1", ()):
         if time.monotonic() > deadline:
             return float("nan")
         time.sleep(0.02)
-    rows = query("SELECT count(*), min(sent_at), max(sent_at) FROM outbox WHERE sent = 1", ())
+    rows = query(
+        "SELECT count(*), min(sent_at), max(sent_at) FROM ackledger_outbox WHERE sent = 1", ()
+    )
     sent, first, last = rows[0]
     if sent < total or first is None or last <= first:
         return float("nan")
-    at_first = query("SELECT count(*) FROM outbox WHERE sent = 1 AND sent_at = ?", (first,))
+    at_first = query(
+        "SELECT count(*) FROM ackledger_outbox WHERE sent = 1 AND sent_at = ?", (first,)
+    )
     return rate(int(sent) - int(at_first[0][0]), float(last) - float(first))
 
 

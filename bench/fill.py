@@ -93,8 +93,8 @@ def sent_rows(path: Path, prefix: str, count: int) -> None:
                 )  # fmt: skip
             conn.execute("BEGIN IMMEDIATE")
             conn.executemany(
-                "INSERT INTO outbox (id, fingerprint, source, type, subject, partitionkey, "
-                "partition_key, data, event, sent, created_at, sent_at) "
+                "INSERT INTO ackledger_outbox (id, fingerprint, source, type, subject, "
+                "partitionkey, partition_key, data, event, sent, created_at, sent_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)",
                 rows,
             )

@@ -167,12 +167,12 @@ def item_daemon_run(
         # The CPU clocks start at the first mark, like the rate: the interpreter's start-up
         # and the outbox's opening are not per-event work.
         deadline = time.monotonic() + 60
-        while not conn.execute("SELECT 1 FROM outbox WHERE sent = 1 LIMIT 1").fetchall():
+        while not conn.execute("SELECT 1 FROM ackledger_outbox WHERE sent = 1 LIMIT 1").fetchall():
             if time.monotonic() > deadline or process.poll() is not None:
                 return float("nan"), float("nan"), float("nan")
             time.sleep(0.002)
         relay_cpu, sink_cpu = cpu_seconds(process.pid), cpu_seconds(sink_pid)
-        (marked,) = conn.execute("SELECT count(*) FROM outbox WHERE sent = 1").fetchone()
+        (marked,) = conn.execute("SELECT count(*) FROM ackledger_outbox WHERE sent = 1").fetchone()
         value = marks_rate(lambda sql, params: conn.execute(sql, params).fetchall(), total, 300)
         relay_cpu, sink_cpu = cpu_seconds(process.pid) - relay_cpu, cpu_seconds(sink_pid) - sink_cpu
     finally:

@@ -62,7 +62,7 @@ def relay_own_step(folder: Path, count: int, tag: str) -> tuple[float, float]:
 #: The per-item mark as the product makes it (``store/outbox.py``), written out here so that
 #: the floor stays the same whichever version of the product is measured.
 _BARE_MARK = (
-    "UPDATE outbox SET sent = CASE WHEN quarantined = 0 THEN 1 ELSE sent END, "
+    "UPDATE ackledger_outbox SET sent = CASE WHEN quarantined = 0 THEN 1 ELSE sent END, "
     "sent_at = CASE WHEN quarantined = 0 THEN COALESCE(sent_at, ?) ELSE sent_at END, "
     "attempts = attempts + 1, last_attempt_at = ? WHERE id = ? RETURNING id"
 )
@@ -76,7 +76,10 @@ def bare_mark_step(folder: Path, count: int, tag: str) -> tuple[float, float]:
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         conn.execute("PRAGMA synchronous = FULL")
-        ids = [row[0] for row in conn.execute("SELECT id FROM outbox WHERE sent = 0 ORDER BY seq")]
+        ids = [
+            row[0]
+            for row in conn.execute("SELECT id FROM ackledger_outbox WHERE sent = 0 ORDER BY seq")
+        ]
         start, cpu = time.perf_counter(), time.process_time()
         for event_id in ids:
             conn.execute("BEGIN IMMEDIATE")

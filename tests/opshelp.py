@@ -67,7 +67,7 @@ def one(
 
 
 def count(path: Path, where: str) -> int:
-    value: Any = raw_rows(path, f"SELECT COUNT(*) FROM outbox WHERE {where}")[0][0]
+    value: Any = raw_rows(path, f"SELECT COUNT(*) FROM ackledger_outbox WHERE {where}")[0][0]
     return int(value)
 
 

@@ -44,9 +44,11 @@ def loosen(path: Path) -> bytes:
     bytes. Returns the new text."""
     conn = sqlite3.connect(path)
     try:
-        (text,) = conn.execute("SELECT event FROM outbox WHERE id = ?", (LOOSE_ID,)).fetchone()
+        (text,) = conn.execute(
+            "SELECT event FROM ackledger_outbox WHERE id = ?", (LOOSE_ID,)
+        ).fetchone()
         loose = "{ " + str(text)[1:]
-        conn.execute("UPDATE outbox SET event = ? WHERE id = ?", (loose, LOOSE_ID))
+        conn.execute("UPDATE ackledger_outbox SET event = ? WHERE id = ?", (loose, LOOSE_ID))
         conn.commit()
     finally:
         conn.close()

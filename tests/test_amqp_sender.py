@@ -648,7 +648,7 @@ def _requeue(source: Path) -> None:
     """Every event pending again, for the next relay of the same outbox."""
     conn = sqlite3.connect(source)
     try:
-        conn.execute("UPDATE outbox SET sent = 0, sent_at = NULL")
+        conn.execute("UPDATE ackledger_outbox SET sent = 0, sent_at = NULL")
         conn.commit()
     finally:
         conn.close()

@@ -47,8 +47,8 @@ def test_duplicates_inside_and_across_batches_are_absorbed(
     # Across batches: the whole batch again.
     assert send([lab("d1", "sku-d", 3), lab("d2", "sku-d", 4)]) == 2
     assert stock(sink_db, "sku-d") == 7
-    receipts = pairs(raw_rows(sink_db, "SELECT id, receipts FROM inbox"))
+    receipts = pairs(raw_rows(sink_db, "SELECT id, receipts FROM ackledger_inbox"))
     assert receipts == {"d1": 3, "d2": 2}
-    counters = pairs(raw_rows(sink_db, "SELECT name, value FROM counters"))
+    counters = pairs(raw_rows(sink_db, "SELECT name, value FROM ackledger_counters"))
     assert counters["sink.applied"] == 2
     assert counters["sink.duplicate"] == 3

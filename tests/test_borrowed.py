@@ -46,7 +46,8 @@ class Database(Target):
         counters = [
             (str(name), int(value))
             for name, value in self.rows(
-                "SELECT name, value FROM counters WHERE name LIKE ? ORDER BY name", ("borrowed.%",)
+                "SELECT name, value FROM ackledger_counters WHERE name LIKE ? ORDER BY name",
+                ("borrowed.%",),
             )
         ]
         return orders, counters
@@ -83,7 +84,9 @@ def ackledger_writes(using: object, dialect: str, name: str) -> list[str]:
     transaction sees."""
     tx = borrow(using, dialect)
     same_database(tx, SOURCE)
-    tx.execute("INSERT INTO counters (name, value) VALUES (?, ?)", (f"borrowed.{name}", 1))
+    tx.execute(
+        "INSERT INTO ackledger_counters (name, value) VALUES (?, ?)", (f"borrowed.{name}", 1)
+    )
     tx.counter_bump("borrowed.total")  # executemany
     return [str(row[0]) for row in tx.execute("SELECT id FROM business ORDER BY id")]
 
@@ -450,7 +453,7 @@ def test_sqlite_legacy_mode_a_write_that_is_not_an_insert_keyword_stays_in_the_t
     try:
         tx = borrow(conn, "sqlite")
         tx.execute(
-            "WITH n(v) AS (SELECT 'evt-1') INSERT INTO counters (name, value) "
+            "WITH n(v) AS (SELECT 'evt-1') INSERT INTO ackledger_counters (name, value) "
             "SELECT 'borrowed.' || v, 1 FROM n"
         )
         assert conn.in_transaction
@@ -482,7 +485,7 @@ def test_a_subclass_of_a_drivers_connection_is_that_drivers(sqlite_db: Database)
     conn = sqlite3.connect(sqlite_db.ref, factory=AppConnection)
     try:
         borrow(conn, "sqlite").execute(
-            "INSERT INTO counters (name, value) VALUES ('borrowed.x', 1)"
+            "INSERT INTO ackledger_counters (name, value) VALUES ('borrowed.x', 1)"
         )
         conn.commit()
     finally:
@@ -697,7 +700,8 @@ def test_borrowing_a_sqlite3_connection_imports_no_optional_library(tmp_path: Pa
         "from ackledger.store import open_backend\n"
         f"backend = open_backend({str(tmp_path / 'lone.db')!r})\n"
         f"conn = sqlite3.connect({str(tmp_path / 'lone.db')!r})\n"
-        "backend.borrow(conn).execute(\"INSERT INTO counters (name, value) VALUES ('x', 1)\")\n"
+        'backend.borrow(conn).execute("INSERT INTO ackledger_counters (name, value) VALUES '
+        "('x', 1)\")\n"
         "print(sorted(m for m in ('sqlalchemy', 'django', 'psycopg', 'asyncpg') "
         "if m in sys.modules))\n"
     )

@@ -130,7 +130,7 @@ def test_a_consumer_into_postgresql_killed_after_its_commit_applies_once(
         assert crashed.process.wait(30) == 75
         # Read on a connection of its own: o-1 committed, and never acked.
         assert pg.rows(pg_url, "SELECT sku, qty FROM inventory") == [("tea", 1)]
-        assert pg.rows(pg_url, "SELECT id FROM inbox") == [("o-1",)]
+        assert pg.rows(pg_url, "SELECT id FROM ackledger_inbox") == [("o-1",)]
 
         consumer = start_consumer("--from", route.consume_url, "--db", pg_url)
         with Inbox(pg_url) as inbox:
@@ -139,7 +139,11 @@ def test_a_consumer_into_postgresql_killed_after_its_commit_applies_once(
         eventually(lambda: route.left() == 0, "every message acked")
         assert consumer.stop(signal.SIGTERM) == 0
     assert pg.rows(pg_url, "SELECT sku, qty FROM inventory") == [("tea", 7)]  # once each
-    assert sorted(pg.rows(pg_url, "SELECT id FROM inbox")) == [("o-1",), ("o-2",), ("o-3",)]
+    assert sorted(pg.rows(pg_url, "SELECT id FROM ackledger_inbox")) == [
+        ("o-1",),
+        ("o-2",),
+        ("o-3",),
+    ]
 
 
 #: Where a publish begins on the wire: AMQP's basic.publish method (class 60, method 40) and

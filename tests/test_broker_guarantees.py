@@ -61,7 +61,10 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 def _rows(url: str, where: str) -> list[str]:
-    return [str(r[0]) for r in pg.rows(url, f"SELECT id FROM outbox WHERE {where} ORDER BY seq")]
+    return [
+        str(r[0])
+        for r in pg.rows(url, f"SELECT id FROM ackledger_outbox WHERE {where} ORDER BY seq")
+    ]
 
 
 def test_a_returned_message_is_marked_nowhere_and_quarantined(

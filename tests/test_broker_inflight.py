@@ -69,7 +69,10 @@ def _unrouted(event_id: str) -> dict[str, Any]:
 def _sent(db: Path) -> list[str]:
     """The marked ids in outbox order, read on a connection of the test's own."""
     with sqlite3.connect(db) as conn:
-        return [r[0] for r in conn.execute("SELECT id FROM outbox WHERE sent = 1 ORDER BY seq")]
+        return [
+            r[0]
+            for r in conn.execute("SELECT id FROM ackledger_outbox WHERE sent = 1 ORDER BY seq")
+        ]
 
 
 def _outbox_of(db: Path, events: list[dict[str, Any]]) -> None:
@@ -348,7 +351,7 @@ def test_resends_after_a_kill_are_at_most_the_batches_in_flight(
     log = tmp_path / "relay.log"
 
     def marked() -> int:
-        return int(pg.rows(pg_url, "SELECT count(*) FROM outbox WHERE sent = 1")[0][0])
+        return int(pg.rows(pg_url, "SELECT count(*) FROM ackledger_outbox WHERE sent = 1")[0][0])
 
     at = random.Random(14).randrange(200, 800)
     relay = [*cli_command("relay", "--source", pg_url, "--to", broker.url(), "--batch",

@@ -55,7 +55,9 @@ def test_accept_conflict_is_refused_and_writes_nothing(source_db: Path) -> None:
     result = run_cli("accept", "--source", str(source_db), stdin=json.dumps({**SNACK, "qty": 1}))
     assert_one_line_error(result, "snack-7")
     assert raw_rows(source_db, "SELECT qty FROM orders") == [(7,)]
-    assert raw_rows(source_db, "SELECT data FROM outbox") == [('{"qty":7,"sku":"snack"}',)]
+    assert raw_rows(source_db, "SELECT data FROM ackledger_outbox") == [
+        ('{"qty":7,"sku":"snack"}',)
+    ]
 
 
 def test_pending_json_and_table(source_db: Path) -> None:
@@ -109,10 +111,10 @@ def test_publish_prints_the_seq_of_any_event(source_db: Path) -> None:
 )
 def test_bad_arguments_are_one_line_exit_2(source_db: Path, args: list[str], word: str) -> None:
     run_cli("accept", "--source", str(source_db), stdin=json.dumps(SNACK))
-    before = raw_rows(source_db, "SELECT seq, sent, attempts FROM outbox")
+    before = raw_rows(source_db, "SELECT seq, sent, attempts FROM ackledger_outbox")
     result = run_cli(*args[:1], "--source", str(source_db), *args[1:])
     assert_one_line_error(result, word)
-    assert raw_rows(source_db, "SELECT seq, sent, attempts FROM outbox") == before
+    assert raw_rows(source_db, "SELECT seq, sent, attempts FROM ackledger_outbox") == before
 
 
 def test_reading_commands_never_create_a_database(tmp_path: Path) -> None:
@@ -146,7 +148,7 @@ def test_dispatch_batch_flag(source_db: Path, sink_service: Service, sink_db: Pa
     url = sink_service.base_url + "/events"
     result = run_cli("dispatch", "--source", str(source_db), "--to", url, "--batch")
     assert result.returncode == 0, result.stderr
-    assert raw_rows(source_db, "SELECT sum(sent) FROM outbox") == [(3,)]
+    assert raw_rows(source_db, "SELECT sum(sent) FROM ackledger_outbox") == [(3,)]
     assert raw_rows(sink_db, "SELECT qty FROM inventory") == [(21,)]
 
 
@@ -161,7 +163,7 @@ def test_dispatch_to_a_dead_sink_exits_1_and_says_what_stays_pending(source_db: 
     assert result.returncode == 1
     assert "still pending: snack-7" in result.stderr
     assert "Traceback" not in result.stderr
-    assert raw_rows(source_db, "SELECT sent, attempts FROM outbox") == [(0, 1)]
+    assert raw_rows(source_db, "SELECT sent, attempts FROM ackledger_outbox") == [(0, 1)]
 
 
 def test_serve_rejects_a_bad_port(sink_db: Path) -> None:

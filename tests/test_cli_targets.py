@@ -181,7 +181,7 @@ def test_checking_a_target_keeps_the_locks_of_the_connections_already_open(
     conn = sqlite3.connect(source_db)
     try:
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-        assert conn.execute("SELECT id, sent FROM outbox ORDER BY seq").fetchall() == [
+        assert conn.execute("SELECT id, sent FROM ackledger_outbox ORDER BY seq").fetchall() == [
             ("t-1", 0),
             ("t-2", 1),
         ]

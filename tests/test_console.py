@@ -70,11 +70,15 @@ def _get(app: InProcess, path: str) -> httpx.Response:
 
 
 def _state(scene: Scene) -> list[tuple[object, ...]]:
-    return raw_rows(Path(scene.source), "SELECT id, sent, quarantined FROM outbox ORDER BY seq")
+    return raw_rows(
+        Path(scene.source), "SELECT id, sent, quarantined FROM ackledger_outbox ORDER BY seq"
+    )
 
 
 def _log(scene: Scene) -> list[tuple[object, ...]]:
-    return raw_rows(Path(scene.source), "SELECT event_id, kind FROM outbox_log ORDER BY seq")
+    return raw_rows(
+        Path(scene.source), "SELECT event_id, kind FROM ackledger_outbox_log ORDER BY seq"
+    )
 
 
 @pytest.mark.parametrize("token", [None, "", "wrong-token-0000", TOKEN + "x"])
@@ -140,7 +144,7 @@ def test_a_reason_with_markup_is_shown_as_text(app: InProcess, scene: Scene) -> 
     answer = _post(app, "/quarantine", f"id=order-0011&reason={EVIL}&token={TOKEN}")
     assert answer.status_code == 200
     stored = raw_rows(
-        Path(scene.source), "SELECT quarantine_reason FROM outbox WHERE id = 'order-0011'"
+        Path(scene.source), "SELECT quarantine_reason FROM ackledger_outbox WHERE id = 'order-0011'"
     )
     assert stored == [(EVIL,)]
     for path in ("/events", "/trace?id=order-0011"):
@@ -213,7 +217,7 @@ def test_an_invalid_reason_is_400_and_nothing_is_stored(
     assert answer.status_code == 400, answer.text
     assert "reason" in answer.text or "UTF-8" in answer.text
     assert _state(scene) == before and _log(scene) == logged
-    stored = raw_rows(Path(scene.source), "SELECT quarantine_reason FROM outbox")
+    stored = raw_rows(Path(scene.source), "SELECT quarantine_reason FROM ackledger_outbox")
     assert not any("\ufffd" in str(row[0]) for row in stored)
 
 

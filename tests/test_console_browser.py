@@ -80,7 +80,9 @@ def console(scene: Scene) -> Iterator[Service]:
 
 
 def _count(db: str, where: str) -> int:
-    return int(str(raw_rows(Path(db), f"SELECT COUNT(*) FROM outbox WHERE {where}")[0][0]))
+    return int(
+        str(raw_rows(Path(db), f"SELECT COUNT(*) FROM ackledger_outbox WHERE {where}")[0][0])
+    )
 
 
 def _figure(page: Any, key: str) -> str:
@@ -115,7 +117,9 @@ def test_quarantine_and_requeue_with_the_buttons_write_the_outbox_log(
 ) -> None:
     _quarantine_with_the_button(page, console.base_url, "order-0009", "held by the browser test")
     assert raw_rows(
-        Path(scene.source), "SELECT quarantined, sent FROM outbox WHERE id = ?", ("order-0009",)
+        Path(scene.source),
+        "SELECT quarantined, sent FROM ackledger_outbox WHERE id = ?",
+        ("order-0009",),
     ) == [(1, 0)]
 
     page.goto(console.base_url + "/events")
@@ -124,10 +128,12 @@ def test_quarantine_and_requeue_with_the_buttons_write_the_outbox_log(
     group.locator("tr[data-id='order-0009'] button").click()
     assert "requeued order-0009" in page.locator("#done").inner_text()
     assert raw_rows(
-        Path(scene.source), "SELECT quarantined, sent FROM outbox WHERE id = ?", ("order-0009",)
+        Path(scene.source),
+        "SELECT quarantined, sent FROM ackledger_outbox WHERE id = ?",
+        ("order-0009",),
     ) == [(0, 0)]
     kinds = raw_rows(
-        Path(scene.source), "SELECT kind FROM outbox_log WHERE event_id = ? ORDER BY seq",
+        Path(scene.source), "SELECT kind FROM ackledger_outbox_log WHERE event_id = ? ORDER BY seq",
         ("order-0009",),
     )  # fmt: skip
     assert kinds == [("quarantined",), ("requeued",)]
@@ -138,8 +144,10 @@ def test_quarantine_and_requeue_with_the_buttons_write_the_outbox_log(
 def test_a_wrong_token_is_refused_and_nothing_is_written(
     page: Any, console: Service, scene: Scene
 ) -> None:
-    before = raw_rows(Path(scene.source), "SELECT id, quarantined FROM outbox ORDER BY seq")
-    logged = "SELECT COUNT(*) FROM outbox_log WHERE event_id = 'order-0008'"
+    before = raw_rows(
+        Path(scene.source), "SELECT id, quarantined FROM ackledger_outbox ORDER BY seq"
+    )
+    logged = "SELECT COUNT(*) FROM ackledger_outbox_log WHERE event_id = 'order-0008'"
     logged_before = raw_rows(Path(scene.source), logged)
     page.goto(console.base_url + "/events")
     row = page.locator("tr.quarantined[data-id='order-0008']")
@@ -148,7 +156,10 @@ def test_a_wrong_token_is_refused_and_nothing_is_written(
         row.locator("button").click()
     assert answer.value.status == 403
     assert "not the console's token" in page.locator("#message").inner_text()
-    assert raw_rows(Path(scene.source), "SELECT id, quarantined FROM outbox ORDER BY seq") == before
+    assert (
+        raw_rows(Path(scene.source), "SELECT id, quarantined FROM ackledger_outbox ORDER BY seq")
+        == before
+    )
     assert raw_rows(Path(scene.source), logged) == logged_before
 
 
@@ -164,7 +175,7 @@ def test_quarantined_events_are_grouped_by_reason_and_a_group_requeues_at_once(
     groups.nth(0).locator("form[action='/requeue-group'] input[name=token]").fill(TOKEN)
     groups.nth(0).locator("form[action='/requeue-group'] button").click()
     assert page.locator("#done").inner_text().count("requeued") == 2
-    rows = raw_rows(Path(scene.source), "SELECT id FROM outbox WHERE quarantined = 1")
+    rows = raw_rows(Path(scene.source), "SELECT id FROM ackledger_outbox WHERE quarantined = 1")
     assert rows == [("order-0008",)]
 
 
@@ -180,7 +191,7 @@ def test_the_trace_of_an_event_shows_every_stage_from_its_link(
     ]  # fmt: skip
     # order-0006 is in the sink's inbox (read here from the file) but not marked sent.
     receipts = raw_rows(
-        Path(scene.sink), "SELECT COUNT(*) FROM inbox WHERE id = ?", ("order-0006",)
+        Path(scene.sink), "SELECT COUNT(*) FROM ackledger_inbox WHERE id = ?", ("order-0006",)
     )
     assert receipts == [(1,)]
     assert page.locator("tr[data-stage=sink] td").nth(1).inner_text() == "yes"
@@ -198,7 +209,7 @@ def test_reconcile_and_the_ledger_pages_show_what_the_databases_hold(
     assert "consistent" in page.locator("#verdict").inner_text()
     page.goto(console.base_url + "/ledger?limit=3")
     deliveries = raw_rows(
-        Path(scene.ledger), "SELECT delivery_no FROM deliveries ORDER BY delivery_no"
+        Path(scene.ledger), "SELECT delivery_no FROM ackledger_deliveries ORDER BY delivery_no"
     )
     shown = page.locator("tr.key")
     assert [int(shown.nth(i).get_attribute("data-delivery")) for i in range(3)] == [
@@ -206,7 +217,9 @@ def test_reconcile_and_the_ledger_pages_show_what_the_databases_hold(
     ]
     first = deliveries[0][0]
     attempts = raw_rows(
-        Path(scene.ledger), "SELECT COUNT(*) FROM attempts WHERE delivery_no = ?", (first,)
+        Path(scene.ledger),
+        "SELECT COUNT(*) FROM ackledger_attempts WHERE delivery_no = ?",
+        (first,),
     )
     assert shown.nth(0).locator(".attempt-count").inner_text() == str(attempts[0][0]) == "2"
     page.locator("#next").click()
@@ -229,10 +242,10 @@ def test_the_console_on_postgresql_quarantines_with_its_button(
         service.stop()
     with psycopg.connect(pg_url) as conn:
         found = conn.execute(
-            "SELECT quarantined, quarantine_reason FROM outbox WHERE id = 'order-0011'"
+            "SELECT quarantined, quarantine_reason FROM ackledger_outbox WHERE id = 'order-0011'"
         ).fetchall()
         logged = conn.execute(
-            "SELECT kind FROM outbox_log WHERE event_id = 'order-0011'"
+            "SELECT kind FROM ackledger_outbox_log WHERE event_id = 'order-0011'"
         ).fetchall()
     assert found == [(1, "held on PostgreSQL")]
     assert logged == [("quarantined",)]

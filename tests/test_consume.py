@@ -85,7 +85,7 @@ def inventory(db: Path, sku: str) -> int:
 
 
 def inbox_ids(db: Path) -> list[str]:
-    return [str(row[0]) for row in raw_rows(db, "SELECT id FROM inbox ORDER BY id")]
+    return [str(row[0]) for row in raw_rows(db, "SELECT id FROM ackledger_inbox ORDER BY id")]
 
 
 def eventually(check: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:

@@ -21,7 +21,7 @@ def _age(db: Path, seconds: float, event_id: str) -> None:
     conn = sqlite3.connect(db, isolation_level=None, timeout=30)
     try:
         conn.execute(
-            "UPDATE inbox SET first_received_at = first_received_at - ? WHERE id = ?",
+            "UPDATE ackledger_inbox SET first_received_at = first_received_at - ? WHERE id = ?",
             (seconds, event_id),
         )
     finally:
@@ -94,6 +94,6 @@ def test_a_purge_deletes_at_most_a_window_a_transaction_and_joins_sparse_windows
         ]
         assert bumps == [10, 10, 10, 5, 3]
         assert len(deletes) == len(bumps)
-        assert sorted(str(row[0]) for row in raw_rows(db, "SELECT id FROM inbox")) == sorted(
-            set(ids) - set(old)
-        )
+        assert sorted(
+            str(row[0]) for row in raw_rows(db, "SELECT id FROM ackledger_inbox")
+        ) == sorted(set(ids) - set(old))

@@ -68,7 +68,7 @@ def test_a_lone_new_event_is_one_read_and_one_write_transaction(
     assert inbox.counters() == {"applied": 1, "duplicate": 0, "conflict": 0}
     assert inbox.receive(_event("n-2", qty=1)) == "applied"
     # Each takes the next arrival number: the counter's bump is committed with the claim.
-    query = "SELECT id, arrival, last_arrival FROM inbox ORDER BY id"
+    query = "SELECT id, arrival, last_arrival FROM ackledger_inbox ORDER BY id"
     rows = raw_rows(tmp_path / "inbox.db", query)
     assert rows == [("n-1", 1, 1), ("n-2", 2, 2)]
 
@@ -119,7 +119,7 @@ def test_a_lone_resend_is_answered_from_a_read(
     # The note is in the file for any other connection: receipts, last arrival, counters.
     rows = raw_rows(
         tmp_path / "inbox.db",
-        "SELECT receipts, arrival, last_arrival FROM inbox WHERE id = ?",
+        "SELECT receipts, arrival, last_arrival FROM ackledger_inbox WHERE id = ?",
         ("d-1",),
     )
     assert rows == [(2, 1, 2)]
@@ -183,7 +183,7 @@ def test_a_run_stopped_by_a_conflict_gives_back_its_tail_and_the_rest_is_claimed
     assert verbs.count("INSERT") == 2 + 2 + 1  # two claims, two handlers, the counts
     assert inbox.stock("tea") == 1 + 1 + 5
     assert inbox.counters() == {"applied": 3, "duplicate": 0, "conflict": 1}
-    rows = raw_rows(tmp_path / "inbox.db", "SELECT id, arrival FROM inbox ORDER BY id")
+    rows = raw_rows(tmp_path / "inbox.db", "SELECT id, arrival FROM ackledger_inbox ORDER BY id")
     # Numbers follow the runs applied one by one: k-a 2, k-0's conflict 3, k-1 4.
     assert rows == [("k-0", 1), ("k-1", 4), ("k-a", 2)]
 
@@ -235,8 +235,8 @@ def test_a_lone_event_claimed_between_its_read_and_its_write(
     assert inbox.counters() == counts
     rows = raw_rows(
         tmp_path / "inbox.db",
-        "SELECT receipts, arrival, last_arrival, (SELECT value FROM counters "
-        "WHERE name = 'sink.arrival') FROM inbox WHERE id = ?",
+        "SELECT receipts, arrival, last_arrival, (SELECT value FROM ackledger_counters "
+        "WHERE name = 'sink.arrival') FROM ackledger_inbox WHERE id = ?",
         ("x-1",),
     )
     # A duplicate takes the next arrival number; a conflict takes one that shows nowhere.

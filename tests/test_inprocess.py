@@ -38,5 +38,7 @@ def test_the_same_event_from_16_threads_at_once_is_applied_once(
     assert [status for status, _, _ in answers] == [200] * 16
     assert sorted(body["status"] for _, _, body in answers) == ["applied"] + ["duplicate"] * 15
     assert all((body["id"], body["source"]) == ("e1", SOURCE) for _, _, body in answers)
-    assert raw_rows(sink_db, "SELECT source, id, receipts FROM inbox") == [(SOURCE, "e1", 16)]
+    assert raw_rows(sink_db, "SELECT source, id, receipts FROM ackledger_inbox") == [
+        (SOURCE, "e1", 16)
+    ]
     assert raw_rows(sink_db, "SELECT sku, qty FROM inventory") == [("tea", 2)]

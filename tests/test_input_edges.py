@@ -63,7 +63,7 @@ def test_a_timeout_beyond_a_day_is_refused_before_anything_is_sent(
         "--timeout", timeout,
     )  # fmt: skip
     assert_one_line_error(result, "--timeout")
-    assert raw_rows(source_db, "SELECT attempts FROM outbox") == [(0,)]
+    assert raw_rows(source_db, "SELECT attempts FROM ackledger_outbox") == [(0,)]
 
 
 @pytest.mark.parametrize("timeout", [math.inf, math.nan, 1e300, 0, -1, True])
@@ -90,7 +90,7 @@ def test_a_duration_past_100_years_is_refused_and_nothing_is_purged(source_db: P
     for text in ("99999999999999999999999999w", "5300w"):
         result = run_cli("purge", "--source", str(source_db), "--sent-older-than", text)
         assert_one_line_error(result, "too long")
-    assert raw_rows(source_db, "SELECT id, sent FROM outbox") == [("e-1", 1)]
+    assert raw_rows(source_db, "SELECT id, sent FROM ackledger_outbox") == [("e-1", 1)]
     with Outbox(source_db) as outbox, pytest.raises(ValueError, match="older_than_seconds"):
         outbox.purge(10**400)
 
@@ -100,7 +100,7 @@ def test_only_ascii_digits_are_numbers(source_db: Path) -> None:
     assert_one_line_error(run_cli("pending", "--source", str(source_db), "--limit", "\u0663"))
     result = run_cli("purge", "--source", str(source_db), "--sent-older-than", "\u0667d")
     assert_one_line_error(result, "not a number")
-    assert raw_rows(source_db, "SELECT id FROM outbox") == [("e-1",)]
+    assert raw_rows(source_db, "SELECT id FROM ackledger_outbox") == [("e-1",)]
 
 
 def test_port_zero_in_a_target_is_refused_before_anything_is_sent(source_db: Path) -> None:
@@ -108,7 +108,7 @@ def test_port_zero_in_a_target_is_refused_before_anything_is_sent(source_db: Pat
         outbox.accept(EVENT)
     result = run_cli("dispatch", "--source", str(source_db), "--to", "http://127.0.0.1:0/events")
     assert_one_line_error(result, "port 0")
-    assert raw_rows(source_db, "SELECT attempts FROM outbox") == [(0,)]
+    assert raw_rows(source_db, "SELECT attempts FROM ackledger_outbox") == [(0,)]
     with pytest.raises(UnsafeTarget, match="port 0"):
         send_http(CLOUD, "http://127.0.0.1:0/events")
 
@@ -143,7 +143,7 @@ def test_deliver_with_a_payload_the_ledger_finds_too_large_is_bad_input(
         "--work-id", "w", "--payload", payload,
     )  # fmt: skip
     assert_one_line_error(result, "--payload", "too large")
-    assert raw_rows(ledger_db, "SELECT COUNT(*) FROM attempts") == [(0,)]
+    assert raw_rows(ledger_db, "SELECT COUNT(*) FROM ackledger_attempts") == [(0,)]
 
 
 def test_quarantine_reasons_are_one_printable_line(source_db: Path) -> None:
@@ -152,7 +152,7 @@ def test_quarantine_reasons_are_one_printable_line(source_db: Path) -> None:
     for reason in ("a\nforged line", "bell\x07", "esc\x1b[2J"):
         result = run_cli("quarantine", "e-1", "--source", str(source_db), "--reason", reason)
         assert_one_line_error(result, "reason")
-    assert raw_rows(source_db, "SELECT quarantined FROM outbox") == [(0,)]
+    assert raw_rows(source_db, "SELECT quarantined FROM ackledger_outbox") == [(0,)]
     # A reason the relay makes from a sink's answer is made printable and short enough.
     made = reason_from("sink said:\n" + "x" * 5000)
     assert made.isprintable() and len(made) == MAX_REASON
@@ -220,8 +220,8 @@ def test_json_bodies_must_be_utf8(
             answer = service.request("POST", path, raw, {"Content-Type": declared})
             detail = str(_problem(answer, 400)["detail"])
             assert "UTF-8" in detail or "not valid JSON" in detail, detail
-    assert raw_rows(sink_db, "SELECT COUNT(*) FROM inbox") == [(0,)]
-    assert raw_rows(ledger_db, "SELECT COUNT(*) FROM attempts") == [(0,)]
+    assert raw_rows(sink_db, "SELECT COUNT(*) FROM ackledger_inbox") == [(0,)]
+    assert raw_rows(ledger_db, "SELECT COUNT(*) FROM ackledger_attempts") == [(0,)]
 
 
 def test_a_key_given_twice_in_one_object_is_refused(
@@ -241,8 +241,8 @@ def test_a_key_given_twice_in_one_object_is_refused(
     ):
         answer = service.request("POST", path, raw, {"Content-Type": declared})
         assert "appears twice" in str(_problem(answer, 400)["detail"])
-    assert raw_rows(sink_db, "SELECT COUNT(*) FROM inbox") == [(0,)]
-    assert raw_rows(ledger_db, "SELECT COUNT(*) FROM attempts") == [(0,)]
+    assert raw_rows(sink_db, "SELECT COUNT(*) FROM ackledger_inbox") == [(0,)]
+    assert raw_rows(ledger_db, "SELECT COUNT(*) FROM ackledger_attempts") == [(0,)]
     db = tmp_path / "new.db"
     for command, raw in (("accept", twice_order), ("publish", twice_sink)):
         result = run_cli(command, "--source", str(db), stdin=raw.decode())
@@ -279,8 +279,10 @@ def test_a_body_not_declared_as_json_is_refused(
     # structured body is not an event.
     other = json.dumps(lab("e-2", "pen", 1)).encode()
     _problem(sink_app.request("POST", "/events", other, {"Content-Type": "application/json"}), 400)
-    assert raw_rows(sink_db, "SELECT COUNT(*) FROM inbox") == [(1,)]  # from the last, typed post
-    assert raw_rows(ledger_db, "SELECT COUNT(*) FROM attempts") == [(1,)]
+    assert raw_rows(sink_db, "SELECT COUNT(*) FROM ackledger_inbox") == [
+        (1,)
+    ]  # from the last, typed post
+    assert raw_rows(ledger_db, "SELECT COUNT(*) FROM ackledger_attempts") == [(1,)]
 
 
 # --- more edges: partition relays, time-outs, reasons, payload numbers, strict JSON ---------------

@@ -55,7 +55,9 @@ def test_sqlite3_page(tmp_path: Path) -> None:
     conn = sqlite3.connect(tmp_path / "shop.db")
     try:
         orders = conn.execute("SELECT id FROM shop_orders ORDER BY id").fetchall()
-        events = conn.execute("SELECT id, source, type FROM outbox ORDER BY seq").fetchall()
+        events = conn.execute(
+            "SELECT id, source, type FROM ackledger_outbox ORDER BY seq"
+        ).fetchall()
     finally:
         conn.close()
     # The rolled-back order left neither its row nor its event.
@@ -67,5 +69,7 @@ def test_sqlite3_page(tmp_path: Path) -> None:
 def test_postgres_pages(page: str, tmp_path: Path, pg_empty_url: str) -> None:
     run_page(page, tmp_path, pg_empty_url)
     orders = {row[0] for row in pg.rows(pg_empty_url, "SELECT id FROM shop_orders")}
-    events = {row[0] for row in pg.rows(pg_empty_url, "SELECT id FROM outbox WHERE sent = 0")}
+    events = {
+        row[0] for row in pg.rows(pg_empty_url, "SELECT id FROM ackledger_outbox WHERE sent = 0")
+    }
     assert orders and orders == events

@@ -114,7 +114,7 @@ def test_any_plugin_gets_its_schema_handler_and_former_fingerprint(
         assert inbox.receive(new_event(TYPE, {"n": 1}, source=SOURCE, id="p-1")) == "applied"
         # A receipt stored by an older version holds the former fingerprint: the same event.
         with inbox._db.write() as tx:
-            tx.execute("UPDATE inbox SET fingerprint = 'former-p-1-1' WHERE id = 'p-1'")
+            tx.execute("UPDATE ackledger_inbox SET fingerprint = 'former-p-1-1' WHERE id = 'p-1'")
         assert inbox.receive(new_event(TYPE, {"n": 1}, source=SOURCE, id="p-1")) == "duplicate"
         with pytest.raises(Conflict):
             inbox.receive(new_event(TYPE, {"n": 2}, source=SOURCE, id="p-1"))

@@ -35,7 +35,7 @@ def test_fail_after_save_exits_75_and_the_retry_gets_the_same_number(
     assert crashed.returncode == 75
     assert crashed.stdout == ""
     assert "saved delivery" in crashed.stderr
-    saved = raw_rows(ledger_db, "SELECT delivery_no, pod_uid FROM attempts")
+    saved = raw_rows(ledger_db, "SELECT delivery_no, pod_uid FROM ackledger_attempts")
     assert len(saved) == 1 and saved[0][1] == "A"
 
     retry = run_cli(*_deliver(ledger_service, *key, "--pod-uid", "B"))
@@ -55,10 +55,10 @@ def test_pod_uid_comes_from_the_environment_else_a_fresh_uuid(
     )
     assert run_cli(*_deliver(ledger_service, *key), env=_env()).returncode == 0
     assert run_cli(*_deliver(ledger_service, *key), env=_env()).returncode == 0
-    pods = [str(row[0]) for row in raw_rows(ledger_db, "SELECT pod_uid FROM attempts")]
+    pods = [str(row[0]) for row in raw_rows(ledger_db, "SELECT pod_uid FROM ackledger_attempts")]
     assert pods[0] == "from-downward-api"
     assert UUID.fullmatch(pods[1]) and UUID.fullmatch(pods[2]) and pods[1] != pods[2]
-    assert raw_rows(ledger_db, "SELECT COUNT(*) FROM deliveries") == [(1,)]
+    assert raw_rows(ledger_db, "SELECT COUNT(*) FROM ackledger_deliveries") == [(1,)]
 
 
 def test_control_mode_and_payload_from_the_command_line(
@@ -76,7 +76,7 @@ def test_control_mode_and_payload_from_the_command_line(
     clash = run_cli(*_deliver(ledger_service, *key, "--payload", '{"qty": 3}'))
     assert clash.returncode == 2 and clash.stdout == ""
     assert clash.stderr.count("\n") == 1 and "another payload" in clash.stderr
-    assert raw_rows(ledger_db, "SELECT outcome FROM attempts WHERE work_id = 'p'") == [
+    assert raw_rows(ledger_db, "SELECT outcome FROM ackledger_attempts WHERE work_id = 'p'") == [
         ("applied",),
         ("conflict",),
     ]
@@ -104,7 +104,7 @@ def test_bad_worker_input_is_one_line_exit_2_and_nothing_is_recorded(
     assert done.stdout == ""
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("ackledger: error:")
     assert named in done.stderr and "Traceback" not in done.stderr
-    assert raw_rows(ledger_db, "SELECT COUNT(*) FROM attempts") == [(0,)]
+    assert raw_rows(ledger_db, "SELECT COUNT(*) FROM ackledger_attempts") == [(0,)]
 
 
 @pytest.mark.parametrize(
@@ -140,7 +140,7 @@ def test_purge_refuses_a_bad_duration_and_deletes_nothing(ledger_db: Path, age: 
     done = run_cli("ledger", "purge", "--db", str(ledger_db), "--older-than", age)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "--older-than" in done.stderr
-    assert raw_rows(ledger_db, "SELECT COUNT(*) FROM deliveries") == [(1,)]
+    assert raw_rows(ledger_db, "SELECT COUNT(*) FROM ackledger_deliveries") == [(1,)]
 
 
 def test_purge_never_creates_a_database(tmp_path: Path) -> None:

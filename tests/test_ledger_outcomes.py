@@ -40,7 +40,8 @@ def _runs(log: Path) -> list[str]:
 def _attempts(db: Path, work_id: str) -> list[tuple[Any, ...]]:
     return raw_rows(
         db,
-        "SELECT pod_uid, claim, exit_status FROM attempts WHERE work_id = ? ORDER BY attempt_no",
+        "SELECT pod_uid, claim, exit_status FROM ackledger_attempts WHERE work_id = ? ORDER "
+        "BY attempt_no",
         (work_id,),
     )
 
@@ -143,7 +144,7 @@ def test_bad_run_options_are_one_line_exit_2_and_record_nothing(
         assert done.returncode == 2, (extra, done.stderr)
         assert done.stderr.count("\n") == 1 and flag in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
-    assert raw_rows(ledger_db, "SELECT COUNT(*) FROM attempts") == [(0,)]
+    assert raw_rows(ledger_db, "SELECT COUNT(*) FROM ackledger_attempts") == [(0,)]
 
 
 BAD_REPORTS: list[tuple[str, object, str]] = [
@@ -168,8 +169,8 @@ def test_outcome_routes_refuse_bad_bodies_naming_the_field_and_record_nothing(
 ) -> None:
     first = ledger_app.deliver(case_id="c", work_id="w", claim_ttl=60)
     assert first[0] == 201
-    before = raw_rows(ledger_db, "SELECT * FROM deliveries") + raw_rows(
-        ledger_db, "SELECT * FROM attempts"
+    before = raw_rows(ledger_db, "SELECT * FROM ackledger_deliveries") + raw_rows(
+        ledger_db, "SELECT * FROM ackledger_attempts"
     )
     for path, body, field in BAD_REPORTS:
         status, headers, problem = ledger_app.post(path, body)
@@ -178,8 +179,8 @@ def test_outcome_routes_refuse_bad_bodies_naming_the_field_and_record_nothing(
         assert problem["ledger"]["pod_uid"] == "ledger-uid-1"
     status, _, problem = ledger_app.post("/deliveries/complete", {"case_id": "c", "work_id": "x"})
     assert status == 404 and problem["type"].endswith("/unknown-delivery")
-    after = raw_rows(ledger_db, "SELECT * FROM deliveries") + raw_rows(
-        ledger_db, "SELECT * FROM attempts"
+    after = raw_rows(ledger_db, "SELECT * FROM ackledger_deliveries") + raw_rows(
+        ledger_db, "SELECT * FROM ackledger_attempts"
     )
     assert after == before
 

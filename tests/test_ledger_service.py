@@ -17,7 +17,7 @@ from tests.inprocess import InProcess
 
 
 def _count(db: Path, table: str) -> int:
-    (count,) = raw_rows(db, f"SELECT COUNT(*) FROM {table}")[0]
+    (count,) = raw_rows(db, f"SELECT COUNT(*) FROM ackledger_{table}")[0]
     assert isinstance(count, int)
     return count
 
@@ -149,7 +149,7 @@ def test_bad_bodies_are_400_naming_the_field_and_record_nothing(
     assert status == 413 and problem["status"] == 413 and "boot_id" in problem["ledger"]
     assert _count(ledger_db, "attempts") == 0
     assert _count(ledger_db, "deliveries") == 0
-    assert raw_rows(ledger_db, "SELECT COUNT(*) FROM counters") == [(0,)]
+    assert raw_rows(ledger_db, "SELECT COUNT(*) FROM ackledger_counters") == [(0,)]
 
 
 def test_listings_take_only_a_valid_case_id(ledger_app: InProcess) -> None:
@@ -224,7 +224,7 @@ def test_the_seed_story_runs_with_real_processes(tmp_path: Path) -> None:
     assert len(story.checks) >= 10
     attempts = raw_rows(
         tmp_path / "ledger.db",
-        "SELECT pod_uid, outcome, claim FROM attempts WHERE case_id = 'seed-002' "
+        "SELECT pod_uid, outcome, claim FROM ackledger_attempts WHERE case_id = 'seed-002' "
         "ORDER BY attempt_no",
     )
     assert [row[1] for row in attempts] == [
@@ -235,12 +235,13 @@ def test_the_seed_story_runs_with_real_processes(tmp_path: Path) -> None:
     assert [row[2] for row in attempts][:3] == ["claimed", "in_flight", "taken_over"]
     assert raw_rows(
         tmp_path / "ledger.db",
-        "SELECT state, completed_by FROM deliveries WHERE work_id = 'order-1001' "
+        "SELECT state, completed_by FROM ackledger_deliveries WHERE work_id = 'order-1001' "
         "AND case_id = 'seed-002'",
     ) == [("completed", "pod-C")]
     control = raw_rows(
         tmp_path / "ledger.db",
-        "SELECT COUNT(*) FROM deliveries WHERE case_id = 'seed-002-control' AND work_id = ?",
+        "SELECT COUNT(*) FROM ackledger_deliveries WHERE case_id = 'seed-002-control' AND "
+        "work_id = ?",
         ("order-1001",),
     )
     assert control == [(2,)]

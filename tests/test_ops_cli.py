@@ -34,8 +34,8 @@ def _cli_json(*args: str, code: int = 0) -> Any:
 
 def _dump(path: Path) -> list[Any]:
     return [
-        raw_rows(path, "SELECT * FROM outbox ORDER BY seq"),
-        raw_rows(path, "SELECT * FROM outbox_log ORDER BY seq"),
+        raw_rows(path, "SELECT * FROM ackledger_outbox ORDER BY seq"),
+        raw_rows(path, "SELECT * FROM ackledger_outbox_log ORDER BY seq"),
     ]
 
 
@@ -43,7 +43,7 @@ def _age_sent(path: Path, seconds: float) -> None:
     """Make every sent row look ``seconds`` older (a test cannot wait days)."""
     conn = sqlite3.connect(path)
     with conn:
-        conn.execute("UPDATE outbox SET sent_at = sent_at - ? WHERE sent = 1", (seconds,))
+        conn.execute("UPDATE ackledger_outbox SET sent_at = sent_at - ? WHERE sent = 1", (seconds,))
     conn.close()
 
 
@@ -336,7 +336,7 @@ def test_quarantine_then_requeue_records_the_reorder(
     assert "bad sku upstream" in run_cli("quarantined", "--source", str(source_db)).stdout
 
     assert run_cli("dispatch", "--source", str(source_db), "--to", url).returncode == 0
-    assert raw_rows(sink_db, "SELECT source, id FROM inbox ORDER BY id") == [
+    assert raw_rows(sink_db, "SELECT source, id FROM ackledger_inbox ORDER BY id") == [
         (ob.source, "b"),
         (ob.source, "c"),
     ]
@@ -352,7 +352,7 @@ def test_quarantine_then_requeue_records_the_reorder(
     pending = _cli_json("pending", "--source", str(source_db), "--json")
     assert pending == [{"seq": 1, **of(_ev("a"), source=ob.source)}]
     [(kind_1, _), (kind_2, detail)] = raw_rows(
-        source_db, "SELECT kind, detail FROM outbox_log WHERE event_id = 'a' ORDER BY seq"
+        source_db, "SELECT kind, detail FROM ackledger_outbox_log WHERE event_id = 'a' ORDER BY seq"
     )
     assert (kind_1, kind_2) == ("quarantined", "requeued")
     assert json.loads(str(detail))["overtaken_by"] == ["b", "c"]
@@ -421,19 +421,24 @@ def test_purge_never_touches_pending_or_quarantined_rows(source_db: Path) -> Non
     ten_days_ago = time.time() - 10 * 86400
     conn = sqlite3.connect(source_db)
     with conn:  # everything is old except new-sent's sending
-        conn.execute("UPDATE outbox SET created_at = ?", (ten_days_ago,))
+        conn.execute("UPDATE ackledger_outbox SET created_at = ?", (ten_days_ago,))
         conn.execute(
-            "UPDATE outbox SET sent_at = ?, quarantined_at = ? WHERE id IN ('old-sent', 'held')",
+            "UPDATE ackledger_outbox SET sent_at = ?, quarantined_at = ? WHERE id IN "
+            "('old-sent', 'held')",
             (ten_days_ago, ten_days_ago),
         )
     conn.close()
     first = run_cli("purge", "--source", str(source_db), "--sent-older-than", "7d")
     assert first.returncode == 0 and first.stdout.startswith("purged 1 sent row(s)")
-    assert ids(source_db, "SELECT id FROM outbox ORDER BY seq") == ["new-sent", "held", "waiting"]
+    assert ids(source_db, "SELECT id FROM ackledger_outbox ORDER BY seq") == [
+        "new-sent",
+        "held",
+        "waiting",
+    ]
     _age_sent(source_db, 2 * 3600)
     second = run_cli("purge", "--source", str(source_db), "--sent-older-than", "1h")
     assert second.stdout.startswith("purged 1 sent row(s)")
-    assert ids(source_db, "SELECT id FROM outbox ORDER BY seq") == ["held", "waiting"]
+    assert ids(source_db, "SELECT id FROM ackledger_outbox ORDER BY seq") == ["held", "waiting"]
     again = run_cli("purge", "--source", str(source_db), "--sent-older-than", "1s")
     assert again.stdout.startswith("purged 0")
     status = _cli_json("status", "--source", str(source_db), "--json")

@@ -104,8 +104,8 @@ def test_upgrade_schema_names_migrations_this_version_does_not_know(tmp_path: Pa
     conn = sqlite3.connect(db)
     with conn:
         conn.execute(
-            "INSERT INTO schema_migrations SELECT 999, '0999_future', applied_at "
-            "FROM schema_migrations LIMIT 1"
+            "INSERT INTO ackledger_schema_migrations SELECT 999, '0999_future', applied_at "
+            "FROM ackledger_schema_migrations LIMIT 1"
         )
     conn.close()
     again = upgrade_schema(str(db))

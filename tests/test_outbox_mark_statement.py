@@ -42,7 +42,7 @@ def test_a_durable_mark_of_one_id_is_one_statement(tmp_path: Path) -> None:
         assert words(seen) == ["UPDATE"]  # nothing marked: nothing to roll back
     conn = sqlite3.connect(tmp_path / "o.db")
     try:
-        rows: list[Any] = conn.execute("SELECT id, sent, attempts FROM outbox").fetchall()
+        rows: list[Any] = conn.execute("SELECT id, sent, attempts FROM ackledger_outbox").fetchall()
     finally:
         conn.close()
     assert rows == [("e1", 1, 1)]
@@ -68,7 +68,7 @@ def test_a_failed_statement_leaves_no_transaction_open(tmp_path: Path) -> None:
         backend: Any = ob.backend
         with pytest.raises(RuntimeError), backend.statement() as tx:
             tx.execute("BEGIN")  # stands for a statement whose commit failed half-way
-            tx.execute("UPDATE outbox SET sent = 1 WHERE id = 'e1'")
+            tx.execute("UPDATE ackledger_outbox SET sent = 1 WHERE id = 'e1'")
             raise RuntimeError("the commit failed")
         assert not backend.in_transaction()
         ob.accept({"id": "e2", "sku": "s", "qty": 1})  # a later write commits only its own

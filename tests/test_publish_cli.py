@@ -51,7 +51,9 @@ def test_publish_prints_the_seq_and_pending_lists_the_cloudevents(source_db: Pat
         {"specversion": "1.0", "source": "/notes", **first, "seq": 1},
         {**second, "seq": 2},
     ]
-    assert raw_rows(source_db, "SELECT seq, source, id, type, sent FROM outbox ORDER BY seq") == [
+    assert raw_rows(
+        source_db, "SELECT seq, source, id, type, sent FROM ackledger_outbox ORDER BY seq"
+    ) == [
         (1, "/notes", "n-1", NOTE, 0),
         (2, "/elsewhere", "n-2", NOTE, 0),
     ]
@@ -98,10 +100,10 @@ def test_a_bad_event_is_one_line_exit_2_and_creates_no_file(
 def test_a_conflict_or_another_source_is_refused_and_writes_nothing(source_db: Path) -> None:
     event = {"id": "n-1", "type": NOTE, "data": {"text": "hi"}}
     assert published_seq(source_db, event, "--event-source", "/notes") == 1
-    before = raw_rows(source_db, "SELECT * FROM outbox ORDER BY seq")
+    before = raw_rows(source_db, "SELECT * FROM ackledger_outbox ORDER BY seq")
     assert_one_line_error(publish(source_db, {**event, "data": {"text": "ho"}}), "n-1")
     assert_one_line_error(publish(source_db, event, "--event-source", "/other"), "/notes")
-    assert raw_rows(source_db, "SELECT * FROM outbox ORDER BY seq") == before
+    assert raw_rows(source_db, "SELECT * FROM ackledger_outbox ORDER BY seq") == before
 
 
 def _keep_note(tx: HandlerTransaction, event: dict[str, Any]) -> None:

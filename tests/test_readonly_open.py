@@ -25,7 +25,7 @@ _HOLDER = """
 import sqlite3, sys
 conn = sqlite3.connect(sys.argv[1], isolation_level=None)
 conn.execute("BEGIN IMMEDIATE")
-conn.execute("UPDATE outbox SET attempts = attempts WHERE 0")
+conn.execute("UPDATE ackledger_outbox SET attempts = attempts WHERE 0")
 print("locked", flush=True)
 sys.stdin.readline()
 conn.execute("ROLLBACK")
@@ -90,5 +90,8 @@ def test_an_old_schema_is_still_migrated_on_open(tmp_path: Path) -> None:
         backend.close()
     with Outbox(path) as outbox:
         outbox.accept({"id": "o-1", "sku": "pen", "qty": 1})
-    versions = [int(str(row[0])) for row in raw_rows(path, "SELECT version FROM schema_migrations")]
+    versions = [
+        int(str(row[0]))
+        for row in raw_rows(path, "SELECT version FROM ackledger_schema_migrations")
+    ]
     assert versions == [version for version, _, _ in migrations("sqlite")]

@@ -67,10 +67,13 @@ def test_a_relay_started_while_the_sink_is_down_drains_once_it_comes_up(tmp_path
         # While the sink is down: attempts and the error are recorded on the head event, and
         # nothing else moves.
         wait_until(
-            lambda: int(raw_rows(source, "SELECT attempts FROM outbox WHERE seq = 1")[0][0]) >= 3,  # type: ignore[call-overload]
+            lambda: (
+                int(raw_rows(source, "SELECT attempts FROM ackledger_outbox WHERE seq = 1")[0][0])  # type: ignore[call-overload]
+                >= 3
+            ),
             "failed attempts to be recorded",
         )
-        [(error,)] = raw_rows(source, "SELECT last_error FROM outbox WHERE seq = 1")
+        [(error,)] = raw_rows(source, "SELECT last_error FROM ackledger_outbox WHERE seq = 1")
         assert "Connection" in str(error) or "refused" in str(error)
         down = metrics(relay.base_url)
         assert one(down, "ackledger_relay_pending", scope="database") == 5
@@ -92,7 +95,7 @@ def test_a_relay_started_while_the_sink_is_down_drains_once_it_comes_up(tmp_path
             assert relay.stop(signal.SIGINT) == 0
     finally:
         relay.stop()
-    assert ids(sink_db, "SELECT id FROM inbox ORDER BY id") == [e["id"] for e in events]
+    assert ids(sink_db, "SELECT id FROM ackledger_inbox ORDER BY id") == [e["id"] for e in events]
     with Inbox(sink_db) as inbox:
         assert inbox.stock("sku-0") == 1 + 4  # qty of ev-000 and ev-003, once each
     log = (tmp_path / "relay.log").read_text()
@@ -125,17 +128,20 @@ def test_sigterm_mid_send_leaves_every_event_either_sent_or_pending(
             assert relay.stop(signal.SIGTERM, timeout=30) == 0
         finally:
             relay.stop()
-    sent = set(ids(source, "SELECT id FROM outbox WHERE sent = 1"))
-    pending = set(ids(source, f"SELECT id FROM outbox WHERE {PENDING}"))
+    sent = set(ids(source, "SELECT id FROM ackledger_outbox WHERE sent = 1"))
+    pending = set(ids(source, f"SELECT id FROM ackledger_outbox WHERE {PENDING}"))
     assert sent | pending == {e["id"] for e in events} and not sent & pending
     assert pending, "the relay should have been stopped mid-way"
     # Read the sink from its own connection: exactly what is marked sent arrived, once.
-    inbox = set(ids(sink_db, "SELECT id FROM inbox"))
+    inbox = set(ids(sink_db, "SELECT id FROM ackledger_inbox"))
     assert inbox == sent
-    assert raw_rows(sink_db, "SELECT MAX(receipts) FROM inbox") == [(1,)]
+    assert raw_rows(sink_db, "SELECT MAX(receipts) FROM ackledger_inbox") == [(1,)]
     # A fresh relay finishes the rest; the clean stop left nothing to re-send.
     _drain_and_check_applied_once(source, sink_db, sink_service, events, tmp_path)
-    assert raw_rows(sink_db, "SELECT value FROM counters WHERE name = 'sink.duplicate'") == []
+    assert (
+        raw_rows(sink_db, "SELECT value FROM ackledger_counters WHERE name = 'sink.duplicate'")
+        == []
+    )
 
 
 def _drain_and_check_applied_once(
@@ -147,7 +153,7 @@ def _drain_and_check_applied_once(
         wait_until(lambda: count(source, PENDING) == 0, "the second relay to drain")
     finally:
         assert relay.stop() == 0
-    assert set(ids(sink_db, "SELECT id FROM inbox")) == {e["id"] for e in events}
+    assert set(ids(sink_db, "SELECT id FROM ackledger_inbox")) == {e["id"] for e in events}
     stock: dict[Any, Any] = dict(raw_rows(sink_db, "SELECT sku, qty FROM inventory"))  # type: ignore[arg-type]
     for sku in ("sku-0", "sku-1", "sku-2"):
         assert stock[sku] == sum(e["qty"] for e in events if e["sku"] == sku)
@@ -194,15 +200,19 @@ def test_a_poison_event_is_quarantined_and_the_relay_moves_on(
         assert relay.stop() == 0
     rows = {
         row[0]: row[1:]
-        for row in raw_rows(source, "SELECT id, sent, quarantined, quarantine_reason FROM outbox")
+        for row in raw_rows(
+            source, "SELECT id, sent, quarantined, quarantine_reason FROM ackledger_outbox"
+        )
     }
     assert rows["a-1"][:2] == (1, 0) and rows["c-3"][:2] == (1, 0)
     assert rows["p-2"][:2] == (0, 1)
     assert "422" in str(rows["p-2"][2])
-    assert ids(sink_db, "SELECT id FROM inbox ORDER BY id") == ["a-1", "c-3", "p-2"]
+    assert ids(sink_db, "SELECT id FROM ackledger_inbox ORDER BY id") == ["a-1", "c-3", "p-2"]
     # Untouched: the receipt keeps the other content's fingerprint, the stock its effect.
     theirs = content_fingerprint(of({**POISON, "qty": 99}))
-    assert raw_rows(sink_db, "SELECT fingerprint FROM inbox WHERE id = 'p-2'") == [(theirs,)]
+    assert raw_rows(sink_db, "SELECT fingerprint FROM ackledger_inbox WHERE id = 'p-2'") == [
+        (theirs,)
+    ]
     assert raw_rows(sink_db, "SELECT qty FROM inventory WHERE sku = 'tea'") == [(99,)]
     assert one(samples, "ackledger_relay_poison_alerts_total", action="quarantine") == 1
     assert one(samples, "ackledger_relay_sends_failed_total", **{"class": "permanent"}) == 1
@@ -231,9 +241,14 @@ def test_a_poison_event_stops_the_relay_under_the_stop_policy_with_an_alert(
         assert relay.process.wait(60) == 3
     finally:
         relay.stop()
-    assert ids(source, "SELECT id FROM outbox WHERE sent = 1") == ["a-1"]
-    assert ids(source, f"SELECT id FROM outbox WHERE {PENDING} ORDER BY seq") == ["p-2", "c-3"]
-    [(attempts, error)] = raw_rows(source, "SELECT attempts, last_error FROM outbox WHERE id='p-2'")
+    assert ids(source, "SELECT id FROM ackledger_outbox WHERE sent = 1") == ["a-1"]
+    assert ids(source, f"SELECT id FROM ackledger_outbox WHERE {PENDING} ORDER BY seq") == [
+        "p-2",
+        "c-3",
+    ]
+    [(attempts, error)] = raw_rows(
+        source, "SELECT attempts, last_error FROM ackledger_outbox WHERE id='p-2'"
+    )
     assert attempts == 1
     assert "422" in str(error) and "other content" in str(error)
     lines = (tmp_path / "relay.log").read_text().splitlines()
@@ -249,12 +264,12 @@ def test_a_poison_event_stops_the_relay_under_the_stop_policy_with_an_alert(
     for command in commands:
         done = run_cli(*shlex.split(command))
         assert done.returncode in (0, 1), (command, done.stderr)
-    assert ids(source, "SELECT id FROM outbox WHERE quarantined = 1") == ["p-2"]
+    assert ids(source, "SELECT id FROM ackledger_outbox WHERE quarantined = 1") == ["p-2"]
     # ... and so does the way back that ``quarantine`` prints.
     held = run_cli("quarantine", "c-3", "--source", str(source), "--reason", "held")
     [requeue] = re.findall(r"`ackledger ([^`]*)`", held.stdout)
     assert run_cli(*shlex.split(requeue)).returncode == 0, requeue
-    assert ids(source, "SELECT id FROM outbox WHERE quarantined = 1") == ["p-2"]
+    assert ids(source, "SELECT id FROM ackledger_outbox WHERE quarantined = 1") == ["p-2"]
 
 
 @pytest.mark.parametrize(
@@ -276,12 +291,12 @@ def test_a_poison_event_stops_the_relay_under_the_stop_policy_with_an_alert(
 def test_relay_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], word: str) -> None:
     source = tmp_path / "source.db"
     _accept(source, POISON)
-    before = raw_rows(source, "SELECT * FROM outbox")
+    before = raw_rows(source, "SELECT * FROM ackledger_outbox")
     base = ["relay", "--source", str(source), "--to", "http://127.0.0.1:1/events"]
     result = run_cli(*base, *args, timeout=30)
     assert result.returncode == 2, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and word in result.stderr
-    assert raw_rows(source, "SELECT * FROM outbox") == before
+    assert raw_rows(source, "SELECT * FROM ackledger_outbox") == before
 
 
 def test_relay_refuses_a_missing_source_without_creating_it(tmp_path: Path) -> None:
@@ -355,15 +370,17 @@ def _killed_then_drained(
     assert count(source, PENDING) > 0, "the relay should have been killed mid-way"
     # Each database read from its own connection, once the request in flight (if any) is
     # over: what the sink applied that the outbox does not know as sent.
-    applied = settled(lambda: set(ids(sink_db, "SELECT id FROM inbox")))
-    marked = set(ids(source, "SELECT id FROM outbox WHERE sent = 1"))
+    applied = settled(lambda: set(ids(sink_db, "SELECT id FROM ackledger_inbox")))
+    marked = set(ids(source, "SELECT id FROM ackledger_outbox WHERE sent = 1"))
     assert marked <= applied
     assert len(applied - marked) <= unmarked
     _drain_and_check_applied_once(source, sink_db, sink, events, folder)
-    again = set(ids(sink_db, "SELECT id FROM inbox WHERE receipts > 1"))
+    again = set(ids(sink_db, "SELECT id FROM ackledger_inbox WHERE receipts > 1"))
     assert again == applied - marked
-    assert raw_rows(sink_db, "SELECT MAX(receipts) FROM inbox") == [(2 if again else 1,)]
-    duplicates = raw_rows(sink_db, "SELECT value FROM counters WHERE name = 'sink.duplicate'")
+    assert raw_rows(sink_db, "SELECT MAX(receipts) FROM ackledger_inbox") == [(2 if again else 1,)]
+    duplicates = raw_rows(
+        sink_db, "SELECT value FROM ackledger_counters WHERE name = 'sink.duplicate'"
+    )
     assert duplicates == ([(len(again),)] if again else [])
     return again
 

@@ -93,7 +93,7 @@ def test_invalid_is_400_naming_the_field(
     assert status == 400
     assert headers["content-type"] == "application/problem+json"
     assert json.loads(data)["field"] == field
-    assert raw_rows(sink_db, "SELECT count(*) FROM inbox") == [(0,)]
+    assert raw_rows(sink_db, "SELECT count(*) FROM ackledger_inbox") == [(0,)]
 
 
 @pytest.mark.parametrize(
@@ -132,7 +132,7 @@ def test_a_batch_of_sixteen_events_of_64_kib_each_is_applied(
     answer = json.loads(data)
     refused = answer["error"] if status == 200 else answer
     assert refused["status"] == 400 and "65537 bytes" in refused["detail"]
-    assert raw_rows(sink_db, "SELECT count(*) FROM inbox WHERE id = 'over-1'") == [(0,)]
+    assert raw_rows(sink_db, "SELECT count(*) FROM ackledger_inbox WHERE id = 'over-1'") == [(0,)]
 
 
 @pytest.mark.parametrize(("method", "path"), [("GET", "/events"), ("PUT", "/events/batch")])
@@ -161,7 +161,7 @@ def test_batch_with_invalid_item_applies_the_prefix(
     assert answer["error"]["status"] == 400
     assert answer["error"]["field"] == "data.qty"
     assert answer["error"]["index"] == 1
-    assert raw_rows(sink_db, "SELECT id FROM inbox") == [("v1",)]
+    assert raw_rows(sink_db, "SELECT id FROM ackledger_inbox") == [("v1",)]
 
 
 def test_metrics_count_the_hot_routes(conn: http.client.HTTPConnection) -> None:
@@ -211,7 +211,9 @@ def test_concurrent_clients_each_get_their_own_answer(sink_service: Service, sin
     assert sorted(common) == [(200, "applied")] + [(200, "duplicate")] * (clients - 1)
     total = raw_rows(sink_db, "SELECT sum(qty) FROM inventory")[0][0]
     assert total == clients * (per_client - 1) + 1
-    assert raw_rows(sink_db, "SELECT count(*) FROM inbox") == [(clients * (per_client - 1) + 1,)]
+    assert raw_rows(sink_db, "SELECT count(*) FROM ackledger_inbox") == [
+        (clients * (per_client - 1) + 1,)
+    ]
 
 
 def test_group_commit_gathers_one_turn_into_one_call() -> None:

@@ -21,7 +21,7 @@ from ackledger.errors import Rejected
 from ackledger.ops.processes import Service, start_service
 from ackledger.sink.handler_tx import HandlerTransaction
 from ackledger.sink.inbox import Inbox
-from tests.conftest import raw_rows
+from tests.conftest import raw_rows, stock_rows
 from tests.events import SOURCE, lab
 from tests.inprocess import InProcess
 
@@ -35,8 +35,8 @@ def post(app: InProcess, payload: Any, path: str = "/events") -> tuple[int, dict
 
 def sink_state(path: Path) -> tuple[object, object]:
     return (
-        raw_rows(path, "SELECT source, id, receipts FROM inbox ORDER BY source, id"),
-        raw_rows(path, "SELECT sku, qty FROM inventory ORDER BY sku"),
+        raw_rows(path, "SELECT source, id, receipts FROM ackledger_inbox ORDER BY source, id"),
+        stock_rows(path),
     )
 
 
@@ -193,9 +193,9 @@ def notes_app(sink_db: Path) -> Iterator[InProcess]:
 def notes_state(path: Path) -> tuple[object, object, object]:
     """The inbox, the notes and the inventory, read on a connection of the test's own."""
     return (
-        raw_rows(path, "SELECT source, id, type FROM inbox ORDER BY source, id"),
+        raw_rows(path, "SELECT source, id, type FROM ackledger_inbox ORDER BY source, id"),
         raw_rows(path, "SELECT id, text FROM notes ORDER BY id"),
-        raw_rows(path, "SELECT sku, qty FROM inventory ORDER BY sku"),
+        stock_rows(path),
     )
 
 

@@ -25,7 +25,9 @@ def backend(tmp_path: Path) -> Iterator[Backend]:
 
 def names(backend: Backend) -> list[str]:
     with backend.read() as tx:
-        return [str(name) for (name,) in tx.execute("SELECT name FROM counters ORDER BY name")]
+        return [
+            str(name) for (name,) in tx.execute("SELECT name FROM ackledger_counters ORDER BY name")
+        ]
 
 
 def _written_by_another_thread(backend: Backend, statement: str) -> bool:
@@ -46,13 +48,13 @@ def _written_by_another_thread(backend: Backend, statement: str) -> bool:
 
 def test_a_write_inside_a_write_is_refused_and_the_outer_one_commits(backend: Backend) -> None:
     with backend.write() as tx:
-        tx.execute("INSERT INTO counters (name, value) VALUES ('outer', 1)")
+        tx.execute("INSERT INTO ackledger_counters (name, value) VALUES ('outer', 1)")
         with (
             pytest.raises(sqlite3.OperationalError, match="within a transaction"),
             backend.write() as inner,
         ):
-            inner.execute("INSERT INTO counters (name, value) VALUES ('inner', 1)")
-        tx.execute("INSERT INTO counters (name, value) VALUES ('outer-after', 1)")
+            inner.execute("INSERT INTO ackledger_counters (name, value) VALUES ('inner', 1)")
+        tx.execute("INSERT INTO ackledger_counters (name, value) VALUES ('outer-after', 1)")
     assert names(backend) == ["outer", "outer-after"]
     assert not backend.in_transaction()  # type: ignore[attr-defined]
 
@@ -63,12 +65,14 @@ def test_relaxed_and_durable_writes_refuse_to_nest_in_each_other(backend: Backen
     # own kind is, and the outer one commits.
     for outer, inner in ((True, False), (False, True)):
         with backend.write(durable=outer) as tx:
-            tx.execute("INSERT INTO counters (name, value) VALUES (?, 1)", (f"outer-{outer}",))
+            tx.execute(
+                "INSERT INTO ackledger_counters (name, value) VALUES (?, 1)", (f"outer-{outer}",)
+            )
             with (
                 pytest.raises(sqlite3.OperationalError, match="within a transaction"),
                 backend.write(durable=inner) as nested,
             ):
-                nested.execute("INSERT INTO counters (name, value) VALUES ('inner', 1)")
+                nested.execute("INSERT INTO ackledger_counters (name, value) VALUES ('inner', 1)")
             with (
                 pytest.raises(sqlite3.OperationalError, match="within a transaction"),
                 backend.lookup() as read,
@@ -85,7 +89,7 @@ def test_a_relaxed_write_commits_on_its_own_normal_connection(backend: Backend) 
     try:
         with backend.write(durable=False) as tx:
             inside = tx.execute("PRAGMA synchronous")[0][0]
-            tx.execute("INSERT INTO counters (name, value) VALUES ('relaxed', 1)")
+            tx.execute("INSERT INTO ackledger_counters (name, value) VALUES ('relaxed', 1)")
     finally:
         main.set_trace_callback(None)
     assert inside == 1  # NORMAL: this commit does not wait for the disk
@@ -96,10 +100,10 @@ def test_a_relaxed_write_commits_on_its_own_normal_connection(backend: Backend) 
 
 def test_an_error_rolls_back_and_lets_other_threads_write(backend: Backend) -> None:
     with pytest.raises(KeyError), backend.write() as tx:
-        tx.execute("INSERT INTO counters (name, value) VALUES ('lost', 1)")
+        tx.execute("INSERT INTO ackledger_counters (name, value) VALUES ('lost', 1)")
         raise KeyError("boom")
     written = _written_by_another_thread(
-        backend, "INSERT INTO counters (name, value) VALUES ('other', 1)"
+        backend, "INSERT INTO ackledger_counters (name, value) VALUES ('other', 1)"
     )
     assert written, "the lock of the failed transaction was never released"
     assert names(backend) == ["other"]
@@ -110,14 +114,15 @@ def test_a_failed_commit_is_rolled_back_not_left_open(backend: Backend) -> None:
     # transaction open. It must not stay open for the next write to commit by accident.
     with pytest.raises(sqlite3.IntegrityError), backend.write() as tx:
         tx.execute("PRAGMA defer_foreign_keys = ON")
-        tx.execute("INSERT INTO counters (name, value) VALUES ('orphan-ledger', 1)")
+        tx.execute("INSERT INTO ackledger_counters (name, value) VALUES ('orphan-ledger', 1)")
         tx.execute(
-            "INSERT INTO attempts (case_id, work_id, pod_uid, mode, delivery_no, outcome, "
+            "INSERT INTO ackledger_attempts (case_id, work_id, pod_uid, mode, delivery_no, "
+            "outcome, "
             "fingerprint, at) VALUES ('c', 'w', 'p', 'idempotent', 999, 'applied', 'f', 0)"
         )
     assert not backend.in_transaction()  # type: ignore[attr-defined]
     with backend.write() as tx:
-        tx.execute("INSERT INTO counters (name, value) VALUES ('next', 1)")
+        tx.execute("INSERT INTO ackledger_counters (name, value) VALUES ('next', 1)")
     assert names(backend) == ["next"]
 
 
@@ -129,7 +134,9 @@ def test_a_lone_read_and_note_refuses_to_nest_in_either_write(backend: Backend) 
     assert backend._relaxed_conn is None  # type: ignore[attr-defined] # opened by a note only
     for durable in (True, False):
         with backend.write(durable=durable) as tx:
-            tx.execute("INSERT INTO counters (name, value) VALUES (?, 1)", (f"outer-{durable}",))
+            tx.execute(
+                "INSERT INTO ackledger_counters (name, value) VALUES (?, 1)", (f"outer-{durable}",)
+            )
             with pytest.raises(sqlite3.OperationalError, match="within a transaction"):
                 backend.inbox_read_or_note("s", "free", "f", 1.0, "sink.duplicate")
         assert not backend.in_transaction()  # type: ignore[attr-defined]
@@ -144,7 +151,7 @@ def test_a_lone_resends_failed_note_is_rolled_back_and_keeps_no_lock(tmp_path: P
         # The note's second statement (the counts) fails after its first (the receipt's
         # note) ran in the same transaction.
         tx.execute(
-            "CREATE TRIGGER refuse_duplicates BEFORE INSERT ON counters "
+            "CREATE TRIGGER refuse_duplicates BEFORE INSERT ON ackledger_counters "
             "WHEN NEW.name = 'sink.duplicate' BEGIN SELECT RAISE(ABORT, 'refused'); END"
         )
     with pytest.raises(sqlite3.DatabaseError, match="refused"):

@@ -21,7 +21,7 @@ def test_a_file_from_before_the_counter_trigger_keeps_counting_from_its_totals(
         migrate(backend, upto=4)
         with backend.write() as tx:
             tx.executemany(
-                "INSERT INTO counters (name, value) VALUES (?, ?)",
+                "INSERT INTO ackledger_counters (name, value) VALUES (?, ?)",
                 [("ledger.attempts", 7), ("ledger.deliveries", 3), ("ledger.duplicates", 4)],
             )
     finally:
@@ -36,7 +36,7 @@ def test_a_file_from_before_the_counter_trigger_keeps_counting_from_its_totals(
     conn = sqlite3.connect(ledger_db)
     try:
         rows = conn.execute(
-            "SELECT name, value FROM counters WHERE name LIKE 'ledger.%' ORDER BY name"
+            "SELECT name, value FROM ackledger_counters WHERE name LIKE 'ledger.%' ORDER BY name"
         ).fetchall()
     finally:
         conn.close()

@@ -75,7 +75,7 @@ def test_pending_reads_only_the_partial_index(source_db: Path) -> None:
         pass
     plan = raw_rows(
         source_db,
-        "EXPLAIN QUERY PLAN SELECT seq, event FROM outbox "
+        "EXPLAIN QUERY PLAN SELECT seq, event FROM ackledger_outbox "
         "WHERE sent = 0 AND quarantined = 0 ORDER BY seq LIMIT 16",
     )
     details = " ".join(str(row[-1]) for row in plan)

@@ -52,7 +52,7 @@ def _listeners(url: str) -> list[int]:
 
 
 def _received(sink_db: Path, event_id: str) -> bool:
-    return bool(raw_rows(sink_db, "SELECT 1 FROM inbox WHERE id = ?", (event_id,)))
+    return bool(raw_rows(sink_db, "SELECT 1 FROM ackledger_inbox WHERE id = ?", (event_id,)))
 
 
 def _arrival_seconds(sink_db: Path, event_id: str, limit: float) -> float | None:

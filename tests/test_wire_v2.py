@@ -198,7 +198,7 @@ def test_one_id_from_two_sources_is_two_events_at_a_real_sink(
     assert send_http(lab("x-1", "cup", 5, source="/shop-b"), url) is True
     assert send_http(lab("x-1", "cup", 2, source="/shop-a"), url) is True  # a duplicate
     assert raw_rows(sink_db, "SELECT qty FROM inventory WHERE sku = 'cup'") == [(7,)]
-    rows = raw_rows(sink_db, "SELECT source, id FROM inbox ORDER BY source")
+    rows = raw_rows(sink_db, "SELECT source, id FROM ackledger_inbox ORDER BY source")
     assert rows == [("/shop-a", "x-1"), ("/shop-b", "x-1")]
 
 
@@ -247,4 +247,4 @@ def test_a_generic_event_is_refused_by_a_sink_without_its_handler(
     with pytest.raises(NotAcknowledged, match="handler") as caught:
         send_http(ORDER, sink_service.base_url + "/events")
     assert caught.value.status == 422
-    assert raw_rows(sink_db, "SELECT COUNT(*) FROM inbox") == [(0,)]
+    assert raw_rows(sink_db, "SELECT COUNT(*) FROM ackledger_inbox") == [(0,)]

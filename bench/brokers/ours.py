@@ -66,12 +66,14 @@ def unroutable(source: str, url: str, events: int, timeout: float = 120.0) -> Ou
     with reader(source) as query, relay(source, url, "--on-poison", "quarantine", "--batch"):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if not query("SELECT 1 FROM outbox WHERE sent = 0 AND quarantined = 0 LIMIT 1", ()):
+            if not query(
+                "SELECT 1 FROM ackledger_outbox WHERE sent = 0 AND quarantined = 0 LIMIT 1", ()
+            ):
                 break
             time.sleep(0.05)
         rows = query(
             "SELECT sum(sent), sum(quarantined), sum(CASE WHEN sent = 0 AND quarantined = 0 "
-            "THEN 1 ELSE 0 END) FROM outbox",
+            "THEN 1 ELSE 0 END) FROM ackledger_outbox",
             (),
         )
     sent, quarantined, pending = (int(value or 0) for value in rows[0])

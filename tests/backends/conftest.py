@@ -16,9 +16,11 @@ from .. import pg
 
 #: Tables whose full content a "writes nothing" check compares (everything but migrations).
 TABLES = (
-    "orders", "outbox", "inbox", "inventory", "counters", "partition_leases", "deliveries",
-    "attempts", "ackledger_meta", "inbox_oldest",
+    "ackledger_outbox", "ackledger_inbox", "ackledger_counters", "ackledger_partition_leases",
+    "ackledger_deliveries", "ackledger_attempts", "ackledger_meta", "ackledger_inbox_oldest",
 )  # fmt: skip
+#: The lab's tables, there once a lab call made them.
+LAB_TABLES = ("orders", "inventory")
 
 
 @dataclass(frozen=True)
@@ -49,8 +51,16 @@ class Target:
             conn.close()
 
     def dump(self) -> dict[str, list[tuple[Any, ...]]]:
-        """Every row of every ackledger table, in a stable order."""
-        return {t: sorted(map(tuple, self.rows(f"SELECT * FROM {t}")), key=repr) for t in TABLES}
+        """Every row of every ackledger table and of the lab's, in a stable order."""
+        tables = [*TABLES, *(name for name in LAB_TABLES if self.has_table(name))]
+        return {t: sorted(map(tuple, self.rows(f"SELECT * FROM {t}")), key=repr) for t in tables}
+
+    def has_table(self, name: str) -> bool:
+        if self.dialect == "postgres":
+            return self.rows("SELECT to_regclass(?) IS NOT NULL", (name,)) == [(True,)]
+        return bool(
+            self.rows("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,))
+        )
 
     @contextmanager
     def holding_writes(self, postgres_lock: str) -> Iterator[None]:
@@ -77,8 +87,8 @@ class Target:
                 try:
                     with conn.transaction():
                         conn.execute("SET LOCAL lock_timeout = '100ms'")
-                        conn.execute("LOCK TABLE outbox IN ACCESS EXCLUSIVE MODE")
-                        conn.execute("UPDATE counters SET value = value WHERE name = 'x'")
+                        conn.execute("LOCK TABLE ackledger_outbox IN ACCESS EXCLUSIVE MODE")
+                        conn.execute("UPDATE ackledger_counters SET value = value WHERE name = 'x'")
                 except psycopg.errors.LockNotAvailable:
                     return False
             return True

@@ -43,7 +43,7 @@ def make_idle_keys(ledger: Ledger, target: Target, round_no: int) -> dict[str, B
         answers = [ledger.request(CASE, work_id, f"setup-{n}") for n in range(attempts)]
         keys[work_id] = Before(answers[0]["delivery_no"], attempts)
     target.execute(
-        "UPDATE attempts SET at = at - ? WHERE case_id = ? AND work_id LIKE ?",
+        "UPDATE ackledger_attempts SET at = at - ? WHERE case_id = ? AND work_id LIKE ?",
         (40 * DAY, CASE, f"r{round_no}-%"),
     )
     return keys
@@ -90,10 +90,11 @@ def check_round(
             rows = SENDERS
         key = (CASE, work_id)
         assert target.rows(
-            "SELECT delivery_no, mode FROM deliveries WHERE case_id = ? AND work_id = ?", key
+            "SELECT delivery_no, mode FROM ackledger_deliveries WHERE case_id = ? AND work_id = ?",
+            key,
         ) == [(number, "idempotent")]
         assert target.rows(
-            "SELECT COUNT(*), MIN(delivery_no), MAX(delivery_no) FROM attempts "
+            "SELECT COUNT(*), MIN(delivery_no), MAX(delivery_no) FROM ackledger_attempts "
             "WHERE case_id = ? AND work_id = ?",
             key,
         ) == [(rows, number, number)]
@@ -102,8 +103,9 @@ def check_round(
         "attempts": sum(before[work_id].attempts for work_id in fresh),
     }
     assert target.rows(
-        "SELECT COUNT(*) FROM attempts WHERE delivery_no IS NOT NULL AND NOT EXISTS ("
-        "SELECT 1 FROM deliveries WHERE deliveries.delivery_no = attempts.delivery_no)"
+        "SELECT COUNT(*) FROM ackledger_attempts WHERE delivery_no IS NOT NULL AND NOT EXISTS ("
+        "SELECT 1 FROM ackledger_deliveries WHERE ackledger_deliveries.delivery_no = "
+        "ackledger_attempts.delivery_no)"
     ) == [(0,)]
     return len(fresh)
 

@@ -31,7 +31,7 @@ def event(event_id: str, sku: str = "sku-1", qty: int = 1) -> dict[str, Any]:
 
 
 def _sent(target: Target) -> dict[str, int]:
-    return {str(i): int(str(s)) for i, s in target.rows("SELECT id, sent FROM outbox")}
+    return {str(i): int(str(s)) for i, s in target.rows("SELECT id, sent FROM ackledger_outbox")}
 
 
 pytestmark = pytest.mark.slow
@@ -54,7 +54,9 @@ def test_order_is_kept_across_batches(target: Target, sink_db: Path, sink_servic
         while batch := dispatch_batch(outbox, sender(sink_service), 16):
             marked.extend(batch)
     assert marked == names
-    applied = [str(r[0]) for r in raw_rows(sink_db, "SELECT id FROM inbox ORDER BY arrival")]
+    applied = [
+        str(r[0]) for r in raw_rows(sink_db, "SELECT id FROM ackledger_inbox ORDER BY arrival")
+    ]
     assert applied == names
     assert set(_sent(target).values()) == {1}
 
@@ -73,7 +75,7 @@ def test_stops_at_first_failing_item(target: Target, sink_db: Path, sink_service
             dispatch_batch(outbox, sender(sink_service), 16)
         assert [item["id"] for item in outbox.pending(16)] == ["clash", "fourth", "fifth"]
     assert _sent(target) == {"first": 1, "second": 1, "clash": 0, "fourth": 0, "fifth": 0}
-    inbox = {str(r[0]) for r in raw_rows(sink_db, "SELECT id FROM inbox")}
+    inbox = {str(r[0]) for r in raw_rows(sink_db, "SELECT id FROM ackledger_inbox")}
     assert inbox == {"clash", "first", "second"}
     assert stock(sink_db, "sku-b") == 4
     assert stock(sink_db, "sku-x") == 99
@@ -92,13 +94,13 @@ def test_crash_between_sink_commit_and_marks_resends_and_applies_once(
     )
     assert drill.returncode == 73, drill.stderr
     # The sink committed the whole batch; the source marked none of it.
-    assert len(raw_rows(sink_db, "SELECT id FROM inbox")) == 6
+    assert len(raw_rows(sink_db, "SELECT id FROM ackledger_inbox")) == 6
     assert set(_sent(target).values()) == {0}
     again = run_cli("dispatch", "--source", target.ref, "--to", url, "--batch")
     assert again.returncode == 0, again.stderr
     assert "dispatched 6 event(s)" in again.stdout
     assert set(_sent(target).values()) == {1}
-    receipts = pairs(raw_rows(sink_db, "SELECT id, receipts FROM inbox"))
+    receipts = pairs(raw_rows(sink_db, "SELECT id, receipts FROM ackledger_inbox"))
     assert receipts == {f"c{n}": 2 for n in range(6)}
     assert stock(sink_db, "sku-0") == 1 + 3 + 5
     assert stock(sink_db, "sku-1") == 2 + 4 + 6

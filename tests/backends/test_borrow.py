@@ -39,7 +39,9 @@ def own_connection(target: Target) -> Any:
 
 
 def borrowed_counters(target: Target) -> list[tuple[Any, ...]]:
-    return target.rows("SELECT name, value FROM counters WHERE name LIKE ? ORDER BY name", ("b.%",))
+    return target.rows(
+        "SELECT name, value FROM ackledger_counters WHERE name LIKE ? ORDER BY name", ("b.%",)
+    )
 
 
 def test_the_callers_commit_and_rollback_decide_what_the_borrowed_transaction_wrote(
@@ -50,7 +52,7 @@ def test_the_callers_commit_and_rollback_decide_what_the_borrowed_transaction_wr
         tx = backend.borrow(conn)
         same_database(tx, SOURCE)
         tx.counters_bump({"b.one": 1, "b.two": 2})
-        tx.execute("INSERT INTO counters (name, value) VALUES (?, ?)", ("b.three", 3))
+        tx.execute("INSERT INTO ackledger_counters (name, value) VALUES (?, ?)", ("b.three", 3))
         assert tx.counters_read("b.") == {"one": 1, "two": 2, "three": 3}
         assert borrowed_counters(target) == []  # nothing committed behind the caller's back
         conn.commit()
@@ -58,7 +60,7 @@ def test_the_callers_commit_and_rollback_decide_what_the_borrowed_transaction_wr
 
         tx = backend.borrow(conn)
         tx.counter_bump("b.one", 10)
-        tx.execute("DELETE FROM counters WHERE name = ?", ("b.two",))
+        tx.execute("DELETE FROM ackledger_counters WHERE name = ?", ("b.two",))
         conn.rollback()
         assert borrowed_counters(target) == [("b.one", 1), ("b.three", 3), ("b.two", 2)]
     finally:
@@ -73,10 +75,10 @@ def test_after_a_refused_check_the_callers_transaction_goes_on(
     target.execute("UPDATE ackledger_meta SET value = 'urn:ackledger:another'")
     conn = own_connection(target)
     try:
-        conn.execute("INSERT INTO counters (name, value) VALUES ('b.app', 1)")
+        conn.execute("INSERT INTO ackledger_counters (name, value) VALUES ('b.app', 1)")
         with pytest.raises(ValueError, match="another database"):
             same_database(backend.borrow(conn), SOURCE)
-        conn.execute("INSERT INTO counters (name, value) VALUES ('b.app2', 1)")
+        conn.execute("INSERT INTO ackledger_counters (name, value) VALUES ('b.app2', 1)")
         conn.commit()
     finally:
         conn.close()

@@ -22,7 +22,9 @@ def fill(ob: Outbox, n: int) -> list[str]:
 
 
 def sent_ids(target: Target) -> list[str]:
-    return [row[0] for row in target.rows("SELECT id FROM outbox WHERE sent = 1 ORDER BY seq")]
+    return [
+        row[0] for row in target.rows("SELECT id FROM ackledger_outbox WHERE sent = 1 ORDER BY seq")
+    ]
 
 
 def test_sends_copies_in_seq_order_and_marks_what_was_acknowledged(target: Target) -> None:
@@ -64,7 +66,9 @@ def test_first_exception_stops_the_batch_and_is_reraised_as_the_same_object(
         assert [item["id"] for item in ob.pending()] == ids[1:]
         assert calls == ids[:2]
         assert sent_ids(target) == ids[:1]
-        assert target.rows("SELECT attempts FROM outbox WHERE id = ?", (ids[1],)) == [(1,)]
+        assert target.rows("SELECT attempts FROM ackledger_outbox WHERE id = ?", (ids[1],)) == [
+            (1,)
+        ]
         row = ob.event(ids[1])
         assert row is not None and row["attempts"] == 1 and "sink went away" in row["last_error"]
         calls.clear()
@@ -118,10 +122,10 @@ def test_a_callback_editing_its_copy_cannot_mark_another_event(target: Target) -
         with pytest.raises(RuntimeError, match="must stay pending"):
             dispatch(ob, send_pointing_ahead)
     assert sent_ids(target) == ids[:2]
-    assert target.rows("SELECT data FROM outbox WHERE id = ?", (ids[0],)) == [
+    assert target.rows("SELECT data FROM ackledger_outbox WHERE id = ?", (ids[0],)) == [
         ('{"qty":1,"sku":"s0"}',)
     ]
-    assert target.rows("SELECT data FROM outbox WHERE id = ?", (ids[1],)) == [
+    assert target.rows("SELECT data FROM ackledger_outbox WHERE id = ?", (ids[1],)) == [
         ('{"qty":2,"sku":"s1"}',)
     ]
 
@@ -213,7 +217,7 @@ def test_a_callback_mutating_nested_data_changes_nothing_stored_or_selected(
     with Outbox(target.ref) as ob:
         for name in ("n-1", "n-2"):
             ob.publish({"type": "com.example.order.placed", "id": name, "data": nested})
-        stored = target.rows("SELECT id, data, event FROM outbox ORDER BY seq")
+        stored = target.rows("SELECT id, data, event FROM ackledger_outbox ORDER BY seq")
         before = ob.pending()
         arrived: list[Any] = []
 
@@ -237,7 +241,7 @@ def test_a_callback_mutating_nested_data_changes_nothing_stored_or_selected(
         assert after == [before[1]]
         assert after[0]["data"] == nested
         assert after[0]["type"] == "com.example.order.placed"
-    assert target.rows("SELECT id, data, event FROM outbox ORDER BY seq") == stored
+    assert target.rows("SELECT id, data, event FROM ackledger_outbox ORDER BY seq") == stored
     assert nested == {"lines": [{"sku": "a", "qty": 1}, {"sku": "b", "qty": 2}], "meta": {"n": 1}}
 
 
@@ -248,7 +252,7 @@ def test_dispatch_batch_hands_a_function_dicts_it_may_edit_and_nothing_reaches_t
     with Outbox(target.ref) as ob:
         for name in ("b-1", "b-2", "b-3"):
             ob.publish({"type": "com.example.order.placed", "id": name, "data": nested})
-        stored = target.rows("SELECT id, data, event FROM outbox ORDER BY seq")
+        stored = target.rows("SELECT id, data, event FROM ackledger_outbox ORDER BY seq")
         before = ob.pending()
         arrived: list[Any] = []
 
@@ -275,5 +279,5 @@ def test_dispatch_batch_hands_a_function_dicts_it_may_edit_and_nothing_reaches_t
         with pytest.raises(NotAcknowledged, match="only 1 of 2"):
             dispatch_batch(ob, send_batch)
         assert [item["data"] for item in arrived[1]] == [nested, nested]
-    assert target.rows("SELECT id, data, event FROM outbox ORDER BY seq") == stored
+    assert target.rows("SELECT id, data, event FROM ackledger_outbox ORDER BY seq") == stored
     assert sent_ids(target) == ["b-1", "b-2"]

@@ -27,12 +27,15 @@ def test_applied_then_duplicate_then_conflict(target: Target) -> None:
         assert inbox.receive(ev("e1", qty=2)) == "applied"
         assert inbox.receive(ev("e1", qty=2)) == "duplicate"
         assert inbox.stock("apple") == 2
-        before = target.rows("SELECT source, id, type, fingerprint, receipts FROM inbox")
+        before = target.rows("SELECT source, id, type, fingerprint, receipts FROM ackledger_inbox")
         with pytest.raises(Conflict, match="e1"):
             inbox.receive(ev("e1", qty=5))
         assert inbox.stock("apple") == 2
         assert inbox.counters() == {"applied": 1, "duplicate": 1, "conflict": 1}
-        assert target.rows("SELECT source, id, type, fingerprint, receipts FROM inbox") == before
+        assert (
+            target.rows("SELECT source, id, type, fingerprint, receipts FROM ackledger_inbox")
+            == before
+        )
         assert [row[:3] + row[4:] for row in before] == [(SOURCE, "e1", "warehouse.stock.added", 2)]
         assert target.rows("SELECT sku, qty FROM inventory") == [("apple", 2)]
         # Key order is no content (nor is time); another sku is.
@@ -44,8 +47,8 @@ def test_applied_then_duplicate_then_conflict(target: Target) -> None:
             inbox.receive(ev("e1", sku="other"))
         assert inbox.stock("other") == 0
         assert inbox.counters() == {"applied": 1, "duplicate": 3, "conflict": 2}
-    assert target.rows("SELECT id, receipts FROM inbox") == [("e1", 4)]
-    assert target.rows("SELECT fingerprint FROM inbox") == [(before[0][3],)]
+    assert target.rows("SELECT id, receipts FROM ackledger_inbox") == [("e1", 4)]
+    assert target.rows("SELECT fingerprint FROM ackledger_inbox") == [(before[0][3],)]
     assert target.rows("SELECT sku, qty FROM inventory") == [("apple", 2)]
 
 
@@ -124,7 +127,7 @@ def test_arrival_numbers_follow_receipts_and_resends(target: Target) -> None:
     assert receipt is not None
     assert receipt["receipts"] == 2
     assert receipt["last_received_at"] >= receipt["first_received_at"]
-    rows = target.rows("SELECT id, arrival, last_arrival FROM inbox ORDER BY arrival")
+    rows = target.rows("SELECT id, arrival, last_arrival FROM ackledger_inbox ORDER BY arrival")
     assert [r[0] for r in rows] == ["e1", "e2"]
     (_, a1, last1), (_, a2, last2) = rows
     assert a1 < a2 == last2 < last1
@@ -147,7 +150,7 @@ def test_concurrent_duplicates_are_applied_exactly_once(target: Target) -> None:
             inbox.close()
     assert sorted(answers) == ["applied"] + ["duplicate"] * (workers - 1)
     assert target.rows("SELECT sku, qty FROM inventory") == [("apple", 3)]
-    assert target.rows("SELECT receipts FROM inbox WHERE id = 'same'") == [(workers,)]
+    assert target.rows("SELECT receipts FROM ackledger_inbox WHERE id = 'same'") == [(workers,)]
 
 
 def test_a_race_of_one_identity_with_two_contents_applies_one_and_refuses_the_other(
@@ -179,4 +182,6 @@ def test_a_race_of_one_identity_with_two_contents_applies_one_and_refuses_the_ot
     ] * (workers // 2 - 1)
     assert {status for qty, status in answers if qty != won} == {"conflict"}
     assert target.rows("SELECT sku, qty FROM inventory") == [("apple", won)]
-    assert target.rows("SELECT receipts FROM inbox WHERE id = 'twin'") == [(workers // 2,)]
+    assert target.rows("SELECT receipts FROM ackledger_inbox WHERE id = 'twin'") == [
+        (workers // 2,)
+    ]

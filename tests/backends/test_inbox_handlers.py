@@ -56,14 +56,16 @@ def user_rows(target: Target) -> list[tuple[Any, ...]]:
 
 
 def receipts(target: Target) -> list[tuple[Any, ...]]:
-    return target.rows("SELECT source, id, type, receipts FROM inbox ORDER BY source, id")
+    return target.rows("SELECT source, id, type, receipts FROM ackledger_inbox ORDER BY source, id")
 
 
 def recorded(target: Target) -> dict[str, list[tuple[Any, ...]]]:
     """Everything the databases hold but the arrival sequence: an attempt that records
     nothing may still use up arrival numbers (they are taken as a block; gaps are allowed)."""
     state = target.dump()
-    state["counters"] = [row for row in state["counters"] if row[0] != "sink.arrival"]
+    state["ackledger_counters"] = [
+        row for row in state["ackledger_counters"] if row[0] != "sink.arrival"
+    ]
     return state
 
 
@@ -217,7 +219,7 @@ def test_the_same_id_from_two_sources_is_two_events(target: Target) -> None:
 
 
 def _arrivals(target: Target) -> int:
-    found = target.rows("SELECT value FROM counters WHERE name = 'sink.arrival'")
+    found = target.rows("SELECT value FROM ackledger_counters WHERE name = 'sink.arrival'")
     return int(found[0][0]) if found else 0
 
 
@@ -243,7 +245,7 @@ def test_a_lone_failing_handler_commits_only_its_arrival_number(target: Target) 
         assert general == (before, taken + 2)
         # The next event takes the next number.
         assert inbox.receive(placed("p-2", 2)) == "applied"
-    rows = target.rows("SELECT id, arrival, last_arrival FROM inbox WHERE id = 'p-2'")
+    rows = target.rows("SELECT id, arrival, last_arrival FROM ackledger_inbox WHERE id = 'p-2'")
     assert rows == [("p-2", taken + 3, taken + 3)]
     assert user_rows(target) == [(SHOP, "p-0", 1), (SHOP, "p-2", 2)]
 
@@ -259,7 +261,9 @@ def test_a_lone_event_of_a_users_handler_is_counted_with_its_receipt(target: Tar
         assert inbox.receive(placed("p-1", 3)) == "duplicate"
         assert inbox.counters() == {"applied": 3, "duplicate": 1, "conflict": 0}
         assert inbox.stock("snack-7") == 2
-    rows = target.rows("SELECT id, arrival, last_arrival, receipts FROM inbox ORDER BY arrival")
+    rows = target.rows(
+        "SELECT id, arrival, last_arrival, receipts FROM ackledger_inbox ORDER BY arrival"
+    )
     assert rows == [("p-1", 1, 4, 2), ("w-1", 2, 2, 1), ("p-2", 3, 3, 1)]
     assert _arrivals(target) == 4
     assert user_rows(target) == [(SHOP, "p-1", 3), (SHOP, "p-2", 4)]
@@ -283,7 +287,7 @@ def test_a_failing_handler_gives_its_identity_back_to_the_runs_after_it(target: 
         assert inbox.counters() == {"applied": 3, "duplicate": 1, "conflict": 0}
     assert user_rows(target) == [(SHOP, "g-1", 1), (SHOP, "g-2", 2), (SHOP, "g-3", 4)]
     # g-1 1, g-2's failure 2 (shown nowhere), then the second run: 3, 4, 5.
-    rows = target.rows("SELECT id, arrival, last_arrival, receipts FROM inbox ORDER BY id")
+    rows = target.rows("SELECT id, arrival, last_arrival, receipts FROM ackledger_inbox ORDER BY id")
     assert [tuple(int(v) if k else v for k, v in enumerate(r)) for r in rows] == [
         ("g-1", 1, 5, 2),
         ("g-2", 3, 3, 1),

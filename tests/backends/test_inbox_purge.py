@@ -28,13 +28,13 @@ def _age(target: Target, seconds: float, *ids: str) -> None:
     """Move receipts' first arrival ``seconds`` into the past (the test's hand on the clock)."""
     for event_id in ids:
         target.execute(
-            "UPDATE inbox SET first_received_at = first_received_at - ? WHERE id = ?",
+            "UPDATE ackledger_inbox SET first_received_at = first_received_at - ? WHERE id = ?",
             (seconds, event_id),
         )
 
 
 def _ids(target: Target) -> list[str]:
-    return sorted(str(row[0]) for row in target.rows("SELECT id FROM inbox"))
+    return sorted(str(row[0]) for row in target.rows("SELECT id FROM ackledger_inbox"))
 
 
 def test_purge_deletes_only_receipts_older_than_the_horizon(target: Target) -> None:
@@ -145,7 +145,7 @@ def test_the_cli_purges_with_a_duration_and_refuses_bad_ones(target: Target) -> 
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("purged 1 receipts")
     assert _ids(target) == ["new"]
-    assert target.rows("SELECT source FROM inbox") == [(SOURCE,)]
+    assert target.rows("SELECT source FROM ackledger_inbox") == [(SOURCE,)]
 
 
 @pytest.mark.slow

@@ -42,31 +42,33 @@ def _age(target: Target, seconds: float, ids: list[str]) -> None:
     for start in range(0, len(ids), 200):
         part = ids[start : start + 200]
         target.execute(
-            "UPDATE inbox SET first_received_at = first_received_at - ? "
+            "UPDATE ackledger_inbox SET first_received_at = first_received_at - ? "
             f"WHERE id IN ({', '.join('?' * len(part))})",
             (seconds, *part),
         )
 
 
 def _ids(target: Target) -> list[str]:
-    return sorted(str(row[0]) for row in target.rows("SELECT id FROM inbox"))
+    return sorted(str(row[0]) for row in target.rows("SELECT id FROM ackledger_inbox"))
 
 
 def _purged(target: Target) -> int:
-    rows = target.rows("SELECT value FROM counters WHERE name = ?", (PURGED,))
+    rows = target.rows("SELECT value FROM ackledger_counters WHERE name = ?", (PURGED,))
     return int(rows[0][0]) if rows else 0
 
 
 def _recorded(target: Target) -> tuple[float | None, float | None, int]:
     """The inbox_oldest row, read from a separate connection."""
     [(oldest, cutoff, generation)] = target.rows(
-        "SELECT first_received_at, cutoff, generation FROM inbox_oldest"
+        "SELECT first_received_at, cutoff, generation FROM ackledger_inbox_oldest"
     )
     return oldest, cutoff, int(generation)
 
 
 def _first_received(target: Target, event_id: str) -> float:
-    [(found,)] = target.rows("SELECT first_received_at FROM inbox WHERE id = ?", (event_id,))
+    [(found,)] = target.rows(
+        "SELECT first_received_at FROM ackledger_inbox WHERE id = ?", (event_id,)
+    )
     return float(found)
 
 
@@ -179,15 +181,15 @@ def test_opening_a_database_of_migration_0009_records_its_oldest_and_drops_the_i
     rows = [("/tests/v9", f"r{n}", 1_000_000.0 + n) for n in range(5)]
     for source, event_id, at in rows:
         target.execute(
-            "INSERT INTO inbox (source, id, type, fingerprint, first_received_at, "
+            "INSERT INTO ackledger_inbox (source, id, type, fingerprint, first_received_at, "
             "last_received_at, receipts, arrival, last_arrival) "
             "VALUES (?, ?, 'warehouse.stock.added', 'f', ?, ?, 1, 1, 1)",
             (source, event_id, at + 10, at + 10),
         )
-    target.execute("UPDATE inbox SET first_received_at = 999.0 WHERE id = 'r3'")
-    assert "inbox_first_received" in _index_names(target)
+    target.execute("UPDATE ackledger_inbox SET first_received_at = 999.0 WHERE id = 'r3'")
+    assert "ackledger_inbox_first_received" in _index_names(target)
     with Inbox(target.ref) as inbox:  # opening migrates
-        assert "inbox_first_received" not in _index_names(target)
+        assert "ackledger_inbox_first_received" not in _index_names(target)
         assert _recorded(target) == (999.0, None, 0)
         assert len(_ids(target)) == 5
         assert inbox.receipt("r3", source="/tests/v9") is not None
@@ -196,7 +198,7 @@ def test_opening_a_database_of_migration_0009_records_its_oldest_and_drops_the_i
 
 def _index_names(target: Target) -> set[str]:
     if target.dialect == "postgres":
-        found = target.rows("SELECT indexname FROM pg_indexes WHERE tablename = 'inbox'")
+        found = target.rows("SELECT indexname FROM pg_indexes WHERE tablename = 'ackledger_inbox'")
     else:
         found = target.rows("SELECT name FROM sqlite_master WHERE type = 'index'")
     return {str(row[0]) for row in found}
@@ -225,7 +227,7 @@ def _purger(target: Target, horizon: float, window: int) -> subprocess.Popen[str
 def _write_lock(target: Target) -> AbstractContextManager[None]:
     """Hold what a purge's DELETE needs, from another connection: SQLite's one writer's
     lock; on PostgreSQL a SHARE lock on the inbox (reads go on, deletes wait)."""
-    return target.holding_writes("LOCK TABLE inbox IN SHARE MODE")
+    return target.holding_writes("LOCK TABLE ackledger_inbox IN SHARE MODE")
 
 
 def _wait_for(check: Any, what: str, timeout: float = 60) -> None:

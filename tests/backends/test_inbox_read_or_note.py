@@ -18,12 +18,14 @@ def _fingerprint(event_id: str, qty: int) -> str:
 
 
 def _receipt(target: Target, event_id: str) -> list[tuple[object, ...]]:
-    query = "SELECT receipts, last_received_at, arrival, last_arrival FROM inbox WHERE id = ?"
+    query = (
+        "SELECT receipts, last_received_at, arrival, last_arrival FROM ackledger_inbox WHERE id = ?"
+    )
     return [tuple(row) for row in target.rows(query, (event_id,))]
 
 
 def _counts(target: Target) -> dict[str, int]:
-    rows = target.rows("SELECT name, value FROM counters WHERE name LIKE ?", ("sink.%",))
+    rows = target.rows("SELECT name, value FROM ackledger_counters WHERE name LIKE ?", ("sink.%",))
     return {str(name): int(value) for name, value in rows}
 
 

@@ -32,7 +32,7 @@ def ledger(target: Target) -> Iterator[Ledger]:
 
 
 def count(target: Target, table: str) -> int:
-    (found,) = target.rows(f"SELECT COUNT(*) FROM {table}")[0]
+    (found,) = target.rows(f"SELECT COUNT(*) FROM ackledger_{table}")[0]
     assert isinstance(found, int)
     return found
 
@@ -59,11 +59,11 @@ def test_a_retry_in_a_new_pod_gets_the_same_delivery(ledger: Ledger, target: Tar
         "attempt": 3,
         "state": "in_progress",
     }
-    assert target.rows("SELECT delivery_no, case_id, work_id FROM deliveries") == [
+    assert target.rows("SELECT delivery_no, case_id, work_id FROM ackledger_deliveries") == [
         (first["delivery_no"], "case-1", "order-1")
     ]
     assert target.rows(
-        "SELECT pod_uid, mode, outcome, delivery_no FROM attempts ORDER BY attempt_no"
+        "SELECT pod_uid, mode, outcome, delivery_no FROM ackledger_attempts ORDER BY attempt_no"
     ) == [
         ("pod-A", "idempotent", "applied", first["delivery_no"]),
         ("pod-B", "idempotent", "duplicate", first["delivery_no"]),
@@ -103,12 +103,12 @@ def test_control_mode_makes_a_delivery_for_every_request(ledger: Ledger, target:
     assert [a["duplicate"] for a in answers] == [False, False, False]
     assert [a["attempt"] for a in answers] == [1, 2, 3]
     assert len({a["delivery_no"] for a in answers}) == 3
-    assert target.rows("SELECT COUNT(*), MIN(mode), MAX(mode) FROM deliveries") == [
+    assert target.rows("SELECT COUNT(*), MIN(mode), MAX(mode) FROM ackledger_deliveries") == [
         (3, "control", "control")
     ]
-    assert target.rows("SELECT mode, outcome, delivery_no FROM attempts ORDER BY attempt_no") == [
-        ("control", "applied", a["delivery_no"]) for a in answers
-    ]
+    assert target.rows(
+        "SELECT mode, outcome, delivery_no FROM ackledger_attempts ORDER BY attempt_no"
+    ) == [("control", "applied", a["delivery_no"]) for a in answers]
 
 
 def test_control_deliveries_do_not_take_the_idempotent_key(ledger: Ledger) -> None:
@@ -153,7 +153,7 @@ def test_another_payload_is_a_recorded_conflict_without_delivery(
     # The refusal committed its attempt row (with no delivery) and nothing else.
     assert count(target, "deliveries") == 1
     assert target.rows(
-        "SELECT pod_uid, outcome, delivery_no FROM attempts ORDER BY attempt_no"
+        "SELECT pod_uid, outcome, delivery_no FROM ackledger_attempts ORDER BY attempt_no"
     ) == [("pod-A", "applied", first["delivery_no"]), ("pod-B", "conflict", None)]
     assert ledger.counters() == {"attempts": 2, "deliveries": 1, "duplicates": 0, "conflicts": 1}
     # The key keeps its first payload: that one is still a duplicate.
@@ -273,7 +273,7 @@ def test_concurrent_connections_for_one_key_make_one_delivery(target: Target) ->
     assert sorted(a["duplicate"] for a in answers) == [False] + [True] * (clients - 1)
     assert sorted(a["attempt"] for a in answers) == list(range(1, clients + 1))
     assert count(target, "deliveries") == 1
-    assert target.rows("SELECT COUNT(DISTINCT pod_uid), COUNT(*) FROM attempts") == [
+    assert target.rows("SELECT COUNT(DISTINCT pod_uid), COUNT(*) FROM ackledger_attempts") == [
         (clients, clients)
     ]
 
@@ -294,7 +294,7 @@ def test_attempts_are_numbered_per_key_whatever_the_mode_and_outcome(
     assert other["attempt"] == 1
     assert len({control["delivery_no"], applied["delivery_no"], again["delivery_no"]}) == 3
     assert target.rows(
-        "SELECT pod_uid, mode, outcome, delivery_no FROM attempts WHERE work_id = 'w' "
+        "SELECT pod_uid, mode, outcome, delivery_no FROM ackledger_attempts WHERE work_id = 'w' "
         "ORDER BY attempt_no"
     ) == [
         ("pod-1", "control", "applied", control["delivery_no"]),
@@ -335,7 +335,9 @@ def test_counters_count_every_request_once_and_survive_purge(
 
 def _age(target: Target, work_id: str, days: float) -> None:
     """Make a key's attempts look ``days`` older (a test-side write: time is not mocked)."""
-    target.execute("UPDATE attempts SET at = at - ? WHERE work_id = ?", (days * DAY, work_id))
+    target.execute(
+        "UPDATE ackledger_attempts SET at = at - ? WHERE work_id = ?", (days * DAY, work_id)
+    )
 
 
 def test_purge_forgets_idle_keys_whole_and_keeps_live_ones(ledger: Ledger, target: Target) -> None:
@@ -347,7 +349,7 @@ def test_purge_forgets_idle_keys_whole_and_keeps_live_ones(ledger: Ledger, targe
     ledger.request("c", "live", "pod-B")  # asked for again: the key is live, all of it stays
 
     assert ledger.purge() == {"deliveries": 1, "attempts": 2}
-    assert target.rows("SELECT work_id FROM deliveries") == [("live",)]
+    assert target.rows("SELECT work_id FROM ackledger_deliveries") == [("live",)]
     assert [a["pod_uid"] for a in ledger.attempts()] == ["pod-A", "pod-B"]
     again = ledger.request("c", "live", "pod-C")
     assert again == {
@@ -388,10 +390,14 @@ def test_purge_refuses_a_meaningless_age_and_writes_nothing(ledger: Ledger, targ
 
 def test_schema_has_the_contract_names_and_a_partial_key_index(target: Target) -> None:
     Ledger(target.ref).close()
-    assert target.rows("SELECT delivery_no, case_id, work_id FROM deliveries") == []
-    assert target.rows("SELECT case_id, work_id, pod_uid, mode, delivery_no FROM attempts") == []
+    assert target.rows("SELECT delivery_no, case_id, work_id FROM ackledger_deliveries") == []
+    assert (
+        target.rows("SELECT case_id, work_id, pod_uid, mode, delivery_no FROM ackledger_attempts")
+        == []
+    )
     insert = (
-        "INSERT INTO deliveries (case_id, work_id, mode, fingerprint, pod_uid, created_at) "
+        "INSERT INTO ackledger_deliveries (case_id, work_id, mode, fingerprint, pod_uid, "
+        "created_at) "
         "VALUES ('c', 'w', ?, 'f', 'p', 0)"
     )
     target.execute(insert, ("control",))
@@ -399,7 +405,9 @@ def test_schema_has_the_contract_names_and_a_partial_key_index(target: Target) -
     target.execute(insert, ("idempotent",))
     with pytest.raises((sqlite3.IntegrityError, psycopg.errors.UniqueViolation)):
         target.execute(insert, ("idempotent",))
-    assert target.rows("SELECT mode, COUNT(*) FROM deliveries GROUP BY mode ORDER BY mode") == [
+    assert target.rows(
+        "SELECT mode, COUNT(*) FROM ackledger_deliveries GROUP BY mode ORDER BY mode"
+    ) == [
         ("control", 2),
         ("idempotent", 1),
     ]
@@ -462,7 +470,8 @@ def test_a_group_of_requests_shares_one_transaction_and_keeps_each_answer(
     assert isinstance(refused, PayloadConflict) and refused.attempt == 2
     assert isinstance(control, dict) and control["duplicate"] is False
     outcomes = target.rows(
-        "SELECT pod_uid, outcome FROM attempts WHERE case_id = 'case-g' ORDER BY attempt_no"
+        "SELECT pod_uid, outcome FROM ackledger_attempts WHERE case_id = 'case-g' ORDER BY "
+        "attempt_no"
     )
     assert outcomes == [
         ("pod-0", "applied"),
@@ -554,7 +563,7 @@ def test_a_request_for_a_key_being_purged_waits_and_starts_it_fresh_on_postgres(
         (fresh,) = answers
         assert fresh["delivery_no"] > old["delivery_no"]
         assert (fresh["duplicate"], fresh["attempt"]) == (False, 1)
-        assert pg.rows(pg_url, "SELECT delivery_no, pod_uid FROM attempts") == [
+        assert pg.rows(pg_url, "SELECT delivery_no, pod_uid FROM ackledger_attempts") == [
             (fresh["delivery_no"], "pod-B")
         ]
 
@@ -568,10 +577,12 @@ def test_purge_works_through_many_keys_in_chunks(target: Target) -> None:
         ledger.submit_many(
             [check_request("c", f"k{n:05}", "pod", "idempotent", None) for n in range(keys)]
         )
-        target.execute("UPDATE attempts SET at = at - ? WHERE work_id NOT LIKE ?", (40 * DAY, "%3"))
+        target.execute(
+            "UPDATE ackledger_attempts SET at = at - ? WHERE work_id NOT LIKE ?", (40 * DAY, "%3")
+        )
         live = sum(1 for n in range(keys) if n % 10 == 3)
         assert ledger.purge() == {"deliveries": keys - live, "attempts": keys - live}
-        kept = target.rows("SELECT work_id FROM deliveries ORDER BY work_id")
+        kept = target.rows("SELECT work_id FROM ackledger_deliveries ORDER BY work_id")
         assert kept == [(f"k{n:05}",) for n in range(keys) if n % 10 == 3]
         assert count(target, "attempts") == live
 
@@ -583,7 +594,7 @@ def test_a_sqlite_purge_chunk_takes_whole_keys_after_its_cursor(tmp_path: Any) -
             ledger.request("c", work_id, "pod-1")
             ledger.request("c", work_id, "pod-2", mode="control")
         target = Target("sqlite", str(path))
-        target.execute("UPDATE attempts SET at = at - ?", (40 * DAY,))
+        target.execute("UPDATE ackledger_attempts SET at = at - ?", (40 * DAY,))
         cutoff = time.time() - DEFAULT_RETENTION_SECONDS
         with ledger.backend.write() as tx:
             first = tx.ledger_purge_idle_chunk(cutoff, ("", ""), 2)

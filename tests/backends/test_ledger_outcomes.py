@@ -33,13 +33,14 @@ def ledger(target: Target) -> Iterator[Ledger]:
 def _age_claim(target: Target, work_id: str, seconds: float) -> None:
     """Move a claim's start into the past, as if its Pod had died ``seconds`` ago."""
     target.execute(
-        "UPDATE deliveries SET claimed_at = claimed_at - ? WHERE work_id = ?", (seconds, work_id)
+        "UPDATE ackledger_deliveries SET claimed_at = claimed_at - ? WHERE work_id = ?",
+        (seconds, work_id),
     )
 
 
 def _claims(target: Target, work_id: str) -> list[tuple[Any, ...]]:
     return target.rows(
-        "SELECT pod_uid, outcome, claim, exit_status FROM attempts WHERE work_id = ? "
+        "SELECT pod_uid, outcome, claim, exit_status FROM ackledger_attempts WHERE work_id = ? "
         "ORDER BY attempt_no",
         (work_id,),
     )
@@ -61,7 +62,7 @@ def test_a_completed_delivery_answers_every_later_request_with_its_result(
     # The first completion wins; a second one (another result) changes nothing.
     later = ledger.complete("c", "w", {"shipped": 4})
     assert later["duplicate"] is True and later["result"] == done["result"]
-    assert target.rows("SELECT state, result, completed_by FROM deliveries") == [
+    assert target.rows("SELECT state, result, completed_by FROM ackledger_deliveries") == [
         ("completed", '{"label":"é","shipped":3}', "pod-A")
     ]
     assert [row[2] for row in _claims(target, "w")] == [None, None, None]
@@ -97,7 +98,7 @@ def test_a_live_claim_is_refused_and_an_expired_one_is_taken_over(
         ("pod-C", "duplicate", "in_flight", None),
         ("pod-D", "duplicate", "in_flight", None),
     ]
-    assert target.rows("SELECT state, claim_token, claimed_by FROM deliveries") == [
+    assert target.rows("SELECT state, claim_token, claimed_by FROM ackledger_deliveries") == [
         ("completed", None, None)
     ]
 
@@ -178,13 +179,14 @@ def test_a_database_at_0007_upgrades_and_its_deliveries_read_in_progress(
         backend.close()
     old = Target(target.dialect, ref)
     old.execute(
-        "INSERT INTO deliveries (case_id, work_id, mode, fingerprint, pod_uid, created_at) "
+        "INSERT INTO ackledger_deliveries (case_id, work_id, mode, fingerprint, pod_uid, "
+        "created_at) "
         "VALUES ('c', 'old-1', 'idempotent', ?, 'pod-old', 1.0)",
         (NO_PAYLOAD_FINGERPRINT,),
     )
-    number = old.rows("SELECT delivery_no FROM deliveries")[0][0]
+    number = old.rows("SELECT delivery_no FROM ackledger_deliveries")[0][0]
     old.execute(
-        "INSERT INTO attempts (case_id, work_id, pod_uid, mode, delivery_no, outcome, "
+        "INSERT INTO ackledger_attempts (case_id, work_id, pod_uid, mode, delivery_no, outcome, "
         "fingerprint, at) VALUES ('c', 'old-1', 'pod-old', 'idempotent', ?, 'applied', ?, 1.0)",
         (number, NO_PAYLOAD_FINGERPRINT),
     )
@@ -201,7 +203,7 @@ def test_a_database_at_0007_upgrades_and_its_deliveries_read_in_progress(
         assert upgraded.request("c", "old-1", "pod-later")["result"] == {"redone": True}
     newest = migrations("sqlite")[-1][0]  # 0008 and every migration after it ran
     assert newest >= 8
-    assert old.rows("SELECT MAX(version) FROM schema_migrations") == [(newest,)]
+    assert old.rows("SELECT MAX(version) FROM ackledger_schema_migrations") == [(newest,)]
 
 
 def _race(ledgers: list[Ledger], work_id: str) -> list[dict[str, Any] | InFlight]:
@@ -236,9 +238,9 @@ def test_64_connections_racing_for_one_key_make_one_claim_on_postgres(pg_url: st
     assert all(isinstance(a, dict) and a["state"] == "completed" for a in after)
     assert {repr(a["result"]) for a in after if isinstance(a, dict)} == {"[1, 2]"}
     assert target.rows(
-        "SELECT claim, COUNT(*) FROM attempts GROUP BY claim ORDER BY claim NULLS LAST"
+        "SELECT claim, COUNT(*) FROM ackledger_attempts GROUP BY claim ORDER BY claim NULLS LAST"
     ) == [("claimed", 1), ("in_flight", RACERS - 1), (None, RACERS)]
-    assert target.rows("SELECT COUNT(*) FROM deliveries") == [(1,)]
+    assert target.rows("SELECT COUNT(*) FROM ackledger_deliveries") == [(1,)]
 
 
 @pytest.mark.slow
@@ -274,6 +276,9 @@ def test_64_clients_racing_a_ledger_process_for_one_key_make_one_claim(
     assert {status for status, _, _ in after} == {200}
     assert all(a["state"] == "completed" and a["result"] == {"ok": True} for _, _, a in after)
     assert target.rows(
-        "SELECT claim, COUNT(*) FROM attempts WHERE claim IS NOT NULL GROUP BY claim ORDER BY claim"
+        "SELECT claim, COUNT(*) FROM ackledger_attempts WHERE claim IS NOT NULL GROUP BY "
+        "claim ORDER BY claim"
     ) == [("claimed", 1), ("in_flight", RACERS - 1)]
-    assert target.rows("SELECT COUNT(*), MIN(state) FROM deliveries") == [(1, "completed")]
+    assert target.rows("SELECT COUNT(*), MIN(state) FROM ackledger_deliveries") == [
+        (1, "completed")
+    ]

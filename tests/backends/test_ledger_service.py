@@ -76,11 +76,11 @@ def assert_one_delivery(target: Target, key: str, answers: list[dict[str, Any]])
     assert sorted(answer["attempt"] for answer in answers) == list(range(1, clients + 1))
     assert sorted(answer["duplicate"] for answer in answers) == [False] + [True] * (clients - 1)
     assert target.rows(
-        "SELECT delivery_no, case_id, mode FROM deliveries WHERE work_id = ?", (key,)
+        "SELECT delivery_no, case_id, mode FROM ackledger_deliveries WHERE work_id = ?", (key,)
     ) == [(number, "race", "idempotent")]
     assert target.rows(
         "SELECT outcome, COUNT(*), COUNT(DISTINCT pod_uid), MIN(delivery_no), MAX(delivery_no) "
-        "FROM attempts WHERE work_id = ? GROUP BY outcome ORDER BY outcome",
+        "FROM ackledger_attempts WHERE work_id = ? GROUP BY outcome ORDER BY outcome",
         (key,),
     ) == [
         ("applied", 1, 1, number, number),
@@ -93,7 +93,7 @@ def assert_counters(target: Target, keys: int, clients: int = 32) -> None:
     spread over rows ``NAME#N`` (so that concurrent requests do not queue on one row)."""
     totals: dict[str, int] = {}
     for name, value in target.rows(
-        "SELECT name, value FROM counters WHERE name LIKE ?", ("ledger.%",)
+        "SELECT name, value FROM ackledger_counters WHERE name LIKE ?", ("ledger.%",)
     ):
         short = name.split("#", 1)[0]
         totals[short] = totals.get(short, 0) + value
@@ -102,7 +102,7 @@ def assert_counters(target: Target, keys: int, clients: int = 32) -> None:
         "ledger.deliveries": keys,
         "ledger.duplicates": keys * (clients - 1),
     }
-    assert target.rows("SELECT COUNT(*) FROM deliveries") == [(keys,)]
+    assert target.rows("SELECT COUNT(*) FROM ackledger_deliveries") == [(keys,)]
 
 
 def test_32_concurrent_requests_for_one_key_get_one_number(
@@ -129,7 +129,7 @@ def test_two_ledger_processes_on_one_database_hand_out_one_number(
     # Each replica hands out the other's numbers: the memory is the database, not the process.
     numbers = {
         work_id: number
-        for work_id, number in target.rows("SELECT work_id, delivery_no FROM deliveries")
+        for work_id, number in target.rows("SELECT work_id, delivery_no FROM ackledger_deliveries")
     }
     for service in (first, second):
         client = Client(service)
@@ -172,7 +172,7 @@ def test_8_clients_x_50_keys_then_a_crash_and_restart_keeps_every_number(
     assert sorted(
         (int(case_id.removeprefix("client-")), int(work_id.removeprefix("key-")), number)
         for case_id, work_id, number in target.rows(
-            "SELECT case_id, work_id, delivery_no FROM deliveries"
+            "SELECT case_id, work_id, delivery_no FROM ackledger_deliveries"
         )
     ) == sorted((i, k, number) for (i, k), number in numbers.items())
 
@@ -184,22 +184,22 @@ def test_8_clients_x_50_keys_then_a_crash_and_restart_keeps_every_number(
         status, _, answer = client.deliver(case_id=f"client-{i}", work_id=f"key-{k}")
         assert (status, answer["delivery_no"], answer["attempt"]) == (200, number, 2)
     client.close()
-    assert target.rows("SELECT COUNT(*) FROM deliveries") == [(400,)]
-    assert target.rows("SELECT COUNT(*) FROM attempts") == [(800,)]
+    assert target.rows("SELECT COUNT(*) FROM ackledger_deliveries") == [(400,)]
+    assert target.rows("SELECT COUNT(*) FROM ackledger_attempts") == [(800,)]
 
 
 def test_purge_command_forgets_idle_keys_and_a_purged_key_starts_fresh(target: Target) -> None:
     with Ledger(target.ref) as ledger:
         old = ledger.request("c", "old", "pod-A")["delivery_no"]
         live = ledger.request("c", "live", "pod-A")["delivery_no"]
-    target.execute("UPDATE attempts SET at = at - 3 * 86400 WHERE work_id = 'old'")
+    target.execute("UPDATE ackledger_attempts SET at = at - 3 * 86400 WHERE work_id = 'old'")
 
     kept = run_cli("ledger", "purge", "--db", target.ref)  # the default: 30 days
     assert kept.returncode == 0 and "purged 0 deliveries" in kept.stdout
     done = run_cli("ledger", "purge", "--db", target.ref, "--older-than", "2d")
     assert done.returncode == 0, done.stderr
     assert "purged 1 deliveries and 1 attempts" in done.stdout
-    assert target.rows("SELECT work_id FROM deliveries") == [("live",)]
+    assert target.rows("SELECT work_id FROM ackledger_deliveries") == [("live",)]
     with Ledger(target.ref) as ledger:
         fresh = ledger.request("c", "old", "pod-B")
         assert ledger.request("c", "live", "pod-B")["delivery_no"] == live
@@ -212,7 +212,7 @@ def test_the_service_answers_per_contract(target: Target, monkeypatch: pytest.Mo
     monkeypatch.setenv("POD_UID", "ledger-a")
     with serve_ledger_in_process(target.ref) as client:
         _answers_per_contract(client)
-    assert target.rows("SELECT COUNT(*) FROM attempts") == [(4,)]
+    assert target.rows("SELECT COUNT(*) FROM ackledger_attempts") == [(4,)]
 
 
 def _answers_per_contract(client: InProcess) -> None:

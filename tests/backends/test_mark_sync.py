@@ -30,7 +30,9 @@ def fill(ob: Outbox, n: int) -> list[str]:
 
 
 def sent_ids(target: Target) -> list[str]:
-    return [row[0] for row in target.rows("SELECT id FROM outbox WHERE sent = 1 ORDER BY seq")]
+    return [
+        row[0] for row in target.rows("SELECT id FROM ackledger_outbox WHERE sent = 1 ORDER BY seq")
+    ]
 
 
 class Recording:
@@ -74,7 +76,7 @@ def test_a_relaxed_write_skips_only_its_own_wait(target: Target) -> None:
                 inside = str(tx.execute("SHOW synchronous_commit")[0][0])
             else:
                 inside = str(tx.execute("PRAGMA synchronous")[0][0])
-            tx.execute("UPDATE outbox SET sent = 1 WHERE id = ?", ("ms-0",))
+            tx.execute("UPDATE ackledger_outbox SET sent = 1 WHERE id = ?", ("ms-0",))
         assert inside == relaxed
         # Committed (another connection sees it), and the next write waits for the disk again.
         assert sent_ids(target) == ["ms-0"]
@@ -91,7 +93,7 @@ def test_a_relaxed_write_that_fails_rolls_back_and_restores_the_setting(target: 
     with Outbox(target.ref) as ob:
         fill(ob, 1)
         with pytest.raises(RuntimeError), ob.backend.write(durable=False) as tx:
-            tx.execute("UPDATE outbox SET sent = 1 WHERE id = ?", ("ms-0",))
+            tx.execute("UPDATE ackledger_outbox SET sent = 1 WHERE id = ?", ("ms-0",))
             raise RuntimeError("abandon")
         assert sent_ids(target) == []
         assert durability_setting(ob, target) == strict
@@ -114,7 +116,9 @@ def test_last_mode_waits_for_the_disk_once_per_call(target: Target) -> None:
         assert rec.writes == [("mark", i, i == ids[-1]) for i in ids]
         assert sent_ids(target) == ids
         # Each mark still counted its attempt.
-        assert [r[0] for r in target.rows("SELECT attempts FROM outbox ORDER BY seq")] == [1] * 5
+        assert [
+            r[0] for r in target.rows("SELECT attempts FROM ackledger_outbox ORDER BY seq")
+        ] == [1] * 5
 
 
 def test_each_mode_waits_for_every_mark(target: Target) -> None:
@@ -166,7 +170,7 @@ def test_a_stop_between_sends_marks_the_latest_again_durably(target: Target) -> 
         ]
         assert sent_ids(target) == ids[:2]
         # The second mark of the same event counted no second attempt.
-        attempts = target.rows("SELECT attempts FROM outbox WHERE id = ?", (ids[1],))
+        attempts = target.rows("SELECT attempts FROM ackledger_outbox WHERE id = ?", (ids[1],))
         assert attempts[0][0] == 1
 
 

@@ -28,7 +28,9 @@ def fill(ob: Outbox, n: int) -> list[str]:
 
 
 def sent_ids(target: Target) -> list[str]:
-    return [row[0] for row in target.rows("SELECT id FROM outbox WHERE sent = 1 ORDER BY seq")]
+    return [
+        row[0] for row in target.rows("SELECT id FROM ackledger_outbox WHERE sent = 1 ORDER BY seq")
+    ]
 
 
 def acknowledging() -> tuple[list[str], Callable[[list[dict[str, Any]]], int]]:
@@ -74,7 +76,7 @@ def test_every_event_is_sent_once_in_order_and_marked_by_close(
     assert [i for r in rounds for i in r] == ids
     assert sent_ids(target) == ids
     assert max(seen_inflight) == 4  # the overlap did happen
-    counts = target.rows("SELECT attempts FROM outbox ORDER BY seq")
+    counts = target.rows("SELECT attempts FROM ackledger_outbox ORDER BY seq")
     assert [row[0] for row in counts] == [1] * len(ids)
 
 
@@ -208,14 +210,14 @@ def test_per_item_every_event_is_sent_once_in_order_each_mark_behind_the_next_se
     assert [i for r in rounds for i in r] == ids
     assert sent_ids(target) == ids
     assert overlapped == len(ids) - 1  # every send but the first overlapped a mark
-    counts = target.rows("SELECT attempts FROM outbox ORDER BY seq")
+    counts = target.rows("SELECT attempts FROM ackledger_outbox ORDER BY seq")
     assert [row[0] for row in counts] == [1] * len(ids)
 
 
 def holding_the_marks(target: Target) -> AbstractContextManager[None]:
     """While inside: no mark can commit (another connection holds the write lock on SQLite,
     the rows' locks on PostgreSQL); reads go on."""
-    return target.holding_writes("SELECT 1 FROM outbox FOR UPDATE")
+    return target.holding_writes("SELECT 1 FROM ackledger_outbox FOR UPDATE")
 
 
 def test_per_item_the_next_selection_skips_the_mark_in_flight(

@@ -112,7 +112,11 @@ def test_sqlite_sql_makes_the_schema_migrate_makes(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
 
     assert sqlite_schema(pasted) == sqlite_schema(migrated)
-    assert {row[1] for row in sqlite_schema(pasted)} >= {"outbox", "inbox", "schema_migrations"}
+    assert {row[1] for row in sqlite_schema(pasted)} >= {
+        "ackledger_outbox",
+        "ackledger_inbox",
+        "ackledger_schema_migrations",
+    }
     assert_nothing_left_to_apply(str(pasted), "sqlite")
     assert sqlite_schema(pasted) == sqlite_schema(migrated)  # and opening changed nothing
 
@@ -133,7 +137,7 @@ def test_postgres_sql_makes_the_schema_migrate_makes(pg_empty_url: str) -> None:
         assert done.returncode == 0, done.stderr
         assert postgres_schema(pg_empty_url) == postgres_schema(migrated_url)
         tables = {row[0] for row in postgres_schema(pg_empty_url)["columns"]}
-        assert {"outbox", "inbox", "schema_migrations"} <= tables
+        assert {"ackledger_outbox", "ackledger_inbox", "ackledger_schema_migrations"} <= tables
     finally:
         pg.drop_database(migrated)
     assert_nothing_left_to_apply(pg_empty_url, "postgres")
@@ -148,14 +152,16 @@ def test_the_rows_record_each_migration_at_the_time_it_was_run(
     marks = [f"-- {name}\n" for _, name in shipped(dialect)]
     positions = [script.index(mark) for mark in marks]
     assert positions == sorted(positions)
-    assert script.count("INSERT INTO schema_migrations") == len(marks)
+    assert script.count("INSERT INTO ackledger_schema_migrations") == len(marks)
     assert printed_sql("--dialect", dialect) == script  # no print-time timestamp in it
     if dialect == "sqlite":
         ran_at = time.time()
         conn = sqlite3.connect(tmp_path / "t.db")
         try:
             conn.executescript(script)
-            times = [row[0] for row in conn.execute("SELECT applied_at FROM schema_migrations")]
+            times = [
+                row[0] for row in conn.execute("SELECT applied_at FROM ackledger_schema_migrations")
+            ]
         finally:
             conn.close()
         assert len(times) == len(marks)

@@ -14,7 +14,8 @@ from ackledger import Outbox
 from ackledger.ops.processes import cli_command, run_cli
 from ackledger.relay.partitions import PartitionLeases
 from ackledger.store import open_backend
-from ackledger.store.base import migrate, migrations
+from ackledger.store.base import MIGRATIONS, MIGRATIONS_TABLE, apply_chain, migrate, migrations
+from ackledger.store.namespace import V2_MIGRATIONS
 
 from .. import pg
 from ..conftest import raw_rows
@@ -103,7 +104,7 @@ def test_both_dialects_have_the_same_tables_columns_and_indexes(
     open_backend(pg_empty_url).close()
     # The one designed difference: SQLite builds the partition index when the partition
     # worker first opens the outbox (migration 0006), PostgreSQL has it from the start.
-    assert "outbox_partition_pending" not in _index_names(path)
+    assert "ackledger_outbox_partition_pending" not in _index_names(path)
     with Outbox(path) as outbox:
         PartitionLeases(outbox, "relay-a")
     lite = sqlite_schema(path)
@@ -117,8 +118,8 @@ def test_both_dialects_have_the_same_tables_columns_and_indexes(
     post_indexes = {name for name, _ in post["indexes"] if name not in constraint_names}
     assert lite_columns == post_columns
     assert lite_indexes == post_indexes
-    assert ("outbox", "partition_key") in lite_columns
-    assert {"outbox_pending", "outbox_partition_pending"} <= lite_indexes
+    assert ("ackledger_outbox", "partition_key") in lite_columns
+    assert {"ackledger_outbox_pending", "ackledger_outbox_partition_pending"} <= lite_indexes
 
 
 @pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
@@ -144,9 +145,9 @@ def test_concurrent_first_opens_apply_each_migration_once(
     expected = [name for _, name, _ in migrations(dialect)]
     assert sum(json.loads(out)["applied"] for out, _ in results) == len(expected)
     reader = pg.rows if dialect == "postgres" else _sqlite_rows
-    assert [row[0] for row in reader(ref, "SELECT name FROM schema_migrations ORDER BY 1")] == (
-        expected
-    )
+    assert [
+        row[0] for row in reader(ref, "SELECT name FROM ackledger_schema_migrations ORDER BY 1")
+    ] == (expected)
 
 
 def _sqlite_rows(path: str, sql: str) -> list[tuple[Any, ...]]:
@@ -159,6 +160,19 @@ def test_migrate_refuses_bad_targets_in_one_line(tmp_path: Path) -> None:
         assert done.returncode == 2, done.stderr
         assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def old_database(path: str, upto: int) -> None:
+    """A SQLite database at version ``upto`` of the migrations before the ``ackledger_``
+    names, recorded where those recorded themselves."""
+    backend = open_backend(path, migrate_schema=False)
+    try:
+        with backend.write() as tx:
+            tx.execute(MIGRATIONS_TABLE.replace(MIGRATIONS, V2_MIGRATIONS))
+        old = [found for found in migrations("sqlite", chain="v2") if found[0] <= upto]
+        apply_chain(backend, old, V2_MIGRATIONS)
+    finally:
+        backend.close()
 
 
 def _index_names(path: str) -> set[str]:
@@ -174,7 +188,7 @@ def _plan(path: str, sql: str, params: tuple[Any, ...]) -> str:
 
 
 _IN_PARTITION = (
-    "SELECT seq, id FROM outbox WHERE partition_key = ? AND sent = 0 AND quarantined = 0 "
+    "SELECT seq, id FROM ackledger_outbox WHERE partition_key = ? AND sent = 0 AND quarantined = 0 "
     "ORDER BY seq LIMIT 16"
 )
 
@@ -183,11 +197,7 @@ def test_sqlite_0006_drops_the_partition_index_and_the_first_lease_user_rebuilds
     tmp_path: Path,
 ) -> None:
     path = str(tmp_path / "old.db")
-    backend = open_backend(path, migrate_schema=False)
-    try:
-        migrate(backend, upto=5)
-    finally:
-        backend.close()
+    old_database(path, upto=5)  # as ackledger made it then, before the ackledger_ names
     assert "outbox_partition_pending" in _index_names(path)
     # A database of the old schema with work in it: pending events of two partitions.
     conn = sqlite3.connect(path)
@@ -201,13 +211,15 @@ def test_sqlite_0006_drops_the_partition_index_and_the_first_lease_user_rebuilds
     conn.close()
 
     with Outbox(path) as outbox:  # opening migrates to the newest version
-        assert "outbox_partition_pending" not in _index_names(path)
+        assert not {"outbox_partition_pending", "ackledger_outbox_partition_pending"} & (
+            _index_names(path)
+        )
         assert [e["id"] for e in outbox.pending(16)] == [f"e{n}" for n in range(6)]
         # Without the index, a partition's events are found by the seq-ordered pending index.
-        assert "outbox_partition_pending" not in _plan(path, _IN_PARTITION, ("p-a",))
+        assert "ackledger_outbox_partition_pending" not in _plan(path, _IN_PARTITION, ("p-a",))
         leases = PartitionLeases(outbox, "relay-a")
-        assert "outbox_partition_pending" in _index_names(path)
-        assert "outbox_partition_pending" in _plan(path, _IN_PARTITION, ("p-a",))
+        assert "ackledger_outbox_partition_pending" in _index_names(path)
+        assert "ackledger_outbox_partition_pending" in _plan(path, _IN_PARTITION, ("p-a",))
         assert [e["id"] for e in leases.pending_in_partition("p-a")] == ["e1", "e3", "e5"]
         PartitionLeases(outbox, "relay-b")  # a second user finds it built and keeps it
-    assert "outbox_partition_pending" in _index_names(path)
+    assert "ackledger_outbox_partition_pending" in _index_names(path)

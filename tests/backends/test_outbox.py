@@ -23,7 +23,7 @@ def counts(target: Target) -> tuple[object, object]:
     """How many orders and events the database holds, read independently."""
     return (
         target.rows("SELECT COUNT(*) FROM orders")[0][0],
-        target.rows("SELECT COUNT(*) FROM outbox")[0][0],
+        target.rows("SELECT COUNT(*) FROM ackledger_outbox")[0][0],
     )
 
 
@@ -44,12 +44,16 @@ def test_accept_writes_order_and_event_in_acceptance_order(target: Target) -> No
         ("b-1", "apple", 3),
     ]
     # The order's event: a warehouse.stock.added event keyed by the sku, from the outbox's source.
-    assert target.rows("SELECT DISTINCT source, type FROM outbox") == [(ob.source, warehouse.TYPE)]
-    assert target.rows("SELECT id, subject, partitionkey FROM outbox ORDER BY seq") == [
+    assert target.rows("SELECT DISTINCT source, type FROM ackledger_outbox") == [
+        (ob.source, warehouse.TYPE)
+    ]
+    assert target.rows("SELECT id, subject, partitionkey FROM ackledger_outbox ORDER BY seq") == [
         ("b-1", "apple", "apple"),
         ("a-1", "pear", "pear"),
     ]
-    assert target.rows("SELECT seq, id, subject, data, sent FROM outbox ORDER BY seq") == [
+    assert target.rows(
+        "SELECT seq, id, subject, data, sent FROM ackledger_outbox ORDER BY seq"
+    ) == [
         (first, "b-1", "apple", '{"qty":3,"sku":"apple"}', 0),
         (second, "a-1", "pear", '{"qty":5,"sku":"pear"}', 0),
     ]
@@ -76,7 +80,7 @@ def test_same_id_other_content_is_a_conflict_and_writes_nothing(target: Target) 
             tx.enqueue(lab("e1", "other", 1, source=ob.source))
         assert target.dump() == before
     assert counts(target) == (1, 1)
-    assert target.rows("SELECT data FROM outbox") == [('{"qty":1,"sku":"sku-1"}',)]
+    assert target.rows("SELECT data FROM ackledger_outbox") == [('{"qty":1,"sku":"sku-1"}',)]
 
 
 #: Events the contract refuses, with the field each refusal names.
@@ -129,11 +133,12 @@ def test_transaction_commits_business_write_and_event_together(target: Target) -
             seq = tx.enqueue(event)
         assert ob.pending() == [{**event, "seq": seq}]
     assert target.rows("SELECT id, body FROM notes") == [("n1", "100% real?")]
-    assert target.rows("SELECT seq, partition_key, partitionkey FROM outbox") == [
+    assert target.rows("SELECT seq, partition_key, partitionkey FROM ackledger_outbox") == [
         (seq, "customer-7", "customer-7")
     ]
-    # tx.enqueue writes the event only; accept also writes the order.
-    assert target.rows("SELECT COUNT(*) FROM orders") == [(0,)]
+    # tx.enqueue writes the event only (no lab call: not even the lab's tables); accept also
+    # writes the order.
+    assert not target.has_table("orders")
 
 
 def test_transaction_that_fails_keeps_neither_write(target: Target) -> None:
@@ -149,7 +154,7 @@ def test_transaction_that_fails_keeps_neither_write(target: Target) -> None:
             tx.enqueue({**lab("e2", "s", 1), "id": "bad id"})
         assert ob.pending() == []
     assert target.rows("SELECT COUNT(*) FROM notes") == [(0,)]
-    assert target.rows("SELECT COUNT(*) FROM outbox") == [(0,)]
+    assert target.rows("SELECT COUNT(*) FROM ackledger_outbox") == [(0,)]
 
 
 def test_partition_is_the_partitionkey_and_is_checked(target: Target) -> None:
@@ -168,7 +173,9 @@ def test_partition_is_the_partitionkey_and_is_checked(target: Target) -> None:
                 tx.enqueue({**lab("e4", "pear", 1), "partitionkey": bad})
             assert refused.value.field == "partitionkey"
         assert target.dump() == before
-    assert target.rows("SELECT id, partition_key, partitionkey FROM outbox ORDER BY seq") == [
+    assert target.rows(
+        "SELECT id, partition_key, partitionkey FROM ackledger_outbox ORDER BY seq"
+    ) == [
         ("e1", "apple", "apple"),
         ("e2", "apple", "apple"),
         ("e3", "", None),
@@ -225,7 +232,10 @@ def test_mark_sent_is_idempotent_and_unknown_ids_raise_key_error(target: Target)
         with pytest.raises(KeyError):
             ob.mark_sent("nope")
         assert target.dump() == before
-    assert target.rows("SELECT id, sent FROM outbox ORDER BY seq") == [("e1", 1), ("e2", 0)]
+    assert target.rows("SELECT id, sent FROM ackledger_outbox ORDER BY seq") == [
+        ("e1", 1),
+        ("e2", 0),
+    ]
 
 
 def test_several_outbox_objects_share_one_database(target: Target) -> None:
@@ -243,7 +253,7 @@ def test_a_transaction_inside_another_is_refused_not_left_hanging(target: Target
             ob.accept(ev("inner", "same-partition"))  # would wait for the outer's lock
         assert ob.pending() == []
         ob.accept(ev("after"))
-    assert target.rows("SELECT id FROM outbox") == [("after",)]
+    assert target.rows("SELECT id FROM ackledger_outbox") == [("after",)]
 
 
 def test_an_order_whose_event_was_purged_cannot_be_accepted_again(target: Target) -> None:
@@ -251,7 +261,7 @@ def test_an_order_whose_event_was_purged_cannot_be_accepted_again(target: Target
         ob.accept(ev("o-1"))
         ob.mark_sent("o-1")
         with ob.transaction() as tx:  # what a purge leaves: the order without its event
-            tx.execute("DELETE FROM outbox WHERE id = ?", ("o-1",))
+            tx.execute("DELETE FROM ackledger_outbox WHERE id = ?", ("o-1",))
         with pytest.raises(Conflict, match="purged"):
             ob.accept(ev("o-1"))
     assert counts(target) == (1, 0)
@@ -265,7 +275,7 @@ def test_mark_sent_many_marks_more_than_one_statement_holds(target: Target) -> N
             for event_id in ids:
                 tx.enqueue(lab(event_id, "sku-1", 1))
         ob.mark_sent_many([*ids, ids[0]], attempted=True)
-    assert target.rows("SELECT sent, attempts FROM outbox") == [(1, 1)] * count
+    assert target.rows("SELECT sent, attempts FROM ackledger_outbox") == [(1, 1)] * count
 
 
 def test_mark_sent_many_with_an_unknown_id_marks_nothing(target: Target) -> None:
@@ -273,7 +283,7 @@ def test_mark_sent_many_with_an_unknown_id_marks_nothing(target: Target) -> None
         ob.accept(ev("known"))
         with pytest.raises(KeyError, match="ghost"):
             ob.mark_sent_many(["known", "ghost"])
-    assert target.rows("SELECT sent FROM outbox") == [(0,)]
+    assert target.rows("SELECT sent FROM ackledger_outbox") == [(0,)]
 
 
 def test_a_batch_mark_counts_a_repeated_id_once_and_an_unknown_one_marks_none(
@@ -286,12 +296,12 @@ def test_a_batch_mark_counts_a_repeated_id_once_and_an_unknown_one_marks_none(
             ob.accept(ev(name))
         with pytest.raises(KeyError, match="ghost"):
             ob.mark_sent_many(["a", "b", "a", "ghost", "b"], attempted=True)
-        assert target.rows("SELECT id, sent, attempts FROM outbox ORDER BY seq") == [
+        assert target.rows("SELECT id, sent, attempts FROM ackledger_outbox ORDER BY seq") == [
             ("a", 0, 0), ("b", 0, 0), ("c", 0, 0),
         ]  # fmt: skip
         ob.mark_sent_many(["b", "a", "b"], attempted=True)
         ob.mark_sent_many(["a", "b"], attempted=False)  # again: idempotent, no attempt
-    assert target.rows("SELECT id, sent, attempts FROM outbox ORDER BY seq") == [
+    assert target.rows("SELECT id, sent, attempts FROM ackledger_outbox ORDER BY seq") == [
         ("a", 1, 1), ("b", 1, 1), ("c", 0, 0),
     ]  # fmt: skip
 
@@ -308,7 +318,7 @@ def test_pending_inside_the_outboxs_own_transaction_is_refused(target: Target) -
             tx.enqueue(lab("uncommitted", "sku-1", 1, source=ob.source))
             dispatch_batch(ob, len)
         assert [item["id"] for item in ob.pending()] == ["committed"]
-    assert target.rows("SELECT id, sent FROM outbox") == [("committed", 0)]
+    assert target.rows("SELECT id, sent FROM ackledger_outbox") == [("committed", 0)]
 
 
 def test_a_per_item_mark_inside_the_outboxs_own_transaction_is_refused(target: Target) -> None:
@@ -322,7 +332,7 @@ def test_a_per_item_mark_inside_the_outboxs_own_transaction_is_refused(target: T
             ob.mark_sent("committed", attempted=True)
         assert no_open_transaction(ob, target)
         assert [item["id"] for item in ob.pending()] == ["committed"]
-    assert target.rows("SELECT id, sent, attempts FROM outbox") == [("committed", 0, 0)]
+    assert target.rows("SELECT id, sent, attempts FROM ackledger_outbox") == [("committed", 0, 0)]
 
 
 def test_a_per_item_mark_waits_for_another_writer_then_commits(target: Target) -> None:
@@ -341,11 +351,11 @@ def test_a_per_item_mark_waits_for_another_writer_then_commits(target: Target) -
                 errors.append(exc)
             done.set()
 
-        with target.holding_writes("SELECT 1 FROM outbox FOR UPDATE"):
+        with target.holding_writes("SELECT 1 FROM ackledger_outbox FOR UPDATE"):
             marker = threading.Thread(target=mark)
             marker.start()
             assert not done.wait(0.3)  # held back, not failed
         marker.join(30)
         assert errors == []
-        assert target.rows("SELECT sent, attempts FROM outbox") == [(1, 1)]
+        assert target.rows("SELECT sent, attempts FROM ackledger_outbox") == [(1, 1)]
         assert no_open_transaction(ob, target)

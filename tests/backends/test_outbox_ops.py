@@ -32,7 +32,7 @@ def _ids(ob: Outbox) -> list[str]:
 
 
 def _log_count(target: Target) -> int:
-    value: Any = target.rows("SELECT COUNT(*) FROM outbox_log")[0][0]
+    value: Any = target.rows("SELECT COUNT(*) FROM ackledger_outbox_log")[0][0]
     return int(value)
 
 
@@ -45,7 +45,7 @@ def test_quarantine_takes_a_pending_event_out_of_pending_and_never_counts_it_sen
     assert (stats["pending"], stats["quarantined"], stats["sent"]) == (3, 1, 0)
     [listed] = outbox.quarantined()
     assert (listed["id"], listed["seq"], listed["reason"]) == ("b", 2, "HTTP 422 at the sink")
-    assert target.rows("SELECT sent, quarantined FROM outbox WHERE id = 'b'") == [(0, 1)]
+    assert target.rows("SELECT sent, quarantined FROM ackledger_outbox WHERE id = 'b'") == [(0, 1)]
     [entry] = outbox.history("b")
     assert (entry["kind"], entry["detail"]) == ("quarantined", {"reason": "HTTP 422 at the sink"})
 
@@ -55,7 +55,7 @@ def test_quarantine_refuses_unknown_sent_and_already_quarantined_events_writing_
 ) -> None:
     outbox.mark_sent("a")
     outbox.quarantine("b", "first")
-    before = target.rows("SELECT * FROM outbox ORDER BY seq")
+    before = target.rows("SELECT * FROM ackledger_outbox ORDER BY seq")
     with pytest.raises(KeyError):
         outbox.quarantine("nope", "x")
     with pytest.raises(ValueError, match="'a' is sent, not pending"):
@@ -66,7 +66,7 @@ def test_quarantine_refuses_unknown_sent_and_already_quarantined_events_writing_
         outbox.quarantine("c", "   ")
     with pytest.raises(ValueError, match="event_id"):
         outbox.quarantine("bad id", "x")
-    assert target.rows("SELECT * FROM outbox ORDER BY seq") == before
+    assert target.rows("SELECT * FROM ackledger_outbox ORDER BY seq") == before
     assert _log_count(target) == 1
 
 
@@ -139,18 +139,18 @@ def test_purge_deletes_only_sent_rows_older_than_the_cutoff_and_keeps_the_totals
     outbox.quarantine("c", "poison")
     old = time.time() - 10 * 86400
     # a is sent long ago; c and d were created long ago but never sent.
-    target.execute("UPDATE outbox SET sent_at = ? WHERE id = 'a'", (old,))
-    target.execute("UPDATE outbox SET created_at = ? WHERE id IN ('c', 'd')", (old,))
+    target.execute("UPDATE ackledger_outbox SET sent_at = ? WHERE id = 'a'", (old,))
+    target.execute("UPDATE ackledger_outbox SET created_at = ? WHERE id IN ('c', 'd')", (old,))
     for bad in (-1, math.nan, math.inf, True, "7d"):
         with pytest.raises(ValueError, match="older_than_seconds"):
             outbox.purge(bad)  # type: ignore[arg-type]
         assert outbox.stats()["purged"] == 0
     assert outbox.purge(7 * 86400) == 1
-    assert [r[0] for r in target.rows("SELECT id FROM outbox ORDER BY seq")] == [
+    assert [r[0] for r in target.rows("SELECT id FROM ackledger_outbox ORDER BY seq")] == [
         "b", "c", "d",
     ]  # fmt: skip
     assert outbox.purge(0) == 1
-    assert [r[0] for r in target.rows("SELECT id FROM outbox ORDER BY seq")] == ["c", "d"]
+    assert [r[0] for r in target.rows("SELECT id FROM ackledger_outbox ORDER BY seq")] == ["c", "d"]
     stats = outbox.stats()
     assert (stats["sent"], stats["attempts"], stats["purged"]) == (2, 3, 2)
     assert (stats["pending"], stats["quarantined"]) == (1, 1)

@@ -63,7 +63,7 @@ def test_a_given_source_is_stored_and_stamped_on_what_it_publishes(target: Targe
     assert target.rows("SELECT value FROM ackledger_meta WHERE name = 'outbox.source'") == [
         ("/orders-service",)
     ]
-    assert target.rows("SELECT id, source FROM outbox ORDER BY seq") == [
+    assert target.rows("SELECT id, source FROM ackledger_outbox ORDER BY seq") == [
         ("e1", "/orders-service"),
         ("o1", "/orders-service"),
     ]
@@ -90,7 +90,7 @@ def test_publish_keeps_a_generic_event_whole(target: Target) -> None:
         assert event == order(
             "e1", data=data, subject="cart-9", partitionkey="customer-7", shop="north"
         )
-    stored = target.rows("SELECT id, type, subject, partitionkey, data FROM outbox")
+    stored = target.rows("SELECT id, type, subject, partitionkey, data FROM ackledger_outbox")
     assert stored == [
         (
             "e1",
@@ -127,7 +127,7 @@ def test_publish_again_is_the_same_seq_and_other_content_a_conflict(target: Targ
             with pytest.raises(Conflict, match="e1"):
                 ob.publish(other)
         with pytest.raises(Conflict), ob.transaction() as tx:
-            tx.execute("UPDATE orders SET qty = 99")
+            tx.execute("INSERT INTO ackledger_counters (name, value) VALUES ('mine', 1)")
             tx.publish(order("e1", data=changed))
         assert target.dump() == before
 
@@ -176,7 +176,7 @@ def test_an_invalid_event_is_refused_naming_the_attribute_and_writes_nothing(
                 ob.publish(bad)
             assert refused.value.field == attribute, bad
             with pytest.raises(InvalidEvent), ob.transaction() as tx:
-                tx.execute("UPDATE orders SET qty = 99")
+                tx.execute("INSERT INTO ackledger_counters (name, value) VALUES ('mine', 1)")
                 tx.publish(bad)
             assert target.dump() == before, bad
 
@@ -208,7 +208,7 @@ def test_a_registered_type_is_checked_by_its_schema_at_publish(target: Target) -
         assert [item["id"] for item in ob.pending()] == ["e1", "e3"]
     with Outbox(target.ref) as untyped:  # the same event without the schema goes in
         untyped.publish(order("e2", data={"sum": 12}))
-    assert target.rows("SELECT id, data FROM outbox ORDER BY seq") == [
+    assert target.rows("SELECT id, data FROM ackledger_outbox ORDER BY seq") == [
         ("e1", '{"total":12}'),
         ("e3", '{"anything":[1]}'),
         ("e2", '{"sum":12}'),
@@ -232,7 +232,9 @@ def test_seq_order_is_kept_per_partitionkey(target: Target) -> None:
         "": ["98-None", "94-None"],
     }
     assert everything == [f"{99 - n}-{key}" for n, key in enumerate(keys)]
-    assert target.rows("SELECT id, partition_key, partitionkey FROM outbox ORDER BY seq")[1] == (
+    assert target.rows("SELECT id, partition_key, partitionkey FROM ackledger_outbox ORDER BY seq")[
+        1
+    ] == (
         "98-None",
         "",
         None,

@@ -22,7 +22,7 @@ from .test_partitions import _run_until_drained, expire, fill
 
 
 def pending_ids(target: Target) -> list[str]:
-    sql = "SELECT id FROM outbox WHERE sent = 0 AND quarantined = 0 ORDER BY seq"
+    sql = "SELECT id FROM ackledger_outbox WHERE sent = 0 AND quarantined = 0 ORDER BY seq"
     return [row[0] for row in target.rows(sql)]
 
 
@@ -39,7 +39,7 @@ def test_a_batch_mark_is_all_or_nothing_and_names_the_event_it_does_not_know(
             leases.mark_sent_many(lease, [ids["p"][0], ids["q"][0], ids["p"][1]])
         assert target.dump() == before  # the one known event was not marked either
         leases.mark_sent_many(lease, [ids["p"][0], ids["p"][1], ids["p"][0]])  # a repeat is one
-    assert target.rows("SELECT id FROM outbox WHERE sent = 1 ORDER BY seq") == [
+    assert target.rows("SELECT id FROM ackledger_outbox WHERE sent = 1 ORDER BY seq") == [
         (ids["p"][0],),
         (ids["p"][1],),
     ]

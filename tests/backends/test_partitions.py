@@ -33,7 +33,7 @@ def fill(ob: Outbox, partitions: list[str], per_partition: int) -> dict[str, lis
 def expire(target: Target, partition: str) -> None:
     # The test's hand on the clock: the lease is over now, whoever holds it.
     target.execute(
-        "UPDATE partition_leases SET expires_at = 0 WHERE partition_key = ?", (partition,)
+        "UPDATE ackledger_partition_leases SET expires_at = 0 WHERE partition_key = ?", (partition,)
     )
 
 
@@ -73,7 +73,7 @@ def test_marks_under_a_lease_check_it_and_renew_it(target: Target) -> None:
         assert lease is not None and lease.partition == "p"
         other = two.claim()
         assert other is not None and other.partition == "q"
-        target.execute("UPDATE partition_leases SET expires_at = expires_at - 30")
+        target.execute("UPDATE ackledger_partition_leases SET expires_at = expires_at - 30")
         one.mark_sent(lease, ids["p"][0])
         (row,) = [r for r in one.leases() if r["partition"] == "p"]
         assert row["expires_at"] > lease.expires_at - 30 + 15  # renewed by the mark
@@ -97,7 +97,7 @@ def test_marks_under_a_lease_check_it_and_renew_it(target: Target) -> None:
             one.renew(lease)
         assert one.release(lease) is False
         two.mark_sent_many(taken, ids["p"][1:])
-    sent = target.rows("SELECT id FROM outbox WHERE sent = 1 ORDER BY seq")
+    sent = target.rows("SELECT id FROM ackledger_outbox WHERE sent = 1 ORDER BY seq")
     assert [r[0] for r in sent] == ids["p"]
 
 
@@ -257,8 +257,13 @@ def test_a_failing_partition_is_parked_while_the_others_go_on(target: Target) ->
     failed = [line for line in log if "retrying in" in line]
     assert failed
     assert all(line.startswith("w: NotAcknowledged: HTTP 422 instead of 200; ") for line in failed)
-    assert target.rows("SELECT attempts FROM outbox WHERE id = ?", (ids["bad"][0],))[0][0] >= 1
-    assert target.rows("SELECT attempts FROM outbox WHERE id = ?", (ids["bad"][1],)) == [(0,)]
+    assert (
+        target.rows("SELECT attempts FROM ackledger_outbox WHERE id = ?", (ids["bad"][0],))[0][0]
+        >= 1
+    )
+    assert target.rows("SELECT attempts FROM ackledger_outbox WHERE id = ?", (ids["bad"][1],)) == [
+        (0,)
+    ]
 
 
 def _run_until_drained(ob: Outbox, worker: PartitionWorker) -> None:
@@ -317,7 +322,7 @@ def test_the_worker_logs_and_backs_off_like_the_single_relay(target: Target) -> 
             relay_logger.removeHandler(handler)
         assert seen_failures and seen_failures[0] == 4  # the metric saw the failed rounds
         assert worker.counts.consecutive_failures == 0 and worker.counts.backoff_s == 0.0
-        target.execute("DELETE FROM outbox")
+        target.execute("DELETE FROM ackledger_outbox")
         return handler.records, list(waits)
 
     records, first_waits = run(seed=7)

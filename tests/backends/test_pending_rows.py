@@ -27,7 +27,7 @@ def test_a_row_answers_as_the_stored_event_and_parses_only_for_what_no_column_ho
         _publish_two(ob)
         events = ob.pending()
         rows = ob.pending_rows(())
-    stored = dict(target.rows("SELECT id, event FROM outbox"))
+    stored = dict(target.rows("SELECT id, event FROM ackledger_outbox"))
     assert [type(row) for row in rows] == [PendingRow, PendingRow]
     assert [row.seq for row in rows] == [event["seq"] for event in events]
     keyed, plain = rows

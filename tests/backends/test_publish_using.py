@@ -44,7 +44,7 @@ def placeholder(target: Target) -> str:
 def seen(target: Target) -> tuple[list[Any], list[Any]]:
     """(business rows, outbox ids) as a second, independent connection sees them."""
     orders = target.rows("SELECT id FROM shop_orders ORDER BY id")
-    events = target.rows("SELECT id FROM outbox ORDER BY seq")
+    events = target.rows("SELECT id FROM ackledger_outbox ORDER BY seq")
     return orders, events
 
 
@@ -110,7 +110,7 @@ def test_a_connection_to_another_database_is_refused(target: Target, outbox: Out
                 pytest.raises(ValueError, match="another database"),
             ):
                 outbox.publish(placed("o-4"), using=conn)
-            assert pg.rows(other_url, "SELECT id FROM outbox") == []
+            assert pg.rows(other_url, "SELECT id FROM ackledger_outbox") == []
         finally:
             pg.drop_database(other_name)
     else:
@@ -125,7 +125,7 @@ def test_a_connection_to_another_database_is_refused(target: Target, outbox: Out
             lite.close()
         check = sqlite3.connect(other_path)
         try:
-            assert check.execute("SELECT id FROM outbox").fetchall() == []
+            assert check.execute("SELECT id FROM ackledger_outbox").fetchall() == []
         finally:
             check.close()
     assert outbox.pending() == []

@@ -22,7 +22,7 @@ def test_overlapping_purges_count_each_row_once(pg_url: str) -> None:
             outbox.mark_sent(f"p-{n}", attempted=True)
     # One row locked by another transaction: both purges reach it, wait, and go on together.
     blocker = psycopg.connect(pg_url)
-    blocker.execute("SELECT 1 FROM outbox WHERE id = 'p-0' FOR UPDATE")
+    blocker.execute("SELECT 1 FROM ackledger_outbox WHERE id = 'p-0' FOR UPDATE")
     results: list[int] = []
 
     def purge() -> None:

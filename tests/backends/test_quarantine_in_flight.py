@@ -16,9 +16,9 @@ from .conftest import Target
 
 
 def _state(target: Target, event_id: str) -> tuple[Any, ...]:
-    return target.rows("SELECT sent, quarantined, attempts FROM outbox WHERE id = ?", (event_id,))[
-        0
-    ]
+    return target.rows(
+        "SELECT sent, quarantined, attempts FROM ackledger_outbox WHERE id = ?", (event_id,)
+    )[0]
 
 
 def _accept(target: Target, *ids: str) -> None:
@@ -82,5 +82,5 @@ def test_failures_with_any_text_are_recorded(target: Target) -> None:
         row = outbox.event("odd")
     assert row is not None and row["attempts"] == 1
     assert row["last_error"] == "HTTP 422 in batch:   [2J"  # NUL and ESC became spaces
-    outbox_reason = target.rows("SELECT last_error FROM outbox WHERE id = 'odd'")[0][0]
+    outbox_reason = target.rows("SELECT last_error FROM ackledger_outbox WHERE id = 'odd'")[0][0]
     assert outbox_reason.isprintable()

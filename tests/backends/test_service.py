@@ -56,7 +56,7 @@ def test_sink_service_answers_per_contract(target: Target, tmp_path: Path) -> No
         )
         assert status == 400
     assert target.rows("SELECT sku, qty FROM inventory") == [("apple", 4)]
-    assert target.rows("SELECT source, id, receipts FROM inbox") == [(SOURCE, "e1", 2)]
+    assert target.rows("SELECT source, id, receipts FROM ackledger_inbox") == [(SOURCE, "e1", 2)]
 
 
 def test_accept_pending_dispatch_commands(target: Target, tmp_path: Path) -> None:
@@ -71,7 +71,7 @@ def test_accept_pending_dispatch_commands(target: Target, tmp_path: Path) -> Non
         done = run_cli("dispatch", "--source", target.ref, "--to", sink.base_url + "/events")
         assert done.returncode == 0, done.stderr
     assert "dispatched 3 event(s)" in done.stdout
-    assert target.rows("SELECT COUNT(*) FROM outbox WHERE sent = 0") == [(0,)]
+    assert target.rows("SELECT COUNT(*) FROM ackledger_outbox WHERE sent = 0") == [(0,)]
 
 
 def test_an_unreachable_postgres_is_one_line_and_exit_4() -> None:
@@ -118,11 +118,11 @@ def test_two_sink_processes_apply_one_event_once(target: Target, tmp_path: Path)
         for sink in sinks:
             sink.stop()
     assert target.rows("SELECT sku, qty FROM inventory") == [("apple", 3 * rounds)]
-    assert target.rows("SELECT id, receipts FROM inbox ORDER BY id") == [
+    assert target.rows("SELECT id, receipts FROM ackledger_inbox ORDER BY id") == [
         (f"e{n}", 32) for n in range(rounds)
     ]
     assert sorted(
-        target.rows("SELECT name, value FROM counters WHERE name LIKE ?", ("sink.%",))
+        target.rows("SELECT name, value FROM ackledger_counters WHERE name LIKE ?", ("sink.%",))
     ) == [
         ("sink.applied", rounds),
         ("sink.arrival", 32 * rounds),

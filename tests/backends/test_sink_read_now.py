@@ -159,7 +159,7 @@ def test_a_database_error_on_the_read_is_503(tmp_path: Path) -> None:
         assert inbox.receive(lab("d1", "s1", 2)) == "applied"
         # Another process breaks the table under the sink: its next read fails.
         conn = sqlite3.connect(path, isolation_level=None)
-        conn.execute("ALTER TABLE inbox RENAME TO inbox_gone")
+        conn.execute("ALTER TABLE ackledger_inbox RENAME TO inbox_gone")
         conn.close()
 
         async def steps(post: Route) -> None:

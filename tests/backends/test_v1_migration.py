@@ -6,7 +6,6 @@ one outbox and one inbox on SQLite, both in one database on PostgreSQL.
 from __future__ import annotations
 
 import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -49,21 +48,8 @@ def v1(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[V1Databases]:
         shutil.copyfile(FIXTURES / "inbox.sqlite", inbox)
         yield V1Databases(Target("sqlite", str(outbox)), Target("sqlite", str(inbox)))
         return
-    pg.require_postgres()
-    name = pg.create_database()
-    try:
-        url = pg.url_for(name)
-        # The dump starts with psql's \restrict meta-command: psql loads it, psycopg cannot.
-        loaded = subprocess.run(
-            ["psql", "-q", "-v", "ON_ERROR_STOP=1", "-f", str(FIXTURES / "postgres.sql"), url],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert loaded.returncode == 0, loaded.stderr
+    with pg.restored(FIXTURES / "postgres.sql") as url:
         yield V1Databases(Target("postgres", url), Target("postgres", url))
-    finally:
-        pg.drop_database(name)
 
 
 def migrated(event_id: str, sku: str, qty: int) -> dict[str, Any]:
@@ -84,7 +70,7 @@ def test_the_outbox_keeps_every_event_and_its_state(v1: V1Databases) -> None:
     with Outbox(v1.source.ref) as ob:
         assert ob.source == V1
         rows = v1.source.rows(
-            "SELECT seq, id, source, type, sent, quarantined FROM outbox ORDER BY seq"
+            "SELECT seq, id, source, type, sent, quarantined FROM ackledger_outbox ORDER BY seq"
         )
         assert rows == [
             (n + 1, event_id, V1, warehouse.TYPE, int(n < 2), int(event_id == "o-3"))
@@ -110,7 +96,7 @@ def test_the_outbox_keeps_every_event_and_its_state(v1: V1Databases) -> None:
         assert ob.accept({"id": "o-1", "sku": "snack-7", "qty": 3}) == 1
         assert v1.source.dump() == before
     assert v1.source.rows("SELECT id, sku, qty FROM orders ORDER BY id") == list(ORDERS)
-    assert v1.source.rows("SELECT event FROM outbox WHERE id = 'o-6'") == [
+    assert v1.source.rows("SELECT event FROM ackledger_outbox WHERE id = 'o-6'") == [
         (
             '{"data":{"qty":6,"sku":"snack-9"},"id":"o-6","partitionkey":"snack-9",'
             '"source":"urn:ackledger:v1","specversion":"1.0","subject":"snack-9",'
@@ -137,23 +123,30 @@ def test_the_inbox_keeps_its_receipts_inventory_and_counters(v1: V1Databases) ->
         assert inbox.receipt("o-3") is None
         assert inbox.stock("snack-7") == 7
         assert inbox.counters() == {"applied": 2, "duplicate": 1, "conflict": 0}
-    assert v1.sink.rows("SELECT source, id FROM inbox ORDER BY id") == [(V1, "o-1"), (V1, "o-2")]
+    assert v1.sink.rows("SELECT source, id FROM ackledger_inbox ORDER BY id") == [
+        (V1, "o-1"),
+        (V1, "o-2"),
+    ]
 
 
 def test_the_inbox_records_its_oldest_receipt_and_a_purge_walks_it(v1: V1Databases) -> None:
     """Migration 0010 on a v1 inbox: its first receipt recorded (through 0009's index, before
     dropping it), the index gone, and the purge's windows take both receipts."""
     with Inbox(v1.sink.ref) as inbox:
-        [(first,)] = v1.sink.rows("SELECT MIN(first_received_at) FROM inbox")
-        assert v1.sink.rows("SELECT first_received_at, cutoff FROM inbox_oldest") == [(first, None)]
+        [(first,)] = v1.sink.rows("SELECT MIN(first_received_at) FROM ackledger_inbox")
+        assert v1.sink.rows("SELECT first_received_at, cutoff FROM ackledger_inbox_oldest") == [
+            (first, None)
+        ]
         age = inbox.retention()["oldest_receipt_age_s"]
         assert age is not None and abs(age - (time.time() - first)) < 60
         indexes = (
-            "SELECT indexname FROM pg_indexes WHERE tablename = 'inbox'"
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'ackledger_inbox'"
             if v1.sink.dialect == "postgres"
-            else "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'inbox'"
+            else "SELECT name FROM sqlite_master WHERE type = 'index' "
+            "AND tbl_name = 'ackledger_inbox'"
         )
-        assert "inbox_first_received" not in {row[0] for row in v1.sink.rows(indexes)}
+        found = {row[0] for row in v1.sink.rows(indexes)}
+        assert not {"inbox_first_received", "ackledger_inbox_first_received"} & found
         assert inbox.purge(0.001, chunk=1, force=True) == 2
         assert inbox.retention() == {"purged": 2, "oldest_receipt_age_s": None}
         assert inbox.counters() == {"applied": 2, "duplicate": 1, "conflict": 0}
@@ -210,5 +203,5 @@ def test_dispatching_the_pending_ones_into_the_migrated_inbox_moves_inventory_ex
             6,
         )
         assert inbox.counters() == {"applied": 6, "duplicate": 1, "conflict": 0}
-    assert v1.source.rows("SELECT COUNT(*) FROM outbox WHERE sent = 1") == [(6,)]
-    assert v1.sink.rows("SELECT COUNT(*) FROM inbox WHERE source = ?", (V1,)) == [(6,)]
+    assert v1.source.rows("SELECT COUNT(*) FROM ackledger_outbox WHERE sent = 1") == [(6,)]
+    assert v1.sink.rows("SELECT COUNT(*) FROM ackledger_inbox WHERE source = ?", (V1,)) == [(6,)]

@@ -34,11 +34,11 @@ DYING_PUBLISHER = textwrap.dedent(
 
 
 def source_sent(source: Path, event_id: str) -> object:
-    return raw_rows(source, "SELECT sent FROM outbox WHERE id = ?", (event_id,))[0][0]
+    return raw_rows(source, "SELECT sent FROM ackledger_outbox WHERE id = ?", (event_id,))[0][0]
 
 
 def sink_facts(sink: Path, event_id: str, sku: str) -> tuple[object, object]:
-    receipts = raw_rows(sink, "SELECT receipts FROM inbox WHERE id = ?", (event_id,))
+    receipts = raw_rows(sink, "SELECT receipts FROM ackledger_inbox WHERE id = ?", (event_id,))
     stock = raw_rows(sink, "SELECT qty FROM inventory WHERE sku = ?", (sku,))
     return (receipts[0][0] if receipts else None, stock[0][0] if stock else None)
 
@@ -81,17 +81,17 @@ def test_cli_crash_drill_leaves_later_events_pending(
         run_cli("accept", "--source", str(source_db), stdin=json.dumps(event))
     died = run_cli("dispatch", "--source", str(source_db), "--to", url, "--exit-after-ack", "73")
     assert died.returncode == 73
-    assert raw_rows(source_db, "SELECT id, sent FROM outbox ORDER BY seq") == [
+    assert raw_rows(source_db, "SELECT id, sent FROM ackledger_outbox ORDER BY seq") == [
         ("snack-7", 0),
         ("pen-2", 0),
     ]
-    assert raw_rows(sink_db, "SELECT id FROM inbox") == [("snack-7",)]
+    assert raw_rows(sink_db, "SELECT id FROM ackledger_inbox") == [("snack-7",)]
     assert run_cli("dispatch", "--source", str(source_db), "--to", url).returncode == 0
     assert raw_rows(sink_db, "SELECT sku, qty FROM inventory ORDER BY sku") == [
         ("pen", 2),
         ("snack", 7),
     ]
-    assert raw_rows(source_db, "SELECT sum(sent) FROM outbox") == [(2,)]
+    assert raw_rows(source_db, "SELECT sum(sent) FROM ackledger_outbox") == [(2,)]
 
 
 def test_response_lost_after_the_sink_committed(

@@ -22,14 +22,14 @@ def _receipt(sink: Path, event_id: str) -> tuple[object, ...]:
     rows = raw_rows(
         sink,
         "SELECT receipts, arrival, last_arrival, last_received_at > first_received_at "
-        "FROM inbox WHERE id = ?",
+        "FROM ackledger_inbox WHERE id = ?",
         (event_id,),
     )
     return rows[0]
 
 
 def _counter(sink: Path, name: str) -> object:
-    rows = raw_rows(sink, "SELECT value FROM counters WHERE name = ?", (name,))
+    rows = raw_rows(sink, "SELECT value FROM ackledger_counters WHERE name = ?", (name,))
     return rows[0][0] if rows else None
 
 

@@ -77,7 +77,7 @@ def test_three_relays_share_the_partitions_and_keep_their_order(
     assert codes == [0, 0, 0], [log.read_text()[-2000:] for log in logs]
     reports = [json.loads(log.read_text().strip().splitlines()[-1]) for log in logs]
     assert sum(r["sent"] for r in reports) >= 400
-    arrivals = raw_rows(sink_db, "SELECT id FROM inbox ORDER BY arrival")
+    arrivals = raw_rows(sink_db, "SELECT id FROM ackledger_inbox ORDER BY arrival")
     assert len(arrivals) == 400
     by_partition: dict[str, list[str]] = defaultdict(list)
     for (event_id,) in arrivals:  # a receipt keeps no data: e-N's sku is skus[N % 8]
@@ -104,7 +104,7 @@ def test_a_poison_event_is_quarantined_and_its_partition_goes_on(
     assert [item["id"] for item in held] == ["bad"]
     assert "422" in held[0]["reason"]
     assert "ALERT" in log.read_text()
-    assert raw_rows(sink_db, "SELECT id FROM inbox ORDER BY arrival") == [
+    assert raw_rows(sink_db, "SELECT id FROM ackledger_inbox ORDER BY arrival") == [
         ("bad",),
         ("t-1",),
         ("t-2",),

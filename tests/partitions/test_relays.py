@@ -92,7 +92,7 @@ def fill(source: str, count: int, partitions: int) -> dict[str, tuple[int, str, 
 
 
 def pending_count(source: str) -> int:
-    return int(pg.rows(source, "SELECT COUNT(*) FROM outbox WHERE sent = 0")[0][0])
+    return int(pg.rows(source, "SELECT COUNT(*) FROM ackledger_outbox WHERE sent = 0")[0][0])
 
 
 def wait_until_drained(source: str, workers: list[Worker], chaos: object = None) -> None:
@@ -116,7 +116,7 @@ def sink(tmp_path: Path) -> Iterator[Service]:
 def check_sink(sink_db: Path, made: dict[str, tuple[int, str, int]]) -> dict[str, int]:
     """The invariants; returns a few counts for the report."""
     rows: list[tuple[Any, ...]] = raw_rows(
-        sink_db, "SELECT id, source, type, receipts, arrival, last_arrival FROM inbox"
+        sink_db, "SELECT id, source, type, receipts, arrival, last_arrival FROM ackledger_inbox"
     )
     assert len(rows) == len(made), "every event arrived, each recorded once"
     assert len({row[1] for row in rows}) == 1, "every receipt is of the one outbox's source"
@@ -144,8 +144,8 @@ def check_sink(sink_db: Path, made: dict[str, tuple[int, str, int]]) -> dict[str
 
 
 def check_source(source: str) -> None:
-    assert pg.rows(source, "SELECT COUNT(*) FROM outbox WHERE sent = 0") == [(0,)]
-    assert pg.rows(source, "SELECT COUNT(*) FROM outbox WHERE sent_at IS NULL") == [(0,)]
+    assert pg.rows(source, "SELECT COUNT(*) FROM ackledger_outbox WHERE sent = 0") == [(0,)]
+    assert pg.rows(source, "SELECT COUNT(*) FROM ackledger_outbox WHERE sent_at IS NULL") == [(0,)]
 
 
 def test_four_workers_keep_order_per_partition(pg_url: str, sink: Service, tmp_path: Path) -> None:
@@ -216,14 +216,14 @@ def test_a_paused_worker_cannot_mark_after_its_lease_was_taken_over(
     b: Worker | None = None
     try:
         wait_for(lambda: process_state(a.process.pid) == "T", "relay-a to be stopped")
-        held = pg.rows(pg_url, "SELECT owner, token FROM partition_leases")
+        held = pg.rows(pg_url, "SELECT owner, token FROM ackledger_partition_leases")
         assert [row[0] for row in held] == ["relay-a"]
         a_token = int(held[0][1])
         # B takes the partition once A's lease has expired, re-sends A's unmarked 5th event
         # and sends everything after it.
         b = start_worker(pg_url, sink, "relay-b", tmp_path, ttl=30)
         wait_for(lambda: pending_count(pg_url) == 0, "relay-b to drain the partition")
-        owner, b_token = pg.rows(pg_url, "SELECT owner, token FROM partition_leases")[0]
+        owner, b_token = pg.rows(pg_url, "SELECT owner, token FROM ackledger_partition_leases")[0]
         assert owner == "relay-b" and int(b_token) > a_token
         a.process.send_signal(signal.SIGCONT)
         wait_for(lambda: "lease lost" in a.log.read_text(), "relay-a to find its lease lost")
@@ -240,7 +240,7 @@ def test_a_paused_worker_cannot_mark_after_its_lease_was_taken_over(
     # nothing after it resumed.
     assert counts == {"events": count, "resends": 1}
     fifth = by_seq[4]
-    assert raw_rows(tmp_path / "sink.db", "SELECT receipts FROM inbox WHERE id = ?", (fifth,)) == [
-        (2,)
-    ]
-    assert pg.rows(pg_url, "SELECT attempts FROM outbox WHERE id = ?", (fifth,)) == [(1,)]
+    assert raw_rows(
+        tmp_path / "sink.db", "SELECT receipts FROM ackledger_inbox WHERE id = ?", (fifth,)
+    ) == [(2,)]
+    assert pg.rows(pg_url, "SELECT attempts FROM ackledger_outbox WHERE id = ?", (fifth,)) == [(1,)]

@@ -40,7 +40,7 @@ def _relay(source: str, to: str, log: Path) -> Service:
 
 
 def _ids(url: str, where: str) -> set[str]:
-    return {str(row[0]) for row in pg.rows(url, f"SELECT id FROM outbox WHERE {where}")}
+    return {str(row[0]) for row in pg.rows(url, f"SELECT id FROM ackledger_outbox WHERE {where}")}
 
 
 def _pending(url: str) -> int:
@@ -58,10 +58,10 @@ def test_single_pipeline_per_item_sends_everything_once_in_acceptance_order(
         code = relay.stop()
     assert code == 0, (tmp_path / "relay.log").read_text()[-2000:]
     # One global order: the sink's arrival numbers follow acceptance, one receipt each.
-    arrivals = raw_rows(sink_db, "SELECT id, receipts FROM inbox ORDER BY arrival")
+    arrivals = raw_rows(sink_db, "SELECT id, receipts FROM ackledger_inbox ORDER BY arrival")
     assert arrivals == [(event_id, 1) for event_id in event_ids]
     assert _ids(pg_url, "sent = 1") == set(event_ids)
-    assert pg.rows(pg_url, "SELECT count(*) FROM outbox WHERE sent_at IS NULL") == [(0,)]
+    assert pg.rows(pg_url, "SELECT count(*) FROM ackledger_outbox WHERE sent_at IS NULL") == [(0,)]
     assert raw_rows(sink_db, "SELECT sum(qty) FROM inventory") == [(150,)]
 
 
@@ -83,7 +83,9 @@ def test_kill_9_of_single_pipeline_per_item_re_sends_at_most_two(
     assert _pending(pg_url) > 0, "the relay should have been killed mid-way"
     # What the sink applied that the outbox does not know as sent, once the request in
     # flight (if any) is over.
-    applied = settled(lambda: {str(row[0]) for row in raw_rows(sink_db, "SELECT id FROM inbox")})
+    applied = settled(
+        lambda: {str(row[0]) for row in raw_rows(sink_db, "SELECT id FROM ackledger_inbox")}
+    )
     marked = _ids(pg_url, "sent = 1")
     assert marked <= applied
     assert len(applied - marked) <= 2
@@ -93,11 +95,16 @@ def test_kill_9_of_single_pipeline_per_item_re_sends_at_most_two(
         wait_until(lambda: _pending(pg_url) == 0, "the fresh relay to drain")
     finally:
         assert fresh.stop() == 0
-    again = {str(row[0]) for row in raw_rows(sink_db, "SELECT id FROM inbox WHERE receipts > 1")}
+    again = {
+        str(row[0])
+        for row in raw_rows(sink_db, "SELECT id FROM ackledger_inbox WHERE receipts > 1")
+    }
     assert again == applied - marked
-    assert raw_rows(sink_db, "SELECT count(*), max(receipts) FROM inbox") == [
+    assert raw_rows(sink_db, "SELECT count(*), max(receipts) FROM ackledger_inbox") == [
         (len(event_ids), 2 if again else 1)
     ]
-    duplicates = raw_rows(sink_db, "SELECT value FROM counters WHERE name = 'sink.duplicate'")
+    duplicates = raw_rows(
+        sink_db, "SELECT value FROM ackledger_counters WHERE name = 'sink.duplicate'"
+    )
     assert duplicates == ([(len(again),)] if again else [])
     assert raw_rows(sink_db, "SELECT sum(qty) FROM inventory") == [(len(event_ids),)]

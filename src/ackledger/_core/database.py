@@ -10,10 +10,17 @@ from .closing import Closing
 
 class Database(Closing):
     """Owns one backend (a SQLite path or a ``postgresql://`` URL, schema brought up to date);
-    a context manager that closes it."""
+    a context manager that closes it. ``schema``: PostgreSQL's schema for ackledger's objects
+    (``store.open_backend``)."""
 
-    def __init__(self, target: str | os.PathLike[str], *, synchronous: str = "FULL") -> None:
-        self._db: Backend = open_backend(target, synchronous=synchronous)
+    def __init__(
+        self,
+        target: str | os.PathLike[str],
+        *,
+        synchronous: str = "FULL",
+        schema: str | None = None,
+    ) -> None:
+        self._db: Backend = open_backend(target, synchronous=synchronous, schema=schema)
 
     @property
     def backend(self) -> Backend:

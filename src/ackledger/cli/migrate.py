@@ -17,10 +17,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "migrate",
         help="apply the schema migrations a database lacks, or print their SQL",
         description="Create or upgrade the schema of a SQLite file (created if missing) or a "
-        "PostgreSQL database (postgresql://...). Safe to run from several processes at once: "
-        "each migration is applied exactly once. With --sql, print the statements that give a "
-        "new database of the target's dialect the whole schema (for Alembic or Django "
-        "migrations) and touch nothing.",
+        "PostgreSQL database (postgresql://...; ?schema=NAME puts ackledger's tables in that "
+        "schema, created if missing). Every table is named ackledger_*; a database made by an "
+        "ackledger of before those names is renamed in place. Safe to run from several "
+        "processes at once: each migration is applied exactly once. With --sql, print the "
+        "statements that give a new database of the target's dialect the whole schema (for "
+        "Alembic or Django migrations) and touch nothing. With --lab, also the lab's "
+        "tables (orders, inventory).",
     )
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--target", metavar="PATH_OR_URL", help="SQLite file or postgresql:// URL")
@@ -31,6 +34,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--sql",
         action="store_true",
         help="print the SQL for a new database instead of migrating (nothing is opened)",
+    )
+    parser.add_argument(
+        "--lab",
+        action="store_true",
+        help="also the lab's tables (orders, inventory), which only the reference domain uses",
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     add_synchronous(parser)
@@ -46,11 +54,11 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         # The dialect is told from the target's form alone: a SQLite file is not created, a
         # PostgreSQL server is not asked (it need not exist yet).
         dialect = args.dialect or target_dialect(args.target)
-        sys.stdout.write(schema_script(dialect))
+        sys.stdout.write(schema_script(dialect, lab=args.lab))
         return 0
     if args.target is None:
         raise UsageError("--dialect: only with --sql; migrating a database needs --target")
-    state = upgrade_schema(args.target, args.synchronous)
+    state = upgrade_schema(args.target, args.synchronous, lab=args.lab)
     print(json.dumps(state.figures()) if args.json else state.text())
     if state.unknown:
         print(

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from .. import plugins
 from .._core.database import Database
 from ..envelope import fingerprint_of, validate_encoded
+from ..event import check_identifier
 from ..errors import AckledgerError, NoHandler
 from ..event_types import EventTypes, check_type_name
 from .apply import (
@@ -98,6 +99,7 @@ class Inbox(Database):
         handlers: Mapping[str, Handler] | None = None,
         types: EventTypes | None = None,
         synchronous: str = "FULL",
+        schema: str | None = None,
     ) -> None:
         if types is not None and not isinstance(types, EventTypes):
             raise TypeError(f"types: must be an EventTypes, got {type(types).__name__}")
@@ -113,7 +115,9 @@ class Inbox(Database):
         )
         self._types = types if types is not None else EventTypes()
         self._oldest = OldestReceipt()
-        super().__init__(target, synchronous=synchronous)
+        #: The plug-ins' own handlers: the lab's tables are made by its first event.
+        self._built_in = built_in
+        super().__init__(target, synchronous=synchronous, schema=schema)
 
     @property
     def handlers(self) -> dict[str, Handler]:
@@ -140,6 +144,8 @@ class Inbox(Database):
             raise NoHandler(f"type: no handler for event type {event['type']!r} at this inbox")
         if not awaiting and event["type"] in self._async_types:
             raise async_refused(handler, event["type"])
+        if handler is self._built_in.get(event["type"]):
+            self._db.ensure_lab()  # a plug-in's tables: made by its first event, not by opening
         return Item(event, fingerprint_of(event, text), handler, (event["source"], event["id"]))
 
     def _prepared(self, events: Sequence[object], awaiting: bool) -> Prepared:
@@ -243,6 +249,11 @@ class Inbox(Database):
     def stock(self, sku: str) -> int:
         """The reference domain's stock of ``sku`` (0 for an unknown one), read by the lab."""
         with self._db.read() as tx:
+            # Only reads (a write would wait behind a busy sink): before the lab's first
+            # event its tables do not exist, and every stock is 0.
+            if not self._db.has_table(tx, "inventory"):
+                check_identifier(sku, "sku", 64)
+                return 0
             return int(plugins.call("stock")(tx, sku))
 
     def receipt(self, event_id: str, *, source: str | None = None) -> dict[str, Any] | None:

@@ -189,13 +189,14 @@ class Outbox(Database):
         source: str | None = None,
         types: EventTypes | None = None,
         synchronous: str = "FULL",
+        schema: str | None = None,
     ) -> None:
         if source is not None:
             source = _check_source(source)
         if types is not None and not isinstance(types, EventTypes):
             raise TypeError(f"types: must be an EventTypes, got {type(types).__name__}")
         self.types = types if types is not None else EventTypes()
-        super().__init__(target, synchronous=synchronous)
+        super().__init__(target, synchronous=synchronous, schema=schema)
         try:
             self.source = self._stored_source(source)
         except BaseException:
@@ -247,8 +248,9 @@ class Outbox(Database):
     def accept(self, order: object) -> int:
         """The reference domain (CONTRACT section 3): the order's event and its business row
         in one transaction, both made by the plug-in that registers ``accept``; returns the
-        outbox seq."""
+        outbox seq. The lab's tables are made by its first call, never by opening."""
         event, write = plugins.call("accept")(order, self.source)
+        self._db.ensure_lab()
         with self._db.write() as tx:
             return _publish(tx, event, self.source, self.types, write)
 
@@ -342,7 +344,10 @@ class Outbox(Database):
             return tx.outbox_event(event_id)
 
     def order(self, event_id: str) -> dict[str, Any] | None:
+        """The lab order of this id, or None. Only reads: without the lab's tables, None."""
         with self._db.read() as tx:
+            if not self._db.has_table(tx, "orders"):
+                return None
             found: dict[str, Any] | None = plugins.call("order")(tx, event_id)
             return found
 

@@ -90,16 +90,25 @@ def _classify(target: object) -> tuple[str, str]:
 
 
 def open_backend(
-    target: object, *, synchronous: str = "FULL", migrate_schema: bool = True
+    target: object,
+    *,
+    synchronous: str = "FULL",
+    migrate_schema: bool = True,
+    schema: str | None = None,
 ) -> Backend:
+    """The backend of ``target``, its schema brought up to date unless ``migrate_schema`` is
+    False. ``schema``: PostgreSQL only, the schema ackledger's objects go into (also
+    ``?schema=NAME`` in the URL), created if missing; by default the search path's first."""
     mode = check_synchronous(synchronous)
     backend: Backend
     dialect, where = _classify(target)
     if dialect == "postgres":
         from .postgres import open_postgres
 
-        backend = open_postgres(where, synchronous=mode)
+        backend = open_postgres(where, synchronous=mode, schema=schema)
     else:
+        if schema is not None:
+            raise ValueError("schema: only for a PostgreSQL target, not a SQLite file")
         from .sqlite import SqliteBackend
 
         backend = SqliteBackend(where, synchronous=mode)

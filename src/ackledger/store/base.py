@@ -25,7 +25,16 @@ from .outbox import OutboxQueries
 from .reconcile import ReconcileQueries
 from .verify import VerifyQueries
 
-__all__ = ["Backend", "Params", "Row", "Tx", "check_synchronous", "migrate", "migrations"]
+__all__ = [
+    "Backend",
+    "Params",
+    "Row",
+    "Tx",
+    "apply_chain",
+    "check_synchronous",
+    "migrate",
+    "migrations",
+]
 
 SYNCHRONOUS_MODES = ("FULL", "NORMAL")
 
@@ -67,6 +76,8 @@ class Backend(abc.ABC):
     #: a connection pool; 1: one connection). Services run up to this many database calls on
     #: worker threads at a time.
     concurrency: int = 1
+    #: Whether ``ensure_lab`` has made sure of the lab's tables through this object.
+    _lab_ready: bool = False
 
     @abc.abstractmethod
     def write(self, *, durable: bool = True) -> AbstractContextManager[Tx]:
@@ -147,23 +158,51 @@ class Backend(abc.ABC):
         SQLite's ``BEGIN IMMEDIATE`` already does; a server database takes a lock here.
         """
 
+    def prepare_namespace(self) -> None:  # noqa: B027 - deliberately a no-op by default
+        """Make the place ackledger's objects go (PostgreSQL: the ``schema=`` asked for), if
+        missing, before anything is migrated there."""
+
+    def has_table(self, tx: Tx, name: str) -> bool:
+        """Whether the place ackledger's objects go holds a table ``name`` (never a table
+        of that name elsewhere on the search path)."""
+        from . import namespace
+
+        return namespace.has_table(tx, self.dialect, name)
+
+    def ensure_lab(self) -> None:
+        """The lab's tables (``orders``, ``inventory``), created if missing the first time a
+        lab call reaches this backend object (``store.lab``); a no-op after that."""
+        if not self._lab_ready:
+            from .lab import migrate_lab
+
+            migrate_lab(self)
+            self._lab_ready = True
+
 
 #: Where a database records the migrations it has (``migrate``; ``schema.schema_script`` prints
 #: it for a database that another tool migrates). The same text on both dialects.
+MIGRATIONS = "ackledger_schema_migrations"
 MIGRATIONS_TABLE = (
-    "CREATE TABLE IF NOT EXISTS schema_migrations ("
+    f"CREATE TABLE IF NOT EXISTS {MIGRATIONS} ("
     "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
 )
 
+Migration = tuple[int, str, str]
 
-def migrations(dialect: str) -> list[tuple[int, str, str]]:
-    """The migration scripts of a dialect, as ``(version, name, sql)`` in version order."""
+
+def migrations(dialect: str, *, chain: str = "") -> list[Migration]:
+    """The migration scripts of a dialect, as ``(version, name, sql)`` in version order.
+
+    ``chain="v2"``: the scripts as they were before ackledger's names took the ``ackledger_``
+    prefix, which only a database made then still runs (``namespace.adopt``)."""
     folder = resources.files("ackledger.store").joinpath("migrations", dialect)
-    found: list[tuple[int, str, str]] = []
+    if chain:
+        folder = folder.joinpath(chain)
+    found: list[Migration] = []
     for entry in folder.iterdir():
         name = entry.name
-        if not name.endswith(".sql"):
-            continue
+        if not name.endswith(".sql") or not name[:1].isdigit():
+            continue  # lab.sql and the v2/ folder are not this chain's
         version = int(name.split("_", 1)[0])
         found.append((version, name[:-4], entry.read_text(encoding="utf-8")))
     found.sort()
@@ -190,25 +229,39 @@ def migrate(backend: Backend, *, upto: int | None = None) -> int:
     """Apply every migration the database lacks (up to version ``upto``, if given), each in
     its own write transaction; returns how many were applied.
 
-    The version check happens inside the write transaction, after ``lock_schema``, so
-    processes that open a new database at the same moment apply each migration exactly once.
+    A database that ackledger wrote before its names took the ``ackledger_`` prefix is first
+    brought to the end of that chain and renamed (``namespace.adopt``); a new one gets the
+    prefixed names from its first statement, so a user's table named ``outbox`` or ``orders``
+    is never touched. The version check happens inside the write transaction, after
+    ``lock_schema``, so processes that open a new database at the same moment apply each
+    migration exactly once.
     """
+    from . import namespace
+
     shipped = [found for found in migrations(backend.dialect) if upto is None or found[0] <= upto]
     if not _lacks_any(backend, {version for version, _, _ in shipped}):
         return 0
-    applied = 0
+    backend.prepare_namespace()
+    applied = namespace.adopt(backend)
     with backend.write() as tx:
         backend.lock_schema(tx)
         tx.execute(MIGRATIONS_TABLE)
-    for version, name, script in shipped:
+    return applied + apply_chain(backend, shipped, MIGRATIONS)
+
+
+def apply_chain(backend: Backend, chain: list[Migration], table: str) -> int:
+    """Apply the scripts of ``chain`` that ``table`` does not record, each in its own write
+    transaction under ``lock_schema``, recording each there; returns how many ran."""
+    applied = 0
+    for version, name, script in chain:
         with backend.write() as tx:
             backend.lock_schema(tx)
-            if tx.one("SELECT 1 FROM schema_migrations WHERE version = ?", (version,)):
+            if tx.one(f"SELECT 1 FROM {table} WHERE version = ?", (version,)):
                 continue
             for statement in split_statements(script):
                 tx.execute(statement)
             tx.execute(
-                "INSERT INTO schema_migrations (version, name, applied_at) "
+                f"INSERT INTO {table} (version, name, applied_at) "
                 "VALUES (?, ?, CAST(? AS DOUBLE PRECISION))",
                 (version, name, time.time()),
             )
@@ -226,7 +279,7 @@ def _lacks_any(backend: Backend, versions: set[int]) -> bool:
     """
     try:
         with backend.read() as tx:
-            recorded = {int(row[0]) for row in tx.execute("SELECT version FROM schema_migrations")}
+            recorded = {int(row[0]) for row in tx.execute(f"SELECT version FROM {MIGRATIONS}")}
     except _no_table_errors():
         return True
     return not versions <= recorded
@@ -245,5 +298,5 @@ def _no_table_errors() -> tuple[type[Exception], ...]:
 def schema_versions(backend: Backend) -> list[tuple[int, str]]:
     """The migrations recorded in the database, as ``(version, name)`` in version order."""
     with backend.read() as tx:
-        rows = tx.execute("SELECT version, name FROM schema_migrations ORDER BY version")
+        rows = tx.execute(f"SELECT version, name FROM {MIGRATIONS} ORDER BY version")
     return [(int(version), str(name)) for version, name in rows]

@@ -1,4 +1,4 @@
-"""Durable counters: totals that only grow, kept in the ``counters`` table.
+"""Durable counters: totals that only grow, kept in the ``ackledger_counters`` table.
 
 Everyone bumps them (the sink's outcomes, the ledger's, the outbox's purges). A bump is an
 upsert, so a counter needs no row before its first use.
@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from .executor import Executor
 
 _BUMP = (
-    "INSERT INTO counters (name, value) VALUES {rows} "
-    "ON CONFLICT (name) DO UPDATE SET value = counters.value + excluded.value"
+    "INSERT INTO ackledger_counters (name, value) VALUES {rows} "
+    "ON CONFLICT (name) DO UPDATE SET value = ackledger_counters.value + excluded.value"
 )
 
 
@@ -49,7 +49,9 @@ class CounterQueries(Executor):
 
     def counters_read(self, prefix: str) -> dict[str, int]:
         """The counters named ``prefix...``, without the prefix; a spread counter's rows summed."""
-        rows = self.execute("SELECT name, value FROM counters WHERE name LIKE ?", (prefix + "%",))
+        rows = self.execute(
+            "SELECT name, value FROM ackledger_counters WHERE name LIKE ?", (prefix + "%",)
+        )
         found: dict[str, int] = {}
         for name, value in rows:
             short = str(name)[len(prefix) :].split("#", 1)[0]

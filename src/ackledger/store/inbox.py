@@ -29,26 +29,28 @@ BEFORE_ALL = ("", "")
 # whatever the table's size: there is no index on the time of first arrival (migration 0010
 # dropped it).
 _WINDOW_END = (
-    "SELECT id, source FROM inbox WHERE (id, source) > (?, ?) ORDER BY id, source LIMIT 1 OFFSET ?"
+    "SELECT id, source FROM ackledger_inbox WHERE (id, source) > (?, ?) ORDER BY id, source "
+    "LIMIT 1 OFFSET ?"
 )
 _IN_WINDOW = "(id, source) > (?, ?)"
 _TO_WINDOW_END = " AND (id, source) <= (?, ?)"
 _WINDOW_HOLDS = (
     "SELECT MIN(CASE WHEN first_received_at >= ? THEN first_received_at END), "
-    "COUNT(CASE WHEN first_received_at < ? THEN 1 END) FROM inbox WHERE "
+    "COUNT(CASE WHEN first_received_at < ? THEN 1 END) FROM ackledger_inbox WHERE "
 )
 # Counted from what this DELETE removed, so two purges at once never count a receipt twice;
 # a receipt that arrived in the window since it was read is newer than the cutoff and stays.
-_WINDOW_DELETE = "DELETE FROM inbox WHERE first_received_at < ? AND "
+_WINDOW_DELETE = "DELETE FROM ackledger_inbox WHERE first_received_at < ? AND "
 
 # A purge records the oldest receipt it kept unless one with a later cutoff already did: of two
 # purges at once, the later cutoff's walk saw what both kept (store/migrations/*/0010).
 _RECORD_OLDEST = (
-    "INSERT INTO inbox_oldest (slot, first_received_at, cutoff, generation) "
+    "INSERT INTO ackledger_inbox_oldest (slot, first_received_at, cutoff, generation) "
     "VALUES (1, ?, ?, 1) ON CONFLICT (slot) DO UPDATE SET "
     "first_received_at = excluded.first_received_at, cutoff = excluded.cutoff, "
-    "generation = inbox_oldest.generation + 1 "
-    "WHERE inbox_oldest.cutoff IS NULL OR inbox_oldest.cutoff <= excluded.cutoff"
+    "generation = ackledger_inbox_oldest.generation + 1 "
+    "WHERE ackledger_inbox_oldest.cutoff IS NULL OR ackledger_inbox_oldest.cutoff <= "
+    "excluded.cutoff"
 )
 
 
@@ -77,7 +79,7 @@ def _window_range(after: tuple[str, str], last: tuple[str, str] | None) -> tuple
 
 
 #: The read by key before a lone event (the sink's ``Inbox``): its stored fingerprint.
-INBOX_FINGERPRINT = "SELECT fingerprint FROM inbox WHERE source = ? AND id = ?"
+INBOX_FINGERPRINT = "SELECT fingerprint FROM ackledger_inbox WHERE source = ? AND id = ?"
 
 # Folding a group's outcome counts into this upsert was tried and dropped: a two-row upsert
 # with RETURNING costs SQLite more than this one and a plain upsert after it (5.8 against
@@ -85,8 +87,8 @@ INBOX_FINGERPRINT = "SELECT fingerprint FROM inbox WHERE source = ? AND id = ?"
 #: The counter the sink's arrival numbers are taken from.
 ARRIVAL = "sink.arrival"
 _RESERVE = (
-    "INSERT INTO counters (name, value) VALUES ('sink.arrival', ?) "
-    "ON CONFLICT (name) DO UPDATE SET value = counters.value + excluded.value "
+    "INSERT INTO ackledger_counters (name, value) VALUES ('sink.arrival', ?) "
+    "ON CONFLICT (name) DO UPDATE SET value = ackledger_counters.value + excluded.value "
     "RETURNING value"
 )
 
@@ -132,12 +134,13 @@ class InboxQueries(CounterQueries):
     def inbox_unclaim(self, identities: Sequence[tuple[str, str]]) -> None:
         """Delete receipts this transaction claimed and gives back (a run stopped before
         their events): as if never claimed, for this transaction and for any other."""
-        self.executemany("DELETE FROM inbox WHERE source = ? AND id = ?", identities)
+        self.executemany("DELETE FROM ackledger_inbox WHERE source = ? AND id = ?", identities)
 
     def inbox_note_receipt(self, source: str, event_id: str, now: float, arrival: int) -> None:
         """Count another arrival of an event that was already there (a duplicate)."""
         self.execute(
-            "UPDATE inbox SET receipts = receipts + 1, last_received_at = ?, last_arrival = ? "
+            "UPDATE ackledger_inbox SET receipts = receipts + 1, last_received_at = ?, "
+            "last_arrival = ? "
             "WHERE source = ? AND id = ?",
             (now, arrival, source, event_id),
         )
@@ -147,12 +150,14 @@ class InboxQueries(CounterQueries):
         columns = ", ".join(RECEIPT_COLUMNS)
         if source is None:
             rows = self.execute(
-                f"SELECT {columns} FROM inbox WHERE id = ? ORDER BY first_received_at, source",
+                f"SELECT {columns} FROM ackledger_inbox WHERE id = ? ORDER BY "
+                f"first_received_at, source",
                 (event_id,),
             )
         else:
             rows = self.execute(
-                f"SELECT {columns} FROM inbox WHERE source = ? AND id = ?", (source, event_id)
+                f"SELECT {columns} FROM ackledger_inbox WHERE source = ? AND id = ?",
+                (source, event_id),
             )
         return [dict(zip(RECEIPT_COLUMNS, row, strict=True)) for row in rows]
 
@@ -183,7 +188,9 @@ class InboxQueries(CounterQueries):
 
     def inbox_recorded_oldest(self) -> RecordedOldest | None:
         """What the last purge recorded (None: the row is missing)."""
-        row = self.one("SELECT first_received_at, generation FROM inbox_oldest WHERE slot = 1")
+        row = self.one(
+            "SELECT first_received_at, generation FROM ackledger_inbox_oldest WHERE slot = 1"
+        )
         if row is None:
             return None
         return RecordedOldest(None if row[0] is None else float(row[0]), int(row[1]))
@@ -191,7 +198,7 @@ class InboxQueries(CounterQueries):
     def inbox_scan_oldest(self) -> float | None:
         """The oldest receipt's first arrival by a scan of the whole inbox (no index has that
         order): for when nothing is recorded. None for an empty inbox."""
-        found = self.scalar("SELECT MIN(first_received_at) FROM inbox")
+        found = self.scalar("SELECT MIN(first_received_at) FROM ackledger_inbox")
         return None if found is None else float(found)
 
     # A handler runs inside a savepoint: its failure then undoes its writes, and nothing

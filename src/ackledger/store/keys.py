@@ -42,16 +42,18 @@ class KeySpace:
 OUTBOX = KeySpace(
     name="outbox",
     claim_sql=(
-        "INSERT INTO outbox (id, fingerprint, source, type, subject, partitionkey, partition_key, "
+        "INSERT INTO ackledger_outbox (id, fingerprint, source, type, subject, partitionkey, "
+        "partition_key, "
         "data, event, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
         "ON CONFLICT (id) DO NOTHING RETURNING seq"
     ),
-    find_sql="SELECT fingerprint, seq FROM outbox WHERE id = ?",
+    find_sql="SELECT fingerprint, seq FROM ackledger_outbox WHERE id = ?",
 )
 
 # The inbox's key is an event's identity, (source, id).
 _INBOX_INSERT = (
-    "INSERT INTO inbox (source, id, fingerprint, type, first_received_at, last_received_at, "
+    "INSERT INTO ackledger_inbox (source, id, fingerprint, type, first_received_at, "
+    "last_received_at, "
     "arrival, last_arrival) VALUES "
 )
 _INBOX_ROW = "(?, ?, ?, ?, ?, ?, ?, ?)"
@@ -76,7 +78,9 @@ def _inbox_find_keys_sql(count: int) -> str:
     # One source and a list of ids: both databases read the primary key's index for it (a
     # row-value IN over VALUES made SQLite scan the whole table).
     marks = ", ".join("?" * count)
-    return f"SELECT source, id, fingerprint FROM inbox WHERE source = ? AND id IN ({marks})"
+    return (
+        f"SELECT source, id, fingerprint FROM ackledger_inbox WHERE source = ? AND id IN ({marks})"
+    )
 
 
 Identity = tuple[str, str]
@@ -117,7 +121,7 @@ def find_inbox_keys(tx: Executor, keys: Sequence[Identity]) -> dict[Identity, st
 INBOX = KeySpace(
     name="inbox",
     claim_sql=_INBOX_INSERT + _INBOX_ROW + _INBOX_ON_CONFLICT,
-    find_sql="SELECT fingerprint, id FROM inbox WHERE source = ? AND id = ?",
+    find_sql="SELECT fingerprint, id FROM ackledger_inbox WHERE source = ? AND id = ?",
     key_width=2,
     claim_rows=claim_inbox_rows,
     find_keys=find_inbox_keys,
@@ -129,13 +133,14 @@ INBOX = KeySpace(
 DELIVERIES = KeySpace(
     name="deliveries",
     claim_sql=(
-        "INSERT INTO deliveries (case_id, work_id, fingerprint, mode, pod_uid, created_at) "
+        "INSERT INTO ackledger_deliveries (case_id, work_id, fingerprint, mode, pod_uid, "
+        "created_at) "
         "VALUES (?, ?, ?, 'idempotent', ?, ?) "
         "ON CONFLICT (case_id, work_id) WHERE mode = 'idempotent' DO NOTHING "
         "RETURNING delivery_no"
     ),
     find_sql=(
-        "SELECT fingerprint, delivery_no FROM deliveries "
+        "SELECT fingerprint, delivery_no FROM ackledger_deliveries "
         "WHERE case_id = ? AND work_id = ? AND mode = 'idempotent'"
     ),
 )

@@ -32,10 +32,10 @@ from .pending import PENDING_SELECT, PendingRow, pending_rows
 _CANDIDATE = """
 clock AS (SELECT {now} AS now),
 candidate AS (
-    SELECT o.partition_key FROM outbox o
+    SELECT o.partition_key FROM ackledger_outbox o
     WHERE o.sent = 0 AND o.quarantined = 0
       AND NOT EXISTS (
-          SELECT 1 FROM partition_leases l, clock
+          SELECT 1 FROM ackledger_partition_leases l, clock
           WHERE l.partition_key = o.partition_key AND l.expires_at > clock.now)
     ORDER BY o.seq LIMIT 1
 )"""
@@ -44,13 +44,14 @@ _CLAIM = (
     "WITH"
     + _CANDIDATE
     + """
-INSERT INTO partition_leases (partition_key, owner, token, acquired_at, renewed_at, expires_at)
+INSERT INTO ackledger_partition_leases
+    (partition_key, owner, token, acquired_at, renewed_at, expires_at)
 SELECT candidate.partition_key, ?, {token}, clock.now, clock.now, clock.now + ?
 FROM candidate, clock WHERE true
 ON CONFLICT (partition_key) DO UPDATE SET
     owner = excluded.owner, token = excluded.token, acquired_at = excluded.acquired_at,
     renewed_at = excluded.renewed_at, expires_at = excluded.expires_at
-WHERE partition_leases.expires_at <= excluded.acquired_at
+WHERE ackledger_partition_leases.expires_at <= excluded.acquired_at
 RETURNING partition_key, token, expires_at
 """
 )
@@ -58,29 +59,29 @@ RETURNING partition_key, token, expires_at
 _UNLEASED = "WITH" + _CANDIDATE + "\nSELECT partition_key FROM candidate"
 
 _RENEW = """
-UPDATE partition_leases SET renewed_at = {now}, expires_at = {now} + ?
+UPDATE ackledger_partition_leases SET renewed_at = {now}, expires_at = {now} + ?
 WHERE partition_key = ? AND owner = ? AND token = ? AND expires_at > {now}
 RETURNING expires_at
 """
 
 _RELEASE = """
-UPDATE partition_leases SET expires_at = {now}
+UPDATE ackledger_partition_leases SET expires_at = {now}
 WHERE partition_key = ? AND owner = ? AND token = ? AND expires_at > {now}
 RETURNING token
 """
 
 _IS_LIVE = """
-SELECT 1 FROM partition_leases
+SELECT 1 FROM ackledger_partition_leases
 WHERE partition_key = ? AND owner = ? AND token = ? AND expires_at > {now}
 """
 
 _LEASES = """
 SELECT partition_key, owner, token, acquired_at, renewed_at, expires_at,
     CASE WHEN expires_at > {now} THEN 1 ELSE 0 END
-FROM partition_leases ORDER BY partition_key
+FROM ackledger_partition_leases ORDER BY partition_key
 """
 
-_IN_PARTITION = "SELECT 1 FROM outbox WHERE id = ? AND partition_key = ?"
+_IN_PARTITION = "SELECT 1 FROM ackledger_outbox WHERE id = ? AND partition_key = ?"
 
 LEASE_COLUMNS = ("partition", "owner", "token", "acquired_at", "renewed_at", "expires_at", "live")
 
@@ -186,7 +187,7 @@ class LeaseQueries(CounterQueries):
         """A partition's unsent, unquarantined events in seq order."""
         # The WHERE clause matches the partial index outbox_partition_pending exactly.
         rows = self.execute(
-            f"SELECT {PENDING_SELECT} FROM outbox "
+            f"SELECT {PENDING_SELECT} FROM ackledger_outbox "
             "WHERE partition_key = ? AND sent = 0 AND quarantined = 0 ORDER BY seq LIMIT ?",
             (key, limit),
         )

@@ -35,42 +35,47 @@ PURGE_CHUNK = 500
 # Same parameters as the claim (keys.DELIVERIES): key, fingerprint, pod_uid, now. The
 # comparison group: a plain insert, no key is looked up, every call is a delivery.
 INSERT_CONTROL = (
-    "INSERT INTO deliveries (case_id, work_id, fingerprint, mode, pod_uid, created_at) "
+    "INSERT INTO ackledger_deliveries (case_id, work_id, fingerprint, mode, pod_uid, created_at) "
     "VALUES (?, ?, ?, 'control', ?, ?) RETURNING delivery_no"
 )
 #: Every attempt row is written with these columns, whichever statement writes it.
 INSERT_ATTEMPT = (
-    "INSERT INTO attempts (case_id, work_id, pod_uid, mode, delivery_no, outcome, fingerprint, at) "
+    "INSERT INTO ackledger_attempts (case_id, work_id, pod_uid, mode, delivery_no, outcome, "
+    "fingerprint, at) "
 )
 
 
 # The outcome statements are the same text on both databases. Every one runs inside a write
 # transaction that holds the key's turn (``ledger_lock_keys``; SQLite's one writer), so a read
 # followed by an update of one key cannot interleave with another request for it.
-_OUTCOME = f"SELECT {', '.join(OUTCOME_COLUMNS)} FROM deliveries WHERE delivery_no = ?"
+_OUTCOME = f"SELECT {', '.join(OUTCOME_COLUMNS)} FROM ackledger_deliveries WHERE delivery_no = ?"
 _TAKE_CLAIM = (
-    "UPDATE deliveries SET claim_token = ?, claimed_by = ?, claimed_at = ? WHERE delivery_no = ?"
+    "UPDATE ackledger_deliveries SET claim_token = ?, claimed_by = ?, claimed_at = ? WHERE "
+    "delivery_no = ?"
 )
 # The newest attempt of the key is the request being recorded: it holds the key's turn.
 _NOTE_CLAIM = (
-    "UPDATE attempts SET claim = ?, claim_token = ? WHERE attempt_no = (SELECT MAX(attempt_no) "
-    "FROM attempts WHERE case_id = ? AND work_id = ?)"
+    "UPDATE ackledger_attempts SET claim = ?, claim_token = ? WHERE attempt_no = (SELECT "
+    "MAX(attempt_no) "
+    "FROM ackledger_attempts WHERE case_id = ? AND work_id = ?)"
 )
 _CLAIMED_DELIVERY = (
-    "SELECT delivery_no FROM attempts WHERE case_id = ? AND work_id = ? AND claim_token = ?"
+    "SELECT delivery_no FROM ackledger_attempts WHERE case_id = ? AND work_id = ? AND "
+    "claim_token = ?"
 )
 _COMPLETE = (
-    "UPDATE deliveries SET state = 'completed', result = ?, completed_at = ?, completed_by = ?, "
+    "UPDATE ackledger_deliveries SET state = 'completed', result = ?, completed_at = ?, "
+    "completed_by = ?, "
     "claim_token = NULL, claimed_by = NULL, claimed_at = NULL "
     "WHERE delivery_no = ? AND state = 'in_progress' RETURNING delivery_no"
 )
 _RELEASE = (
-    "UPDATE deliveries SET claim_token = NULL, claimed_by = NULL, claimed_at = NULL "
+    "UPDATE ackledger_deliveries SET claim_token = NULL, claimed_by = NULL, claimed_at = NULL "
     "WHERE delivery_no = ? AND claim_token = ? RETURNING delivery_no"
 )
 # Only the first report counts: a complete after a release (or the other way) keeps it.
 _EXIT_STATUS = (
-    "UPDATE attempts SET exit_status = ? "
+    "UPDATE ackledger_attempts SET exit_status = ? "
     "WHERE case_id = ? AND work_id = ? AND claim_token = ? AND exit_status IS NULL"
 )
 
@@ -141,14 +146,19 @@ class LedgerQueries(CounterQueries):
         self, case_id: str | None, after: int | None = None, limit: int | None = None
     ) -> list[dict[str, Any]]:
         return self._ledger_rows(
-            "deliveries", DELIVERY_COLUMNS, "delivery_no", case_id, after=after, limit=limit
+            "ackledger_deliveries",
+            DELIVERY_COLUMNS,
+            "delivery_no",
+            case_id,
+            after=after,
+            limit=limit,
         )
 
     def ledger_attempts(
         self, case_id: str | None, after: int | None = None, limit: int | None = None
     ) -> list[dict[str, Any]]:
         return self._ledger_rows(
-            "attempts", ATTEMPT_COLUMNS, "attempt_no", case_id, after=after, limit=limit
+            "ackledger_attempts", ATTEMPT_COLUMNS, "attempt_no", case_id, after=after, limit=limit
         )
 
     def ledger_attempts_of(self, delivery_nos: Sequence[int]) -> list[dict[str, Any]]:
@@ -158,7 +168,8 @@ class LedgerQueries(CounterQueries):
             return []
         marks = ", ".join("?" * len(delivery_nos))
         rows = self.execute(
-            f"SELECT {', '.join(ATTEMPT_COLUMNS)} FROM attempts WHERE delivery_no IN ({marks}) "
+            f"SELECT {', '.join(ATTEMPT_COLUMNS)} FROM ackledger_attempts WHERE delivery_no "
+            f"IN ({marks}) "
             "ORDER BY attempt_no",
             tuple(delivery_nos),
         )

@@ -44,7 +44,7 @@ SENT_UNLESS_HELD = (
 
 #: The mark and the attempt it counts, in one statement (``outbox_mark_sent``).
 _MARK_SET = (
-    f"UPDATE outbox SET {SENT_UNLESS_HELD}, "
+    f"UPDATE ackledger_outbox SET {SENT_UNLESS_HELD}, "
     "attempts = attempts + ?, last_attempt_at = CASE WHEN ? = 1 THEN ? ELSE last_attempt_at END "
 )
 #: The mark of one id; its parameters are ``mark_one_params``. A dialect that can read how
@@ -87,7 +87,7 @@ class OutboxQueries(CounterQueries):
         return claim_once(self, OUTBOX, (event["id"],), fingerprint, rest)
 
     def outbox_fingerprint(self, event_id: str) -> str | None:
-        found = self.scalar("SELECT fingerprint FROM outbox WHERE id = ?", (event_id,))
+        found = self.scalar("SELECT fingerprint FROM ackledger_outbox WHERE id = ?", (event_id,))
         return None if found is None else str(found)
 
     def meta_get(self, name: str) -> str | None:
@@ -121,7 +121,7 @@ class OutboxQueries(CounterQueries):
     def outbox_pending(self, limit: int) -> list[PendingRow]:
         # The WHERE clause matches the partial index outbox_pending exactly.
         rows = self.execute(
-            f"SELECT {PENDING_SELECT} FROM outbox WHERE sent = 0 AND quarantined = 0 "
+            f"SELECT {PENDING_SELECT} FROM ackledger_outbox WHERE sent = 0 AND quarantined = 0 "
             "ORDER BY seq LIMIT ?",
             (limit,),
         )
@@ -157,7 +157,8 @@ class OutboxQueries(CounterQueries):
 
     def outbox_record_failure(self, event_id: str, error: str, now: float) -> bool:
         rows = self.execute(
-            "UPDATE outbox SET attempts = attempts + 1, last_error = ?, last_attempt_at = ? "
+            "UPDATE ackledger_outbox SET attempts = attempts + 1, last_error = ?, "
+            "last_attempt_at = ? "
             "WHERE id = ? RETURNING seq",
             (error, now, event_id),
         )
@@ -167,12 +168,15 @@ class OutboxQueries(CounterQueries):
         """Replace the last error's text without counting another attempt."""
         return bool(
             self.execute(
-                "UPDATE outbox SET last_error = ? WHERE id = ? RETURNING seq", (error, event_id)
+                "UPDATE ackledger_outbox SET last_error = ? WHERE id = ? RETURNING seq",
+                (error, event_id),
             )
         )
 
     def outbox_event(self, event_id: str) -> dict[str, Any] | None:
-        row = self.one(f"SELECT {', '.join(EVENT_COLUMNS)} FROM outbox WHERE id = ?", (event_id,))
+        row = self.one(
+            f"SELECT {', '.join(EVENT_COLUMNS)} FROM ackledger_outbox WHERE id = ?", (event_id,)
+        )
         return None if row is None else dict(zip(EVENT_COLUMNS, row, strict=True))
 
     # --- operations: quarantine, requeue, statistics, retention (migration 0003) ----------
@@ -180,7 +184,8 @@ class OutboxQueries(CounterQueries):
     def outbox_status(self, event_id: str) -> tuple[int, int, int, float | None] | None:
         """(seq, sent, quarantined, quarantined_at) of one event, or None."""
         row = self.one(
-            "SELECT seq, sent, quarantined, quarantined_at FROM outbox WHERE id = ?", (event_id,)
+            "SELECT seq, sent, quarantined, quarantined_at FROM ackledger_outbox WHERE id = ?",
+            (event_id,),
         )
         return None if row is None else (int(row[0]), int(row[1]), int(row[2]), row[3])
 
@@ -191,7 +196,8 @@ class OutboxQueries(CounterQueries):
         check and the change on either backend.
         """
         seq = self.scalar(
-            "UPDATE outbox SET quarantined = 1, quarantine_reason = ?, quarantined_at = ? "
+            "UPDATE ackledger_outbox SET quarantined = 1, quarantine_reason = ?, "
+            "quarantined_at = ? "
             "WHERE id = ? AND sent = 0 AND quarantined = 0 RETURNING seq",
             (reason, now, event_id),
         )
@@ -201,7 +207,8 @@ class OutboxQueries(CounterQueries):
         """Put a quarantined event back into pending; returns its seq, or None if it was not
         quarantined (the state test is in the UPDATE, as in ``outbox_quarantine``)."""
         seq = self.scalar(
-            "UPDATE outbox SET quarantined = 0, quarantine_reason = NULL, quarantined_at = NULL "
+            "UPDATE ackledger_outbox SET quarantined = 0, quarantine_reason = NULL, "
+            "quarantined_at = NULL "
             "WHERE id = ? AND sent = 0 AND quarantined = 1 RETURNING seq",
             (event_id,),
         )
@@ -210,20 +217,22 @@ class OutboxQueries(CounterQueries):
     def outbox_sent_after(self, seq: int, since: float) -> list[tuple[int, str]]:
         """Later events (higher seq) marked sent at or after ``since``: who overtook ``seq``."""
         rows = self.execute(
-            "SELECT seq, id FROM outbox WHERE seq > ? AND sent = 1 AND sent_at >= ? ORDER BY seq",
+            "SELECT seq, id FROM ackledger_outbox WHERE seq > ? AND sent = 1 AND sent_at >= "
+            "? ORDER BY seq",
             (seq, since),
         )
         return [(int(s), str(i)) for s, i in rows]
 
     def outbox_log_append(self, event_id: str, kind: str, detail: str, now: float) -> None:
         self.execute(
-            "INSERT INTO outbox_log (event_id, kind, detail, at) VALUES (?, ?, ?, ?)",
+            "INSERT INTO ackledger_outbox_log (event_id, kind, detail, at) VALUES (?, ?, ?, ?)",
             (event_id, kind, detail, now),
         )
 
     def outbox_log(self, event_id: str) -> list[dict[str, Any]]:
         rows = self.execute(
-            f"SELECT {', '.join(LOG_COLUMNS)} FROM outbox_log WHERE event_id = ? ORDER BY seq",
+            f"SELECT {', '.join(LOG_COLUMNS)} FROM ackledger_outbox_log WHERE event_id = ? "
+            f"ORDER BY seq",
             (event_id,),
         )
         return [dict(zip(LOG_COLUMNS, row, strict=True)) for row in rows]
@@ -231,26 +240,29 @@ class OutboxQueries(CounterQueries):
     def outbox_quarantined(self) -> list[dict[str, Any]]:
         # Matches the partial index outbox_quarantined.
         rows = self.execute(
-            f"SELECT {', '.join(QUARANTINED_COLUMNS)} FROM outbox "
+            f"SELECT {', '.join(QUARANTINED_COLUMNS)} FROM ackledger_outbox "
             "WHERE quarantined = 1 AND sent = 0 ORDER BY seq"
         )
         return [dict(zip(QUARANTINED_COLUMNS, row, strict=True)) for row in rows]
 
     def outbox_pending_summary(self) -> tuple[int, float | None]:
         """(count, created_at of the first) of the sendable events, read through outbox_pending."""
-        count = int(self.scalar("SELECT COUNT(*) FROM outbox WHERE sent = 0 AND quarantined = 0"))
+        count = int(
+            self.scalar("SELECT COUNT(*) FROM ackledger_outbox WHERE sent = 0 AND quarantined = 0")
+        )
         oldest = self.scalar(
-            "SELECT created_at FROM outbox WHERE sent = 0 AND quarantined = 0 ORDER BY seq LIMIT 1"
+            "SELECT created_at FROM ackledger_outbox WHERE sent = 0 AND quarantined = 0 "
+            "ORDER BY seq LIMIT 1"
         )
         return count, None if oldest is None else float(oldest)
 
     def outbox_totals(self) -> tuple[int, int, int]:
         """(sent, quarantined, attempts) over the rows the outbox still holds."""
-        sent = int(self.scalar("SELECT COUNT(*) FROM outbox WHERE sent = 1"))
+        sent = int(self.scalar("SELECT COUNT(*) FROM ackledger_outbox WHERE sent = 1"))
         quarantined = int(
-            self.scalar("SELECT COUNT(*) FROM outbox WHERE quarantined = 1 AND sent = 0")
+            self.scalar("SELECT COUNT(*) FROM ackledger_outbox WHERE quarantined = 1 AND sent = 0")
         )
-        attempts = int(self.scalar("SELECT COALESCE(SUM(attempts), 0) FROM outbox"))
+        attempts = int(self.scalar("SELECT COALESCE(SUM(attempts), 0) FROM ackledger_outbox"))
         return sent, quarantined, attempts
 
     def outbox_last_unsent_error(self) -> dict[str, Any] | None:
@@ -258,7 +270,7 @@ class OutboxQueries(CounterQueries):
         found: list[tuple[Any, ...]] = []
         for state in ("sent = 0 AND quarantined = 0", "quarantined = 1 AND sent = 0"):
             found += self.execute(
-                f"SELECT id, last_error, last_attempt_at FROM outbox WHERE {state} "
+                f"SELECT id, last_error, last_attempt_at FROM ackledger_outbox WHERE {state} "
                 "AND last_error IS NOT NULL ORDER BY last_attempt_at DESC LIMIT 1"
             )
         if not found:

@@ -23,7 +23,7 @@ class ReconcileQueries(Executor):
         """Outbox rows after ``after_seq`` in seq order: seq, id, source, fingerprint, sent,
         quarantined."""
         rows = self.execute(
-            "SELECT seq, id, source, fingerprint, sent, quarantined FROM outbox "
+            "SELECT seq, id, source, fingerprint, sent, quarantined FROM ackledger_outbox "
             "WHERE seq > ? ORDER BY seq LIMIT ?",
             (after_seq, limit),
         )
@@ -35,7 +35,7 @@ class ReconcileQueries(Executor):
         if not ids:
             return set()
         rows = self.execute(
-            f"SELECT id, source FROM outbox WHERE id IN ({_marks(len(ids))})", tuple(ids)
+            f"SELECT id, source FROM ackledger_outbox WHERE id IN ({_marks(len(ids))})", tuple(ids)
         )
         return {(str(event_id), str(source)) for event_id, source in rows}
 
@@ -43,11 +43,11 @@ class ReconcileQueries(Executor):
         """Receipts after ``after`` = (id, source) in the inbox's key order, as (id, source)."""
         if after is None:
             rows = self.execute(
-                "SELECT id, source FROM inbox ORDER BY id, source LIMIT ?", (limit,)
+                "SELECT id, source FROM ackledger_inbox ORDER BY id, source LIMIT ?", (limit,)
             )
         else:
             rows = self.execute(
-                "SELECT id, source FROM inbox WHERE (id, source) > (?, ?) "
+                "SELECT id, source FROM ackledger_inbox WHERE (id, source) > (?, ?) "
                 "ORDER BY id, source LIMIT ?",
                 (*after, limit),
             )
@@ -58,7 +58,7 @@ class ReconcileQueries(Executor):
         if not ids:
             return {}
         rows = self.execute(
-            f"SELECT id, source, fingerprint FROM inbox WHERE id IN ({_marks(len(ids))})",
+            f"SELECT id, source, fingerprint FROM ackledger_inbox WHERE id IN ({_marks(len(ids))})",
             tuple(ids),
         )
         return {(str(event_id), str(source)): str(fp) for event_id, source, fp in rows}

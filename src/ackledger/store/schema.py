@@ -11,7 +11,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import open_backend
-from .base import MIGRATIONS_TABLE, migrate, migrations, schema_versions, split_statements
+from .base import (
+    MIGRATIONS,
+    MIGRATIONS_TABLE,
+    migrate,
+    migrations,
+    schema_versions,
+    split_statements,
+)
+from .lab import lab_script
 
 DIALECTS = ("sqlite", "postgres")
 
@@ -43,11 +51,14 @@ class SchemaState:
         )
 
 
-def upgrade_schema(target: str, synchronous: str = "FULL") -> SchemaState:
-    """Apply the migrations ``target`` lacks (a SQLite file is created if missing)."""
+def upgrade_schema(target: str, synchronous: str = "FULL", *, lab: bool = False) -> SchemaState:
+    """Apply the migrations ``target`` lacks (a SQLite file is created if missing); with
+    ``lab``, the lab's tables too (``store.lab``)."""
     backend = open_backend(target, synchronous=synchronous, migrate_schema=False)
     try:
         applied = migrate(backend)
+        if lab:
+            backend.ensure_lab()
         versions = schema_versions(backend)
     finally:
         backend.close()
@@ -62,15 +73,16 @@ def upgrade_schema(target: str, synchronous: str = "FULL") -> SchemaState:
     )
 
 
-def schema_script(dialect: str) -> str:
+def schema_script(dialect: str, *, lab: bool = False) -> str:
     """The SQL that brings a new, empty database of ``dialect`` to this version's schema, as
     ``migrate`` would, for a migration tool to run; nothing is opened or connected.
 
-    It records every migration in ``schema_migrations`` as ``migrate`` does, so ackledger
+    It records every migration in ``ackledger_schema_migrations`` as ``migrate`` does, so ackledger
     opening the database afterwards finds nothing to apply. The statements end in ``;`` and
     hold no transaction control: the tool that runs them wraps them in its own transaction.
     Each row's ``applied_at`` is the database's clock when the row is inserted, not when this
-    was printed, so printing it twice gives the same text.
+    was printed, so printing it twice gives the same text. ``lab`` adds the lab's tables
+    (``orders``, ``inventory``) at the end.
     """
     if dialect not in DIALECTS:
         raise ValueError(f"dialect: must be one of {', '.join(DIALECTS)}, got {dialect!r}")
@@ -87,12 +99,19 @@ def schema_script(dialect: str) -> str:
     for version, name, script in found:
         lines += ["", f"-- {name}"]
         for statement in split_statements(script):
-            lines.append(statement if statement.rstrip().endswith(";") else f"{statement};")
+            lines.append(_ended(statement))
         lines.append(
-            "INSERT INTO schema_migrations (version, name, applied_at) "
+            f"INSERT INTO {MIGRATIONS} (version, name, applied_at) "
             f"VALUES ({version}, {_literal(name)}, {clock});"
         )
+    if lab:
+        lines += ["", "-- the lab's tables (the reference domain's, not ackledger's)"]
+        lines += [_ended(statement) for statement in split_statements(lab_script(dialect))]
     return "\n".join(lines) + "\n"
+
+
+def _ended(statement: str) -> str:
+    return statement if statement.rstrip().endswith(";") else f"{statement};"
 
 
 def _clock(dialect: str) -> str:

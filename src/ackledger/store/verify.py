@@ -21,7 +21,7 @@ class VerifyQueries(Executor):
     def verify_outbox_rows(self, prefix: str) -> list[dict[str, Any]]:
         """The run's outbox rows in seq order: id, partition, seq, sent, quarantined."""
         rows = self.execute(
-            "SELECT id, partition_key, seq, sent, quarantined FROM outbox "
+            "SELECT id, partition_key, seq, sent, quarantined FROM ackledger_outbox "
             "WHERE id LIKE ? ORDER BY seq",
             (_like(prefix),),
         )
@@ -30,5 +30,7 @@ class VerifyQueries(Executor):
 
     def verify_arrivals(self, prefix: str) -> dict[str, int]:
         """The sink's first arrival number of each of the run's events it has a receipt of."""
-        rows = self.execute("SELECT id, arrival FROM inbox WHERE id LIKE ?", (_like(prefix),))
+        rows = self.execute(
+            "SELECT id, arrival FROM ackledger_inbox WHERE id LIKE ?", (_like(prefix),)
+        )
         return {str(event_id): int(arrival or 0) for event_id, arrival in rows}

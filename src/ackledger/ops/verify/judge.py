@@ -51,14 +51,16 @@ def read_sides(source: str, sink: str, tag: str) -> Sides:
     """Both sides, each on a connection of its own, opened after the processes stopped."""
     with _reading(source) as tx:
         outbox = tx.verify_outbox_rows(tag)
-    with _reading(sink) as tx:
+    with _reading(sink, lab=True) as tx:
         return Sides(outbox, warehouse.stock_like(tx, tag), tx.verify_arrivals(tag))
 
 
 @contextmanager
-def _reading(target: str) -> Iterator[Tx]:
+def _reading(target: str, *, lab: bool = False) -> Iterator[Tx]:
     backend = open_backend(target, migrate_schema=False)
     try:
+        if lab:
+            backend.ensure_lab()  # the sink's stock is the lab's table
         with backend.read() as tx:
             yield tx
     finally:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..base import Backend, Listener, Tx, check_synchronous
+from .schema_name import quote_identifier, split_schema
 from .tx import PostgresTx
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ CONNECT_TIMEOUT_S = 10
 MIGRATION_LOCK_KEY = 0x61636B6C  # "ackl"
 
 SYNCHRONOUS_COMMIT = {"FULL": "on", "NORMAL": "off"}
+SCHEMA_EXISTS = "SELECT 1 FROM pg_namespace WHERE nspname = ?"
 
 
 def redact(url: str) -> str:
@@ -51,10 +53,17 @@ def redact(url: str) -> str:
 class PostgresBackend(Backend):
     dialect = "postgres"
 
-    def __init__(self, url: str, synchronous: str = "FULL", *, pool_size: int = POOL_SIZE) -> None:
+    def __init__(
+        self,
+        url: str,
+        synchronous: str = "FULL",
+        *,
+        pool_size: int = POOL_SIZE,
+        schema: str | None = None,
+    ) -> None:
         self.synchronous = check_synchronous(synchronous)
-        self.url = url
         self.location = redact(url)
+        self.url, self.schema = split_schema(url, schema)
         self._pool_size = pool_size
         self.concurrency = pool_size
         self._pool: ConnectionPool[Any] | None = None
@@ -66,6 +75,14 @@ class PostgresBackend(Backend):
         # Session settings, applied once per pooled connection (autocommit, so they stick).
         conn.execute(f"SET synchronous_commit = {SYNCHRONOUS_COMMIT[self.synchronous]}")
         conn.execute("SET client_min_messages = warning")  # no "already exists, skipping"
+        if self.schema is not None:
+            # ackledger's objects are found and created in the schema first; the user's own
+            # statements (``Outbox.transaction()``) still find their tables further along.
+            conn.execute(
+                "SELECT set_config('search_path', %s || ', ' || current_setting('search_path'), "
+                "false)",
+                (quote_identifier(self.schema),),
+            )
 
     def _connect_kwargs(self) -> dict[str, Any]:
         from psycopg.conninfo import conninfo_to_dict
@@ -175,6 +192,16 @@ class PostgresBackend(Backend):
         # once queue here, and each then sees what the one before it committed.
         tx.execute("SELECT pg_advisory_xact_lock(?)", (MIGRATION_LOCK_KEY,))
 
+    def prepare_namespace(self) -> None:
+        if self.schema is None:
+            return
+        with self.read() as tx:
+            if tx.one(SCHEMA_EXISTS, (self.schema,)) is not None:
+                return
+        with self.write() as tx:
+            self.lock_schema(tx)  # two processes creating one schema at once: one waits
+            tx.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_identifier(self.schema)}")
+
     def close(self) -> None:
         with self._lock:
             self._closed = True
@@ -183,5 +210,5 @@ class PostgresBackend(Backend):
             pool.close()
 
 
-def open_postgres(url: str, synchronous: str = "FULL") -> Backend:
-    return PostgresBackend(url, synchronous)
+def open_postgres(url: str, synchronous: str = "FULL", *, schema: str | None = None) -> Backend:
+    return PostgresBackend(url, synchronous, schema=schema)

@@ -12,7 +12,7 @@ from ..outbox import SENT_BEFORE, SENT_UNLESS_HELD
 #: at the moment it runs.
 CLOCK = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
 #: A new lease's token: a sequence, larger than every token before it.
-NEXT_FENCE = "nextval('partition_lease_tokens')"
+NEXT_FENCE = "nextval('ackledger_partition_lease_tokens')"
 
 
 # Lock + check + renew the lease and mark the events (a text array of distinct ids), in one
@@ -24,23 +24,23 @@ MARK_UNDER_LEASE = (
     """
 WITH wanted AS (SELECT ?::text[] AS ids),
 known AS (
-    SELECT count(*) AS n FROM outbox o, wanted
+    SELECT count(*) AS n FROM ackledger_outbox o, wanted
     WHERE o.id = ANY(wanted.ids) AND o.partition_key = ?
 ),
 lease AS (
-    UPDATE partition_leases SET renewed_at = {now}, expires_at = {now} + ?
+    UPDATE ackledger_partition_leases SET renewed_at = {now}, expires_at = {now} + ?
     WHERE partition_key = ? AND owner = ? AND token = ? AND expires_at > {now}
       AND (SELECT n FROM known) = (SELECT cardinality(ids) FROM wanted)
     RETURNING partition_key
 )
-UPDATE outbox SET """
+UPDATE ackledger_outbox SET """
     + SENT_UNLESS_HELD  # unqualified names are the outbox's: the lease row has none of them
     + """,
-    attempts = outbox.attempts + ?,
-    last_attempt_at = CASE WHEN ? = 1 THEN ? ELSE outbox.last_attempt_at END
+    attempts = ackledger_outbox.attempts + ?,
+    last_attempt_at = CASE WHEN ? = 1 THEN ? ELSE ackledger_outbox.last_attempt_at END
 FROM lease, wanted
-WHERE outbox.id = ANY(wanted.ids) AND outbox.partition_key = lease.partition_key
-RETURNING outbox.seq
+WHERE ackledger_outbox.id = ANY(wanted.ids) AND ackledger_outbox.partition_key = lease.partition_key
+RETURNING ackledger_outbox.seq
 """
 )
 
@@ -48,13 +48,14 @@ RETURNING outbox.seq
 # transaction around it, one round trip where BEGIN, UPDATE and COMMIT were three.
 MARK_ALL_OR_NONE = (
     "WITH wanted AS (SELECT ?::text[] AS ids), "
-    "known AS (SELECT count(*) AS n FROM outbox, wanted WHERE outbox.id = ANY(wanted.ids)) "
-    f"UPDATE outbox SET {SENT_UNLESS_HELD}, attempts = outbox.attempts + ?, "
-    "last_attempt_at = CASE WHEN ? = 1 THEN ? ELSE outbox.last_attempt_at END "
-    "FROM wanted WHERE outbox.id = ANY(wanted.ids) "
-    "AND (SELECT n FROM known) = cardinality(wanted.ids) RETURNING outbox.id"
+    "known AS (SELECT count(*) AS n FROM ackledger_outbox, wanted WHERE ackledger_outbox.id "
+    "= ANY(wanted.ids)) "
+    f"UPDATE ackledger_outbox SET {SENT_UNLESS_HELD}, attempts = ackledger_outbox.attempts + ?, "
+    "last_attempt_at = CASE WHEN ? = 1 THEN ? ELSE ackledger_outbox.last_attempt_at END "
+    "FROM wanted WHERE ackledger_outbox.id = ANY(wanted.ids) "
+    "AND (SELECT n FROM known) = cardinality(wanted.ids) RETURNING ackledger_outbox.id"
 )
-KNOWN_IDS = "SELECT id FROM outbox WHERE id = ANY(?::text[])"
+KNOWN_IDS = "SELECT id FROM ackledger_outbox WHERE id = ANY(?::text[])"
 
 #: The first key of the advisory locks that serialise enqueues per partition.
 PARTITION_LOCK_CLASS = 0x6F627078  # "obpx"
@@ -64,15 +65,15 @@ LOCK_PARTITION = "SELECT pg_advisory_xact_lock(?, hashtext(?))"
 # count only their own deletions; a count read before the DELETE would let both add the same
 # rows and double the totals (found by review).
 DELETE_SENT = (
-    f"WITH gone AS (DELETE FROM outbox {SENT_BEFORE} RETURNING attempts) "
+    f"WITH gone AS (DELETE FROM ackledger_outbox {SENT_BEFORE} RETURNING attempts) "
     "SELECT COUNT(*), COALESCE(SUM(attempts), 0) FROM gone"
 )
 
 #: Rows a spread counter uses at most (see ``PostgresTx.counter_bump_spread``).
 COUNTER_SHARDS = 64
 BUMP_SPREAD = (
-    "INSERT INTO counters (name, value) VALUES (? || '#' || (pg_backend_pid() % ?), 1) "
-    "ON CONFLICT (name) DO UPDATE SET value = counters.value + 1"
+    "INSERT INTO ackledger_counters (name, value) VALUES (? || '#' || (pg_backend_pid() % ?), 1) "
+    "ON CONFLICT (name) DO UPDATE SET value = ackledger_counters.value + 1"
 )
 
 #: The first key of the advisory locks that number the attempts of one key.
@@ -90,7 +91,7 @@ LOCK_KEY = (
 )
 
 INSERT_ATTEMPT_ROW = INSERT_ATTEMPT + "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-COUNT_ATTEMPTS = "SELECT COUNT(*) FROM attempts WHERE case_id = ? AND work_id = ?"
+COUNT_ATTEMPTS = "SELECT COUNT(*) FROM ackledger_attempts WHERE case_id = ? AND work_id = ?"
 
 # The purge's candidates: the next keys after the cursor, in key order, whose last attempt is
 # before the cutoff; each is tried for its key lock. The attempts_key index (case_id, work_id,
@@ -100,7 +101,7 @@ COUNT_ATTEMPTS = "SELECT COUNT(*) FROM attempts WHERE case_id = ? AND work_id = 
 # candidate).
 IDLE_KEYS = (
     "WITH idle AS MATERIALIZED ("
-    "SELECT case_id, work_id FROM attempts WHERE (case_id, work_id) > (?, ?) "
+    "SELECT case_id, work_id FROM ackledger_attempts WHERE (case_id, work_id) > (?, ?) "
     "GROUP BY case_id, work_id HAVING MAX(at) < ? ORDER BY case_id, work_id LIMIT ?) "
     "SELECT case_id, work_id, "
     "pg_try_advisory_xact_lock(?, hashtext(case_id || '/' || work_id)) FROM idle "
@@ -111,9 +112,13 @@ IDLE_KEYS = (
 # Their attempts go, and name the deliveries that go with them: every delivery is created
 # together with an attempt that refers to it, so these are all the keys' deliveries.
 DELETE_HELD_IDLE = (
-    "DELETE FROM attempts AS gone USING unnest(?::text[], ?::text[]) AS held(case_id, work_id) "
+    "DELETE FROM ackledger_attempts AS gone USING unnest(?::text[], ?::text[]) AS "
+    "held(case_id, work_id) "
     "WHERE gone.case_id = held.case_id AND gone.work_id = held.work_id "
-    "AND NOT EXISTS (SELECT 1 FROM attempts AS recent WHERE recent.case_id = held.case_id "
+    "AND NOT EXISTS (SELECT 1 FROM ackledger_attempts AS recent WHERE recent.case_id = "
+    "held.case_id "
     "AND recent.work_id = held.work_id AND recent.at >= ?) RETURNING gone.delivery_no"
 )
-DELETE_DELIVERIES = "DELETE FROM deliveries WHERE delivery_no = ANY(?::bigint[]) RETURNING 1"
+DELETE_DELIVERIES = (
+    "DELETE FROM ackledger_deliveries WHERE delivery_no = ANY(?::bigint[]) RETURNING 1"
+)

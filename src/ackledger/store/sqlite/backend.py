@@ -327,15 +327,25 @@ def foreign_file(path: str) -> str | None:
             names = {
                 str(row[0])
                 for row in conn.execute(
-                    "SELECT name FROM sqlite_master WHERE type = 'table' "
-                    "AND name IN ('schema_migrations', 'outbox')"
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN "
+                    "('ackledger_schema_migrations', 'ackledger_outbox', 'schema_migrations', "
+                    "'outbox')"
                 )
             }
         finally:
             conn.close()
     except sqlite3.DatabaseError as exc:
         return f"{path!r} is not a SQLite database ({exc})"
-    if names != {"schema_migrations", "outbox"}:
+    # The second pair: a database made before ackledger's names took their prefix, which
+    # opening renames (store/namespace.py).
+    if not (
+        {"ackledger_schema_migrations", "ackledger_outbox"} <= names
+        or names
+        == {
+            "schema_migrations",
+            "outbox",
+        }
+    ):
         return (
             f"{path!r} is a SQLite database without ackledger's schema "
             f"(run `ackledger migrate --target {path}` if it is meant to hold one)"

@@ -175,8 +175,8 @@ class SqliteTx(Tx):
         keys = [(str(case_id), str(work_id)) for case_id, work_id in found]
         flat = tuple(part for key in keys for part in key)
         # Attempts first (they refer to the deliveries); a key's deliveries all carry its key.
-        gone_attempts = self.execute(q.delete_keys("attempts", len(keys)), flat)
-        gone_deliveries = self.execute(q.delete_keys("deliveries", len(keys)), flat)
+        gone_attempts = self.execute(q.delete_keys("ackledger_attempts", len(keys)), flat)
+        gone_deliveries = self.execute(q.delete_keys("ackledger_deliveries", len(keys)), flat)
         return len(gone_deliveries), len(gone_attempts), keys[-1]
 
     # --- partition leases ------------------------------------------------------------------

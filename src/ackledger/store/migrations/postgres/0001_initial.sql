@@ -2,18 +2,12 @@
 -- Times are seconds since the epoch (DOUBLE PRECISION), flags are 0/1 integers, so the
 -- project's SQL is the same text on both databases.
 
--- Source side: the business table of the reference domain and the transactional outbox.
-CREATE TABLE orders (
-    id TEXT PRIMARY KEY,
-    sku TEXT NOT NULL,
-    qty INTEGER NOT NULL,
-    created_at DOUBLE PRECISION NOT NULL
-);
-
+-- Source side: the transactional outbox. (The reference domain's tables are the lab's:
+-- lab.sql, applied by the lab's own calls only.)
 -- seq comes from an identity sequence: it only grows, so it is the acceptance order. (Values
 -- are handed out when a row is inserted, not when it commits: a reader can see seq 7 commit
 -- before seq 6 does. Order is kept per partition by the lease, see partitions.)
-CREATE TABLE outbox (
+CREATE TABLE ackledger_outbox (
     seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     id TEXT NOT NULL UNIQUE,
     sku TEXT NOT NULL,
@@ -33,12 +27,12 @@ CREATE TABLE outbox (
 
 -- Only unsent, unquarantined rows are in these indexes, so pending() and a partition's
 -- pending read touch a handful of index entries however many sent rows the table holds.
-CREATE INDEX outbox_pending ON outbox (seq) WHERE sent = 0 AND quarantined = 0;
-CREATE INDEX outbox_partition_pending ON outbox (partition_key, seq) WHERE sent = 0 AND quarantined = 0;
-CREATE INDEX outbox_sent_at ON outbox (sent_at) WHERE sent = 1;
+CREATE INDEX ackledger_outbox_pending ON ackledger_outbox (seq) WHERE sent = 0 AND quarantined = 0;
+CREATE INDEX ackledger_outbox_partition_pending ON ackledger_outbox (partition_key, seq) WHERE sent = 0 AND quarantined = 0;
+CREATE INDEX ackledger_outbox_sent_at ON ackledger_outbox (sent_at) WHERE sent = 1;
 
--- Sink side: one row per event id ever applied, and the effect it had.
-CREATE TABLE inbox (
+-- Sink side: one row per event id ever applied.
+CREATE TABLE ackledger_inbox (
     id TEXT PRIMARY KEY,
     fingerprint TEXT NOT NULL,
     sku TEXT NOT NULL,
@@ -48,13 +42,8 @@ CREATE TABLE inbox (
     receipts INTEGER NOT NULL DEFAULT 1
 );
 
-CREATE TABLE inventory (
-    sku TEXT PRIMARY KEY,
-    qty BIGINT NOT NULL
-);
-
 -- Durable counters for what leaves no row of its own (duplicates, conflicts).
-CREATE TABLE counters (
+CREATE TABLE ackledger_counters (
     name TEXT PRIMARY KEY,
     value BIGINT NOT NULL
 );

@@ -1,5 +1,5 @@
 -- Operations on the outbox (the PostgreSQL twin of sqlite/0003_operations.sql).
-CREATE TABLE outbox_log (
+CREATE TABLE ackledger_outbox_log (
     seq BIGSERIAL PRIMARY KEY,
     event_id TEXT NOT NULL,
     kind TEXT NOT NULL,
@@ -7,6 +7,6 @@ CREATE TABLE outbox_log (
     at DOUBLE PRECISION NOT NULL
 );
 
-CREATE INDEX outbox_log_event ON outbox_log (event_id, seq);
+CREATE INDEX ackledger_outbox_log_event ON ackledger_outbox_log (event_id, seq);
 
-CREATE INDEX outbox_quarantined ON outbox (seq) WHERE quarantined = 1 AND sent = 0;
+CREATE INDEX ackledger_outbox_quarantined ON ackledger_outbox (seq) WHERE quarantined = 1 AND sent = 0;

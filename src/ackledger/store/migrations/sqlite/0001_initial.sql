@@ -1,13 +1,7 @@
--- Source side: the business table of the reference domain and the transactional outbox.
-CREATE TABLE orders (
-    id TEXT PRIMARY KEY,
-    sku TEXT NOT NULL,
-    qty INTEGER NOT NULL,
-    created_at REAL NOT NULL
-);
-
+-- Source side: the transactional outbox. (The reference domain's tables are the lab's:
+-- lab.sql, applied by the lab's own calls only.)
 -- seq is the rowid: it only grows, so it is the acceptance order.
-CREATE TABLE outbox (
+CREATE TABLE ackledger_outbox (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     id TEXT NOT NULL UNIQUE,
     sku TEXT NOT NULL,
@@ -27,11 +21,11 @@ CREATE TABLE outbox (
 
 -- Only unsent, unquarantined rows are in this index, so pending() reads a handful of index
 -- entries however many sent rows the table holds.
-CREATE INDEX outbox_pending ON outbox (seq) WHERE sent = 0 AND quarantined = 0;
-CREATE INDEX outbox_sent_at ON outbox (sent_at) WHERE sent = 1;
+CREATE INDEX ackledger_outbox_pending ON ackledger_outbox (seq) WHERE sent = 0 AND quarantined = 0;
+CREATE INDEX ackledger_outbox_sent_at ON ackledger_outbox (sent_at) WHERE sent = 1;
 
--- Sink side: one row per event id ever applied, and the effect it had.
-CREATE TABLE inbox (
+-- Sink side: one row per event id ever applied.
+CREATE TABLE ackledger_inbox (
     id TEXT PRIMARY KEY,
     fingerprint TEXT NOT NULL,
     sku TEXT NOT NULL,
@@ -41,13 +35,8 @@ CREATE TABLE inbox (
     receipts INTEGER NOT NULL DEFAULT 1
 );
 
-CREATE TABLE inventory (
-    sku TEXT PRIMARY KEY,
-    qty INTEGER NOT NULL
-);
-
 -- Durable counters for what leaves no row of its own (duplicates, conflicts).
-CREATE TABLE counters (
+CREATE TABLE ackledger_counters (
     name TEXT PRIMARY KEY,
     value INTEGER NOT NULL
 );

@@ -4,7 +4,7 @@
 -- One row per delivery (the effect). In idempotent mode there is at most one per business key
 -- (case_id, work_id); in control mode every request makes one, which is why the uniqueness is
 -- a partial index and not a table constraint.
-CREATE TABLE deliveries (
+CREATE TABLE ackledger_deliveries (
     delivery_no INTEGER PRIMARY KEY AUTOINCREMENT,
     case_id TEXT NOT NULL,
     work_id TEXT NOT NULL,
@@ -14,18 +14,18 @@ CREATE TABLE deliveries (
     created_at REAL NOT NULL
 );
 
-CREATE UNIQUE INDEX deliveries_key ON deliveries (case_id, work_id) WHERE mode = 'idempotent';
-CREATE INDEX deliveries_case ON deliveries (case_id, delivery_no);
+CREATE UNIQUE INDEX ackledger_deliveries_key ON ackledger_deliveries (case_id, work_id) WHERE mode = 'idempotent';
+CREATE INDEX ackledger_deliveries_case ON ackledger_deliveries (case_id, delivery_no);
 
 -- One row per request, whatever its outcome. delivery_no is NULL only for a conflict (the key
 -- arrived with another payload and no delivery was handed out).
-CREATE TABLE attempts (
+CREATE TABLE ackledger_attempts (
     attempt_no INTEGER PRIMARY KEY AUTOINCREMENT,
     case_id TEXT NOT NULL,
     work_id TEXT NOT NULL,
     pod_uid TEXT NOT NULL,
     mode TEXT NOT NULL CHECK (mode IN ('idempotent', 'control')),
-    delivery_no INTEGER REFERENCES deliveries (delivery_no),
+    delivery_no INTEGER REFERENCES ackledger_deliveries (delivery_no),
     outcome TEXT NOT NULL CHECK (outcome IN ('applied', 'duplicate', 'conflict')),
     fingerprint TEXT NOT NULL,
     at REAL NOT NULL,
@@ -33,5 +33,5 @@ CREATE TABLE attempts (
 );
 
 -- Counting a key's attempts and finding keys idle since a cut-off both read this index.
-CREATE INDEX attempts_key ON attempts (case_id, work_id, at);
-CREATE INDEX attempts_delivery ON attempts (delivery_no);
+CREATE INDEX ackledger_attempts_key ON ackledger_attempts (case_id, work_id, at);
+CREATE INDEX ackledger_attempts_delivery ON ackledger_attempts (delivery_no);

@@ -6,9 +6,9 @@
 --
 -- The migration runner splits scripts on lines that end in ";", so the trigger body keeps its
 -- inner ";" inside a line and only "END;" ends one.
-CREATE TRIGGER attempts_count_ledger AFTER INSERT ON attempts
+CREATE TRIGGER ackledger_attempts_count_ledger AFTER INSERT ON ackledger_attempts
 BEGIN
-    INSERT INTO counters (name, value) VALUES ('ledger.attempts', 1), (CASE NEW.outcome
+    INSERT INTO ackledger_counters (name, value) VALUES ('ledger.attempts', 1), (CASE NEW.outcome
         WHEN 'applied' THEN 'ledger.deliveries' WHEN 'duplicate' THEN 'ledger.duplicates'
         ELSE 'ledger.conflicts' END, 1)
-        ON CONFLICT (name) DO UPDATE SET value = counters.value + 1; END;
+        ON CONFLICT (name) DO UPDATE SET value = ackledger_counters.value + 1; END;

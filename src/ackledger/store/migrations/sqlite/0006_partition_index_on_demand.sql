@@ -5,4 +5,4 @@
 -- long, and batch relay ran 17% slower: bench/CHANGES.md, item 12). The index is now built
 -- when PartitionLeases first opens this outbox (store/lease_sql.py, ensure_partition_index),
 -- and from then on kept, because that outbox needs it.
-DROP INDEX IF EXISTS outbox_partition_pending;
+DROP INDEX IF EXISTS ackledger_outbox_partition_pending;

@@ -11,37 +11,19 @@ CREATE TABLE ackledger_meta (
 
 -- partition_key stays the relay's lease key ('' is the one shared partition of events that
 -- name none); partitionkey is the event's own attribute, NULL when it has none.
-ALTER TABLE outbox ADD COLUMN source TEXT;
-ALTER TABLE outbox ADD COLUMN type TEXT;
-ALTER TABLE outbox ADD COLUMN subject TEXT;
-ALTER TABLE outbox ADD COLUMN partitionkey TEXT;
-ALTER TABLE outbox ADD COLUMN data TEXT;
-ALTER TABLE outbox ADD COLUMN event TEXT;
+ALTER TABLE ackledger_outbox ADD COLUMN source TEXT;
+ALTER TABLE ackledger_outbox ADD COLUMN type TEXT;
+ALTER TABLE ackledger_outbox ADD COLUMN subject TEXT;
+ALTER TABLE ackledger_outbox ADD COLUMN partitionkey TEXT;
+ALTER TABLE ackledger_outbox ADD COLUMN data TEXT;
+ALTER TABLE ackledger_outbox ADD COLUMN event TEXT;
 
--- v1's events become warehouse.stock.added events with their ids kept. v1 knew events by id
--- alone, and so did its inboxes, so the events and the receipts of a v1 database share one
--- source, urn:ackledger:v1: a re-send of a migrated event meets its migrated receipt. Their
--- fingerprints stay v1's; the outbox and the inbox accept a v1 fingerprint of the same lab
--- event as the same content (store/legacy.py). Keys in sorted order: canonical JSON.
-UPDATE outbox SET
-    source = 'urn:ackledger:v1',
-    type = 'warehouse.stock.added',
-    subject = sku,
-    partitionkey = partition_key,
-    data = '{"qty":' || qty || ',"sku":' || json_quote(sku) || '}',
-    event = '{"data":{"qty":' || qty || ',"sku":' || json_quote(sku) || '},"id":' || json_quote(id)
-        || ',"partitionkey":' || json_quote(partition_key)
-        || ',"source":"urn:ackledger:v1","specversion":"1.0","subject":' || json_quote(sku)
-        || ',"type":"warehouse.stock.added"}';
+-- This chain runs only on a database that held no ackledger tables: a v1 or v2 database
+-- reaches the same schema through v2/ and the renames of store/namespace.py, so nothing of
+-- v1 is converted here.
 
--- A v1 outbox's own source is urn:ackledger:v1 as well (not a fresh one): an order it
--- accepted before the upgrade, accepted again after it, is the same event, not a conflict.
-INSERT INTO ackledger_meta (name, value)
-SELECT 'outbox.source', 'urn:ackledger:v1'
-WHERE EXISTS (SELECT 1 FROM outbox) OR EXISTS (SELECT 1 FROM orders);
-
-ALTER TABLE outbox DROP COLUMN sku;
-ALTER TABLE outbox DROP COLUMN qty;
+ALTER TABLE ackledger_outbox DROP COLUMN sku;
+ALTER TABLE ackledger_outbox DROP COLUMN qty;
 
 -- The inbox's key becomes (source, id): SQLite cannot change a primary key in place, so the
 -- table is rebuilt. A receipt keeps the event's type, not its data: the handler's effect is
@@ -49,7 +31,7 @@ ALTER TABLE outbox DROP COLUMN qty;
 -- /events/{id} find a receipt by id alone through it, and WITHOUT ROWID makes the table that
 -- one B-tree: a commit of N receipts writes the pages of one index, not of a table, its
 -- key's index and an id index (bench/CHANGES.md, item 16).
-CREATE TABLE inbox_v2 (
+CREATE TABLE ackledger_inbox_v2 (
     source TEXT NOT NULL,
     id TEXT NOT NULL,
     type TEXT NOT NULL,
@@ -62,10 +44,10 @@ CREATE TABLE inbox_v2 (
     PRIMARY KEY (id, source)
 ) WITHOUT ROWID;
 
-INSERT INTO inbox_v2 (source, id, type, fingerprint, first_received_at, last_received_at,
+INSERT INTO ackledger_inbox_v2 (source, id, type, fingerprint, first_received_at, last_received_at,
     receipts, arrival, last_arrival)
 SELECT 'urn:ackledger:v1', id, 'warehouse.stock.added', fingerprint, first_received_at,
-    last_received_at, receipts, arrival, last_arrival FROM inbox;
+    last_received_at, receipts, arrival, last_arrival FROM ackledger_inbox;
 
-DROP TABLE inbox;
-ALTER TABLE inbox_v2 RENAME TO inbox;
+DROP TABLE ackledger_inbox;
+ALTER TABLE ackledger_inbox_v2 RENAME TO ackledger_inbox;

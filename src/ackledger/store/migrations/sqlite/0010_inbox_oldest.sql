@@ -6,7 +6,7 @@
 -- cutoff is that of the purge that recorded the row (NULL: none did); a purge with an earlier
 -- cutoff than the recorded one leaves the row alone. generation grows with every record, so a
 -- reader knows when what it found by a scan is out of date.
-CREATE TABLE inbox_oldest (
+CREATE TABLE ackledger_inbox_oldest (
     slot INTEGER PRIMARY KEY CHECK (slot = 1),
     first_received_at REAL,
     cutoff REAL,
@@ -14,7 +14,7 @@ CREATE TABLE inbox_oldest (
 );
 
 -- The oldest receipt of an existing inbox, read through the index while it is still there.
-INSERT INTO inbox_oldest (slot, first_received_at, cutoff, generation)
-SELECT 1, MIN(first_received_at), NULL, 0 FROM inbox;
+INSERT INTO ackledger_inbox_oldest (slot, first_received_at, cutoff, generation)
+SELECT 1, MIN(first_received_at), NULL, 0 FROM ackledger_inbox;
 
-DROP INDEX IF EXISTS inbox_first_received;
+DROP INDEX IF EXISTS ackledger_inbox_first_received;

@@ -1,0 +1,4 @@
+-- SQLite's 0005 adds a trigger that bumps the ledger's counters with every attempt row. On
+-- PostgreSQL the request bumps them itself, on rows spread by server process (see
+-- store/inbox_sql.py, bump_spread_counter), so that replicas do not queue on one counter row;
+-- the schema does not change. This version keeps both dialects' version numbers in step.

@@ -1,0 +1,3 @@
+-- SQLite's 0006 drops outbox_partition_pending until the partition worker first needs it. On
+-- PostgreSQL `ackledger relay` leases partitions, so the index stays; the schema does not
+-- change. This version keeps both dialects' version numbers in step.
