@@ -68,7 +68,10 @@ def test_claim_then_complete_runs_the_work_once(
     assert again["state"] == "completed" and "claim" not in again
     assert again["result"] == {"rows": 3} and again["delivery_no"] == taken["delivery_no"]
     assert raw_rows(ledger_db, "SELECT COUNT(*) FROM ackledger_deliveries") == [(1,)]
-    pods = [row[0] for row in raw_rows(ledger_db, "SELECT pod_uid FROM ackledger_attempts ORDER BY rowid")]
+    pods = [
+        row[0]
+        for row in raw_rows(ledger_db, "SELECT pod_uid FROM ackledger_attempts ORDER BY rowid")
+    ]
     assert pods == ["pod-a", "pod-b", "pod-b"]
 
 

@@ -287,7 +287,9 @@ def test_a_failing_handler_gives_its_identity_back_to_the_runs_after_it(target: 
         assert inbox.counters() == {"applied": 3, "duplicate": 1, "conflict": 0}
     assert user_rows(target) == [(SHOP, "g-1", 1), (SHOP, "g-2", 2), (SHOP, "g-3", 4)]
     # g-1 1, g-2's failure 2 (shown nowhere), then the second run: 3, 4, 5.
-    rows = target.rows("SELECT id, arrival, last_arrival, receipts FROM ackledger_inbox ORDER BY id")
+    rows = target.rows(
+        "SELECT id, arrival, last_arrival, receipts FROM ackledger_inbox ORDER BY id"
+    )
     assert [tuple(int(v) if k else v for k, v in enumerate(r)) for r in rows] == [
         ("g-1", 1, 5, 2),
         ("g-2", 3, 3, 1),

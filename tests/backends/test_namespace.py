@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from ackledger import Conflict, Inbox, Ledger, Outbox, new_event, warehouse
-from ackledger._dev.procs import run_cli
+from ackledger.ops.processes import run_cli
 from ackledger.store import open_backend
 from ackledger.store.base import migrations
 

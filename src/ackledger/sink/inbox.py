@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 from .. import plugins
 from .._core.database import Database
 from ..envelope import fingerprint_of, validate_encoded
-from ..event import check_identifier
 from ..errors import AckledgerError, NoHandler
+from ..event import check_identifier
 from ..event_types import EventTypes, check_type_name
 from .apply import (
     COUNTER_PREFIX,
@@ -115,8 +115,10 @@ class Inbox(Database):
         )
         self._types = types if types is not None else EventTypes()
         self._oldest = OldestReceipt()
-        #: The plug-ins' own handlers: the lab's tables are made by its first event.
-        self._built_in = built_in
+        #: The types a plug-in's own handler applies: its tables are made by its first event.
+        self._plugin_types = frozenset(
+            name for name, handler in self._handlers.items() if handler is built_in.get(name)
+        )
         super().__init__(target, synchronous=synchronous, schema=schema)
 
     @property
@@ -144,7 +146,7 @@ class Inbox(Database):
             raise NoHandler(f"type: no handler for event type {event['type']!r} at this inbox")
         if not awaiting and event["type"] in self._async_types:
             raise async_refused(handler, event["type"])
-        if handler is self._built_in.get(event["type"]):
+        if event["type"] in self._plugin_types:
             self._db.ensure_lab()  # a plug-in's tables: made by its first event, not by opening
         return Item(event, fingerprint_of(event, text), handler, (event["source"], event["id"]))
 

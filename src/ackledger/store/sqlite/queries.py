@@ -17,8 +17,8 @@ STORE_FENCE = (
 )
 
 # The inbox's statements without RETURNING: SQLite runs a RETURNING clause through an ephemeral
-# table of its own (a pager, a B-tree, zeroed page buffers: ~20-30k instructions a statement), and its one
-# writer lets a plain read say the same.
+# table of its own (a pager, a B-tree, zeroed page buffers: ~20-30k instructions a statement),
+# and its one writer lets a plain read say the same.
 #: What tells a claim of many rows without RETURNING which of its rows it inserted.
 INBOX_CLAIMED_AS = "SELECT fingerprint, arrival FROM ackledger_inbox WHERE source = ? AND id = ?"
 ARRIVALS_TAKEN = "SELECT value FROM ackledger_counters WHERE name = 'sink.arrival'"
