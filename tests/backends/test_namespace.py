@@ -163,11 +163,18 @@ def test_the_renamed_schema_is_the_schema_of_a_new_database(
     assert objects(v2) == objects(new)
 
 
+#: The migrations of a dialect (the same numbers on both), and the last one v2 had.
+MIGRATIONS = Path(__file__).parents[2] / "src" / "ackledger" / "store" / "migrations" / "sqlite"
+V2_LAST = 10
+
+
 def test_the_migration_runs_once(v2: Target) -> None:
     first = run_cli("migrate", "--target", v2.ref, "--json")
     assert first.returncode == 0, first.stderr
-    # Nothing of the v3 chain was missing: the v2 database had all of it, under other names.
-    assert json.loads(first.stdout)["applied"] == 0
+    # Of the v3 chain only what came after v2's last version (0010) was missing: the v2
+    # database had the rest, under other names.
+    after_v2 = [p for p in MIGRATIONS.glob("0*.sql") if int(p.name[:4]) > V2_LAST]
+    assert json.loads(first.stdout)["applied"] == len(after_v2) > 0
     after = v2.dump()
     shape = objects(v2)
     again = run_cli("migrate", "--target", v2.ref, "--json")
