@@ -1,4 +1,4 @@
-"""The lone event's lean checks keep the rules they replaced (bench/CHANGES.md 120): the fast
+"""The lone event's lean checks keep the rules they replaced: the fast
 path counts its attribute names off instead of a set test, quotes plain subjects and keys
 itself, the lab's schema remembers the skus it checked, and ``EventTypes.schema`` is the
 registry's own ``get``."""

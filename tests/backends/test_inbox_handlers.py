@@ -150,7 +150,7 @@ def test_a_batch_stops_at_the_item_whose_handler_raises(target: Target) -> None:
         assert result.error is outage
         assert inbox.stock("snack-7") == 2
         assert inbox.counters() == {"applied": 2, "duplicate": 0, "conflict": 0}
-    # Items 1-2 and their effects; nothing of item 3 (its row was written, then undone), and
+    # Events 1-2 and their effects; nothing of event 3 (its row was written, then undone), and
     # nothing after it.
     assert user_rows(target) == [(SHOP, "p-1", 1)]
     assert [row[:2] for row in receipts(target)] == [

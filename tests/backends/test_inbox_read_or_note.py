@@ -1,5 +1,5 @@
 """``Backend.inbox_read_or_note``: a lone event's read by key and, for a re-send of the same
-content, its note, in one call of the backend (bench/CHANGES.md item 108), on every backend:
+content, its note, in one call of the backend, on every backend:
 the same rows and counts as the read and the note made apart."""
 
 from __future__ import annotations

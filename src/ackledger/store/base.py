@@ -123,7 +123,7 @@ class Backend(abc.ABC):
         re-send of the same content) that re-send's note, ``Tx.inbox_note_lone``, committed
         as ``write(durable=False)`` commits it. Returns the stored fingerprint, None when the
         identity is free. The sink's most common request is a re-send: a backend may do both
-        through one entry (SQLite does, bench/CHANGES.md item 108)."""
+        through one entry (SQLite does)."""
         with self.lookup() as tx:
             stored = tx.inbox_fingerprint(source, event_id)
         if stored == fingerprint:

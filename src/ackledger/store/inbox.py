@@ -83,7 +83,7 @@ INBOX_FINGERPRINT = "SELECT fingerprint FROM ackledger_inbox WHERE source = ? AN
 
 # Folding a group's outcome counts into this upsert was tried and dropped: a two-row upsert
 # with RETURNING costs SQLite more than this one and a plain upsert after it (5.8 against
-# 3.1 + 1.3 us), RETURNING being most of a row's cost (bench/CHANGES.md, item 36).
+# 3.1 + 1.3 us), RETURNING being most of a row's cost.
 #: The counter the sink's arrival numbers are taken from.
 ARRIVAL = "sink.arrival"
 _RESERVE = (

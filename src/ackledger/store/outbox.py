@@ -48,8 +48,8 @@ _MARK_SET = (
     "attempts = attempts + ?, last_attempt_at = CASE WHEN ? = 1 THEN ? ELSE last_attempt_at END "
 )
 #: The mark of one id; its parameters are ``mark_one_params``. A dialect that can read how
-#: many rows a statement changed runs it as it is (SQLite: no RETURNING, bench/CHANGES.md
-#: item 96); ``outbox_mark_one`` asks for the id back.
+#: many rows a statement changed runs it as it is (SQLite: no RETURNING, which costs a
+#: table of its own per statement); ``outbox_mark_one`` asks for the id back.
 MARK_ONE = _MARK_SET + "WHERE id = ?"
 _MARK_ONE = MARK_ONE + " RETURNING id"
 

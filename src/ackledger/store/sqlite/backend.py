@@ -172,7 +172,7 @@ class SqliteBackend(Backend):
         # our rows are small (an outbox, inbox or ledger row is 100-400 bytes) and a commit
         # changes a few scattered pages, so half-size pages halve the bytes written and
         # summed per commit: Outbox.accept and Ledger.request +6-13% with FULL and +18-21%
-        # with NORMAL (bench/CHANGES.md, item 13).
+        # with NORMAL.
         self._conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
         journal = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()
         if journal is None or str(journal[0]).lower() != "wal":
@@ -195,7 +195,7 @@ class SqliteBackend(Backend):
         synchronous=NORMAL. In WAL mode NORMAL skips only its own commits' fsync, and the next
         FULL commit's fsync covers the whole WAL file, theirs included. It replaces switching
         this connection's ``PRAGMA synchronous`` to NORMAL and back around each one, ~13k
-        instructions per PRAGMA (bench/CHANGES.md item 87).
+        instructions per PRAGMA.
         Both connections take this backend's one lock, so they never wait on each other."""
         with self._lock:
             if self._relaxed_write is None:
@@ -232,7 +232,7 @@ class SqliteBackend(Backend):
         """``Backend.inbox_read_or_note`` under one hold of the lock: the read in autocommit
         on the main connection, a re-send's note in a write transaction of the relaxed
         writes' connection, with ``lookup``'s and ``write``'s refusals and endings but not
-        their two context managers (~10 Python calls a re-send, bench/CHANGES.md item 108)."""
+        their two context managers (~10 Python calls a re-send)."""
         with self._lock:
             conn, note = self._conn, self._note_conn
             if conn.in_transaction or (note is not None and note.in_transaction):
@@ -242,7 +242,7 @@ class SqliteBackend(Backend):
             # Read on the connection this wrote with last (the note's after a re-send, the
             # main one after a new event): a WAL connection drops its page cache when it sees
             # another's commit, so a run of re-sends keeps its pages warm (~4k instructions
-            # a re-send, bench/CHANGES.md item 108). Either sees what is committed.
+            # a re-send). Either sees what is committed.
             found = self._lone_reader.execute(INBOX_FINGERPRINT, (source, event_id)).fetchone()
             if found is None:
                 self._lone_reader = conn  # a new event's write follows, on the main one
@@ -269,7 +269,7 @@ class SqliteBackend(Backend):
 
     def statement(self) -> AbstractContextManager[Tx]:
         # One UPDATE in autocommit: ~13k instructions fewer than BEGIN IMMEDIATE, the UPDATE
-        # and COMMIT as three calls (bench/CHANGES.md item 95), the same lock and commit.
+        # and COMMIT as three calls, the same lock and commit.
         return self._autocommit
 
     @contextmanager

@@ -62,7 +62,7 @@ class SqliteTx(Tx):
 
     def outbox_mark_one(self, event_id: str, attempted: bool, now: float) -> bool:
         # The row count instead of RETURNING: ~25k instructions fewer per mark (a bare
-        # script, callgrind; bench/CHANGES.md item 96). A matched row counts even when it
+        # script, callgrind). A matched row counts even when it
         # changes nothing (marked already, or quarantined: its hold kept), as RETURNING did.
         params = mark_one_params(event_id, attempted, now)
         return self._conn.execute(MARK_ONE, params).rowcount == 1
@@ -78,7 +78,7 @@ class SqliteTx(Tx):
 
     def inbox_claim_all(self, rows: Sequence[Params]) -> list[Outcome]:
         """``InboxQueries.inbox_claim_all`` told by the row count instead of RETURNING (SQLite
-        builds a table of its own for that clause, bench/CHANGES.md item 87). All rows taken is
+        builds a table of its own for that clause). All rows taken is
         the common case; otherwise a row is this claim's when it holds the arrival number this
         claim gave it: numbers are taken under the one writer's lock, never twice."""
         conn = self._conn
@@ -103,7 +103,7 @@ class SqliteTx(Tx):
         return outcomes
 
     def inbox_fingerprint(self, source: str, event_id: str) -> str | None:
-        """The read by key of every lone event, on the connection itself (item 99)."""
+        """The read by key of every lone event, on the connection itself."""
         found = self._conn.execute(INBOX_FINGERPRINT, (source, event_id)).fetchone()
         return None if found is None else str(found[0])
 

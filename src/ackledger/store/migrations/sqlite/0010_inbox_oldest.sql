@@ -1,5 +1,5 @@
 -- Migration 0009's index on first_received_at was a quarter of the WAL writes of every new
--- receipt (bench/CHANGES.md, item 37). Retention no longer needs it: the purge walks the
+-- receipt. Retention no longer needs it: the purge walks the
 -- inbox's key in windows, and the oldest kept receipt is recorded here by the purge, the only
 -- deleter, as it walks (store/inbox.py). One row (slot 1). first_received_at NULL: nothing is
 -- recorded (never purged, or the last purge kept nothing), so a reader finds it by one scan.

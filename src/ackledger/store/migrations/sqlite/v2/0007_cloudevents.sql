@@ -48,7 +48,7 @@ ALTER TABLE outbox DROP COLUMN qty;
 -- the user's, in the user's tables. The key leads with the id, so `trace` and GET
 -- /events/{id} find a receipt by id alone through it, and WITHOUT ROWID makes the table that
 -- one B-tree: a commit of N receipts writes the pages of one index, not of a table, its
--- key's index and an id index (bench/CHANGES.md, item 16).
+-- key's index and an id index.
 CREATE TABLE inbox_v2 (
     source TEXT NOT NULL,
     id TEXT NOT NULL,
