@@ -54,7 +54,7 @@ def test_trace_of_another_type_says_what_the_outbox_knows(tmp_path: Path) -> Non
         outbox.accept({"id": "w-2", "sku": "pen", "qty": 3})
     other = run_cli("trace", "o-1", "--source", str(source)).stdout
     accepted = _stage(other, "accepted")
-    assert "yes" in accepted and "published" in accepted and "table outbox" in accepted
+    assert "yes" in accepted and "published" in accepted and "table ackledger_outbox" in accepted
     assert "order" not in accepted
     assert "com.example.order.placed event of source urn:ackledger:test" in other
     assert "seq=1" in other

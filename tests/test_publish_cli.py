@@ -136,10 +136,13 @@ def test_trace_of_a_published_generic_event(source_db: Path, sink_db: Path) -> N
     assert published_seq(source_db, {"id": "n-1", "type": NOTE}, "--event-source", "/notes") == 1
     _notes_sink(sink_db)
 
-    # Pending, not at the sink; not a lab order, and the trace says so rather than "missing".
+    # Pending, not at the sink; not a lab order: its first evidence is the outbox row, and the
+    # trace says so rather than "no order row".
     report = _trace("n-1", source_db, sink_db)
     stages = _stages(report)
-    assert stages["accepted"]["seen"] == "no" and "publish" in stages["accepted"]["detail"]
+    accepted = stages["accepted"]
+    assert accepted["seen"] == "yes" and accepted["state"] == "published", accepted
+    assert NOTE in accepted["detail"] and "seq=1" in accepted["detail"]
     assert stages["outbox"]["state"] == "pending" and "seq=1" in stages["outbox"]["detail"]
     assert stages["sink"]["seen"] == "no"
     assert stages["sent"]["seen"] == "no"

@@ -93,7 +93,7 @@ def reconcile(source: str, sink: str, *, max_ids: int = 20) -> dict[str, Any]:
             receipts_checked = False
         else:
             with Inbox(sink if is_postgres(sink) else existing_database(sink, "sink")) as inbox:
-                where = f"table inbox in {inbox.backend.location}"
+                where = f"table ackledger_inbox in {inbox.backend.location}"
                 _walk_outbox(outbox, _inbox_lookup(inbox), tally)
                 _walk_inbox(inbox, outbox, tally)
             receipts_checked = True

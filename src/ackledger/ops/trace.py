@@ -63,7 +63,7 @@ def read_receipt(
     if is_postgres(sink):
         with Inbox(sink) as inbox:
             found = inbox.receipt(event_id, source=source)
-            return found, f"table inbox in {inbox.backend.location}"
+            return found, f"table ackledger_inbox in {inbox.backend.location}"
     if is_url(sink):
         found = sink_receipt(
             base_url(sink), event_id, source=source, timeout=timeout,
@@ -71,7 +71,7 @@ def read_receipt(
         )  # fmt: skip
         return found, f"GET {base_url(sink)}/events/{event_id}"
     with Inbox(existing_database(sink, "sink")) as inbox:
-        return inbox.receipt(event_id, source=source), f"table inbox in {sink}"
+        return inbox.receipt(event_id, source=source), f"table ackledger_inbox in {sink}"
 
 
 def trace(
@@ -153,7 +153,7 @@ def _accepted_stage(order: dict[str, Any] | None, row: dict[str, Any] | None, so
         # An order row means something only for the lab's events: for any other type the
         # outbox row is the first evidence there is.
         return Stage(
-            "accepted", YES, "published", f"table outbox in {source}",
+            "accepted", YES, "published", f"table ackledger_outbox in {source}",
             f"a {row['type']} event of source {row['source']}, published at "
             f"{utc_timestamp(row['created_at'])} (seq={row['seq']})",
         )  # fmt: skip
@@ -168,7 +168,7 @@ def _accepted_stage(order: dict[str, Any] | None, row: dict[str, Any] | None, so
 
 
 def _outbox_stage(row: dict[str, Any] | None, history: list[dict[str, Any]], source: str) -> Stage:
-    where = f"table outbox in {source}"
+    where = f"table ackledger_outbox in {source}"
     if row is None:
         return Stage(
             "outbox", NO, "no outbox row", where,
