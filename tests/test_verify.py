@@ -92,6 +92,20 @@ def test_a_handler_that_applies_outside_the_inbox_is_caught() -> None:
     assert set(scratch_names(pg.ADMIN_URL, PREFIX)) <= before  # none of this run's left
 
 
+def test_an_async_handler_is_awaited_by_verifys_sink_and_the_judge_is_named(
+    tmp_path: Path,
+) -> None:
+    """An async handler of the lab's type is awaited in the receipt's transaction (before,
+    its coroutine was never run: every event "lost"); verify says what it judges by."""
+    done = verify("--source", str(tmp_path), "--handlers", "tests.verify_handlers:ASYNC",
+                  "--schedules", "1", "--seed", str(SINK_KILLED), "--events", "8")  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "VERDICT: PASS" in done.stdout
+    assert "judges warehouse.stock.added events only, by the lab's inventory" in done.stderr
+    assert "com.example.order.placed are loaded and checked, not exercised" in done.stderr
+    assert "never awaited" not in done.stderr
+
+
 class _AcksWithoutDelivering(BaseHTTPRequestHandler):
     """A broken sink: it answers every batch with exact ACKs and applies nothing."""
 

@@ -23,3 +23,15 @@ def _apply_outside_the_inbox(tx: Any, event: dict[str, Any]) -> None:
 
 
 BROKEN = {"warehouse.stock.added": _apply_outside_the_inbox}
+
+
+async def _add_stock_async(tx: Any, event: dict[str, Any]) -> None:
+    """Right, and async: the sink awaits it inside the receipt's transaction."""
+    tx.execute(INVENTORY_ADD, (event["data"]["sku"], event["data"]["qty"]))
+
+
+def _ship(tx: Any, event: dict[str, Any]) -> None:
+    """A handler of another type: loaded and checked, never exercised by verify."""
+
+
+ASYNC = {"warehouse.stock.added": _add_stock_async, "com.example.order.placed": _ship}

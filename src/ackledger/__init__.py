@@ -12,6 +12,7 @@ from .envelope import validate_cloudevent as validate_event
 from .errors import (
     AckledgerError,
     Conflict,
+    InFlight,
     InvalidEvent,
     LeaseLost,
     NoHandler,
@@ -21,6 +22,7 @@ from .errors import (
 )
 from .event_types import EventTypes
 from .ledger.client import LedgerClient
+from .ledger.idempotency_middleware import IdempotencyMiddleware
 from .ledger.ledger import Ledger
 from .sink.inbox import Inbox
 from .source.dispatch import dispatch, dispatch_batch
@@ -33,6 +35,8 @@ __all__ = [
     "AckledgerError",
     "Conflict",
     "EventTypes",
+    "IdempotencyMiddleware",
+    "InFlight",
     "Inbox",
     "InvalidEvent",
     "LeaseLost",

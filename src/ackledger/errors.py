@@ -51,3 +51,16 @@ class NoHandler(AckledgerError):
 
 class Rejected(AckledgerError):
     """A handler refused the event: it can never be applied (permanent, not retried)."""
+
+
+class InFlight(AckledgerError):
+    """This key is held by a call or request that may still be running; retry later."""
+
+    def __init__(self, message: str | None = None, *, retry_after: float = 0.0) -> None:
+        super().__init__(message)
+        self._retry_after = retry_after
+
+    @property
+    def retry_after(self) -> float:
+        """Seconds until the holder's claim could be taken over, if it has not finished."""
+        return self._retry_after

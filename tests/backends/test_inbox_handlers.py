@@ -239,7 +239,7 @@ def test_a_lone_failing_handler_commits_what_the_general_way_commits(target: Tar
         assert handler.calls[SHOP, "p-1"] == 1  # run once: not redone the general way
         lone = recorded(target), _arrivals(target)
         # The general way, on the same event: the same state, the same one number taken.
-        (result,) = inbox._apply_written([[inbox._prepare(placed("p-1", 7))]], 0.0)
+        (result,) = inbox._apply_written([[inbox._prepare(placed("p-1", 7), False)]], 0.0, None)
         assert result.statuses == [] and result.error is outage
         general = recorded(target), _arrivals(target)
         assert lone == (before, taken + 1)

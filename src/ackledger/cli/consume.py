@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import sys
 from typing import TYPE_CHECKING, Any
 
 from .._core.logline import FORMATS, install
+from ..sink.handler_call import describe_kinds
 from .arguments import add_synchronous, handlers_arg, port_arg, positive_float
 
 #: The driver each scheme needs, by module (``cli.EXTRA_OF_MODULE`` names its extra).
@@ -95,6 +97,9 @@ def cmd_consume(args: argparse.Namespace) -> int:
             drill = None if crash is None else die_if_drilled
             consumer = Consumer(inbox, backoff, stop=stop, after_commit=drill)
             metrics = _metrics(consumer, args)
+            if args.handlers:
+                print(f"ackledger consume: handlers {describe_kinds(args.handlers)}",
+                      file=sys.stderr, flush=True)  # fmt: skip
             print(f"ackledger consume: consuming {source.shown()}", flush=True)
             try:
                 return run(source, consumer)

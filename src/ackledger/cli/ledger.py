@@ -77,7 +77,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         description="Delete every key (its deliveries and attempts) with no request for longer "
         "than --older-than. A purged key starts fresh: the next request for it gets a NEW "
         "delivery number, so purge only keys that can no longer be retried. Keys with any "
-        "recent request are kept whole.",
+        "recent request are kept whole. Idempotency keys (of idempotent functions and the "
+        "HTTP middleware) past their ttl are deleted too.",
     )
     purge.add_argument(
         "--db", required=True, metavar="PATH_OR_URL",
@@ -188,8 +189,9 @@ def cmd_ledger_purge(args: argparse.Namespace) -> int:
     existing_target(args.db, "db")
     with Ledger(args.db) as ledger:
         removed = ledger.purge(args.older_than)
+        expired = ledger.purge_keys()
     print(
         f"purged {removed['deliveries']} deliveries and {removed['attempts']} attempts of keys "
-        f"idle for over {args.older_than:g} s"
+        f"idle for over {args.older_than:g} s, and {expired} expired idempotency keys"
     )
     return 0

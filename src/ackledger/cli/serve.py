@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import TYPE_CHECKING
 
+from ..sink.handler_call import describe_kinds
 from ..web.limits import READ_TIMEOUT_S, Limits
 from .arguments import add_synchronous, handlers_arg, port_arg, timeout_arg
 from .exposure import add_exposure, check_exposure, guarded
@@ -121,6 +123,9 @@ def cmd_serve_sink(args: argparse.Namespace) -> int:
     from ..web.server import serve
 
     sock = listen(args)
+    if args.handlers:
+        print(f"ackledger sink: handlers {describe_kinds(args.handlers)}", file=sys.stderr,
+              flush=True)  # fmt: skip
     with Inbox(args.db, handlers=args.handlers, synchronous=args.synchronous) as inbox:
         serve(
             guarded(create_sink_app(inbox), sock, args), sock, "sink", _log_settings(args),

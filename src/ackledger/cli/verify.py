@@ -63,8 +63,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     verify.set_defaults(handler=cmd_verify)
 
 
-def _check(args: argparse.Namespace) -> None:
-    """Everything that can be refused, before a database or process is made."""
+def _check(args: argparse.Namespace) -> list[str]:
+    """Everything that can be refused, before a database or process is made; returns the
+    event types of the user's handlers (none without ``--handlers``)."""
     from ..ops.databases import existing_database
     from ..sink.handlers import HandlerSpecError, load_handlers
     from ..wire.sender import sender
@@ -92,17 +93,27 @@ def _check(args: argparse.Namespace) -> None:
         if here not in sys.path:
             sys.path.insert(0, here)
         try:
-            load_handlers(args.handlers)
+            return sorted(load_handlers(args.handlers))
         except HandlerSpecError as exc:
             raise UsageError(f"--handlers: {exc}") from None
+    return []
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from ..ops.verify import report
     from ..ops.verify.campaign import Setup, run_schedule
     from ..ops.verify.schedules import draw
+    from ..warehouse import TYPE
 
-    _check(args)
+    yours = _check(args)
+    if yours:
+        # Said plainly: the campaign's events are the lab's, and its judge is the inventory.
+        others = [name for name in yours if name != TYPE]
+        judged = "your handler of it" if TYPE in yours else "the reference handler"
+        note = f"verify: judges {TYPE} events only, by the lab's inventory ({judged})"
+        if others:
+            note += f"; your handlers of {', '.join(others)} are loaded and checked, not exercised"
+        print(note, file=sys.stderr)
     first = args.seed if args.seed is not None else secrets.randbelow(1_000_000)
     setup = Setup(
         source=args.source, to=args.to, sink_db=args.sink_db, handlers=args.handlers,

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from .._core.database import Database
 from .._core.duration import check_age
@@ -23,7 +23,10 @@ from .._core.idempotency import Outcome
 from ..errors import Conflict, InvalidEvent
 from ..event import canonical_json, check_identifier, fingerprint
 from ..store import Tx
+from ..store.idempotency_keys import PURGE_CHUNK as KEYS_PURGE_CHUNK
+from ..store.idempotency_keys import count_keys, purge_expired_keys
 from ..store.ledger import OUTCOME_COLUMNS, PURGE_CHUNK
+from .idempotent import idempotent as _idempotent
 from .outcomes import (
     ClaimRefused,
     ClaimTaken,
@@ -40,6 +43,7 @@ from .outcomes import (
 )
 from .pages import check_page
 
+F = TypeVar("F", bound=Callable[..., Any])
 MODES = ("idempotent", "control")
 MAX_KEY_LEN = 128
 MAX_POD_UID_LEN = 128
@@ -342,6 +346,26 @@ def _answer(req: LedgerRequest, done: Recorded) -> dict[str, Any] | Refusal:
 
 
 class Ledger(Database):
+    def idempotent(
+        self,
+        key: Callable[..., object],
+        *,
+        using_arg: str | None = None,
+        ttl: float | str = "24h",
+        wait: float | str = 0,
+        lease: float | str = "30s",
+    ) -> Callable[[F], F]:
+        """Decorate a function (plain or ``async def``) so that it runs once per idempotency
+        key: ``key`` gets the call's arguments and returns the key (1-255 characters). A
+        repeat with the same key and arguments returns the stored JSON result without running
+        it; other arguments raise :class:`Conflict`; a call while another holds the key raises
+        :class:`ackledger.InFlight`, or waits up to ``wait`` seconds for it. An exception
+        releases the key and stores nothing. ``using_arg`` names the parameter that holds the
+        caller's connection or session: the key and its result are then written with it, in
+        the caller's transaction. Keys expire after ``ttl``; ``lease`` is how long a holder
+        that stopped renewing (its process died) keeps the key. See docs/idempotency.md."""
+        return _idempotent(self._db, key, using_arg=using_arg, ttl=ttl, wait=wait, lease=lease)
+
     def request(
         self,
         case_id: str,
@@ -468,3 +492,22 @@ class Ledger(Database):
             deliveries += gone_deliveries
             attempts += gone_attempts
         return {"deliveries": deliveries, "attempts": attempts}
+
+    def purge_keys(self) -> int:
+        """Forget every idempotency key (of ``idempotent`` functions and the
+        ``IdempotencyMiddleware``) past its ttl, except one a live holder still runs; returns
+        how many went. Expired keys are already ignored by claims: this only frees the space."""
+        removed = 0
+        while True:
+            # A chunk per transaction, as ``purge``: no key, nor SQLite's file, is held long.
+            with self._db.write() as tx:
+                gone = purge_expired_keys(tx, time.time(), KEYS_PURGE_CHUNK)
+            removed += gone
+            if gone < KEYS_PURGE_CHUNK:
+                return removed
+
+    def key_counts(self) -> dict[str, int]:
+        """How many idempotency keys are ``in_progress`` and ``completed`` (expired ones
+        included until ``purge_keys``)."""
+        with self._db.read() as tx:
+            return count_keys(tx)

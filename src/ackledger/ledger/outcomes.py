@@ -19,6 +19,7 @@ from typing import Any
 
 from .._core.duration import check_age
 from ..errors import AckledgerError, Conflict, InvalidEvent
+from ..errors import InFlight as KeyInFlight
 from ..store import Tx
 
 STATES = ("in_progress", "completed")
@@ -29,7 +30,7 @@ TOKEN_LEN = 32
 MAX_EXIT_STATUS = 255
 
 
-class InFlight(Conflict):
+class InFlight(KeyInFlight, Conflict):
     """This business key is claimed by an execution that may still be doing its work."""
 
     def __init__(

@@ -9,9 +9,12 @@ of its own: ``POST /events`` answers it from its read by key, in the request's o
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from starlette.requests import Request
@@ -39,6 +42,7 @@ from ..web.metrics import ServiceMetrics
 from ..web.observe import Observed
 from ..web.openapi import METRICS, READYZ, DocumentedRoute
 from ..web.routing import build_app
+from .handler_call import NotAwaited
 from .inbox import BatchResult, Inbox
 from .retention_metrics import RetentionMetrics
 
@@ -144,6 +148,41 @@ def _refusal_answer(error: Exception) -> Answer:
     return Answer(status, json.dumps(problem).encode(), "application/problem+json", headers)
 
 
+def _event_ack(event: dict[str, Any], result: BatchResult) -> Answer:
+    """The answer to one event's request, from what the inbox made of it."""
+    if result.error is not None:
+        return _refusal_answer(result.error)
+    status = result.statuses[0]
+    return _Ack(_ack_body(event, status), status == "duplicate")
+
+
+def _enqueued(
+    group: GroupCommit[Sequence[object], BatchResult],
+    run: Sequence[object],
+    answer: Callable[[BatchResult], Answer],
+) -> Pending[BatchResult]:
+    """``run`` submitted to the next group commit; its answer made once the group is in."""
+
+    def finish(done: Pending[BatchResult]) -> Answer:
+        try:
+            return answer(done.result())
+        except database_errors() as exc:
+            return unavailable_answer(exc)
+        except NotAwaited as exc:
+            return _not_awaited_answer(exc)
+
+    pending = Pending(finish)
+    group.enqueue(run, pending)
+    return pending
+
+
+def _not_awaited_answer(exc: NotAwaited) -> Answer:
+    """503: a handler gave what this inbox could not await; nothing was written, so the
+    event stays pending at its source until the handler is fixed."""
+    problem = problem_body(503, "handler-not-awaited", "The handler cannot be run here", str(exc))
+    return Answer(503, json.dumps(problem).encode(), "application/problem+json", None)
+
+
 def _decoded(headers: Headers, body: bytes | None, decode: Callable[[Headers, bytes], Any]) -> Any:
     """The request's event (or list of events), or the Answer that refuses it (``body``
     None: over the cap)."""
@@ -155,18 +194,29 @@ def _decoded(headers: Headers, body: bytes | None, decode: Callable[[Headers, by
         return invalid_answer(str(exc), exc.field)
 
 
-def create_sink_app(inbox: Inbox, *, prefix: str = "") -> ASGIApp:
-    # The inbox is called on the event loop, one group-commit transaction at a time per
-    # process, on every backend. Receives take the sink's arrival numbers first, which
-    # serialises them anyway
-    # (that is what makes arrival order commit order); worker threads would only add lock
-    # waits and thread hops (measured on PostgreSQL: about half the throughput of two sink
-    # processes). Replicas are separate processes. Contrast the ledger (ledger/app.py).
+def create_sink_app(inbox: Inbox, *, prefix: str = "", own_thread: bool = False) -> ASGIApp:
+    """The sink's routes for ``inbox``. A user's handlers run in a worker thread, never on the
+    event loop (async ones awaited there, inside the receipt's transaction); so does every
+    database call when ``own_thread`` (a mounted inbox: the host's loop is not ours to block).
+    With only the reference handler, ``serve sink`` calls the inbox on its own event loop, one
+    group-commit transaction at a time: receives take the arrival numbers first, which
+    serialises them anyway, and a thread hop per group would only add latency."""
+    thread = None
+    if own_thread or inbox.runs_user_code:
+        thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ackledger-inbox")
     service_metrics = ServiceMetrics("sink", lambda: _sink_counts(inbox), SINK_COUNTERS)
     service_metrics.registry.register(RetentionMetrics(inbox.retention))
     started_at = time.time()
-    group: GroupCommit[Sequence[object], BatchResult] = GroupCommit(inbox.receive_group)
+    group: GroupCommit[Sequence[object], BatchResult] = GroupCommit(
+        functools.partial(inbox.receive_group, awaiting=thread is not None), thread=thread
+    )
     read_lone = inbox.read_lone
+
+    async def off_loop(call: Callable[[], Any]) -> Any:
+        """A database read, in the inbox's thread when it has one (queued behind a group)."""
+        if thread is None:
+            return call()
+        return await asyncio.get_running_loop().run_in_executor(thread, call)
 
     def event_answer(headers: Headers, body: bytes | None) -> Outcome:
         # ``_decoded``'s steps without its frame: this runs for every event.
@@ -176,6 +226,9 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "") -> ASGIApp:
             obj: Any = decode_event(headers, body)
         except InvalidEvent as exc:
             return invalid_answer(str(exc), exc.field)
+        if thread is not None:
+            # Everything else in the inbox's thread: the read by key is a database call too.
+            return _enqueued(group, [obj], lambda result: _event_ack(obj, result))
         # Validated and read by key in the request's own turn: a re-send (the commonest
         # request) is answered now, with no turn of the loop and no place in the group
         # (bench/CHANGES.md item 117). Only what needs the write joins the group, prepared.
@@ -187,20 +240,7 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "") -> ASGIApp:
             return unavailable_answer(exc)
         if type(found) is str:
             return _Ack(_ack_body(obj, found), True)
-
-        def finish(done: Pending[BatchResult]) -> Answer:
-            try:
-                result = done.result()
-            except database_errors() as exc:
-                return unavailable_answer(exc)
-            if result.error is not None:
-                return _refusal_answer(result.error)
-            status = result.statuses[0]
-            return _Ack(_ack_body(obj, status), status == "duplicate")
-
-        pending = Pending(finish)
-        group.enqueue(found, pending)
-        return pending
+        return _enqueued(group, found, lambda result: _event_ack(obj, result))
 
     def batch_answer(headers: Headers, body: bytes | None) -> Outcome:
         items = _decoded(headers, body, decode_batch)
@@ -209,11 +249,7 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "") -> ASGIApp:
         if not isinstance(items, list) or not 1 <= len(items) <= MAX_BATCH:
             return invalid_answer(f"body: must be a JSON list of 1-{MAX_BATCH} events", "body")
 
-        def finish(done: Pending[BatchResult]) -> Answer:
-            try:
-                result = done.result()
-            except database_errors() as exc:
-                return unavailable_answer(exc)
+        def finish(result: BatchResult) -> Answer:
             if result.error is None:
                 return _Ack(_batch_acks_body(items, result.statuses))
             acks = [
@@ -224,9 +260,7 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "") -> ASGIApp:
             error["index"] = len(result.statuses)
             return json_answer({"acks": acks, "error": error})
 
-        pending = Pending(finish)
-        group.enqueue(items, pending)
-        return pending
+        return _enqueued(group, items, finish)
 
     # Requests are counted and timed around the whole app (web.observe), these too; the
     # protocol answers them directly (web.direct), other servers through ASGI.
@@ -241,18 +275,18 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "") -> ASGIApp:
         except AckledgerError as exc:
             return invalid_answer(str(exc), "id")
         source = request.query_params.get("source")
-        receipt = inbox.receipt(event_id, source=source)
+        receipt = await off_loop(lambda: inbox.receipt(event_id, source=source))
         if receipt is None:
             detail = f"event {event_id!r} never arrived"
             return problem_answer(404, "not-found", "No receipt", detail)
         return json_answer(receipt)
 
     async def read_counters() -> object:
-        # On the event loop, as every database call of the sink (see above).
-        return inbox.counters()
+        return await off_loop(inbox.counters)
 
     async def metrics(request: Request) -> Answer:
-        return service_metrics.answer()
+        answer: Answer = await off_loop(service_metrics.answer)
+        return answer
 
     routes = [
         DocumentedRoute(events, post_event, methods=["POST"], operations={"POST": api.POST_EVENT}),

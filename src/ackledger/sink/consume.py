@@ -202,7 +202,12 @@ def judge(inbox: Inbox, body: bytes, content_type: str | None = None) -> Verdict
         return Verdict(REJECTED, f"body: not JSON ({type(exc).__name__})")
     event_id, source = _identity(obj)
     try:
-        status = inbox.receive(obj)
+        # ``awaiting``: an async handler is awaited here, in the consumer's own thread,
+        # inside the receipt's transaction (never left as a coroutine nobody runs).
+        (result,) = inbox.receive_runs([[obj]], awaiting=True)
+        if result.error is not None:
+            raise result.error
+        status = result.statuses[0]
     except _PERMANENT as exc:
         return Verdict(REJECTED, f"{type(exc).__name__}: {exc}", event_id, source)
     except Exception as exc:  # a handler's error or the database's: transient by contract

@@ -116,7 +116,11 @@ async def _loop(
                 for left in messages[index:]:
                     await left.nak()
                 return
-            verdict = consumer.handle(message.data)
+            if consumer.inbox.runs_user_code:
+                # A user's handler runs in a worker thread, never on this event loop.
+                verdict = await asyncio.to_thread(consumer.handle, message.data)
+            else:
+                verdict = consumer.handle(message.data)
             if verdict.committed:
                 await message.ack()
             elif verdict.outcome == REJECTED:

@@ -9,7 +9,6 @@ first event of a type arrives.
 from __future__ import annotations
 
 import importlib
-import inspect
 from collections.abc import Mapping
 
 from ..errors import InvalidEvent
@@ -17,6 +16,7 @@ from ..event_types import check_type_name
 
 __all__ = ["Handler", "HandlerSpecError", "load_handlers"]
 
+from .handler_call import check_handler
 from .handler_tx import Handler
 
 _FORM = "must be MODULE:ATTR (a module and its dict of handlers, e.g. myapp.events:HANDLERS)"
@@ -97,13 +97,7 @@ def _raised(where: str, module_name: str, exc: BaseException) -> str:
 
 
 def _check_callable(handler: object, what: str) -> None:
-    if not callable(handler):
-        raise HandlerSpecError(f"{what} is not callable (got {type(handler).__name__})")
     try:
-        signature = inspect.signature(handler)
-    except (TypeError, ValueError):
-        return  # some builtins have no signature to read; they are taken as they are
-    try:
-        signature.bind(None, None)
+        check_handler(handler, what)
     except TypeError as exc:
-        raise HandlerSpecError(f"{what} must take (tx, event): {exc}") from None
+        raise HandlerSpecError(str(exc)) from None

@@ -9,6 +9,7 @@ no handler takes, or one its handler refuses, is not recorded at all.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections import Counter
@@ -27,6 +28,15 @@ from ..event import check_identifier
 from ..event_types import EventTypes, check_type_name
 from ..store import Tx
 from ..store.inbox import PURGED
+from .handler_call import (
+    Awaiter,
+    HandlerAwaiter,
+    NotAwaited,
+    async_refused,
+    call_handler,
+    check_handler,
+    is_async_handler,
+)
 from .handler_tx import Handler, HandlerTransaction
 from .retention import OldestReceipt, purge_windows
 
@@ -79,7 +89,9 @@ def _add_stock(stock: dict[str, int], event: dict[str, Any]) -> None:
     stock[data["sku"]] = stock.get(data["sku"], 0) + data["qty"]
 
 
-def _apply_together(tx: Tx, runs: Sequence[Sequence[_Item]], now: float) -> list[BatchResult]:
+def _apply_together(
+    tx: Tx, runs: Sequence[Sequence[_Item]], now: float, awaiter: Awaiter | None
+) -> list[BatchResult]:
     """Apply runs in which nothing conflicts and no handler fails in a few statements: one
     multi-row claim of every identity (``Tx.inbox_claim_all``), the handlers, one upsert per
     sku of the reference handler and one per counter.
@@ -131,7 +143,7 @@ def _apply_together(tx: Tx, runs: Sequence[Sequence[_Item]], now: float) -> list
             if every_one_fresh or key in fresh:
                 # The first event of a freshly claimed identity; any later one is a duplicate.
                 fresh.discard(key)
-                _run_handler(item, handler_tx, stock, on_failure=_OneByOne)
+                _run_handler(item, handler_tx, stock, awaiter, on_failure=_OneByOne)
                 statuses.append(_APPLIED)
             else:
                 tx.inbox_note_receipt(*key, now, arrival)
@@ -148,6 +160,7 @@ def _run_handler(
     item: _Item,
     tx: HandlerTransaction,
     stock: dict[str, int],
+    awaiter: Awaiter | None,
     *,
     on_failure: type[Exception] | None = None,
 ) -> None:
@@ -161,10 +174,12 @@ def _run_handler(
     # handler's own spans nest in it. Nothing at all without OpenTelemetry in the process.
     with span(f"apply {item.event['type']}", item.event, kind="consumer"):
         if on_failure is None:
-            item.handler(tx, item.event)
+            call_handler(item.handler, tx, item.event, awaiter)
             return
         try:
-            item.handler(tx, item.event)
+            call_handler(item.handler, tx, item.event, awaiter)
+        except NotAwaited:
+            raise
         except Exception as exc:
             raise on_failure from exc
 
@@ -179,7 +194,9 @@ _APPLIED_COUNTER = _COUNTER[Outcome.APPLIED]
 _DUPLICATE_COUNTER = _COUNTER[Outcome.DUPLICATE]
 
 
-def _apply_one_by_one(tx: Tx, runs: Sequence[Sequence[_Item]], now: float) -> list[BatchResult]:
+def _apply_one_by_one(
+    tx: Tx, runs: Sequence[Sequence[_Item]], now: float, awaiter: Awaiter | None
+) -> list[BatchResult]:
     """Claim each run's events in order, each run stopping at its own first conflict or
     failing handler.
 
@@ -215,7 +232,9 @@ def _apply_one_by_one(tx: Tx, runs: Sequence[Sequence[_Item]], now: float) -> li
                 raise _OnlyDuplicates
             if outcome is Outcome.APPLIED:
                 try:
-                    _run_handler(item, handler_tx, stock)
+                    _run_handler(item, handler_tx, stock, awaiter)
+                except NotAwaited:
+                    raise
                 except Exception as exc:
                     if not guarded:  # pragma: no cover - the reference handler only adds
                         raise
@@ -282,6 +301,11 @@ def _v1_same(tx: Tx, item: _Item) -> bool:
     return legacy is not None and legacy == tx.inbox_fingerprint(*item.identity)
 
 
+def _awaiter(awaiting: bool) -> contextlib.AbstractContextManager[Awaiter | None]:
+    """A ``HandlerAwaiter`` for one call that may await its handlers, else nothing."""
+    return HandlerAwaiter() if awaiting else contextlib.nullcontext()
+
+
 def _no_handler(event: dict[str, Any]) -> NoHandler:
     return NoHandler(f"type: no handler for event type {event['type']!r} at this inbox")
 
@@ -304,8 +328,7 @@ def _check_handlers(handlers: object) -> dict[str, Handler]:
         )
     for name, handler in handlers.items():
         check_type_name(name, "handlers")
-        if not callable(handler):
-            raise TypeError(f"handlers[{name!r}]: must be callable, got {type(handler).__name__}")
+        check_handler(handler, f"handlers[{name!r}]")
         found[name] = handler
     return found
 
@@ -323,6 +346,10 @@ class Inbox(Database):
         if types is not None and not isinstance(types, EventTypes):
             raise TypeError(f"types: must be an EventTypes, got {type(types).__name__}")
         self._handlers = _check_handlers(handlers)
+        #: The types whose handler is ``async def``: refused where nothing can await them.
+        self._async_types = frozenset(
+            name for name, handler in self._handlers.items() if is_async_handler(handler)
+        )
         self._types = types if types is not None else EventTypes()
         self._oldest = OldestReceipt()
         # The handlers' view of the last write transaction of a lone event, kept while the
@@ -334,29 +361,52 @@ class Inbox(Database):
     def handlers(self) -> dict[str, Handler]:
         return dict(self._handlers)
 
-    def _prepare(self, obj: object) -> _Item:
-        event, text = validate_encoded(obj, types=self._types)
+    @property
+    def runs_user_code(self) -> bool:
+        """True when a handler other than the reference one is registered: the services then
+        call this inbox from a worker thread, never on their event loop."""
+        return any(handler is not warehouse.apply for handler in self._handlers.values())
+
+    @property
+    def async_types(self) -> frozenset[str]:
+        """The event types whose handler is ``async def`` (awaited by the services, the
+        consumers and ``asgi()``; refused by the sync ``receive``)."""
+        return self._async_types
+
+    def _handler_for(self, event: dict[str, Any], awaiting: bool) -> Handler:
         handler = self._handlers.get(event["type"])
         if handler is None:
             raise _no_handler(event)
+        if not awaiting and event["type"] in self._async_types:
+            raise async_refused(handler, event["type"])
         if handler is warehouse.apply:
             self._db.ensure_lab()  # the lab's tables: made by its first event, not by opening
+        return handler
+
+    def _prepare(self, obj: object, awaiting: bool) -> _Item:
+        event, text = validate_encoded(obj, types=self._types)
+        handler = self._handler_for(event, awaiting)
         return _Item(event, fingerprint_of(event, text), handler, (event["source"], event["id"]))
 
-    def _prepared_prefix(self, events: Sequence[object]) -> tuple[list[_Item], Exception | None]:
-        """The events before the first invalid or unhandled one, prepared, and its error."""
+    def _prepared_prefix(
+        self, events: Sequence[object], awaiting: bool
+    ) -> tuple[list[_Item], Exception | None]:
+        """The events before the first invalid or unhandled one, prepared, and its error.
+        An async handler where nothing awaits raises ``NotAwaited`` for the whole call."""
         items: list[_Item] = []
         for obj in events:
             try:
-                items.append(self._prepare(obj))
+                items.append(self._prepare(obj, awaiting))
             except AckledgerError as exc:
                 return items, exc
         return items, None
 
     def receive(self, event: object) -> str:
         """Apply ``event`` once; returns ``"applied"`` or ``"duplicate"``. Raises Conflict,
-        NoHandler, InvalidEvent, or what the handler raised; then nothing was recorded."""
-        (result,) = self._apply([[self._prepare(event)]])
+        NoHandler, InvalidEvent, or what the handler raised; then nothing was recorded.
+        An ``async def`` handler, or one that returns an awaitable, is refused with
+        ``TypeError`` and nothing is written: this call cannot await it."""
+        (result,) = self._apply([[self._prepare(event, False)]], None)
         # The conflict counter is committed with the transaction; the claim wrote nothing.
         if result.error is not None:
             raise result.error
@@ -370,7 +420,9 @@ class Inbox(Database):
         """
         return self.receive_runs([events])[0]
 
-    def receive_runs(self, runs: Sequence[Sequence[object]]) -> list[BatchResult]:
+    def receive_runs(
+        self, runs: Sequence[Sequence[object]], *, awaiting: bool = False
+    ) -> list[BatchResult]:
         """Apply several independent runs of events in ONE transaction (a group commit).
 
         Each run behaves exactly as ``receive_batch`` would on its own, in the order given:
@@ -378,21 +430,23 @@ class Inbox(Database):
         affects another run beyond what applying them one after the other would. One commit
         makes them all durable, which is how the sink answers many concurrent clients for the
         price of one fsync.
+
+        With ``awaiting``, an awaitable a handler returns is awaited in this thread, inside
+        the transaction (``HandlerAwaiter``): the services call it so, from a worker thread.
+        Without it, an ``async def`` handler raises ``TypeError`` before anything is written.
         """
-        if len(runs) == 1 and len(runs[0]) == 1:
-            # One client's one event, the common group: ``_prepare``'s steps without its
-            # frame and its ``_Item``, which only a new event needs (``_apply_lone``).
-            try:
-                event, text = validate_encoded(runs[0][0], types=self._types)
-                handler = self._handlers.get(event["type"])
-                if handler is None:
-                    raise _no_handler(event)
-                if handler is warehouse.apply:
-                    self._db.ensure_lab()
-            except AckledgerError as exc:
-                return [BatchResult([], exc)]
-            return self._apply_lone(event, fingerprint_of(event, text), handler)
-        return self._apply_prepared([self._prepared_prefix(run) for run in runs])
+        with _awaiter(awaiting) as awaiter:
+            if len(runs) == 1 and len(runs[0]) == 1:
+                # One client's one event, the common group: ``_prepare``'s steps without its
+                # frame and its ``_Item``, which only a new event needs (``_apply_lone``).
+                try:
+                    event, text = validate_encoded(runs[0][0], types=self._types)
+                    handler = self._handler_for(event, awaiting)
+                except AckledgerError as exc:
+                    return [BatchResult([], exc)]
+                return self._apply_lone(event, fingerprint_of(event, text), handler, awaiter)
+            prepared = [self._prepared_prefix(run, awaiting) for run in runs]
+            return self._apply_prepared(prepared, awaiter)
 
     def read_lone(self, event: object) -> str | Sequence[object]:
         """A lone event's steps that need no write transaction, for the request's own turn
@@ -403,57 +457,66 @@ class Inbox(Database):
         reads it again. Raises InvalidEvent or NoHandler (nothing recorded), or the
         database's error."""
         event, text = validate_encoded(event, types=self._types)
-        handler = self._handlers.get(event["type"])
-        if handler is None:
-            raise _no_handler(event)
-        if handler is warehouse.apply:
-            self._db.ensure_lab()  # the lab's tables: made by its first event, not by opening
+        handler = self._handler_for(event, True)
         return self._read_by_key(event, fingerprint_of(event, text), handler)
 
-    def receive_group(self, runs: Sequence[Sequence[object]]) -> list[BatchResult]:
+    def receive_group(
+        self, runs: Sequence[Sequence[object]], *, awaiting: bool = False
+    ) -> list[BatchResult]:
         """``receive_runs`` for runs that may be events ``read_lone`` prepared: in ONE
         transaction, each run as it would be alone. A prepared event found free and alone in
         its group is ``_apply_new_lone``'s; taken since (``_ClaimedMeanwhile``), stored with
         other content, or with others in the group, the general way decides (its claim tells
-        a duplicate from a conflict, and counts the conflict durably)."""
-        if len(runs) == 1:
-            run = runs[0]
-            if type(run) is not _Item:
-                return self.receive_runs(runs)
-            return self._apply_read(run)
-        return self._apply_prepared(
-            [([run], None) if type(run) is _Item else self._prepared_prefix(run) for run in runs]
-        )
+        a duplicate from a conflict, and counts the conflict durably). ``awaiting`` as in
+        ``receive_runs``."""
+        if len(runs) == 1 and type(runs[0]) is not _Item:
+            return self.receive_runs(runs, awaiting=awaiting)
+        if not awaiting:
+            for run in runs:
+                if type(run) is _Item:
+                    self._handler_for(run.event, False)
+        with _awaiter(awaiting) as awaiter:
+            if len(runs) == 1:
+                run = runs[0]
+                assert type(run) is _Item
+                return self._apply_read(run, awaiter)
+            prepared = [
+                ([run], None) if type(run) is _Item else self._prepared_prefix(run, awaiting)
+                for run in runs
+            ]
+            return self._apply_prepared(prepared, awaiter)
 
     def _apply_prepared(
-        self, prepared: Sequence[tuple[Sequence[_Item], Exception | None]]
+        self,
+        prepared: Sequence[tuple[Sequence[_Item], Exception | None]],
+        awaiter: Awaiter | None,
     ) -> list[BatchResult]:
         """Apply runs prepared up to their first refused event, each then stopped by it."""
         if not any(items for items, _ in prepared):
             return [BatchResult([], error) for _, error in prepared]
-        results = self._apply([items for items, _ in prepared])
+        results = self._apply([items for items, _ in prepared], awaiter)
         for result, (_, refused) in zip(results, prepared, strict=True):
             if result.error is None:
                 result.error = refused
         return results
 
-    def _apply(self, runs: Sequence[Sequence[_Item]]) -> list[BatchResult]:
+    def _apply(self, runs: Sequence[Sequence[_Item]], awaiter: Awaiter | None) -> list[BatchResult]:
         """Apply prepared runs in ONE committed write transaction (a rolled-back attempt
         applies nothing, so it does not count)."""
         if len(runs) == 1 and len(runs[0]) == 1:
             item = runs[0][0]
-            return self._apply_lone(item.event, item.fingerprint, item.handler)
-        return self._apply_written(runs, time.time())
+            return self._apply_lone(item.event, item.fingerprint, item.handler, awaiter)
+        return self._apply_written(runs, time.time(), awaiter)
 
     def _apply_lone(
-        self, event: dict[str, Any], fingerprint: str, handler: Handler
+        self, event: dict[str, Any], fingerprint: str, handler: Handler, awaiter: Awaiter | None
     ) -> list[BatchResult]:
         """One event alone (one client's one event, the common group), as ``_apply`` does
         any group: the read by key (``_read_by_key``), then the write (``_apply_read``)."""
         found = self._read_by_key(event, fingerprint, handler)
         if isinstance(found, str):
             return [BatchResult([found])]
-        return self._apply_read(found)
+        return self._apply_read(found, awaiter)
 
     def _read_by_key(
         self, event: dict[str, Any], fingerprint: str, handler: Handler
@@ -477,7 +540,7 @@ class Inbox(Database):
             return _DUPLICATE
         return item
 
-    def _apply_read(self, item: _Item) -> list[BatchResult]:
+    def _apply_read(self, item: _Item, awaiter: Awaiter | None) -> list[BatchResult]:
         """A lone event ``_read_by_key`` did not settle. Found free, it is
         ``_apply_new_lone``'s one transaction; if its identity was claimed since the read,
         that attempt is rolled back before it wrote a count and the general way decides, as
@@ -485,13 +548,20 @@ class Inbox(Database):
         now = time.time()
         if item.stored is None:
             try:
-                return self._apply_new_lone(item.event, item.fingerprint, item.handler, now)
+                return self._apply_new_lone(
+                    item.event, item.fingerprint, item.handler, now, awaiter
+                )
             except _ClaimedMeanwhile:
                 pass
-        return self._apply_written([[item]], now)
+        return self._apply_written([[item]], now, awaiter)
 
     def _apply_new_lone(
-        self, event: dict[str, Any], fingerprint: str, handler: Handler, now: float
+        self,
+        event: dict[str, Any],
+        fingerprint: str,
+        handler: Handler,
+        now: float,
+        awaiter: Awaiter | None,
     ) -> list[BatchResult]:
         """A lone event whose identity the read found free: the arrival number and the claim
         (``Tx.inbox_claim_lone``), its handler in that same transaction, the counts
@@ -516,9 +586,11 @@ class Inbox(Database):
                     if tracing():
                         # A span per apply, a child of the producer's, as ``_run_handler``.
                         with span(f"apply {event['type']}", event, kind="consumer"):
-                            handler(pair[1], event)
+                            call_handler(handler, pair[1], event, awaiter)
                     else:
-                        handler(pair[1], event)
+                        call_handler(handler, pair[1], event, awaiter)
+                except NotAwaited:
+                    raise
                 except Exception as exc:
                     failure = exc
                     raise _HandlerFailed from exc
@@ -536,7 +608,9 @@ class Inbox(Database):
             _, owed = tx.inbox_reserve_arrivals(1)
             tx.counters_bump(owed)
 
-    def _apply_written(self, runs: Sequence[Sequence[_Item]], now: float) -> list[BatchResult]:
+    def _apply_written(
+        self, runs: Sequence[Sequence[_Item]], now: float, awaiter: Awaiter | None
+    ) -> list[BatchResult]:
         """``_apply``'s durable attempt, for runs not known to be a lone duplicate."""
         items = [item for run in runs for item in run]
         try:
@@ -546,11 +620,11 @@ class Inbox(Database):
             if len(items) > 1 and all(item.handler is warehouse.apply for item in items):
                 try:
                     with self._db.write() as tx:
-                        return _unless_only_duplicates(_apply_together(tx, runs, now))
+                        return _unless_only_duplicates(_apply_together(tx, runs, now, awaiter))
                 except _OneByOne:
                     pass
             with self._db.write() as tx:
-                return _unless_only_duplicates(_apply_one_by_one(tx, runs, now))
+                return _unless_only_duplicates(_apply_one_by_one(tx, runs, now, awaiter))
         except _OnlyDuplicates:
             pass
         # Nothing to apply: the claims only read, and the durable attempt was rolled back
@@ -650,4 +724,4 @@ class Inbox(Database):
         your own Starlette or FastAPI app. Needs the ``server`` extra."""
         from .app import create_sink_app
 
-        return create_sink_app(self, prefix=prefix)
+        return create_sink_app(self, prefix=prefix, own_thread=True)

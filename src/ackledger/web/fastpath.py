@@ -15,9 +15,11 @@ commit that made it durable.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import operator
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, Future
 from threading import get_ident
 from typing import Any, Generic, TypeVar
 
@@ -90,10 +92,22 @@ class GroupCommit(Generic[Item, Result]):
     not the two an asyncio future's callback took (bench/CHANGES.md item 92). If
     ``apply_all`` raises, nothing was committed and every item of the group fails with that
     exception.
+
+    With a ``thread`` (an executor of one worker), ``apply_all`` runs there, off the event
+    loop: a user's handler never blocks the loop it is served from. One group is in the
+    thread at a time; the requests that arrive meanwhile wait and form the next group.
     """
 
-    def __init__(self, apply_all: Callable[[Sequence[Item]], list[Result]]) -> None:
+    def __init__(
+        self,
+        apply_all: Callable[[Sequence[Item]], list[Result]],
+        *,
+        thread: Executor | None = None,
+    ) -> None:
         self._apply_all = apply_all
+        self._thread_pool = thread
+        #: A group is being applied in ``thread``; the next flush waits for it.
+        self._busy = False
         self._waiting: list[tuple[Item, Pending[Result]]] = []
         self._scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -119,13 +133,14 @@ class GroupCommit(Generic[Item, Result]):
         if loop is None or self._thread != thread or not loop.is_running():
             loop = self._loop = asyncio.get_running_loop()
             self._thread = thread
-        if self._scheduled and self._flush_loop is not loop:
+        if (self._scheduled or self._busy) and self._flush_loop is not loop:
             # The flush was scheduled on a loop that stopped before running it (a server shut
             # down mid-request): it will never run. Its items' requests were never answered,
             # so they are dropped, not applied (their senders send them again). Every item
             # waiting is that loop's: the first item on another loop reschedules here.
             self._waiting = []
             self._scheduled = False
+            self._busy = False
         self._waiting.append((item, pending))
         if not self._scheduled:
             self._scheduled = True
@@ -134,18 +149,51 @@ class GroupCommit(Generic[Item, Result]):
 
     def _flush(self) -> None:
         self._scheduled = False
+        if self._busy:
+            return  # the group in the thread flushes what waits once it is done
         waiting, self._waiting = self._waiting, []
         # A lone item's list made directly; a group's without a comprehension's frame.
         items = [waiting[0][0]] if len(waiting) == 1 else list(map(_ITEM, waiting))
+        if self._thread_pool is not None:
+            self._busy = True
+            loop = self._flush_loop
+            assert loop is not None
+            done = self._thread_pool.submit(self._apply_all, items)
+            done.add_done_callback(lambda done: _on_loop(loop, self._settle_thread, waiting, done))
+            return
         try:
             results = self._apply_all(items)
         except Exception as exc:
-            for _, pending in waiting:
-                try:
-                    pending.fail(exc)
-                except Exception:
-                    _LOG.exception(_LISTENER_FAILED)
+            self._fail(waiting, exc)
             return
+        self._resolve(waiting, results)
+
+    def _settle_thread(
+        self, waiting: list[tuple[Item, Pending[Result]]], done: Future[list[Result]]
+    ) -> None:
+        """On the loop: answer a group the thread applied, then flush what waited for it."""
+        self._busy = False
+        error = done.exception()
+        if error is not None:
+            self._fail(waiting, error)
+        else:
+            self._resolve(waiting, done.result())
+        if self._waiting and not self._scheduled:
+            loop = self._flush_loop
+            assert loop is not None
+            self._scheduled = True
+            loop.call_soon(self._flush)
+
+    @staticmethod
+    def _fail(waiting: list[tuple[Item, Pending[Result]]], error: BaseException) -> None:
+        for _, pending in waiting:
+            try:
+                pending.fail(error)
+            except Exception:
+                _LOG.exception(_LISTENER_FAILED)
+
+    @staticmethod
+    def _resolve(waiting: list[tuple[Item, Pending[Result]]], results: list[Result]) -> None:
         # A listener that raises is logged, as the loop logs a future's callback that raises,
         # and the rest of the group is still answered (the ``try`` in the loop, not a helper
         # called per item: a frame fewer a request).
@@ -154,6 +202,13 @@ class GroupCommit(Generic[Item, Result]):
                 pending.resolve(result)
             except Exception:
                 _LOG.exception(_LISTENER_FAILED)
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop, call: Callable[..., object], *args: Any) -> None:
+    """``call(*args)`` on ``loop``, from another thread; nothing if the loop has closed (a
+    server stopped mid-group: its requests were never answered, their senders send again)."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(call, *args)
 
 
 def _no_answer(pending: Pending[Any]) -> Answer:
