@@ -51,7 +51,7 @@ FROM candidate, clock WHERE true
 ON CONFLICT (partition_key) DO UPDATE SET
     owner = excluded.owner, token = excluded.token, acquired_at = excluded.acquired_at,
     renewed_at = excluded.renewed_at, expires_at = excluded.expires_at
-WHERE partition_leases.expires_at <= excluded.acquired_at
+WHERE ackledger_partition_leases.expires_at <= excluded.acquired_at
 RETURNING partition_key, token, expires_at
 """
 )
