@@ -1,0 +1,24 @@
+"""ackledger as a Django app (``INSTALLED_APPS += ["ackledger.django"]``).
+
+- ``python manage.py migrate`` makes ackledger's tables on the alias
+  ``settings.ACKLEDGER["DATABASE"]`` (default ``"default"``), with ackledger's own migrator;
+- ``publish(event)`` writes an event through that alias, inside the current
+  ``transaction.atomic()``;
+- ``receive(event)`` applies an event once with the handlers of
+  ``settings.ACKLEDGER["HANDLERS"]``, its receipt and the handler's model writes in one
+  ``transaction.atomic()``;
+- ``python manage.py ackledger COMMAND ...`` runs the command line with the database taken
+  from settings; the admin shows the outbox, the inbox and the ledger;
+- ``IdempotencyMiddleware`` (``ackledger.django.middleware``) gives views the
+  ``Idempotency-Key`` header.
+
+Only this module's functions import Django, when called: the core needs nothing but the
+standard library.
+"""
+
+from __future__ import annotations
+
+from .receive import publish, receive
+from .target import database_target
+
+__all__ = ["database_target", "publish", "receive"]

@@ -1,0 +1,70 @@
+"""Settings of the test project. ``SHOP_DB`` is the database: a SQLite file path, or a
+``postgresql://`` URL of a database on the local server."""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import urlsplit
+
+SECRET_KEY = "test-only-not-a-secret"
+DEBUG = False
+ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
+ROOT_URLCONF = "site_config.urls"
+USE_TZ = True
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "ackledger.django",
+    "shop",
+]
+
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "ackledger.django.middleware.IdempotencyMiddleware",
+]
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+
+def _database(url: str) -> dict[str, object]:
+    if not url.startswith("postgresql://"):
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": url, "ATOMIC_REQUESTS": True}
+    parts = urlsplit(url)
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": parts.path.lstrip("/"),
+        "USER": parts.username or "",
+        "HOST": parts.hostname or "",
+        "PORT": str(parts.port or ""),
+        "ATOMIC_REQUESTS": True,
+    }
+
+
+DATABASES = {"default": _database(os.environ["SHOP_DB"])}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+ACKLEDGER = {
+    "DATABASE": "default",
+    "HANDLERS": "shop.handlers:HANDLERS",
+    "IDEMPOTENCY": {"methods": ["POST"]},
+}

@@ -1,0 +1,96 @@
+"""The test Django project (tests/django_project) on a real database: its ``manage.py`` run
+as a real process, its database read back from a separate connection."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import pg
+
+PROJECT = Path(__file__).parent / "django_project"
+MANAGE = PROJECT / "manage.py"
+SRC = Path(__file__).parents[1] / "src"
+
+
+@dataclass
+class Project:
+    """One copy of the test project's database: ``SHOP_DB`` is a SQLite file or a URL."""
+
+    db: str
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.db.startswith("postgresql://")
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "SHOP_DB": self.db,
+            "PYTHONPATH": os.pathsep.join([str(PROJECT), str(SRC)]),
+            "DJANGO_SETTINGS_MODULE": "site_config.settings",
+        }
+
+    def manage_command(self, *args: str) -> list[str]:
+        return [sys.executable, str(MANAGE), *args]
+
+    def manage(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            self.manage_command(*args),
+            check=False,
+            env=self.env,
+            cwd=PROJECT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(f"manage.py {' '.join(args)}: {done.returncode}\n{done.stderr}")
+        return done
+
+    def shell(self, code: str) -> str:
+        """Run ``code`` in ``manage.py shell``; its stdout."""
+        return self.manage("shell", "--no-imports", "-c", code).stdout
+
+    def rows(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
+        if self.is_postgres:
+            return pg.rows(self.db, sql, params)
+        conn = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True)
+        try:
+            return conn.execute(sql, params).fetchall()
+        finally:
+            conn.close()
+
+
+#: The kinds of database each test runs on, for ``pytest.fixture(params=KINDS)``.
+KINDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+def project_on(kind: str, tmp_path: Path) -> Iterator[Project]:
+    """A project whose database is a new SQLite file or a new PostgreSQL database."""
+    if kind == "sqlite":
+        yield Project(str(tmp_path / "shop.db"))
+        return
+    pg.require_postgres()
+    name = pg.create_database()
+    try:
+        yield Project(pg.url_for(name))
+    finally:
+        pg.drop_database(name)
+
+
+def _shipped(tx: Any, event: dict[str, Any]) -> None:
+    """A plain sink's handler for the shop's event: the receipt is the record."""
+
+
+#: For ``ackledger serve sink --handlers tests.djangohelp:SINK_HANDLERS``.
+SINK_HANDLERS = {"com.example.order.placed": _shipped}

@@ -1,0 +1,203 @@
+"""``ackledger.django`` in a real Django project (tests/django_project), on SQLite and
+PostgreSQL: its migration, ``publish`` in a view's transaction, ``receive`` with model
+handlers, ``manage.py ackledger``, and the idempotency middleware. Every process is real and
+every effect is read back from a separate connection."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ackledger import Outbox, new_event
+from ackledger._dev.procs import start_service
+
+from .djangohelp import KINDS, PROJECT, Project, project_on
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(params=KINDS)
+def project(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Project]:
+    yield from project_on(request.param, tmp_path)
+
+
+TABLES = ("ackledger_outbox", "ackledger_inbox", "ackledger_deliveries", "ackledger_attempts")
+
+
+def _tables(project: Project) -> set[str]:
+    if project.is_postgres:
+        found = project.rows("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+    else:
+        found = project.rows("SELECT name FROM sqlite_master WHERE type = 'table'")
+    return {row[0] for row in found}
+
+
+def _post(project: Project, path: str, body: dict[str, object], key: str | None = None) -> str:
+    """POST through Django's test client in the project's process: "STATUS BODY" lines."""
+    headers = {} if key is None else {"Idempotency-Key": key}
+    return project.shell(
+        "import json\n"
+        "from django.test import Client\n"
+        "client = Client(raise_request_exception=False)\n"
+        f"answer = client.post({path!r}, {json.dumps(body)!r}, content_type='application/json',"
+        f" headers={headers!r})\n"
+        "print(answer.status_code, answer.headers.get('Idempotent-Replayed', '-'),"
+        " answer.content.decode())\n"
+    )
+
+
+def test_migrate_makes_the_tables_in_djangos_history(project: Project) -> None:
+    project.manage("migrate")
+    assert set(TABLES) <= _tables(project)
+    assert project.rows("SELECT name FROM django_migrations WHERE app = 'ackledger'") == [
+        ("0001_initial",)
+    ]
+    # ackledger's own migrator made them: its history says so, nothing left to apply.
+    assert project.rows("SELECT count(*) FROM ackledger_schema_migrations")[0][0] >= 11
+    assert "No changes detected" in project.manage("makemigrations", "--check", "--dry-run").stdout
+    # The lab's tables are not ackledger's: a Django project never gets them.
+    assert not {"orders", "inventory"} & _tables(project)
+
+
+def test_migrate_adopts_a_database_ackledger_made(project: Project) -> None:
+    with Outbox(project.db, source="/shop") as outbox:
+        outbox.publish(
+            new_event("com.example.order.placed", {"n": 1}, source="/shop", id="before-django")
+        )
+    before = project.rows("SELECT version FROM ackledger_schema_migrations ORDER BY version")
+    project.manage("migrate")
+    assert project.rows("SELECT version FROM ackledger_schema_migrations ORDER BY version") == (
+        before
+    )
+    assert project.rows("SELECT id, sent FROM ackledger_outbox") == [("before-django", 0)]
+    assert project.rows("SELECT value FROM ackledger_meta WHERE name = 'outbox.source'") == [
+        ("/shop",)
+    ]
+    # Migrating again (a second deploy) changes nothing either.
+    project.manage("migrate", "ackledger", "zero")
+    project.manage("migrate")
+    assert project.rows("SELECT id FROM ackledger_outbox") == [("before-django",)]
+
+
+def test_a_view_saves_the_order_and_its_event_together(project: Project) -> None:
+    project.manage("migrate")
+    assert _post(project, "/orders", {"number": "1", "sku": "tea", "qty": 2}).startswith("201")
+    # The view raises after saving and publishing: ATOMIC_REQUESTS rolls both back.
+    assert _post(project, "/orders/failing", {"number": "2", "sku": "tea", "qty": 1}).startswith(
+        "500"
+    )
+    assert project.rows("SELECT number FROM shop_order") == [("1",)]
+    events = project.rows("SELECT id, source, sent FROM ackledger_outbox")
+    assert events == [("order-1", "/shop", 0)]
+
+
+def test_publish_outside_an_atomic_block_writes_nothing(project: Project) -> None:
+    project.manage("migrate")
+    out = project.shell(
+        "import ackledger.django\n"
+        "try:\n"
+        "    ackledger.django.publish({'type': 'com.example.x', 'id': 'loose', 'data': {}})\n"
+        "except RuntimeError as exc:\n"
+        "    print(exc)\n"
+    )
+    assert "not inside transaction.atomic()" in out
+    assert project.rows("SELECT count(*) FROM ackledger_outbox") == [(0,)]
+
+
+def test_receive_commits_the_models_write_with_the_receipt(project: Project) -> None:
+    project.manage("migrate")
+    out = project.shell(
+        "from ackledger import new_event\n"
+        "import ackledger.django\n"
+        "def placed(number, sku):\n"
+        "    return new_event('com.example.order.placed', {'order': number, 'sku': sku,"
+        " 'qty': 1}, source='/shop', id='order-' + number)\n"
+        "print(ackledger.django.receive(placed('7', 'tea')))\n"
+        "print(ackledger.django.receive(placed('7', 'tea')))\n"
+        "try:\n"
+        "    ackledger.django.receive(placed('8', 'out-of-stock'))\n"
+        "except Exception as exc:\n"
+        "    print(type(exc).__name__)\n"
+        "try:\n"
+        "    ackledger.django.receive(placed('7', 'coffee'))\n"
+        "except Exception as exc:\n"
+        "    print(type(exc).__name__)\n"
+    )
+    assert out.split() == ["applied", "duplicate", "OutOfStockError", "Conflict"]
+    # The raising handler had saved its shipment: rolled back with its receipt.
+    assert project.rows("SELECT order_number FROM shop_shipment") == [("7",)]
+    assert project.rows("SELECT id, receipts FROM ackledger_inbox") == [("order-7", 2)]
+
+
+def test_manage_py_ackledger_takes_the_database_from_settings(project: Project) -> None:
+    project.manage("migrate")
+    _post(project, "/orders", {"number": "1", "sku": "tea", "qty": 2})
+    status = json.loads(project.manage("ackledger", "status", "--json").stdout)
+    assert status["pending"] == 1
+    project.manage("ackledger", "quarantine", "order-1", "--reason", "address unknown")
+    assert json.loads(project.manage("ackledger", "status", "--json").stdout)["quarantined"] == 1
+    project.manage("ackledger", "requeue", "order-1")
+    kinds = project.rows("SELECT kind FROM ackledger_outbox_log ORDER BY seq")
+    assert kinds == [("quarantined",), ("requeued",)]
+    # Bad input: the command line's own one-line error and exit status.
+    bad = project.manage("ackledger", "quarantine", "no-such-event", "--reason", "x", check=False)
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("ackledger: error:")
+
+
+def test_manage_py_ackledger_relay_sends_and_stops_on_sigterm(
+    project: Project, tmp_path: Path
+) -> None:
+    project.manage("migrate")
+    for number in ("1", "2", "3"):
+        _post(project, "/orders", {"number": number, "sku": "tea", "qty": 1})
+    sink_db = tmp_path / "sink.db"
+    sink = start_service(
+        ["serve", "sink", "--db", str(sink_db), "--port", "0", "--handlers",
+         "tests.djangohelp:SINK_HANDLERS"],
+        stderr_path=tmp_path / "sink.log",
+    )  # fmt: skip
+    try:
+        relay = subprocess.Popen(
+            project.manage_command("ackledger", "relay", "--to", f"{sink.base_url}/events"),
+            env=project.env,
+            cwd=PROJECT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if project.rows("SELECT count(*) FROM ackledger_outbox WHERE sent = 0") == [(0,)]:
+                break
+            time.sleep(0.1)
+        relay.send_signal(signal.SIGTERM)
+        out, _ = relay.communicate(timeout=30)
+    finally:
+        sink.stop()
+    assert relay.returncode == 0, out
+    assert "stopped" in out
+    assert project.rows("SELECT count(*) FROM ackledger_outbox WHERE sent = 1") == [(3,)], out
+
+
+def test_the_idempotency_middleware_runs_a_view_once_per_key(project: Project) -> None:
+    project.manage("migrate")
+    body = {"number": "5", "sku": "tea", "qty": 1}
+    first = _post(project, "/orders", body, key='"order-5-try"')
+    again = _post(project, "/orders", body, key='"order-5-try"')
+    other = _post(project, "/orders", {**body, "qty": 2}, key='"order-5-try"')
+    bad = _post(project, "/orders", body, key='"unterminated')
+    assert first.split()[:2] == ["201", "-"]
+    assert again.split()[:2] == ["201", "true"]
+    assert again.split(maxsplit=2)[2] == first.split(maxsplit=2)[2]
+    assert other.startswith("422")
+    assert bad.startswith("400")
+    # The view ran once: one order, one event.
+    assert project.rows("SELECT number FROM shop_order") == [("5",)]
+    assert project.rows("SELECT count(*) FROM ackledger_outbox") == [(1,)]
