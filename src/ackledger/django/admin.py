@@ -53,7 +53,10 @@ class ReasonForm(forms.Form):
 
 @admin.register(OutboxEvent)
 class OutboxEventAdmin(ReadOnly):
-    list_display = ("seq", "event_id", "type", "partitionkey", "state", "attempts", "created")
+    list_display = (
+        "seq", "event_id", "type", "partitionkey", "state", "quarantine_reason", "attempts",
+        "created",
+    )  # fmt: skip
     list_filter = (StateFilter, "type")
     search_fields = ("=event_id", "type", "=partitionkey")
     actions = ("quarantine", "requeue")
@@ -76,12 +79,12 @@ class OutboxEventAdmin(ReadOnly):
                 },
             )
         reason = form.cleaned_data["reason"]
-        self._each(request, queryset, "quarantined", lambda ob, ev: ob.quarantine(ev, reason))
+        self._each(request, queryset, "Quarantined", lambda ob, ev: ob.quarantine(ev, reason))
         return None
 
     @admin.action(description="Requeue the selected quarantined events")
     def requeue(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        self._each(request, queryset, "requeued", lambda ob, ev: ob.requeue(ev))
+        self._each(request, queryset, "Requeued", lambda ob, ev: ob.requeue(ev))
 
     def _each(self, request: HttpRequest, queryset: QuerySet[Any], done: str, call: Any) -> None:
         ids = list(queryset.order_by("seq").values_list("event_id", flat=True))
@@ -92,7 +95,7 @@ class OutboxEventAdmin(ReadOnly):
                 except (KeyError, ValueError) as exc:
                     self.message_user(request, f"{event_id}: {exc}", messages.ERROR)
                 else:
-                    self.message_user(request, f"{event_id}: {done}", messages.SUCCESS)
+                    self.message_user(request, f"{done} {event_id}", messages.SUCCESS)
 
 
 @admin.register(InboxReceipt)

@@ -11,6 +11,7 @@ DEBUG = False
 ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
 ROOT_URLCONF = "site_config.urls"
 USE_TZ = True
+TIME_ZONE = "UTC"
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -18,6 +19,7 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "django.contrib.staticfiles",
     "ackledger.django",
     "shop",
 ]
@@ -61,6 +63,7 @@ def _database(url: str) -> dict[str, object]:
 
 
 DATABASES = {"default": _database(os.environ["SHOP_DB"])}
+STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 ACKLEDGER = {
