@@ -33,21 +33,27 @@ class Project:
 
     @property
     def env(self) -> dict[str, str]:
+        return self.env_with()
+
+    def env_with(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         return {
             **os.environ,
             "SHOP_DB": self.db,
             "PYTHONPATH": os.pathsep.join([str(PROJECT), str(SRC)]),
             "DJANGO_SETTINGS_MODULE": "site_config.settings",
+            **(extra or {}),
         }
 
     def manage_command(self, *args: str) -> list[str]:
         return [sys.executable, str(MANAGE), *args]
 
-    def manage(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def manage(
+        self, *args: str, check: bool = True, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
             self.manage_command(*args),
             check=False,
-            env=self.env,
+            env=self.env_with(env),
             cwd=PROJECT,
             capture_output=True,
             text=True,
@@ -57,9 +63,9 @@ class Project:
             raise AssertionError(f"manage.py {' '.join(args)}: {done.returncode}\n{done.stderr}")
         return done
 
-    def shell(self, code: str) -> str:
+    def shell(self, code: str, env: dict[str, str] | None = None) -> str:
         """Run ``code`` in ``manage.py shell``; its stdout."""
-        return self.manage("shell", "--no-imports", "-c", code).stdout
+        return self.manage("shell", "--no-imports", "-c", code, env=env).stdout
 
     def rows(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
         if self.is_postgres:

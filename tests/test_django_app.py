@@ -201,3 +201,65 @@ def test_the_idempotency_middleware_runs_a_view_once_per_key(project: Project) -
     # The view ran once: one order, one event.
     assert project.rows("SELECT number FROM shop_order") == [("5",)]
     assert project.rows("SELECT count(*) FROM ackledger_outbox") == [(1,)]
+
+
+def test_ackledger_on_an_alias_of_its_own(project: Project, tmp_path: Path) -> None:
+    ledger = Project(str(tmp_path / "ledger.db"))
+    alone = {"SHOP_LEDGER_DB": ledger.db}
+    project.manage("migrate", env=alone)
+    project.manage("migrate", "--database", "ledger", env=alone)
+    assert not set(TABLES) & _tables(project)
+    assert set(TABLES) <= _tables(ledger)
+    assert ledger.rows("SELECT name FROM django_migrations WHERE app = 'ackledger'") == [
+        ("0001_initial",)
+    ]
+    # publish writes on ackledger's alias: an atomic block on another alias is not one.
+    out = project.shell(
+        "from django.db import transaction\n"
+        "import ackledger.django\n"
+        "event = {'type': 'com.example.x', 'source': '/shop', 'id': 'e-0', 'data': {}}\n"
+        "try:\n"
+        "    with transaction.atomic():\n"
+        "        ackledger.django.publish(event)\n"
+        "except RuntimeError as exc:\n"
+        "    print(exc)\n"
+        "with transaction.atomic(using='ledger'):\n"
+        "    ackledger.django.publish({'type': 'com.example.x', 'source': '/shop', 'id': 'e-1',"
+        " 'data': {}})\n"
+        "from ackledger.django.models import OutboxEvent\n"
+        "print(list(OutboxEvent.objects.values_list('event_id', flat=True)))\n",
+        env=alone,
+    )
+    assert "not inside transaction.atomic() on the database 'ledger'" in out
+    assert out.strip().splitlines()[-1] == "['e-1']"
+    assert (
+        json.loads(project.manage("ackledger", "status", "--json", env=alone).stdout)["pending"]
+        == 1
+    )
+    # Without the router, the system check says what is missing.
+    refused = project.manage("check", env={**alone, "SHOP_ROUTER": "none"}, check=False)
+    assert refused.returncode != 0
+    assert "ackledger.E002" in refused.stderr
+
+
+def test_manage_py_ackledger_serve_sink_stops_on_sigterm(project: Project) -> None:
+    project.manage("migrate")
+    server = subprocess.Popen(
+        project.manage_command("ackledger", "serve", "sink", "--port", "0"),
+        env=project.env,
+        cwd=PROJECT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()
+        assert "listening on http://127.0.0.1:" in line, line
+        server.send_signal(signal.SIGTERM)
+        out, _ = server.communicate(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    assert server.returncode == 0, out

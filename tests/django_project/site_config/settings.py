@@ -63,11 +63,18 @@ def _database(url: str) -> dict[str, object]:
 
 
 DATABASES = {"default": _database(os.environ["SHOP_DB"])}
+# SHOP_LEDGER_DB: ackledger on an alias of its own, "ledger", reached through the router
+# (unless SHOP_ROUTER is "none", to see the system check refuse that).
+LEDGER_DB = os.environ.get("SHOP_LEDGER_DB")
+if LEDGER_DB:
+    DATABASES["ledger"] = _database(LEDGER_DB)
+    if os.environ.get("SHOP_ROUTER") != "none":
+        DATABASE_ROUTERS = ["ackledger.django.router.AckledgerRouter"]
 STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 ACKLEDGER = {
-    "DATABASE": "default",
+    "DATABASE": "ledger" if LEDGER_DB else "default",
     "HANDLERS": "shop.handlers:HANDLERS",
     "IDEMPOTENCY": {"methods": ["POST"]},
 }
