@@ -263,3 +263,24 @@ def test_manage_py_ackledger_serve_sink_stops_on_sigterm(project: Project) -> No
             server.kill()
             server.wait()
     assert server.returncode == 0, out
+
+
+def test_the_middlewares_options_come_from_settings(project: Project) -> None:
+    project.manage("migrate")
+    required = {"SHOP_IDEMPOTENCY": json.dumps({"methods": ["POST"], "required": True})}
+    body = {"number": "6", "sku": "tea", "qty": 1}
+    missing = project.shell(
+        "import json\n"
+        "from django.test import Client\n"
+        "answer = Client().post('/orders', json.dumps("
+        f"{body!r}), content_type='application/json')\n"
+        "print(answer.status_code, json.loads(answer.content)['type'])\n",
+        env=required,
+    )
+    assert missing.split() == ["400", "https://ackledger.invalid/problems/idempotency-key-missing"]
+    assert project.rows("SELECT count(*) FROM shop_order") == [(0,)]
+    # A misspelt option is a system check's error, before any request.
+    typo = {"SHOP_IDEMPOTENCY": json.dumps({"method": ["POST"]})}
+    refused = project.manage("check", env=typo, check=False)
+    assert refused.returncode != 0
+    assert "unknown option(s) method" in refused.stderr

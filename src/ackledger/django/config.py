@@ -87,11 +87,23 @@ def handlers() -> dict[str, Any]:
     return dict(found)
 
 
+#: The options of ``ACKLEDGER["IDEMPOTENCY"]``: those of ``ackledger.IdempotencyMiddleware``.
+IDEMPOTENCY_OPTIONS = frozenset({"methods", "required", "ttl", "lease", "scope"})
+
+
 def idempotency_options() -> dict[str, Any]:
-    """``ACKLEDGER["IDEMPOTENCY"]``: the keyword options of the idempotency middleware."""
+    """``ACKLEDGER["IDEMPOTENCY"]``: the keyword options of the idempotency middleware, by
+    their lower-case names."""
     found = options().get("IDEMPOTENCY") or {}
     if not isinstance(found, Mapping):
         raise ImproperlyConfiguredError(
             f"settings.ACKLEDGER['IDEMPOTENCY']: must be a dict, got {type(found).__name__}"
         )
-    return dict(found)
+    named = {str(name).lower(): value for name, value in found.items()}
+    unknown = sorted(set(named) - IDEMPOTENCY_OPTIONS)
+    if unknown:
+        raise ImproperlyConfiguredError(
+            f"settings.ACKLEDGER['IDEMPOTENCY']: unknown option(s) {', '.join(unknown)} "
+            f"(known: {', '.join(sorted(IDEMPOTENCY_OPTIONS))})"
+        )
+    return named

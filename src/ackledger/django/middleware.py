@@ -17,7 +17,7 @@ from collections.abc import Callable, Coroutine, MutableMapping
 from typing import Any
 
 from ..ledger.idempotency_middleware import IdempotencyMiddleware as AsgiIdempotency
-from .config import ImproperlyConfiguredError, idempotency_options
+from .config import idempotency_options
 from .target import database_target
 
 _REQUEST = "ackledger.django.request"
@@ -26,7 +26,6 @@ _REQUEST = "ackledger.django.request"
 #: the view back to the request's thread.
 _CALLS = "ackledger.django.calls"
 _DONE = object()
-_OPTIONS = frozenset({"methods", "required", "ttl", "lease", "scope"})
 
 
 def _request_scope(function: Callable[[Any], str]) -> Callable[[MutableMapping[str, Any]], str]:
@@ -56,13 +55,7 @@ class IdempotencyMiddleware:
     def _options() -> dict[str, Any]:
         from django.utils.module_loading import import_string
 
-        found = {str(name).lower(): value for name, value in idempotency_options().items()}
-        unknown = sorted(set(found) - _OPTIONS)
-        if unknown:
-            raise ImproperlyConfiguredError(
-                f"settings.ACKLEDGER['IDEMPOTENCY']: unknown option(s) {', '.join(unknown)} "
-                f"(known: {', '.join(sorted(_OPTIONS))})"
-            )
+        found = idempotency_options()
         scope = found.get("scope")
         if isinstance(scope, str):
             scope = import_string(scope)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from urllib.parse import urlsplit
 
@@ -76,5 +77,6 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 ACKLEDGER = {
     "DATABASE": "ledger" if LEDGER_DB else "default",
     "HANDLERS": "shop.handlers:HANDLERS",
-    "IDEMPOTENCY": {"methods": ["POST"]},
+    # SHOP_IDEMPOTENCY: other options of the middleware, as JSON.
+    "IDEMPOTENCY": json.loads(os.environ.get("SHOP_IDEMPOTENCY", '{"methods": ["POST"]}')),
 }
