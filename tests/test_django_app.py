@@ -284,3 +284,12 @@ def test_the_middlewares_options_come_from_settings(project: Project) -> None:
     refused = project.manage("check", env=typo, check=False)
     assert refused.returncode != 0
     assert "unknown option(s) method" in refused.stderr
+
+
+def test_the_projects_own_tests_run_on_djangos_test_database(project: Project) -> None:
+    # shop/tests.py: ackledger's migration in the test database, publish in a TestCase; on
+    # PostgreSQL the runner can drop the test database at the end (ackledger's own
+    # connections closed first by ackledger.django.test_runner).
+    done = project.manage("test", "shop", "--noinput", check=False)
+    assert done.returncode == 0, done.stderr
+    assert "Ran 1 test" in done.stderr

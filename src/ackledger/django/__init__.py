@@ -18,7 +18,19 @@ standard library.
 
 from __future__ import annotations
 
-from .receive import publish, receive
+from .receive import close_outboxes, publish, receive
 from .target import database_target
 
-__all__ = ["database_target", "publish", "receive"]
+__all__ = ["close", "database_target", "publish", "receive"]
+
+
+def close() -> None:
+    """Close the connections ackledger opened of its own (the outbox ``publish`` reads its
+    source from, the idempotency middleware's ledger); they are opened again when needed.
+    A PostgreSQL database cannot be dropped while they are open: Django's test runner drops
+    its test database at the end (``ackledger.django.test_runner.DiscoverRunner`` calls this
+    first)."""
+    from .middleware import close_middlewares
+
+    close_outboxes()
+    close_middlewares()

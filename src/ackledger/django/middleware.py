@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
+import weakref
 from collections.abc import Callable, Coroutine, MutableMapping
 from typing import Any
 
@@ -32,6 +33,16 @@ def _request_scope(function: Callable[[Any], str]) -> Callable[[MutableMapping[s
     return lambda scope: function(scope[_REQUEST])
 
 
+#: Every middleware of the process, for ``close_middlewares``.
+_instances: weakref.WeakSet[IdempotencyMiddleware] = weakref.WeakSet()
+
+
+def close_middlewares() -> None:
+    """Close the ledger connection each middleware holds; the next request opens it again."""
+    for middleware in list(_instances):
+        middleware.release()
+
+
 class IdempotencyMiddleware:
     """A Django middleware (add it to ``MIDDLEWARE``) with the ASGI middleware's semantics."""
 
@@ -42,6 +53,13 @@ class IdempotencyMiddleware:
         self.get_response = get_response
         self._core: AsgiIdempotency | None = None
         self._lock = threading.Lock()
+        _instances.add(self)
+
+    def release(self) -> None:
+        with self._lock:
+            core, self._core = self._core, None
+        if core is not None:
+            core.close()
 
     def core(self) -> AsgiIdempotency:
         with self._lock:

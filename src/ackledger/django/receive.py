@@ -31,6 +31,16 @@ def _outbox(target: str) -> Outbox:
         return found
 
 
+def close_outboxes() -> None:
+    """Close the outboxes ``publish`` opened (each holds one connection of its own); the next
+    ``publish`` opens its outbox again."""
+    with _outboxes_lock:
+        found = list(_outboxes.values())
+        _outboxes.clear()
+    for outbox in found:
+        outbox.close()
+
+
 def publish(event: object) -> int:
     """Add ``event`` to the outbox through Django's connection of ackledger's alias, inside
     the current ``transaction.atomic()``: it commits with your writes or not at all. Returns

@@ -51,7 +51,13 @@ TEMPLATES = [
 
 def _database(url: str) -> dict[str, object]:
     if not url.startswith("postgresql://"):
-        return {"ENGINE": "django.db.backends.sqlite3", "NAME": url, "ATOMIC_REQUESTS": True}
+        # manage.py test: a test database ackledger can open too (a file, not in memory).
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": url,
+            "ATOMIC_REQUESTS": True,
+            "TEST": {"NAME": url + ".test"},
+        }
     parts = urlsplit(url)
     return {
         "ENGINE": "django.db.backends.postgresql",
@@ -80,3 +86,4 @@ ACKLEDGER = {
     # SHOP_IDEMPOTENCY: other options of the middleware, as JSON.
     "IDEMPOTENCY": json.loads(os.environ.get("SHOP_IDEMPOTENCY", '{"methods": ["POST"]}')),
 }
+TEST_RUNNER = "ackledger.django.test_runner.DiscoverRunner"
