@@ -4,9 +4,11 @@ as a real process, its database read back from a separate connection."""
 from __future__ import annotations
 
 import os
+import socket
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +65,32 @@ class Project:
             raise AssertionError(f"manage.py {' '.join(args)}: {done.returncode}\n{done.stderr}")
         return done
 
+    def start(self, *args: str, output: bool = True) -> subprocess.Popen[str]:
+        """``manage.py ARGS`` as a running process; its output (stdout and stderr together)
+        readable unless ``output`` is False."""
+        return subprocess.Popen(
+            self.manage_command(*args),
+            env=self.env,
+            cwd=PROJECT,
+            stdout=subprocess.PIPE if output else subprocess.DEVNULL,
+            stderr=subprocess.STDOUT if output else subprocess.DEVNULL,
+            text=True,
+        )
+
+    def runserver(self, port: int, *options: str) -> subprocess.Popen[str]:
+        """``manage.py runserver`` on loopback ``port``, once it accepts connections."""
+        server = self.start("runserver", "--noreload", *options, f"127.0.0.1:{port}", output=False)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return server
+            except OSError:
+                time.sleep(0.05)
+        server.kill()
+        server.wait()
+        raise RuntimeError("manage.py runserver did not start")
+
     def shell(self, code: str, env: dict[str, str] | None = None) -> str:
         """Run ``code`` in ``manage.py shell``; its stdout."""
         return self.manage("shell", "--no-imports", "-c", code, env=env).stdout
@@ -79,6 +107,12 @@ class Project:
 
 #: The kinds of database each test runs on, for ``pytest.fixture(params=KINDS)``.
 KINDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def project_on(kind: str, tmp_path: Path) -> Iterator[Project]:

@@ -6,10 +6,6 @@ separate connection. It also makes the screenshot that docs/integrations/django.
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,27 +15,13 @@ import pytest
 from ackledger import Outbox
 from ackledger._dev.console_shots import CHROMIUM, CHROMIUM_ARGS
 
-from .djangohelp import KINDS, PROJECT, Project, project_on
+from .djangohelp import KINDS, Project, free_port, project_on
+from .test_console_browser import _require_chromium
 
 pytestmark = pytest.mark.slow
 
 SHOT = Path(__file__).parents[1] / "docs" / "img" / "django-admin.png"
 PASSWORD = "admin-test-password-0123"
-
-
-def _require_chromium() -> None:
-    if os.path.exists(CHROMIUM):
-        return
-    message = f"{CHROMIUM} is missing (apt-get install chromium)"
-    if os.environ.get("CI"):
-        pytest.fail(f"{message}; CI is set: the admin's browser test must run")
-    pytest.skip(f"{message}; set CI=1 to make this a failure")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(params=KINDS)
@@ -65,24 +47,10 @@ def _serve(project: Project) -> Iterator[tuple[Project, str]]:
     )
     with Outbox(project.db) as outbox:
         outbox.mark_sent("order-1")
-    port = _free_port()
-    server = subprocess.Popen(
-        project.manage_command("runserver", "--noreload", "--insecure", f"127.0.0.1:{port}"),
-        env=project.env,
-        cwd=PROJECT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
+    port = free_port()
+    server = project.runserver(port, "--insecure")
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-        yield project, base
+        yield project, f"http://127.0.0.1:{port}"
     finally:
         server.terminate()
         server.wait(10)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +16,7 @@ import pytest
 from ackledger import Outbox, new_event
 from ackledger._dev.procs import start_service
 
-from .djangohelp import KINDS, PROJECT, Project, project_on
+from .djangohelp import KINDS, Project, project_on
 
 pytestmark = pytest.mark.slow
 
@@ -164,14 +163,7 @@ def test_manage_py_ackledger_relay_sends_and_stops_on_sigterm(
         stderr_path=tmp_path / "sink.log",
     )  # fmt: skip
     try:
-        relay = subprocess.Popen(
-            project.manage_command("ackledger", "relay", "--to", f"{sink.base_url}/events"),
-            env=project.env,
-            cwd=PROJECT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+        relay = project.start("ackledger", "relay", "--to", f"{sink.base_url}/events")
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if project.rows("SELECT count(*) FROM ackledger_outbox WHERE sent = 0") == [(0,)]:
@@ -244,14 +236,7 @@ def test_ackledger_on_an_alias_of_its_own(project: Project, tmp_path: Path) -> N
 
 def test_manage_py_ackledger_serve_sink_stops_on_sigterm(project: Project) -> None:
     project.manage("migrate")
-    server = subprocess.Popen(
-        project.manage_command("ackledger", "serve", "sink", "--port", "0"),
-        env=project.env,
-        cwd=PROJECT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    server = project.start("ackledger", "serve", "sink", "--port", "0")
     try:
         assert server.stdout is not None
         line = server.stdout.readline()

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
-import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -17,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .djangohelp import KINDS, PROJECT, Project, project_on
+from .djangohelp import KINDS, Project, free_port, project_on
 
 pytestmark = pytest.mark.slow
 
@@ -32,31 +30,6 @@ def pair(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Proje
     for shop in project_on(request.param, shop_dir):
         for warehouse in project_on(request.param, warehouse_dir):
             yield shop, warehouse
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _serve(project: Project, port: int) -> subprocess.Popen[bytes]:
-    server = subprocess.Popen(
-        project.manage_command("runserver", "--noreload", f"127.0.0.1:{port}"),
-        env=project.env,
-        cwd=PROJECT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return server
-        except OSError:
-            time.sleep(0.05)
-    server.kill()
-    raise RuntimeError("runserver did not start")
 
 
 def _until(check: object, timeout: float = 90) -> None:
@@ -83,19 +56,11 @@ def test_every_order_is_shipped_once_across_a_kill_of_the_sink(
         "    assert client.post('/orders', body, content_type='application/json')"
         ".status_code == 201\n"
     )
-    port = _free_port()
-    server = _serve(warehouse, port)
-    relay = subprocess.Popen(
-        shop.manage_command(
-            "ackledger", "relay", "--to", f"http://127.0.0.1:{port}/events",
-            "--max-backoff", "0.5",
-        ),
-        env=shop.env,
-        cwd=PROJECT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )  # fmt: skip
+    port = free_port()
+    server = warehouse.runserver(port)
+    relay = shop.start(
+        "ackledger", "relay", "--to", f"http://127.0.0.1:{port}/events", "--max-backoff", "0.5"
+    )
     try:
 
         def shipped() -> int:
@@ -106,7 +71,7 @@ def test_every_order_is_shipped_once_across_a_kill_of_the_sink(
         server.wait(10)
         killed_at = shipped()
         assert killed_at < ORDERS, "the kill came too late to prove anything"
-        server = _serve(warehouse, port)
+        server = warehouse.runserver(port)
         _until(lambda: shop.rows("SELECT count(*) FROM ackledger_outbox WHERE sent = 0")[0][0] == 0)
         relay.send_signal(signal.SIGTERM)
         out, _ = relay.communicate(timeout=30)
