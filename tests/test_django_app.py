@@ -278,3 +278,46 @@ def test_the_projects_own_tests_run_on_djangos_test_database(project: Project) -
     done = project.manage("test", "shop", "--noinput", check=False)
     assert done.returncode == 0, done.stderr
     assert "Ran 1 test" in done.stderr
+
+
+def test_the_events_views_answer_as_the_sink_does(project: Project) -> None:
+    project.manage("migrate")
+    out = project.shell(
+        "import json\n"
+        "from django.test import Client\n"
+        "client = Client()\n"
+        "def placed(number, sku):\n"
+        "    return {'specversion': '1.0', 'type': 'com.example.order.placed', 'source': '/shop',"
+        " 'id': 'order-' + number, 'data': {'order': number, 'sku': sku, 'qty': 1}}\n"
+        "def post(path, body, kind):\n"
+        "    answer = client.post(path, json.dumps(body), content_type=kind)\n"
+        "    print(answer.status_code, answer.headers.get('Idempotent-Replayed', '-'),"
+        " answer.content.decode())\n"
+        "one = 'application/cloudevents+json'\n"
+        "many = 'application/cloudevents-batch+json'\n"
+        "post('/events', placed('1', 'tea'), one)\n"
+        "post('/events', placed('1', 'tea'), one)\n"
+        "post('/events', placed('1', 'coffee'), one)\n"
+        "post('/events', placed('2', 'out-of-stock'), one)\n"
+        "post('/events', {**placed('3', 'tea'), 'type': 'com.example.unknown'}, one)\n"
+        "post('/events/batch', [placed('4', 'tea'), placed('5', 'out-of-stock'),"
+        " placed('6', 'tea')], many)\n"
+        "post('/events/batch', [placed('7', 'tea'), {'id': 'broken'}], many)\n"
+    )
+    lines = [line.split(" ", 2) for line in out.strip().splitlines()]
+    assert [line[:2] for line in lines] == [
+        ["200", "-"], ["200", "true"], ["422", "-"], ["503", "-"], ["422", "-"], ["200", "-"],
+        ["400", "-"],
+    ]  # fmt: skip
+    assert json.loads(lines[0][2]) == {
+        "ack": True, "id": "order-1", "source": "/shop", "status": "applied"
+    }  # fmt: skip
+    batch = json.loads(lines[5][2])
+    assert [ack["id"] for ack in batch["acks"]] == ["order-4"]
+    assert batch["error"]["status"] == 503
+    # Applied: 1 and the batch's prefix (4); the failing handler's, the rest of the batch and
+    # the invalid batch left nothing, receipts included.
+    shipped = project.rows("SELECT order_number FROM shop_shipment ORDER BY order_number")
+    assert shipped == [("1",), ("4",)]
+    received = project.rows("SELECT id FROM ackledger_inbox ORDER BY id")
+    assert received == [("order-1",), ("order-4",)]

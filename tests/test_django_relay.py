@@ -1,8 +1,9 @@
 """Two Django projects, one relay: the shop's orders (project A) reach the warehouse (project
 B, the same test project on another database), whose handler saves a ``Shipment`` model in
-the receipt's transaction. ``manage.py ackledger relay`` of A sends to B's
-``events`` view served by ``manage.py runserver``; B is killed with SIGKILL mid-way
-and started again; every order is shipped exactly once, and a re-send is a duplicate."""
+the receipt's transaction. ``manage.py ackledger relay`` of A sends to B's ``events`` view
+(one by one, or ``--batch``) served by ``manage.py runserver``; B is killed with SIGKILL
+mid-way and started again; every order is shipped exactly once, and a re-send is a
+duplicate."""
 
 from __future__ import annotations
 
@@ -41,8 +42,9 @@ def _until(check: object, timeout: float = 90) -> None:
     raise AssertionError("timed out")
 
 
+@pytest.mark.parametrize("batch", [False, True], ids=["one-by-one", "batch"])
 def test_every_order_is_shipped_once_across_a_kill_of_the_sink(
-    pair: tuple[Project, Project],
+    pair: tuple[Project, Project], batch: bool
 ) -> None:
     shop, warehouse = pair
     shop.manage("migrate")
@@ -59,8 +61,9 @@ def test_every_order_is_shipped_once_across_a_kill_of_the_sink(
     port = free_port()
     server = warehouse.runserver(port)
     relay = shop.start(
-        "ackledger", "relay", "--to", f"http://127.0.0.1:{port}/events", "--max-backoff", "0.5"
-    )
+        "ackledger", "relay", "--to", f"http://127.0.0.1:{port}/events", "--max-backoff", "0.5",
+        *(["--batch"] if batch else []),
+    )  # fmt: skip
     try:
 
         def shipped() -> int:

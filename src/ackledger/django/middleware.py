@@ -83,6 +83,12 @@ class IdempotencyMiddleware:
 
     def __call__(self, request: Any) -> Any:
         core = self.core()
+        if "Idempotency-Key" not in request.headers and (
+            request.method not in core.methods or not core.required
+        ):
+            # What the core does with such a request: nothing but run the app. Done here, it
+            # costs no thread and no event loop.
+            return self.get_response(request)
         messages: list[MutableMapping[str, Any]] = []
         ran: list[Any] = []
         body = request.body
