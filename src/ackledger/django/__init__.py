@@ -9,19 +9,20 @@
   ``transaction.atomic()``;
 - ``python manage.py ackledger COMMAND ...`` runs the command line with the database taken
   from settings; the admin shows the outbox, the inbox and the ledger;
-- ``IdempotencyMiddleware`` (``ackledger.django.middleware``) gives views the
-  ``Idempotency-Key`` header.
+- ``IdempotencyMiddleware`` (``MIDDLEWARE += ["ackledger.django.IdempotencyMiddleware"]``)
+  gives views the ``Idempotency-Key`` header.
 
-Only this module's functions import Django, when called: the core needs nothing but the
-standard library.
+Importing this package imports nothing of Django (its functions do, when called): the rest of
+ackledger never needs it.
 """
 
 from __future__ import annotations
 
+from .middleware import IdempotencyMiddleware
 from .receive import close_outboxes, publish, receive
 from .target import database_target
 
-__all__ = ["close", "database_target", "publish", "receive"]
+__all__ = ["IdempotencyMiddleware", "close", "database_target", "publish", "receive"]
 
 
 def close() -> None:

@@ -31,7 +31,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
-    "ackledger.django.middleware.IdempotencyMiddleware",
+    "ackledger.django.IdempotencyMiddleware",
 ]
 
 TEMPLATES = [
