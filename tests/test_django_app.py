@@ -15,6 +15,7 @@ import pytest
 
 from ackledger import Outbox, new_event
 from ackledger._dev.procs import start_service
+from ackledger.django.commands import with_database
 
 from .djangohelp import KINDS, Project, project_on
 
@@ -132,6 +133,21 @@ def test_receive_commits_the_models_write_with_the_receipt(project: Project) -> 
     # The raising handler had saved its shipment: rolled back with its receipt.
     assert project.rows("SELECT order_number FROM shop_shipment") == [("7",)]
     assert project.rows("SELECT id, receipts FROM ackledger_inbox") == [("order-7", 2)]
+
+
+def test_the_database_option_each_command_gets() -> None:
+    db = "/srv/shop.db"
+    assert with_database(["relay", "--to", "http://x/events"], db) == [
+        "relay", "--source", db, "--to", "http://x/events"
+    ]  # fmt: skip
+    assert with_database(["serve", "sink", "--port", "0"], db) == [
+        "serve", "sink", "--db", db, "--port", "0"
+    ]  # fmt: skip
+    assert with_database(["inbox", "purge"], db) == ["inbox", "purge", "--db", db]
+    assert with_database(["migrate"], db) == ["migrate", "--target", db]
+    # Given on the command line, it stays as given; a command without one is left alone.
+    assert with_database(["status", "--source=/other.db"], db) == ["status", "--source=/other.db"]
+    assert with_database(["demo"], db) == ["demo"]
 
 
 def test_manage_py_ackledger_takes_the_database_from_settings(project: Project) -> None:

@@ -24,6 +24,8 @@ DATABASE_OPTION = {
     ("consume",): "--db",
     ("inbox", "purge"): "--db",
     ("ledger", "purge"): "--db",
+    ("refused", "list"): "--db",
+    ("refused", "replay"): "--db",
     ("migrate",): "--target",
 }
 
