@@ -57,6 +57,7 @@ def _database(url: str) -> dict[str, object]:
             "NAME": url,
             "ATOMIC_REQUESTS": True,
             "TEST": {"NAME": url + ".test"},
+            "OPTIONS": {"transaction_mode": "IMMEDIATE"},
         }
     parts = urlsplit(url)
     return {
