@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ from ackledger import Outbox, new_event
 from ackledger._dev.procs import start_service
 from ackledger.django.commands import with_database
 
-from .djangohelp import KINDS, Project, project_on
+from .djangohelp import KINDS, PROJECT, Project, project_on
 
 pytestmark = pytest.mark.slow
 
@@ -337,3 +338,48 @@ def test_the_events_views_answer_as_the_sink_does(project: Project) -> None:
     assert shipped == [("1",), ("4",)]
     received = project.rows("SELECT id FROM ackledger_inbox ORDER BY id")
     assert received == [("order-1",), ("order-4",)]
+
+
+RECEIVE_SLOW = (
+    "import ackledger.django\n"
+    "event = {'specversion': '1.0', 'type': 'com.example.order.placed', 'source': '/shop',"
+    " 'id': 'order-50', 'data': {'order': '50', 'sku': 'tea', 'qty': 1, 'pause': 2}}\n"
+    "try:\n"
+    "    print(ackledger.django.receive(event))\n"
+    "except Exception as exc:\n"
+    "    print(type(exc).__name__)\n"
+)
+
+
+@pytest.mark.parametrize("first_fails", [False, True], ids=["first-commits", "first-fails"])
+def test_two_receivers_of_one_event_at_once(project: Project, first_fails: bool) -> None:
+    project.manage("migrate")
+    first = subprocess.Popen(
+        project.manage_command("shell", "--no-imports", "-c", RECEIVE_SLOW),
+        env=project.env_with({"SHOP_FAIL_AFTER_PAUSE": "1"} if first_fails else None),
+        cwd=PROJECT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert first.stderr is not None
+        # The first holds the receipt and its shipment, uncommitted, for two seconds.
+        while "handling" not in first.stderr.readline():
+            assert first.poll() is None, "the first receiver ended before its handler ran"
+        second = project.shell(RECEIVE_SLOW).strip().splitlines()[-1]
+        first_out, _ = first.communicate(timeout=60)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    if first_fails:
+        # Rolled back: the second, which waited for it, applies.
+        assert (first_out.strip(), second) == ("OutOfStockError", "applied")
+    else:
+        # Committed: the second, which waited for it, is a duplicate and ran nothing.
+        assert (first_out.strip(), second) == ("applied", "duplicate")
+    assert project.rows("SELECT order_number FROM shop_shipment") == [("50",)]
+    assert project.rows("SELECT id, receipts FROM ackledger_inbox") == [
+        ("order-50", 1 if first_fails else 2)
+    ]
