@@ -64,6 +64,13 @@ def raw_rows(path: Path, sql: str, params: tuple[object, ...] = ()) -> list[tupl
         conn.close()
 
 
+def stock_rows(path: Path) -> list[tuple[object, ...]]:
+    """The lab's inventory by sku, none before a lab event made its table."""
+    if not raw_rows(path, "SELECT 1 FROM sqlite_master WHERE name = 'inventory'"):
+        return []
+    return raw_rows(path, "SELECT sku, qty FROM inventory ORDER BY sku")
+
+
 @pytest.fixture
 def ledger_db(tmp_path: Path) -> Path:
     return tmp_path / "ledger.db"

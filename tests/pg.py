@@ -10,6 +10,10 @@ from __future__ import annotations
 import functools
 import os
 import secrets
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -58,6 +62,27 @@ def create_database(template: str | None = None) -> str:
         else:
             conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
     return name
+
+
+@contextmanager
+def restored(dump: Path) -> Iterator[str]:
+    """The URL of a new database that ``dump`` (``pg_dump``'s plain text) was loaded into,
+    dropped at the end."""
+    require_postgres()
+    name = create_database()
+    try:
+        url = url_for(name)
+        # A dump starts with psql's restrict meta-command: psql loads it, psycopg cannot.
+        loaded = subprocess.run(
+            ["psql", "-q", "-v", "ON_ERROR_STOP=1", "-f", str(dump), url],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert loaded.returncode == 0, loaded.stderr
+        yield url
+    finally:
+        drop_database(name)
 
 
 def drop_database(name: str) -> None:

@@ -78,7 +78,12 @@ def test_outbox_and_inbox_write_nothing_for_them(tmp_path: Path, qty: object) ->
     with Inbox(tmp_path / "in.db") as inbox, pytest.raises(InvalidEvent, match="qty"):
         inbox.receive(_event(qty))
     assert raw_rows(tmp_path / "out.db", "SELECT COUNT(*) FROM ackledger_outbox") == [(0,)]
-    assert raw_rows(tmp_path / "in.db", "SELECT COUNT(*) FROM inventory") == [(0,)]
+    assert raw_rows(tmp_path / "in.db", "SELECT COUNT(*) FROM ackledger_inbox") == [(0,)]
+    # Nothing was applied: not even the lab's tables were made.
+    assert (
+        raw_rows(tmp_path / "in.db", "SELECT name FROM sqlite_master WHERE name = 'inventory'")
+        == []
+    )
 
 
 def test_the_ledger_payload_is_refused_as_a_dict_subclass(tmp_path: Path) -> None:

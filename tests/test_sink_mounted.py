@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from ackledger import new_event, send_http, send_http_batch
-from tests.conftest import raw_rows
+from tests.conftest import raw_rows, stock_rows
 from tests.events import SOURCE, lab
 from tests.opshelp import free_port, wait_until
 
@@ -128,7 +128,7 @@ def state(db: Path) -> tuple[object, object, object]:
     return (
         raw_rows(db, "SELECT source, id, type, receipts FROM ackledger_inbox ORDER BY source, id"),
         raw_rows(db, "SELECT id, text FROM notes ORDER BY id"),
-        raw_rows(db, "SELECT sku, qty FROM inventory ORDER BY sku"),
+        stock_rows(db),
     )
 
 

@@ -17,7 +17,7 @@ from ackledger import new_event
 from ackledger.errors import Rejected
 from ackledger.sink.handler_tx import HandlerTransaction
 from ackledger.sink.inbox import Inbox
-from tests.conftest import raw_rows
+from tests.conftest import raw_rows, stock_rows
 from tests.events import SOURCE, lab
 from tests.inprocess import InProcess
 
@@ -32,7 +32,7 @@ def post(app: InProcess, payload: Any, path: str = "/events") -> tuple[int, dict
 def sink_state(path: Path) -> tuple[object, object]:
     return (
         raw_rows(path, "SELECT source, id, receipts FROM ackledger_inbox ORDER BY source, id"),
-        raw_rows(path, "SELECT sku, qty FROM inventory ORDER BY sku"),
+        stock_rows(path),
     )
 
 
@@ -191,7 +191,7 @@ def notes_state(path: Path) -> tuple[object, object, object]:
     return (
         raw_rows(path, "SELECT source, id, type FROM ackledger_inbox ORDER BY source, id"),
         raw_rows(path, "SELECT id, text FROM notes ORDER BY id"),
-        raw_rows(path, "SELECT sku, qty FROM inventory ORDER BY sku"),
+        stock_rows(path),
     )
 
 

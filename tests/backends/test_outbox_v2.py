@@ -127,7 +127,7 @@ def test_publish_again_is_the_same_seq_and_other_content_a_conflict(target: Targ
             with pytest.raises(Conflict, match="e1"):
                 ob.publish(other)
         with pytest.raises(Conflict), ob.transaction() as tx:
-            tx.execute("UPDATE orders SET qty = 99")
+            tx.execute("INSERT INTO ackledger_counters (name, value) VALUES ('mine', 1)")
             tx.publish(order("e1", data=changed))
         assert target.dump() == before
 
@@ -176,7 +176,7 @@ def test_an_invalid_event_is_refused_naming_the_attribute_and_writes_nothing(
                 ob.publish(bad)
             assert refused.value.field == attribute, bad
             with pytest.raises(InvalidEvent), ob.transaction() as tx:
-                tx.execute("UPDATE orders SET qty = 99")
+                tx.execute("INSERT INTO ackledger_counters (name, value) VALUES ('mine', 1)")
                 tx.publish(bad)
             assert target.dump() == before, bad
 

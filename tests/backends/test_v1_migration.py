@@ -6,7 +6,6 @@ one outbox and one inbox on SQLite, both in one database on PostgreSQL.
 from __future__ import annotations
 
 import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -49,21 +48,8 @@ def v1(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[V1Databases]:
         shutil.copyfile(FIXTURES / "inbox.sqlite", inbox)
         yield V1Databases(Target("sqlite", str(outbox)), Target("sqlite", str(inbox)))
         return
-    pg.require_postgres()
-    name = pg.create_database()
-    try:
-        url = pg.url_for(name)
-        # The dump starts with psql's \restrict meta-command: psql loads it, psycopg cannot.
-        loaded = subprocess.run(
-            ["psql", "-q", "-v", "ON_ERROR_STOP=1", "-f", str(FIXTURES / "postgres.sql"), url],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert loaded.returncode == 0, loaded.stderr
+    with pg.restored(FIXTURES / "postgres.sql") as url:
         yield V1Databases(Target("postgres", url), Target("postgres", url))
-    finally:
-        pg.drop_database(name)
 
 
 def migrated(event_id: str, sku: str, qty: int) -> dict[str, Any]:

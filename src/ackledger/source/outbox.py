@@ -318,8 +318,10 @@ class Outbox(Database):
             return tx.outbox_event(event_id)
 
     def order(self, event_id: str) -> dict[str, Any] | None:
-        self._db.ensure_lab()
+        """The lab order of this id, or None. Only reads: without the lab's tables, None."""
         with self._db.read() as tx:
+            if not self._db.has_table(tx, "orders"):
+                return None
             return tx.order_row(event_id)
 
     # --- operations: quarantine, requeue, statistics, retention ---------------------------
