@@ -161,6 +161,10 @@ def test_manage_py_ackledger_takes_the_database_from_settings(project: Project) 
     project.manage("ackledger", "requeue", "order-1")
     kinds = project.rows("SELECT kind FROM ackledger_outbox_log ORDER BY seq")
     assert kinds == [("quarantined",), ("requeued",)]
+    # Settings that name no usable database: one line, exit status 2, as the CLI's errors.
+    memory = project.manage("ackledger", "status", env={"SHOP_DB": ":memory:"}, check=False)
+    assert (memory.returncode, memory.stderr.count("\n")) == (2, 1), memory.stderr
+    assert "ackledger needs a SQLite file" in memory.stderr
     # Bad input: the command line's own one-line error and exit status.
     bad = project.manage("ackledger", "quarantine", "no-such-event", "--reason", "x", check=False)
     assert bad.returncode == 2

@@ -46,10 +46,15 @@ def with_database(argv: Sequence[str], target: str) -> list[str]:
 
 def run(argv: Sequence[str]) -> int:
     """Run the command line with the database of ackledger's alias; its exit status."""
-    from ..cli import main
+    from ..cli import fail, main
+    from .config import ImproperlyConfiguredError
     from .target import database_target
 
     words = list(argv)
     if not words or words[0] in ("-h", "--help"):
         return main([*words] or ["--help"])
-    return main(with_database(words, database_target()))
+    try:
+        target = database_target()
+    except ImproperlyConfiguredError as exc:
+        fail(str(exc))  # the command line's one line and exit status 2
+    return main(with_database(words, target))
