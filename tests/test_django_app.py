@@ -136,6 +136,22 @@ def test_receive_commits_the_models_write_with_the_receipt(project: Project) -> 
     assert project.rows("SELECT id, receipts FROM ackledger_inbox") == [("order-7", 2)]
 
 
+def test_the_newest_django_migration_names_the_newest_schema_version() -> None:
+    import importlib
+    import pkgutil
+
+    import ackledger.django.migrations as package
+    from ackledger.store.base import migrations
+
+    newest = max(info.name for info in pkgutil.iter_modules(package.__path__))
+    found = importlib.import_module(f"{package.__name__}.{newest}").SCHEMA_VERSION
+    for dialect in ("sqlite", "postgres"):
+        assert found == migrations(dialect)[-1][0], (
+            "ackledger's schema has a newer migration: add a Django migration that runs "
+            "the migrator again (manage.py migrate would leave the tables behind)"
+        )
+
+
 def test_the_database_option_each_command_gets() -> None:
     db = "/srv/shop.db"
     assert with_database(["relay", "--to", "http://x/events"], db) == [

@@ -9,6 +9,11 @@ from typing import Any
 
 from django.db import migrations, models
 
+#: The newest of ackledger's own schema migrations when this one was written. A release that
+#: adds one ships a Django migration that runs ``upgrade`` again and names the new number
+#: (tests/test_django_app.py holds the newest Django migration to it).
+SCHEMA_VERSION = 11
+
 
 def upgrade(apps: Any, schema_editor: Any) -> None:
     from ackledger.django.config import alias
