@@ -65,7 +65,8 @@ def test_sqlite3_page(tmp_path: Path) -> None:
     assert events == [("o-1001", "/orders-service", "com.example.order.placed")]
 
 
-@pytest.mark.parametrize("page", ["psycopg", "sqlalchemy", "django"])
+# django.md is a whole project (an installed app): tests/test_django_docs.py builds and runs it.
+@pytest.mark.parametrize("page", ["psycopg", "sqlalchemy"])
 def test_postgres_pages(page: str, tmp_path: Path, pg_empty_url: str) -> None:
     run_page(page, tmp_path, pg_empty_url)
     orders = {row[0] for row in pg.rows(pg_empty_url, "SELECT id FROM shop_orders")}
