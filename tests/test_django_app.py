@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from ackledger import Outbox, new_event
-from ackledger._dev.procs import start_service
 from ackledger.django.commands import with_database
+from ackledger.ops.processes import start_service
 
 from .djangohelp import KINDS, PROJECT, Project, project_on
 

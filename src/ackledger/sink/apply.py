@@ -99,13 +99,20 @@ def take_arrival(tx: Tx) -> None:
 
 
 def apply_runs(
-    tx: Tx, runs: Sequence[Sequence[Item]], now: float, awaiter: Awaiter | None
+    tx: Tx,
+    runs: Sequence[Sequence[Item]],
+    now: float,
+    awaiter: Awaiter | None,
+    *,
+    handler_arg: object = None,
 ) -> list[BatchResult]:
     """Apply ``runs`` in ``tx``; each run's result as if it were applied alone after the
-    runs before it. The caller commits (a rolled-back attempt applied and counted nothing)."""
+    runs before it. The caller commits (a rolled-back attempt applied and counted nothing).
+    Handlers get ``handler_arg`` as their first argument (the caller's own connection, for
+    ``receive(using=)``), or else a ``HandlerTransaction`` on ``tx``."""
     total = sum(map(len, runs))
     before, owed = tx.inbox_reserve_arrivals(total)
-    walk = _Walk(tx, now, awaiter, before + 1, guarded=total > 1)
+    walk = _Walk(tx, now, awaiter, before + 1, guarded=total > 1, handler_arg=handler_arg)
     results: list[BatchResult] = []
     start = 0
     while start < len(runs):
@@ -121,7 +128,14 @@ class _Walk:
     """One walk of the runs: the claims of the current statement and what is counted."""
 
     def __init__(
-        self, tx: Tx, now: float, awaiter: Awaiter | None, arrival: int, *, guarded: bool
+        self,
+        tx: Tx,
+        now: float,
+        awaiter: Awaiter | None,
+        arrival: int,
+        *,
+        guarded: bool,
+        handler_arg: object = None,
     ) -> None:
         self.tx = tx
         #: A savepoint per handler: only where the transaction holds more than its event.
@@ -130,7 +144,7 @@ class _Walk:
         self.awaiter = awaiter
         #: The next event's arrival number.
         self.arrival = arrival
-        self.handler_tx = HandlerTransaction(tx)
+        self.handler_tx = HandlerTransaction(tx) if handler_arg is None else handler_arg
         self.tally: dict[str, int] = {}
         #: Identities the current statement claimed whose first event the walk has not
         #: reached yet (that event is the new one).

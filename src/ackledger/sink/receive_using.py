@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
-from .._core.idempotency import Outcome
 from ..envelope import fingerprint_of, validate_encoded
-from ..errors import Conflict, NoHandler
+from ..errors import NoHandler
 from ..event_types import EventTypes
 from ..store import Tx
-from .handler_call import async_refused, call_handler, is_async_handler
-
-_APPLIED_COUNTER = "sink.applied"
-_DUPLICATE_COUNTER = "sink.duplicate"
+from .apply import Item, LoneFailed, apply_runs
+from .handler_call import async_refused, is_async_handler
+from .handler_tx import Handler
 
 
 def receive_using(
@@ -35,6 +33,7 @@ def receive_using(
 ) -> str:
     """Apply ``event`` once on ``tx`` (a borrowed ``Tx``, ``store.borrowed.borrow``), calling
     its handler as ``handler(handler_arg, event)``; returns ``"applied"`` or ``"duplicate"``.
+    The inbox's one algorithm (``apply.apply_runs``) does it, in the caller's transaction.
 
     Raises InvalidEvent, NoHandler (an ``async def`` handler: NotAwaited) before writing;
     Conflict for the same identity with other content, or what the handler raised: the
@@ -46,21 +45,15 @@ def receive_using(
         raise NoHandler(f"no handler for event type {found['type']!r}")
     if is_async_handler(handler):
         raise async_refused(handler, found["type"])
-    fingerprint = fingerprint_of(found, text)
-    source, event_id = found["source"], found["id"]
-    now = time.time()
-    before, owed = tx.inbox_reserve_arrivals(1)
-    claim = tx.inbox_claim(
-        source, event_id, fingerprint, type=found["type"], now=now, arrival=before + 1
-    )
-    if claim.outcome is Outcome.CONFLICT:
-        raise Conflict(
-            f"event {event_id!r} of {source!r} is already in the inbox with other content"
-        )
-    if claim.outcome is Outcome.DUPLICATE:
-        tx.inbox_note_receipt(source, event_id, now, before + 1)
-        tx.counters_bump({**owed, _DUPLICATE_COUNTER: 1})
-        return Outcome.DUPLICATE.value
-    call_handler(handler, handler_arg, found, None)
-    tx.counters_bump({**owed, _APPLIED_COUNTER: 1})
-    return Outcome.APPLIED.value
+    # Its first argument is the caller's object, not a HandlerTransaction: the walk hands it
+    # ``handler_arg``.
+    run = cast(Handler, handler)
+    item = Item(found, fingerprint_of(found, text), run, (found["source"], found["id"]))
+    try:
+        (result,) = apply_runs(tx, [[item]], time.time(), None, handler_arg=handler_arg)
+    except LoneFailed as failed:
+        # The caller rolls its transaction back: the handler's own error is what it sees.
+        raise failed.__cause__ or failed from None
+    if result.error is not None:
+        raise result.error
+    return result.statuses[0]
