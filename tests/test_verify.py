@@ -219,7 +219,9 @@ def test_ctrl_c_drops_the_scratch_databases() -> None:
             time.sleep(0.05)
         time.sleep(1)  # into the schedule: its processes are running
         process.send_signal(signal.SIGINT)
-        assert process.wait(60) == 130
+        code = process.wait(60)
+        out, err = process.communicate()
+        assert code == 130, out + err
     finally:
         process.kill()
         process.communicate()
