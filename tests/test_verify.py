@@ -208,9 +208,12 @@ def test_an_unreachable_postgres_server_is_exit_4(capsys: pytest.CaptureFixture[
 def test_ctrl_c_drops_the_scratch_databases() -> None:
     pg.require_postgres()
     before = set(scratch_names(pg.ADMIN_URL, PREFIX))
+    # SIGINT as a terminal gives it: a test runner started in the background (``cmd &`` in a
+    # shell without job control) ignores SIGINT, and its children would inherit that.
     process = subprocess.Popen(
         cli_command("verify", "--source", pg.ADMIN_URL, "--schedules", "5", "--seed", "1"),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 60
