@@ -249,3 +249,19 @@ def test_a_read_only_console_refuses_before_reading_the_form(scene: Scene) -> No
         huge = "reason=" + "x" * (64 * 1024)
         answer = _post(app, "/quarantine", huge)
         assert answer.status_code == 403 and "read-only" in answer.text
+
+
+def test_the_overview_shows_a_partition_held_by_a_relay_s_lease(
+    scene: Scene, app: InProcess
+) -> None:
+    from ackledger.relay.leases import PartitionLeases
+
+    with Outbox(scene.source) as outbox:
+        before = outbox.stats()["pending"]
+        assert before > 0
+        lease = PartitionLeases(outbox, "relay-gone", ttl=120).claim()
+        assert lease is not None
+    page = _get(app, "/").text
+    assert "partitions held by a lease" in page
+    assert f"held by a lease of relay-gone until {time.strftime('%Y-%m-%d')}" in page
+    assert f'data-partition="{lease.partition}"' in page

@@ -437,7 +437,7 @@ def test_relay_stops_on_a_poison_event_with_exit_3_and_one_last_line(tmp_path: P
     _outbox(source, _event("p0"))
     log = tmp_path / "relay.log"
     url = f"{SERVER}?subject=nowhere{uuid.uuid4().hex[:8]}"
-    relay = start_relay(source, url, log, "--batch")
+    relay = start_relay(source, url, log, "--batch", "--on-poison", "stop")
     try:
         assert relay.process.wait(60) == 3
     finally:

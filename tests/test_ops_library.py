@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from ackledger import Inbox, Outbox, UnsafeTarget, new_event
+from ackledger._core.timestamps import utc_timestamp
 from ackledger.ops import status as status_module
 from ackledger.ops.databases import existing_database
 from ackledger.ops.listings import pending_table, quarantined_table
 from ackledger.ops.status import Status, read_status, service_counters
-from ackledger.ops.timestamps import utc_timestamp
 from ackledger.ops.trace import trace, trace_text
 from ackledger.store.schema import upgrade_schema
 

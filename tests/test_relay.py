@@ -235,7 +235,7 @@ def test_a_poison_event_stops_the_relay_under_the_stop_policy_with_an_alert(
     _poison_source(source)
     relay = start_relay(
         source, poisoned_sink.base_url + "/events", tmp_path / "relay.log",
-        "--log-format", "json", *(["--batch"] if batch else []),
+        "--log-format", "json", "--on-poison", "stop", *(["--batch"] if batch else []),
     )  # fmt: skip
     try:
         assert relay.process.wait(60) == 3

@@ -27,7 +27,12 @@ class NotAcknowledged(AckledgerError):
     """The receiver did not answer with an exact acknowledgement."""
 
     def __init__(
-        self, message: str | None = None, *, status: int | None = None, permanent: bool = False
+        self,
+        message: str | None = None,
+        *,
+        status: int | None = None,
+        permanent: bool = False,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message)
         #: The HTTP status of the answer, when there was one (a 4xx says: do not retry).
@@ -35,6 +40,8 @@ class NotAcknowledged(AckledgerError):
         #: The receiver said "never as it is" without an HTTP status (a broker's return of an
         #: unroutable message): a poison event, like a 4xx.
         self.permanent = permanent
+        #: Seconds a 429 or 503 answer asked to wait (its ``Retry-After``), or None.
+        self.retry_after = retry_after
 
 
 class UnsafeTarget(AckledgerError, ValueError):

@@ -118,7 +118,9 @@ def test_under_stop_a_poison_event_ends_the_relay_with_exit_3(
         inbox.receive(lab("bad", "tea", 99, source=outbox.source))
         outbox.accept({"id": "bad", "sku": "tea", "qty": 1})
     log = tmp_path / "relay.log"
-    relay = start_relay(pg_url, sink_service.base_url + "/events", "relay-s", log)
+    relay = start_relay(
+        pg_url, sink_service.base_url + "/events", "relay-s", log, "--on-poison", "stop"
+    )
     assert relay.wait(60) == 3, log.read_text()
     assert "poison" in log.read_text()
     with Outbox(pg_url) as outbox:

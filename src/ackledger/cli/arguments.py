@@ -52,6 +52,16 @@ def add_http_client(parser: argparse.ArgumentParser, what: str = "a target") -> 
     )  # fmt: skip
 
 
+def add_ack(parser: argparse.ArgumentParser) -> None:
+    """``--ack``: what an HTTP answer must be to count as the ACK (CONTRACT §13)."""
+    parser.add_argument(
+        "--ack", choices=("exact", "status"), default="exact",
+        help="HTTP targets: exact (default: only a 200 whose JSON echoes the event's id and "
+        "source) or status (any 2xx, for receivers that echo no identity: 201, 202, 204, an "
+        "empty 200; such marks are shown as '2xx without identity')",
+    )  # fmt: skip
+
+
 def int_between(low: int, high: int) -> Callable[[str], int]:
     """An argparse type: a whole number from ``low`` to ``high``."""
 

@@ -11,12 +11,12 @@ import json
 import sys
 import time
 
+from .._core.timestamps import utc_timestamp
 from ..event import check_identifier
 from ..ops.databases import is_url
 from ..ops.listings import quarantined_table, quarantined_text, requeued_lines
 from ..ops.reconcile import reconcile, reconcile_text
 from ..ops.status import is_service, read_status, service_url
-from ..ops.timestamps import utc_timestamp
 from ..ops.trace import trace, trace_text
 from ..store import is_postgres
 from ..wire.targets import base_url, check_target

@@ -6,14 +6,15 @@ import argparse
 
 from .._core.logline import FORMATS
 from ..relay import runner
-from ..relay.leases import check_owner, default_owner
-from ..relay.policy import POISON_POLICIES
+from ..relay.leases import DEFAULT_TTL, check_owner, default_owner
+from ..relay.policy import DEFAULT_ON_POISON, POISON_POLICIES
 from ..relay.settings import RelaySettings
 from ..source.inflight import MAX_INFLIGHT
 from ..source.marking import MARK_SYNCS
 from ..store import is_postgres
 from .arguments import (
     TO_HELP,
+    add_ack,
     add_http_client,
     add_source,
     add_synchronous,
@@ -38,12 +39,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     relay = commands.add_parser(
         "relay",
         help="the long-running relay: send what is pending, back off on failures",
-        description="Send pending events in order, marking each only on its exact ACK; poll "
-        "when idle; wait out transient failures (no connection, time-out, 5xx) with capped, "
-        "jittered exponential backoff; alert on a permanent one (a 4xx from the sink, but "
-        "408, 425 and 429; a broker's return of an unroutable message) and stop (exit 3) or "
-        "quarantine it. SIGTERM/SIGINT: finish the send "
-        "in flight, exit 0.",
+        description="Send pending events in order, marking each only on its ACK (the exact "
+        "ACK, unless --ack status); poll when idle; wait out transient failures (no "
+        "connection, time-out, 5xx) with capped, jittered exponential backoff, at least as "
+        "long as a 429's or 503's Retry-After (capped by --max-backoff); alert on a "
+        "permanent one (a 4xx from the sink, but 408, 425 and 429; a broker's return of an "
+        "unroutable message) and hold it (retried every --max-backoff seconds), stop (exit 3) "
+        "or quarantine it. SIGTERM/SIGINT: finish the send in flight, release any leases, "
+        "exit 0.",
     )
     add_source(relay)
     relay.add_argument(
@@ -76,7 +79,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )  # fmt: skip
     relay.add_argument(
         "--max-backoff", type=positive_float, default=30.0, metavar="SECONDS",
-        help="backoff cap (default 30)",
+        help="backoff cap, also of a 429's or 503's Retry-After, and the wait between tries "
+        "of a held poison event (default 30)",
     )  # fmt: skip
     relay.add_argument("--seed", type=whole_arg, help="seed the jitter (reproducible waits)")
     relay.add_argument(
@@ -89,8 +93,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "transaction pooling, where LISTEN does not work)",
     )  # fmt: skip
     relay.add_argument(
-        "--on-poison", choices=POISON_POLICIES, default="stop",
-        help="on a permanent failure: stop (default, exit 3) or quarantine it and go on",
+        "--on-poison", choices=POISON_POLICIES, default=DEFAULT_ON_POISON,
+        help="on a permanent failure (a poison event): hold (default: stay up, alert and try "
+        "it again every --max-backoff seconds; its partition waits, others go on; a fix or a "
+        "quarantine lets it go on), stop (exit 3: under a restarting supervisor, a crash "
+        "loop) or quarantine it and go on (a reorder)",
     )  # fmt: skip
     relay.add_argument("--metrics-port", type=port_arg, metavar="N", help="serve /metrics here")
     relay.add_argument(
@@ -98,6 +105,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     relay.add_argument("--log-format", choices=FORMATS, default="text", help="text or json")
     add_http_client(relay)
+    add_ack(relay)
     add_client_token(relay)
     lease = relay.add_argument_group(
         "PostgreSQL: one of N relays",
@@ -111,9 +119,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "(default: $POD_NAME, else HOSTNAME-PID)",
     )  # fmt: skip
     lease.add_argument(
-        "--lease-ttl", type=positive_float, default=30.0, metavar="SECONDS",
-        help="how long a lease lasts unrenewed; a crashed relay's partitions wait this long "
-        "(default 30)",
+        "--lease-ttl", type=positive_float, default=DEFAULT_TTL, metavar="SECONDS",
+        help="how long a lease lasts unrenewed: a killed relay's partitions wait at most this "
+        "long for another relay (a clean stop releases them at once). Every mark renews it, "
+        "so it must outlast one send (--timeout) with room to spare (default "
+        f"{DEFAULT_TTL:g}: twice the default time-out)",
     )  # fmt: skip
     lease.add_argument(
         "--single", action="store_true",
@@ -150,6 +160,7 @@ def cmd_relay(args: argparse.Namespace) -> int:
         inflight=args.inflight,
         allowed_hosts=tuple(args.allow_host),
         token=token_of(args),
+        ack=args.ack,
         base_backoff=args.base_backoff,
         max_backoff=args.max_backoff,
         seed=args.seed,

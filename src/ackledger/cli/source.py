@@ -15,6 +15,7 @@ from ..source.outbox import MAX_LISTING, Outbox
 from ..wire.sender import sender
 from .arguments import (
     TO_HELP,
+    add_ack,
     add_http_client,
     add_source,
     add_synchronous,
@@ -92,6 +93,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     send.add_argument("--limit", type=limit_arg, default=16, help="1-16 (default 16)")
     send.add_argument("--batch", action="store_true", help="send the batch in one request")
     add_http_client(send)
+    add_ack(send)
     add_client_token(send)
     send.add_argument(
         "--exit-after-ack",
@@ -164,8 +166,9 @@ def cmd_pending(args: argparse.Namespace) -> int:
 def cmd_dispatch(args: argparse.Namespace) -> int:
     # Refused before anything is opened.
     wire = sender(
-        args.to, timeout=args.timeout, allowed_hosts=args.allow_host, token=token_of(args)
-    )
+        args.to, timeout=args.timeout, allowed_hosts=args.allow_host, token=token_of(args),
+        ack=args.ack,
+    )  # fmt: skip
     crash = args.exit_after_ack
 
     def die_if_drilled(_: object) -> None:
@@ -174,7 +177,7 @@ def cmd_dispatch(args: argparse.Namespace) -> int:
             os._exit(crash)
 
     with open_outbox(args.source, args.synchronous) as outbox:
-        outbox.record_target(args.to)
+        outbox.record_target(args.to, ack=args.ack)
         try:
             if args.batch:
                 marked = dispatch_batch(
@@ -185,6 +188,9 @@ def cmd_dispatch(args: argparse.Namespace) -> int:
         except Exception as exc:
             left = outbox.pending(args.limit)
             print(f"stopped: {type(exc).__name__}: {exc}", file=sys.stderr)
+            wait = getattr(exc, "retry_after", None)
+            if wait is not None:
+                print(f"the receiver asks to wait {wait:g} s before the next try", file=sys.stderr)
             print(
                 f"still pending: {', '.join(item['id'] for item in left) or 'none'}",
                 file=sys.stderr,

@@ -22,6 +22,12 @@ ACK_MEANS = {
 }
 
 BROKERS = frozenset({"amqp", "nats"})
+#: How ``trace``, ``status`` and the metrics name a mark earned under ``ack="status"``.
+STATUS_ACK = "2xx without identity"
+_STATUS_MEANS = (
+    f"a {STATUS_ACK} (--ack status): the receiver answered 2xx, naming no event, so the mark "
+    "rests on its status alone"
+)
 
 
 def kind_of(target: str) -> str:
@@ -48,10 +54,11 @@ def target_for(targets: list[dict[str, Any]], row: dict[str, Any] | None) -> dic
     else:
         chosen = targets[-1]
     kind = kind_of(chosen["target"])
+    means = ACK_MEANS.get(kind, "an exact ACK of a sender this version does not know")
     return {
         "target": chosen["target"],
         "kind": kind,
         "started_at": chosen["started_at"],
-        "ack": ACK_MEANS.get(kind, "an exact ACK of a sender this version does not know"),
+        "ack": _STATUS_MEANS if chosen.get("ack") == "status" else means,
         "others": len(targets) - 1,
     }

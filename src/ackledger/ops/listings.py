@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from .timestamps import utc_timestamp
+from .._core.timestamps import utc_timestamp
 
 
 def pending_table(items: list[dict[str, Any]]) -> str:

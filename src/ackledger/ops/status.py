@@ -13,15 +13,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from .._core.timestamps import utc_timestamp
 from ..errors import AckledgerError
+from ..relay.leases import lease_words
 from ..sink.inbox import Inbox
 from ..source.outbox import Outbox
 from ..store import database_errors, is_postgres, without_password
 from ..wire.targets import base_url, check_target
 from ..wire.token import Token
+from .ack_kinds import STATUS_ACK
 from .databases import is_url
 from .probe import scrape
-from .timestamps import utc_timestamp
 
 #: The services whose counters ``status`` shows, in the order it shows them.
 SERVICES = ("sink", "ledger")
@@ -113,6 +115,12 @@ class Status:
             ("purged", report["purged"]),
             ("last error", last_error),
         ]
+        if report.get("ack"):
+            rows.append(("ack", report["ack"]))
+        rows += [
+            (f"partition {held['partition']}", lease_words(held) + f" ({held['pending']} pending)")
+            for held in report.get("held_by_lease", [])
+        ]
         sections: list[tuple[str, str, list[tuple[str, Any]]]] = [("outbox", self.location, rows)]
         for service in SERVICES:
             if service in report:
@@ -130,6 +138,13 @@ class Status:
             lines.append(f"{name:<7} {where}")
             lines += [f"  {label:<{width}} {value}" for label, value in found]
         return "\n".join(lines)
+
+
+def _ack_words(targets: list[dict[str, Any]]) -> str | None:
+    """What the latest relay's marks rest on, when it is not the exact ACK."""
+    if not targets or targets[-1]["ack"] != "status":
+        return None
+    return f"{STATUS_ACK}: {targets[-1]['target']} is relayed to with --ack status"
 
 
 def _shown(label: str, value: Any) -> Any:
@@ -159,6 +174,8 @@ def read_status(
     }
     with Outbox(source) as outbox:
         figures: dict[str, Any] = outbox.stats()
+        figures["held_by_lease"] = outbox.held_by_leases()
+        figures["ack"] = _ack_words(outbox.targets())
         location = outbox.backend.location
     if sink is not None and not is_service(sink):
         figures["sink"] = inbox_counters(sink)

@@ -12,8 +12,10 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .._core.timestamps import utc_timestamp
 from ..errors import AckledgerError
 from ..event import check_identifier
+from ..relay.leases import lease_words
 from ..sink.inbox import Inbox
 from ..source.outbox import Outbox
 from ..store import is_postgres, without_password
@@ -23,7 +25,6 @@ from ..wire.token import Token
 from .ack_kinds import BROKERS, target_for
 from .databases import existing_database, is_url
 from .probe import sink_receipt
-from .timestamps import utc_timestamp
 
 YES, NO, UNKNOWN, INFERRED = "yes", "no", "unknown", "inferred"
 
@@ -96,6 +97,7 @@ def trace(
         row = outbox.event(event_id)
         history = outbox.history(event_id)
         via = target_for(outbox.targets(), row)
+        held = None if row is None or row["sent"] else outbox.held_by_lease(event_id)
     receipt, sink_where, sink_error = None, "no --sink given", None
     if sink is not None:
         try:
@@ -118,7 +120,7 @@ def trace(
         _outbox_stage(row, history, source_shown),
         _sink_stage(seen, broker=broker),
         _ack_stage(row, seen, via),
-        _sent_stage(row, source_shown),
+        _sent_stage(row, source_shown, held),
     ]
     verdict = _verdict(order, row, receipt, sink_error, conflict)
     if broker:
@@ -337,7 +339,9 @@ def _unasked_verdict(row: dict[str, Any]) -> str:
     return "pending (the sink was not asked whether it has it)"
 
 
-def _sent_stage(row: dict[str, Any] | None, source: str) -> Stage:
+def _sent_stage(
+    row: dict[str, Any] | None, source: str, held: dict[str, Any] | None = None
+) -> Stage:
     where = f"outbox.sent in {source}"
     if row is None:
         return Stage("sent", UNKNOWN, "no row", where, "no outbox row to carry a mark")
@@ -353,6 +357,13 @@ def _sent_stage(row: dict[str, Any] | None, source: str) -> Stage:
             where,
             "quarantined: the relay does not send it until requeued",
         )
+    if held is not None:
+        # Not "sendable now" for any relay but the holder; a killed holder's lease must end.
+        return Stage(
+            "sent", NO, "not marked", where,
+            f"sent = 0: {lease_words(held)} (partition {held['partition']!r}); only that "
+            "relay sends it before then, another relay takes the partition over after",
+        )  # fmt: skip
     return Stage("sent", NO, "not marked", where, "sent = 0: the relay will send it (again)")
 
 

@@ -14,21 +14,29 @@ import math
 import os
 import socket
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from .._core.exact import is_number
+from .._core.timestamps import utc_timestamp
 from ..errors import LeaseLost
 from ..source.outbox import Outbox, check_limit
 from ..store.pending import PendingRow, pending_events
 
-DEFAULT_TTL = 30.0
+#: Marks renew a lease many times a second while busy; a send's time-out (default 5 s) must
+#: fit well inside it. A killed relay's partitions wait at most this long for a new holder.
+DEFAULT_TTL = 10.0
 MAX_TTL = 3600.0
 #: Claimers that race for the same partition: the losers look again this many times.
 CLAIM_TRIES = 3
 #: A leased partition's read takes this many selections at once (``LeasedPartition``).
 READ_AHEAD = 4
+
+
+def lease_words(lease: Mapping[str, Any]) -> str:
+    """``held by a lease of OWNER until TIME``: a partition only its lease's holder sends."""
+    return f"held by a lease of {lease['owner']} until {utc_timestamp(lease['until'])}"
 
 
 def check_owner(value: object) -> str:

@@ -55,6 +55,7 @@ from .policy import (
     Failure,
     describe,
     failure_of,
+    holding_poison,
     quarantine_reason,
     stopping_on_poison,
 )
@@ -167,6 +168,8 @@ class RelayCounts:
 
     attempted: int = 0
     succeeded: int = 0
+    #: Of ``succeeded``, those whose ACK was a 2xx without identity (``ack="status"``).
+    without_identity: int = 0
     failed: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FAILURE_CLASSES, 0))
     poison: dict[str, int] = field(default_factory=lambda: dict.fromkeys(POISON_POLICIES, 0))
     store_errors: int = 0
@@ -314,6 +317,7 @@ class Relay:
                 timeout=settings.timeout,
                 allowed_hosts=settings.allowed_hosts,
                 token=settings.token,
+                ack=settings.ack,
             )
         self._sends = _Sends(wire, self._stopping)
         if settings.inflight > 1 and self._sends.wire_split is None:
@@ -364,6 +368,8 @@ class Relay:
             self.idle.close()
             # The last batch's marks land before the relay reports that it stopped.
             self._marking.close()
+            # Then nothing needs a lease any more.
+            self.picker.stopped(self._note)
         if code == EXIT_STOPPED:
             self._note(logging.INFO, "stopped", "stop requested; the send in flight was finished")
         return code
@@ -373,7 +379,7 @@ class Relay:
         while not self._stopping():
             self._sent.flush_if_due()
             try:
-                pick = picker.pick()
+                pick = picker.pick(self._note)
                 if pick is None or not self._work(pick):
                     self.idle.wait(self._idle_seconds())
             except Exception as exc:
@@ -438,6 +444,8 @@ class Relay:
         finally:
             self.counts.succeeded = before + self._sends.acked
             self.counts.attempted += self._sends.acked
+            if self.settings.ack == "status":
+                self.counts.without_identity += self._sends.acked
             self._sends.round.end(self._sends.acked, self._sends.error)
 
     def classify(self, source: RelaySource, exc: Exception) -> Failure:
@@ -479,18 +487,23 @@ class Relay:
 
     def _on_transient(self, pick: Pick, failure: Failure) -> float:
         delay = pick.backoff.next_delay()
+        asked = ""
+        if failure.retry_after is not None:
+            # The receiver said when: at least that long, never past the cap.
+            delay = max(delay, min(failure.retry_after, self.settings.max_backoff))
+            asked = f" (Retry-After {failure.retry_after:g}s, capped at --max-backoff)"
         self.counts.consecutive_failures += 1
         self.counts.backoff_s = delay
         self._note(
             logging.WARNING, "send-failed",
-            f"{failure.message}; retrying in {delay:.2f}s",
+            f"{failure.message}; retrying in {delay:.2f}s{asked}",
             id=failure.event_id or "-", failure_class=failure.kind,
             failures_in_a_row=pick.backoff.failures, **pick.fields,
         )  # fmt: skip
         return delay
 
     def _on_poison(self, pick: Pick, failure: Failure) -> None:
-        """Alert on a permanent failure, then stop or quarantine it, as the policy says."""
+        """Alert on a permanent failure, then hold, stop or quarantine it, as the policy says."""
         event_id = failure.event_id or "?"
         policy = self.settings.on_poison
         self.counts.poison[policy] += 1
@@ -501,6 +514,16 @@ class Relay:
             id=event_id, status=failure.status if failure.status is not None else "-",
             **pick.fields,
         )  # fmt: skip
+        if policy == "hold":
+            # Treated as a failure that waits the longest backoff: alive, alerting each time.
+            wait = self.settings.max_backoff
+            self._note(
+                logging.ERROR, "holding-poison",
+                holding_poison(event_id, self.picker.outbox.backend.location, wait),
+                id=event_id, **pick.fields,
+            )  # fmt: skip
+            self._wait(pick.park(wait, self._note))
+            return
         if policy == "stop" or failure.event_id is None:
             self.poisoned = failure
             self._note(

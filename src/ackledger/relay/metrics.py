@@ -53,6 +53,11 @@ class RelayCollector(Collector):
         )
         yield _counter("sends_attempted", "Event sends this relay attempted.", counts.attempted)
         yield _counter("sends_succeeded", "Event sends acknowledged by the sink.", counts.succeeded)
+        yield _counter(
+            "sends_succeeded_without_identity",
+            "Of those, acknowledged by a 2xx without identity (--ack status): the receiver "
+            "named no event.", counts.without_identity,
+        )  # fmt: skip
         yield _by_label(
             "sends_failed", "Event sends that failed, by class (transient: retried; "
             "permanent: a 4xx).", "class", counts.failed,

@@ -27,11 +27,14 @@ from ..source.marking import Marking, MarksBehind, marking_for
 from ..source.outbox import Outbox
 from ..store.pending import PendingRow
 from .leased_marks import LeasedMarksBehind
-from .leases import Lease, LeasedPartition, PartitionLeases
+from .leases import Lease, LeasedPartition, PartitionLeases, lease_words
 from .policy import Failure
 from .settings import RelaySettings
 
 BATCHES_PER_LEASE = 16
+#: A lease unrenewed this long is told of by a relay that waits for it (a live holder
+#: renews at every mark, many times a second while busy).
+STALE_AFTER_S = 1.0
 
 
 class RelaySource(Source, Protocol):
@@ -91,11 +94,14 @@ class Picker(Protocol):
     def marking(self) -> Marking:
         """How dispatch marks what was acknowledged, for the relay's whole run."""
 
-    def pick(self) -> Pick | None:
+    def pick(self, note: Note) -> Pick | None:
         """The next thing to send from; None when there is nothing to do (the loop polls)."""
 
     def unreachable(self, exc: Exception, note: Note) -> float:
         """The store failed outside a round: how long to wait, or raise to end the relay."""
+
+    def stopped(self, note: Note) -> None:
+        """The relay stops cleanly: let go of whatever it still holds."""
 
 
 class WholeOutbox:
@@ -119,11 +125,14 @@ class WholeOutbox:
             return MarksBehind(self.outbox, self._marker)
         return marking_for(self.settings.mark_sync)
 
-    def pick(self) -> WholeOutbox:
+    def pick(self, note: Note) -> WholeOutbox:
         return self
 
     def unreachable(self, exc: Exception, note: Note) -> float:
         raise exc  # the single loop has always let these end the relay
+
+    def stopped(self, note: Note) -> None:
+        pass
 
     def again(self, marked: list[str]) -> bool:
         return False  # the loop picks again: polls when nothing was marked
@@ -177,10 +186,14 @@ class LeasedPartitions:
         self._rng = settings.rng() or random.Random()
         # One schedule per parked partition (a success forgets it), one for the database.
         self.parked: dict[str, Backoff] = {}
+        #: The leases kept, unrenewed, on parked partitions: released when the relay stops.
+        self.parked_leases: dict[str, Lease] = {}
         self._database = self.new_backoff()
         self._marker = marker
         #: The marking strategy handed to the loop (a pick settles it before its release).
         self.marks: Marking = marking_for(settings.mark_sync)
+        #: The other relays' leases already told of (partition, token): one line each.
+        self._told: set[tuple[str, int]] = set()
 
     def new_backoff(self) -> Backoff:
         return self.settings.backoff(self._rng)
@@ -195,13 +208,48 @@ class LeasedPartitions:
             self.marks = LeasedMarksBehind(self.leases, self._marker)
         return self.marks
 
-    def pick(self) -> _Partition | None:
+    def pick(self, note: Note) -> _Partition | None:
         lease = self.leases.claim()
         self._database.reset()
         if lease is None:
+            self._tell_held(note)
             return None
         self.report.leases += 1
         return _Partition(self, lease)
+
+    def _tell_held(self, note: Note) -> None:
+        """Say once per lease why pending events wait: another relay's lease that is not
+        being renewed (its relay died, or parked the partition after a failure)."""
+        held = [
+            lease for lease in self.outbox.held_by_leases()
+            if lease["owner"] != self.settings.owner and lease["unrenewed_s"] >= STALE_AFTER_S
+        ]  # fmt: skip
+        for lease in held:
+            key = (lease["partition"], lease["token"])
+            if key in self._told:
+                continue
+            self._told.add(key)
+            note(
+                logging.WARNING, "lease-held",
+                f"partition {lease['partition']!r} waits: {lease_words(lease)}, not renewed "
+                f"for {lease['unrenewed_s']:.0f}s (its relay died or backs off); taken over "
+                "when it ends", partition=lease["partition"], holder=lease["owner"],
+                pending=lease["pending"],
+            )  # fmt: skip
+
+    def stopped(self, note: Note) -> None:
+        # A parked partition's lease would hold it for the rest of its backoff: let it go, so
+        # another relay retries it as soon as its backoff would have let this one.
+        for lease in self.parked_leases.values():
+            try:
+                self.leases.release(lease)
+            except Exception as exc:  # it ends by itself anyway; the stop must not fail
+                note(
+                    logging.WARNING,
+                    "release-failed",
+                    f"could not release {lease.partition!r}: {exc}",
+                )
+        self.parked_leases.clear()
 
     def unreachable(self, exc: Exception, note: Note) -> float:
         self.report.failures += 1
@@ -221,6 +269,7 @@ class _Partition:
         self.view = LeasedPartition(picker.leases, lease)
         self.source: RelaySource = self.view
         key = lease.partition
+        picker.parked_leases.pop(key, None)  # its park ended: this lease is a new one
         self.backoff = picker.parked.get(key) or picker.new_backoff()
         self.fields: dict[str, object] = {"partition": key}
         self._rounds = 0
@@ -243,6 +292,7 @@ class _Partition:
         self._picker.parked[self.view.partition] = self.backoff
         try:
             self.view.renew(delay)
+            self._picker.parked_leases[self.view.partition] = self.view.lease
         except Exception as exc:  # the lease is gone or the database is: either way, move on
             note(logging.WARNING, "park-failed", f"could not park {self.view.partition!r}: {exc}")
         return 0.0

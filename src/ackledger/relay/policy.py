@@ -4,8 +4,10 @@ A failed send is *transient* (no connection, a time-out, a 5xx, an answer that i
 a "not now" 4xx: wait and try the same event again) or *permanent* (the sink answered 4xx:
 this event will never be accepted as it is). A broker's sender speaks in the same codes
 (``wire.nats``: no stream for the subject is 404, an error PubAck keeps its own 400 or 503,
-a time-out raises). A permanent failure is a poison event: by policy the relay stops (exit 3)
-or quarantines it and goes on with the events behind it.
+a time-out raises). A permanent failure is a poison event: by policy the relay holds it (the
+default: stays up, alerts and tries it again every ``--max-backoff`` seconds, so a fix or an
+operator's quarantine lets it go on, and a restart is no crash loop), stops (exit 3), or
+quarantines it and goes on with the events behind it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from ..wire.sender import Refusal
 TRANSIENT = "transient"
 PERMANENT = "permanent"
 FAILURE_CLASSES = (TRANSIENT, PERMANENT)
-POISON_POLICIES = ("stop", "quarantine")
+POISON_POLICIES = ("hold", "stop", "quarantine")
+DEFAULT_ON_POISON = "hold"
 
 EXIT_STOPPED = 0
 #: The relay stopped on a poison event under ``--on-poison stop``.
@@ -32,7 +35,7 @@ _RETRYABLE_4XX = frozenset({408, 425, 429})
 
 def check_on_poison(value: object) -> str:
     if not isinstance(value, str) or value not in POISON_POLICIES:
-        raise ValueError(f"on_poison: must be stop or quarantine, got {value!r}")
+        raise ValueError(f"on_poison: must be hold, stop or quarantine, got {value!r}")
     return value
 
 
@@ -51,6 +54,8 @@ class Failure:
     kind: str
     message: str
     status: int | None = None
+    #: Seconds the receiver asked to wait (a 429's or 503's ``Retry-After``), or None.
+    retry_after: float | None = None
 
 
 def describe(exc: BaseException) -> str:
@@ -67,21 +72,32 @@ def failure_of(exc: Exception, refusal: Refusal | None, event_id: str | None = N
         kind = PERMANENT if refusal.permanent else failure_class(status)
         return Failure(refusal.event_id, kind, text, status)
     status = exc.status if isinstance(exc, NotAcknowledged) else None
+    wait = exc.retry_after if isinstance(exc, NotAcknowledged) else None
     # An event the outbox holds but the sender refuses to send can never go as it is; a
     # broker that returns it as unroutable says the same.
     never = isinstance(exc, InvalidEvent) or (isinstance(exc, NotAcknowledged) and exc.permanent)
     kind = PERMANENT if never else failure_class(status)
-    return Failure(event_id, kind, describe(exc), status)
+    return Failure(event_id, kind, describe(exc), status, wait)
+
+
+def poison_hint(event_id: str, source: str) -> str:
+    """What the operator does about a poison event, as commands that run as printed
+    (``source``: the outbox as shown, never its password)."""
+    where = f"{shlex.quote(event_id)} --source {shlex.quote(source)}"
+    return (
+        f"inspect with `ackledger trace {where}`, fix the cause, then "
+        f"`ackledger quarantine {where} --reason 'refused by the sink'` or correct the sink"
+    )
 
 
 def stopping_on_poison(event_id: str, source: str) -> str:
-    """The last line of a relay that stops on a poison event: what the operator does next,
-    as commands that run as printed (``source``: the outbox as shown, never its password)."""
-    where = f"{shlex.quote(event_id)} --source {shlex.quote(source)}"
-    return (
-        f"stopping: inspect with `ackledger trace {where}`, fix the cause, then "
-        f"`ackledger quarantine {where} --reason 'refused by the sink'` or correct the sink"
-    )
+    """The last line of a relay that stops on a poison event."""
+    return "stopping: " + poison_hint(event_id, source)
+
+
+def holding_poison(event_id: str, source: str, wait: float) -> str:
+    """The line of a relay that holds a poison event, each time it tries it again."""
+    return f"holding it, trying again in {wait:g}s: " + poison_hint(event_id, source)
 
 
 def quarantine_reason(failure: Failure) -> str:

@@ -59,10 +59,11 @@ def run(
         timeout=settings.timeout,
         allowed_hosts=settings.allowed_hosts,
         token=settings.token,
+        ack=settings.ack,
     )
     try:
         with Outbox(source, synchronous=synchronous) as outbox:
-            outbox.record_target(settings.url)
+            outbox.record_target(settings.url, ack=settings.ack)
             after = _pause_after(pause_after_acks)
             # --pipeline: the marks' own connection (a second Outbox on the same database).
             marker = Outbox(source, synchronous=synchronous) if settings.pipeline else None

@@ -14,11 +14,12 @@ from .._core.exact import is_number
 from ..source.inflight import check_inflight
 from ..source.marking import check_mark_sync
 from ..source.outbox import MAX_BATCH, check_limit
+from ..wire.ack import check_ack
 from ..wire.sender import check_url
 from ..wire.targets import check_timeout
 from ..wire.token import Token
 from .leases import DEFAULT_TTL, check_owner, check_ttl
-from .policy import check_on_poison
+from .policy import DEFAULT_ON_POISON, check_on_poison
 
 #: The first backoff ceiling when none is given (smaller if the cap is smaller).
 BASE_BACKOFF_S = 0.1
@@ -32,7 +33,7 @@ class RelaySettings:
     limit: int = MAX_BATCH
     #: Seconds to wait when nothing is pending (or no partition can be leased).
     poll_interval: float = 0.5
-    on_poison: str = "stop"
+    on_poison: str = DEFAULT_ON_POISON
     #: On PostgreSQL, also wake when a publish commits (LISTEN/NOTIFY); the poll stays. Off
     #: where LISTEN cannot work, e.g. through a PgBouncer in transaction pooling mode.
     listen: bool = True
@@ -40,6 +41,8 @@ class RelaySettings:
     allowed_hosts: tuple[str, ...] = ()
     #: The sink's bearer token (HTTP targets only); its repr hides it.
     token: Token | None = None
+    #: HTTP targets: ``exact`` (the identity-echo ACK) or ``status`` (any 2xx is the ACK).
+    ack: str = "exact"
     #: Per-item rounds: fsync every mark ("each") or the last of each round ("last"; see
     #: ``dispatch``). A batch round's marks are one transaction either way.
     mark_sync: str = "each"
@@ -89,6 +92,8 @@ class RelaySettings:
                     f"targets, not {scheme}://"
                 )
         check_on_poison(self.on_poison)
+        if check_ack(self.ack) == "status" and not self.url.lower().startswith("http"):
+            raise ValueError("ack: 'status' is for http:// and https:// targets")
         if not isinstance(self.listen, bool):
             raise ValueError(f"listen: must be True or False, got {self.listen!r}")
         value = self.poll_interval

@@ -30,7 +30,7 @@ from ..event_types import EventTypes
 from ..store import Tx
 from ..store.borrowed import borrow, same_database
 from ..store.borrowed_async import run_borrowed
-from ..store.outbox import MARK_CHUNK, SOURCE_KEY, TARGET_KEY
+from ..store.outbox import MARK_CHUNK, SOURCE_KEY, STATUS_ACK_NOTE, TARGET_KEY
 from ..store.pending import PendingRow, pending_events
 from ..wire.sender import shown
 
@@ -343,6 +343,18 @@ class Outbox(Database):
         with self._db.read() as tx:
             return tx.outbox_event(event_id)
 
+    def held_by_lease(self, event_id: str) -> dict[str, Any] | None:
+        """The live lease on this event's partition (``partition``, ``owner``, ``until``):
+        only its holder sends the partition's events until then. None when there is none."""
+        with self._db.read() as tx:
+            return tx.lease_holding(event_id)
+
+    def held_by_leases(self) -> list[dict[str, Any]]:
+        """Every live lease over pending events: ``partition``, ``owner``, ``until`` and how
+        many events it holds (``pending``). A killed holder's lease shows here until it ends."""
+        with self._db.read() as tx:
+            return tx.lease_held()
+
     def order(self, event_id: str) -> dict[str, Any] | None:
         """The lab order of this id, or None. Only reads: without the lab's tables, None."""
         with self._db.read() as tx:
@@ -417,22 +429,29 @@ class Outbox(Database):
             row["detail"] = json.loads(row["detail"])
         return rows
 
-    def record_target(self, url: str) -> None:
+    def record_target(self, url: str, *, ack: str = "exact") -> None:
         """Note that a relay (or ``ackledger dispatch``) starts sending this outbox to ``url``
         now, so ``trace`` can say which kind of ACK a later mark stands for. One small write
-        per start, none per event; ``url`` is stored as it may be printed (no password)."""
-        name = TARGET_KEY + shown(url)
+        per start, none per event; ``url`` is stored as it may be printed (no password), with
+        ``ack="status"`` (any 2xx) noted after it: a URL never holds a space."""
+        if ack not in ("exact", "status"):
+            raise ValueError(f"ack: must be 'exact' or 'status', got {ack!r}")
+        name = TARGET_KEY + shown(url) + (STATUS_ACK_NOTE if ack == "status" else "")
         with self._db.write() as tx:
             tx.meta_set(name, repr(time.time()))
 
     def targets(self) -> list[dict[str, Any]]:
-        """The targets relays have sent this outbox to, each with the time of its latest
-        start (``started_at``), oldest start first."""
+        """The targets relays have sent this outbox to, each with its ACK rule (``ack``:
+        ``exact`` or ``status``) and the time of its latest start (``started_at``), oldest
+        start first."""
         with self._db.read() as tx:
             rows = tx.meta_under(TARGET_KEY)
-        found = [
-            {"target": name[len(TARGET_KEY) :], "started_at": float(value)} for name, value in rows
-        ]
+        found = []
+        for name, value in rows:
+            target = name[len(TARGET_KEY) :]
+            ack = "status" if target.endswith(STATUS_ACK_NOTE) else "exact"
+            target = target.removesuffix(STATUS_ACK_NOTE)
+            found.append({"target": target, "ack": ack, "started_at": float(value)})
         return sorted(found, key=lambda target: target["started_at"])
 
     def stats(self) -> dict[str, Any]:

@@ -81,6 +81,27 @@ SELECT partition_key, owner, token, acquired_at, renewed_at, expires_at,
 FROM ackledger_partition_leases ORDER BY partition_key
 """
 
+# Live leases over partitions with pending events: what holds those events back from every
+# relay but the holder (a holder killed holds them until the lease ends).
+_HELD = """
+SELECT l.partition_key, l.owner, l.expires_at, l.token, {now} - l.renewed_at, COUNT(o.seq)
+FROM ackledger_partition_leases l
+JOIN ackledger_outbox o
+  ON o.partition_key = l.partition_key AND o.sent = 0 AND o.quarantined = 0
+WHERE l.expires_at > {now}
+GROUP BY l.partition_key, l.owner, l.expires_at, l.token, l.renewed_at
+ORDER BY l.partition_key
+"""
+
+_HOLDING = """
+SELECT l.partition_key, l.owner, l.expires_at, l.token, {now} - l.renewed_at
+FROM ackledger_partition_leases l
+JOIN ackledger_outbox o ON o.partition_key = l.partition_key
+WHERE o.id = ? AND l.expires_at > {now}
+"""
+
+HELD_COLUMNS = ("partition", "owner", "until", "token", "unrenewed_s", "pending")
+
 _IN_PARTITION = "SELECT 1 FROM ackledger_outbox WHERE id = ? AND partition_key = ?"
 
 LEASE_COLUMNS = ("partition", "owner", "token", "acquired_at", "renewed_at", "expires_at", "live")
@@ -192,6 +213,16 @@ class LeaseQueries(CounterQueries):
             (key, limit),
         )
         return pending_rows(rows)
+
+    def lease_held(self) -> list[dict[str, Any]]:
+        """Live leases of partitions with pending events, each with how many it holds."""
+        rows = self.execute(self._lease_sql(_HELD))
+        return [dict(zip(HELD_COLUMNS, row, strict=True)) for row in rows]
+
+    def lease_holding(self, event_id: str) -> dict[str, Any] | None:
+        """The live lease on the partition of event ``event_id`` (by id), or None."""
+        row = self.one(self._lease_sql(_HOLDING), (event_id,))
+        return None if row is None else dict(zip(HELD_COLUMNS[:5], row, strict=True))
 
     def lease_rows(self) -> list[dict[str, Any]]:
         """Every lease row, live or not, by partition."""

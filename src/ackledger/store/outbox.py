@@ -26,6 +26,8 @@ QUARANTINED_COLUMNS = (
 SOURCE_KEY = "outbox.source"
 #: ackledger_meta names under which relays note their targets: "relay.target:<url>".
 TARGET_KEY = "relay.target:"
+#: After a target's URL: its relay took any 2xx as the ACK (``ack="status"``).
+STATUS_ACK_NOTE = " ack=status"
 LOG_COLUMNS = ("seq", "event_id", "kind", "detail", "at")
 PURGED_SENT = "outbox.purged_sent"
 PURGED_ATTEMPTS = "outbox.purged_attempts"

@@ -133,8 +133,9 @@ def kept_answer() -> object:
     return _Answer()
 
 
-def read_answer(sock: Receiver, kept: object = None) -> tuple[int, bytes, bool]:
-    """Read one answer: (status, body, whether the connection may carry another request).
+def read_answer(sock: Receiver, kept: object = None) -> tuple[int, bytes, bool, bytes | None]:
+    """Read one answer: (status, body, whether the connection may carry another request, its
+    ``Retry-After`` value if any).
     ``kept`` is the connection's own reader from ``kept_answer`` (else one for this answer)."""
     if isinstance(kept, _Answer):
         answer = kept
@@ -149,4 +150,5 @@ def read_answer(sock: Receiver, kept: object = None) -> tuple[int, bytes, bool]:
             raise closed_early(answer.read > 0)
         answer.feed(data)
     assert answer.framing is not None  # a complete answer has had its head judged
-    return answer.framing.status, b"".join(answer.body), answer.framing.keep
+    rules = answer.framing
+    return rules.status, b"".join(answer.body), rules.keep, rules.retry_after

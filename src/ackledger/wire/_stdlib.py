@@ -134,8 +134,9 @@ def kept_answer() -> object:
     return None
 
 
-def read_answer(sock: Receiver, kept: object = None) -> tuple[int, bytes, bool]:
-    """Read one answer: (status, body, whether the connection may carry another request)."""
+def read_answer(sock: Receiver, kept: object = None) -> tuple[int, bytes, bool, bytes | None]:
+    """Read one answer: (status, body, whether the connection may carry another request, its
+    ``Retry-After`` value if any)."""
     source = _Source(sock)
     response = _Response(cast(socket.socket, source))  # it only asks for makefile()
     try:
@@ -158,4 +159,4 @@ def read_answer(sock: Receiver, kept: object = None) -> tuple[int, bytes, bool]:
         raise closed_early()
     if source.buf:
         raise longer_than_declared(rules.status)
-    return rules.status, body, rules.keep
+    return rules.status, body, rules.keep, rules.retry_after

@@ -1,7 +1,8 @@
 """What counts as an acknowledgement: pure rules over an answer's status and body.
 
 A single event is acknowledged only by a 200 whose JSON object says ``"ack": true`` and names
-that very event's identity (``id`` and ``source``). A batch answer acknowledges the prefix of
+that very event's identity (``id`` and ``source``); under ``ack="status"`` (receivers that
+echo no identity) any 2xx is the ACK, body unread. A batch answer acknowledges the prefix of
 items, in order, that each name the identity sent at their place with ``"ack": true``; an item
 naming another ends the prefix there; an item that is not an object, or more items than were
 sent, make the whole answer unusable. Nothing here touches a socket.
@@ -9,7 +10,9 @@ sent, make the whole answer unusable. Nothing here touches a socket.
 
 from __future__ import annotations
 
+import email.utils
 import json
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,10 +29,52 @@ class BatchAnswer:
     error: dict[str, Any] | None
 
 
-def answer_json(status: int, data: bytes) -> Any:
+#: What an HTTP answer must be to acknowledge: v2's identity echo, or any 2xx.
+ACK_MODES = ("exact", "status")
+#: The statuses whose ``Retry-After`` says when to try again.
+_WAIT_STATUSES = frozenset({429, 503})
+
+
+def check_ack(value: object) -> str:
+    if not isinstance(value, str) or value not in ACK_MODES:
+        raise ValueError(f"ack: must be 'exact' or 'status', got {value!r}")
+    return value
+
+
+def retry_after_seconds(value: bytes | None, now: float | None = None) -> float | None:
+    """A ``Retry-After`` value in seconds from ``now``: delay-seconds or an HTTP-date (a
+    date passed is 0); None when absent or neither."""
+    if value is None:
+        return None
+    text = value.decode("latin-1").strip()
+    if text.isdigit():
+        return float(int(text[:12]))
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # an HTTP-date is GMT; a date without a zone is taken as such
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def refusal(status: int, data: bytes, retry_after: bytes | None = None) -> NotAcknowledged:
+    """The refusal that a status other than the ACK's stands for (with a 429's or 503's wait)."""
+    wait = retry_after_seconds(retry_after) if status in _WAIT_STATUSES else None
+    return NotAcknowledged(status_message(status, data), status=status, retry_after=wait)
+
+
+def status_ack(status: int, data: bytes, retry_after: bytes | None = None) -> bool:
+    """``ack="status"``: any 2xx acknowledges, whatever the body; anything else is refused."""
+    if not 200 <= status < 300:
+        raise refusal(status, data, retry_after)
+    return True
+
+
+def answer_json(status: int, data: bytes, retry_after: bytes | None = None) -> Any:
     """The parsed JSON of a 200 answer; any other status, or a body not JSON, is refused."""
     if status != 200:
-        raise NotAcknowledged(status_message(status, data), status=status)
+        raise refusal(status, data, retry_after)
     try:
         return loads(data)
     except (ValueError, UnicodeDecodeError):

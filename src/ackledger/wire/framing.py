@@ -20,7 +20,8 @@ MAX_ANSWER_BYTES = 64 * 1024
 MAX_HEAD_BYTES = 16 * 1024
 MAX_HEADERS = 100
 #: The header fields the rules read; a parser hands over only these (lower-case names).
-FRAMING_FIELDS = frozenset({b"content-length", b"transfer-encoding", b"connection"})
+#: ``Retry-After`` frames nothing: it is kept for the answer's judge (a 429's or 503's wait).
+FRAMING_FIELDS = frozenset({b"content-length", b"transfer-encoding", b"connection", b"retry-after"})
 
 
 class Receiver(Protocol):
@@ -37,6 +38,8 @@ class Framing:
     chunked: bool
     #: Whether the connection may carry another request after this answer.
     keep: bool
+    #: The answer's ``Retry-After`` value as sent, if it had one.
+    retry_after: bytes | None = None
 
     @property
     def until_close(self) -> bool:
@@ -71,9 +74,12 @@ def framing(status: int, http11: bool, fields: Iterable[tuple[bytes, bytes]]) ->
     keep = http11  # an HTTP/1.0 answer ends its connection
     length: bytes | None = None
     coding: bytes | None = None
+    wait: bytes | None = None
     for name, raw in fields:
         value = raw.strip(b" \t")
-        if name == b"content-length":
+        if name == b"retry-after":
+            wait = value
+        elif name == b"content-length":
             if length is not None and value != length:
                 raise malformed("conflicting Content-Length headers")
             length = value
@@ -86,6 +92,12 @@ def framing(status: int, http11: bool, fields: Iterable[tuple[bytes, bytes]]) ->
     if status < 200:
         # Nothing is sent that asks for an interim answer (no Expect: 100-continue).
         raise NotAcknowledged(f"HTTP {status} interim answer instead of 200", status=status)
+    rules = _framed(status, keep, length, coding)
+    rules.retry_after = wait
+    return rules
+
+
+def _framed(status: int, keep: bool, length: bytes | None, coding: bytes | None) -> Framing:
     if coding is not None:
         if coding != b"chunked":
             raise malformed(f"unsupported Transfer-Encoding {coding[:40]!r}")

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..envelope import validate_encoded
 from ..errors import NotAcknowledged
-from .ack import BatchAnswer, acked_prefix, answer_json, exact_ack
+from .ack import BatchAnswer, acked_prefix, answer_json, check_ack, exact_ack, status_ack
 from .framing import MAX_ANSWER_BYTES
 from .stored import Stored
 from .targets import Target, check_target, check_timeout
@@ -260,9 +260,10 @@ def _new_route(url: object, path: str, content_type: bytes, options: _Options) -
 _kept_route = functools.lru_cache(maxsize=256)(_new_route)
 
 
-def _post(how: Route, body: bytes, extra: bytes = b"") -> tuple[int, Any]:
-    """POST ``body`` the way ``how`` says and return (status, parsed JSON); raises
-    NotAcknowledged for unusable answers. ``extra`` is header lines to send as well."""
+def _post(how: Route, body: bytes, extra: bytes = b"") -> tuple[int, bytes, bytes | None]:
+    """POST ``body`` the way ``how`` says and return (status, body, ``Retry-After``), for the
+    caller to judge; raises NotAcknowledged for unusable answers. ``extra`` is header lines to
+    send as well."""
     started = time.monotonic()
     conn = _connection(how.key, how.target, how.timeout)
     try:
@@ -274,7 +275,7 @@ def _post(how: Route, body: bytes, extra: bytes = b"") -> tuple[int, Any]:
             head = head[: -len(_LENGTH)] + extra + _LENGTH
         # One write: head and body together, so neither waits for the other's ACK.
         conn.sendall(head + b"%d\r\n\r\n" % len(body) + body)
-        status, data, keep = read_answer(conn, conn.answer)
+        status, data, keep, wait = read_answer(conn, conn.answer)
     except BaseException:
         # Whatever went wrong, the connection's state is unknown: never reuse it. Connection
         # failures and time-outs propagate as the OSErrors they are.
@@ -282,7 +283,7 @@ def _post(how: Route, body: bytes, extra: bytes = b"") -> tuple[int, Any]:
         raise
     if not keep:
         _discard(how.target)
-    return status, answer_json(status, data)
+    return status, data, wait
 
 
 class _OnceConnection(http.client.HTTPConnection):
@@ -335,12 +336,14 @@ def send_http(
     timeout: float = 5.0,
     allowed_hosts: Iterable[str] | None = None,
     token: Token | str | None = None,
+    ack: str = "exact",
 ) -> bool:
     """POST one event to a sink's ``/events`` in structured mode; returns True only for an
-    exact ACK of its identity. ``timeout`` bounds the whole call; ``token`` is sent as
-    ``Authorization: Bearer``."""
+    exact ACK of its identity (``ack="status"``: for any 2xx). ``timeout`` bounds the whole
+    call; ``token`` is sent as ``Authorization: Bearer``."""
+    check_ack(ack)
     clean, text = validate_encoded(event)
-    return post_event(event_route(url, allowed_hosts, token, timeout), clean, text)
+    return post_event(event_route(url, allowed_hosts, token, timeout), clean, text, ack)
 
 
 def event_route(
@@ -352,14 +355,17 @@ def event_route(
     )
 
 
-def post_event(how: Route, event: Mapping[str, Any], text: str) -> bool:
+def post_event(how: Route, event: Mapping[str, Any], text: str, ack: str = "exact") -> bool:
     """POST one event whose JSON is ``text`` (its canonical JSON: the validated event's, or
-    the outbox's stored one); True only for the exact ACK of ``event``."""
+    the outbox's stored one); True only for the exact ACK of ``event`` (``ack="status"``:
+    any 2xx)."""
     # Canonical JSON writes every key as it is: where no '"trace' occurs in the text, the
     # event has neither ``traceparent`` nor ``tracestate``, and nothing needs looking up.
     extra = _trace_headers(event) if '"trace' in text else b""
-    status, answer = _post(how, text.encode(), extra)
-    return exact_ack(status, answer, event)
+    status, data, wait = _post(how, text.encode(), extra)
+    if ack == "status":
+        return status_ack(status, data, wait)
+    return exact_ack(status, answer_json(status, data, wait), event)
 
 
 def post_batch(
@@ -369,6 +375,7 @@ def post_batch(
     timeout: float = 5.0,
     allowed_hosts: Iterable[str] | None = None,
     token: Token | str | None = None,
+    ack: str = "exact",
 ) -> BatchAnswer:
     """POST 1-16 events to ``/events/batch`` and read which prefix was acknowledged."""
     if isinstance(events, (str, bytes)) or not isinstance(events, Sequence):
@@ -379,7 +386,7 @@ def post_batch(
     body = "[" + ",".join(text for _, text in encoded) + "]"
     sent = [event for event, _ in encoded]
     return _post_batch_body(
-        body, sent, url, timeout=timeout, allowed_hosts=allowed_hosts, token=token
+        body, sent, url, timeout=timeout, allowed_hosts=allowed_hosts, token=token, ack=ack
     )
 
 
@@ -390,6 +397,7 @@ def post_stored_batch(
     timeout: float = 5.0,
     allowed_hosts: Iterable[str] | None = None,
     token: Token | str | None = None,
+    ack: str = "exact",
 ) -> BatchAnswer:
     """``post_batch`` of events as the outbox stored them (``wire/stored.py``): their stored
     text, validated when they were published, is the batch's body as it is."""
@@ -398,7 +406,7 @@ def post_stored_batch(
     body = "[" + ",".join(event.text for event in events) + "]"
     sent = [event.attributes for event in events]
     return _post_batch_body(
-        body, sent, url, timeout=timeout, allowed_hosts=allowed_hosts, token=token
+        body, sent, url, timeout=timeout, allowed_hosts=allowed_hosts, token=token, ack=ack
     )
 
 
@@ -410,13 +418,18 @@ def _post_batch_body(
     timeout: float,
     allowed_hosts: Iterable[str] | None,
     token: Token | str | None,
+    ack: str,
 ) -> BatchAnswer:
-    """POST a batch's JSON ``body``; the answer is judged against the events ``sent``."""
+    """POST a batch's JSON ``body``; the answer is judged against the events ``sent`` (under
+    ``ack="status"``, a 2xx acknowledges the whole batch)."""
     how = route(
         url, "/events/batch", BATCH, allowed_hosts=allowed_hosts, token=token, timeout=timeout
     )
-    status, answer = _post(how, body.encode())
-    return acked_prefix(status, answer, sent)
+    status, data, wait = _post(how, body.encode())
+    if check_ack(ack) == "status":
+        status_ack(status, data, wait)
+        return BatchAnswer(len(sent), None)
+    return acked_prefix(status, answer_json(status, data, wait), sent)
 
 
 def send_http_batch(
@@ -426,7 +439,11 @@ def send_http_batch(
     timeout: float = 5.0,
     allowed_hosts: Iterable[str] | None = None,
     token: Token | str | None = None,
+    ack: str = "exact",
 ) -> int:
-    """POST up to 16 events; returns the length of the acknowledged prefix."""
-    answer = post_batch(events, url, timeout=timeout, allowed_hosts=allowed_hosts, token=token)
+    """POST up to 16 events; returns the length of the acknowledged prefix (``ack="status"``:
+    all of them on any 2xx)."""
+    answer = post_batch(
+        events, url, timeout=timeout, allowed_hosts=allowed_hosts, token=token, ack=ack
+    )
     return answer.acked

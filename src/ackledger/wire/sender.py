@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from .._core.extras import needing_extra
 from ..envelope import validate_encoded
 from ..errors import UnsafeTarget
-from .ack import BatchAnswer
+from .ack import BatchAnswer, check_ack
 from .amqp_target import check_amqp_target
 from .http import close_connections, event_route, post_batch, post_event, post_stored_batch
 from .nats_target import check_nats_target
@@ -62,7 +62,9 @@ class HttpSender:
         timeout: float = 5.0,
         allowed_hosts: Iterable[str] | None = None,
         token: Token | str | None = None,
+        ack: str = "exact",
     ) -> None:
+        self._ack = check_ack(ack)
         hosts = tuple(allowed_hosts or ())
         self._route = event_route(url, hosts, token, timeout)
         self._url = url
@@ -88,15 +90,20 @@ class HttpSender:
     def token(self) -> Token | None:
         return self._token
 
+    @property
+    def ack(self) -> str:
+        """``exact`` (the sink's echo of the event's identity) or ``status`` (any 2xx)."""
+        return self._ack
+
     def send(self, event: dict[str, Any]) -> bool:
         # ``send_http`` on the route checked at construction.
         clean, text = validate_encoded(event)
-        return post_event(self._route, clean, text)
+        return post_event(self._route, clean, text, self._ack)
 
     def send_stored_event(self, event: Stored) -> bool:
         """``send`` of an event as the outbox stored it (``wire/stored.py``): its stored text,
         validated when it was published, is the body as it is."""
-        return post_event(self._route, event.attributes, event.text)
+        return post_event(self._route, event.attributes, event.text, self._ack)
 
     def send_batch(self, events: list[dict[str, Any]]) -> int:
         # Forget the last answer first: a send that raises (no connection, a 5xx) must be
@@ -108,6 +115,7 @@ class HttpSender:
             timeout=self.timeout,
             allowed_hosts=self.allowed_hosts,
             token=self.token,
+            ack=self._ack,
         )
         return self._prefix(answer, [str(event.get("id")) for event in events])
 
@@ -120,6 +128,7 @@ class HttpSender:
             timeout=self.timeout,
             allowed_hosts=self.allowed_hosts,
             token=self.token,
+            ack=self._ack,
         )
         return self._prefix(answer, [event.id for event in events])
 
@@ -174,6 +183,9 @@ def sender(url: object, **options: Any) -> Sender:
     scheme = urlsplit(url).scheme.lower()
     if scheme in ("http", "https"):
         return HttpSender(url, **options)
+    if options.pop("ack", "exact") != "exact":
+        # A broker's ACK is its confirm or PubAck: there is no status to take instead.
+        raise ValueError(f"ack: 'status' is for http:// targets, not {scheme}://")
     if options.pop("token", None) is not None:
         # A broker authenticates the connection (its URL's user and password), not each event.
         raise ValueError(f"token: a bearer token is for http:// targets, not {scheme}://")

@@ -13,7 +13,7 @@ from starlette.applications import Starlette
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
-from ..timestamps import utc_timestamp
+from ..._core.timestamps import utc_timestamp
 from .samples import Samples
 
 if TYPE_CHECKING:

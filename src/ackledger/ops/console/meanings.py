@@ -4,11 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..timestamps import utc_timestamp
+from ..._core.timestamps import utc_timestamp
 
 #: (key in ``Outbox.stats``, label, meaning) in the order the overview shows them.
 FIGURES = (
-    ("pending", "pending", "events the relay can send now (not sent, not quarantined)"),
+    (
+        "pending",
+        "pending",
+        "events the relay can send now (not sent, not quarantined); in a partition held by a "
+        "lease, only its holder can, until the lease ends",
+    ),
     (
         "oldest_pending_age_s",
         "oldest pending age",

@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from ...errors import AckledgerError, InvalidEvent
 from ...event import check_identifier
 from ...ledger.pages import page_from_query
+from ...relay.leases import lease_words
 from ..reconcile import reconcile
 from ..trace import trace
 from .meanings import shown_figures
@@ -31,8 +32,14 @@ RECONCILE_MAX_IDS = 50
 
 
 async def overview(console: Console, request: Request) -> Response:
-    figures = await run_in_threadpool(console.outbox.stats)
-    return console.page("overview.html", title="overview", figures=shown_figures(figures))
+    def read() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        return console.outbox.stats(), console.outbox.held_by_leases()
+
+    figures, held = await run_in_threadpool(read)
+    leases = [{**lease, "words": lease_words(lease)} for lease in held]
+    return console.page(
+        "overview.html", title="overview", figures=shown_figures(figures), leases=leases
+    )
 
 
 async def samples(console: Console, request: Request) -> Response:
