@@ -11,6 +11,7 @@ import pytest
 
 from ackledger import NotAcknowledged, Outbox, send_http
 from ackledger.ops.processes import run_cli
+from ackledger.wire.ack import retry_after_seconds
 from tests.events import SOURCE, lab
 from tests.opshelp import start_relay, wait_until
 from tests.plainreceiver import PlainReceiver, always
@@ -87,3 +88,21 @@ def test_retry_after_on_another_status_is_not_a_wait() -> None:
     ):
         send_http(lab("r-9", "sku-1", 1), receiver.url)
     assert caught.value.retry_after is None
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        (b"0", 0.0),
+        (b" 120 ", 120.0),
+        (b"Wed, 21 Oct 2015 07:28:00 GMT", 0.0),  # a date passed: try now
+        (b"Thu, 01 Jan 2099 00:00:00 GMT", 4070908800.0 - 1_600_000_000.0),
+        (b"soon", None),
+        (b"-5", None),
+        (b"1.5", None),
+        (b"", None),
+        (None, None),
+    ],
+)
+def test_retry_after_values_in_seconds(value: bytes | None, seconds: float | None) -> None:
+    assert retry_after_seconds(value, now=1_600_000_000.0) == seconds

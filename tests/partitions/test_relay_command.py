@@ -185,3 +185,26 @@ def test_an_outage_after_a_refusal_is_not_taken_for_poison(
         assert stop(relay) == 0
     assert held == ["bad"], log.read_text()[-2000:]
     assert waiting == ["later"]
+
+
+def test_under_hold_a_poison_event_waits_in_its_partition_while_the_others_go_on(
+    pg_url: str, sink_service: Service, sink_db: Path, tmp_path: Path
+) -> None:
+    poison_between(sink_db, pg_url, "h-1", "h-2")
+    with Outbox(pg_url) as outbox:
+        for n in range(5):
+            outbox.accept({"id": f"o-{n}", "sku": "coffee", "qty": 1})
+    log = tmp_path / "relay.log"
+    # The default policy; each held try parks the partition for --max-backoff (0.5 s here).
+    relay = start_relay(pg_url, sink_service.base_url + "/events", "relay-h", log)
+    try:
+        wait_until(lambda: log.read_text().count("holding it") >= 3, "three held tries of bad")
+        assert relay.poll() is None  # alive: no exit 3, no crash loop
+        with Outbox(pg_url) as outbox:
+            pending = [item["id"] for item in outbox.pending()]
+            assert outbox.stats()["quarantined"] == 0
+    finally:
+        assert stop(relay) == 0
+    assert pending == ["bad", "h-2"], log.read_text()[-2000:]
+    applied = {str(row[0]) for row in raw_rows(sink_db, "SELECT id FROM ackledger_inbox")}
+    assert {f"o-{n}" for n in range(5)} | {"h-1"} <= applied
