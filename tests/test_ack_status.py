@@ -43,6 +43,7 @@ def test_a_status_outside_2xx_is_no_ack_under_ack_status(status: int) -> None:
         with pytest.raises(NotAcknowledged) as caught:
             send_http(lab("plain-1", "sku-1", 1), receiver.url, ack="status")
         assert caught.value.status == status
+        assert f"HTTP {status} instead of 2xx" in str(caught.value)
         with pytest.raises(NotAcknowledged):
             send_http_batch([lab("plain-2", "sku-1", 1)], receiver.url + "/batch", ack="status")
 

@@ -58,16 +58,19 @@ def retry_after_seconds(value: bytes | None, now: float | None = None) -> float 
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
-def refusal(status: int, data: bytes, retry_after: bytes | None = None) -> NotAcknowledged:
-    """The refusal that a status other than the ACK's stands for (with a 429's or 503's wait)."""
+def refusal(
+    status: int, data: bytes, retry_after: bytes | None = None, wanted: str = "200"
+) -> NotAcknowledged:
+    """The refusal that a status other than the ACK's (``wanted``) stands for, with a 429's or
+    503's wait."""
     wait = retry_after_seconds(retry_after) if status in _WAIT_STATUSES else None
-    return NotAcknowledged(status_message(status, data), status=status, retry_after=wait)
+    return NotAcknowledged(status_message(status, data, wanted), status=status, retry_after=wait)
 
 
 def status_ack(status: int, data: bytes, retry_after: bytes | None = None) -> bool:
     """``ack="status"``: any 2xx acknowledges, whatever the body; anything else is refused."""
     if not 200 <= status < 300:
-        raise refusal(status, data, retry_after)
+        raise refusal(status, data, retry_after, "2xx")
     return True
 
 
@@ -81,7 +84,7 @@ def answer_json(status: int, data: bytes, retry_after: bytes | None = None) -> A
         raise NotAcknowledged("answer is not valid JSON", status=status) from None
 
 
-def status_message(status: int, data: bytes) -> str:
+def status_message(status: int, data: bytes, wanted: str = "200") -> str:
     """``HTTP <status> instead of 200``, with the problem's detail when the body has one."""
     detail = ""
     try:
@@ -90,7 +93,7 @@ def status_message(status: int, data: bytes) -> str:
             detail = f": {problem['detail'][:200]}"
     except (ValueError, UnicodeDecodeError):
         pass
-    return f"HTTP {status} instead of 200{detail}"
+    return f"HTTP {status} instead of {wanted}{detail}"
 
 
 def exact_ack(status: int, answer: Any, event: Mapping[str, Any]) -> bool:
