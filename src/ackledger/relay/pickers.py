@@ -219,22 +219,24 @@ class LeasedPartitions:
 
     def _tell_held(self, note: Note) -> None:
         """Say once per lease why pending events wait: another relay's lease that is not
-        being renewed (its relay died, or parked the partition after a failure)."""
+        being renewed (its relay died, parked the partition after a failure, or waits on a
+        slow send)."""
         held = [
-            lease for lease in self.outbox.held_by_leases()
-            if lease["owner"] != self.settings.owner and lease["unrenewed_s"] >= STALE_AFTER_S
-        ]  # fmt: skip
+            lease for lease in self.outbox.held_by_leases() if lease["owner"] != self.settings.owner
+        ]
+        # Forget the leases that ended: the set stays as small as the leases alive.
+        self._told.intersection_update((lease["partition"], lease["token"]) for lease in held)
         for lease in held:
             key = (lease["partition"], lease["token"])
-            if key in self._told:
+            if key in self._told or lease["unrenewed_s"] < STALE_AFTER_S:
                 continue
             self._told.add(key)
             note(
                 logging.WARNING, "lease-held",
                 f"partition {lease['partition']!r} waits: {lease_words(lease)}, not renewed "
-                f"for {lease['unrenewed_s']:.0f}s (its relay died or backs off); taken over "
-                "when it ends", partition=lease["partition"], holder=lease["owner"],
-                pending=lease["pending"],
+                f"for {lease['unrenewed_s']:.0f}s (its relay died, backs off or waits on a "
+                "slow send); taken over when it ends",
+                partition=lease["partition"], holder=lease["owner"], pending=lease["pending"],
             )  # fmt: skip
 
     def stopped(self, note: Note) -> None:
