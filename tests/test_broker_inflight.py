@@ -215,7 +215,8 @@ def test_a_return_in_the_middle_batch_marks_exactly_the_prefix_before_it(
             else:
                 outbox.accept({"id": event_id, "sku": f"sku-{event_id}", "qty": 1})
     relay = run_cli("relay", "--source", str(db), "--to", broker.url(), "--batch",
-                    "--inflight", "4", "--poll-interval", "0.05")  # fmt: skip
+                    "--inflight", "4", "--poll-interval", "0.05",
+                    "--on-poison", "stop")  # fmt: skip
     assert relay.returncode == 3, relay.stderr
     assert _sent(db) == ids[:37]
     # All four batches were out before the return was judged: the broker took the 26 after
@@ -253,7 +254,8 @@ def test_a_subject_no_stream_takes_in_the_middle_batch_marks_exactly_the_prefix_
               for event_id, kind in zip(ids, kinds, strict=True)]  # fmt: skip
     _outbox_of(db, events)
     relay = run_cli("relay", "--source", str(db), "--to", ok_only.url(), "--batch",
-                    "--inflight", "4", "--poll-interval", "0.05")  # fmt: skip
+                    "--inflight", "4", "--poll-interval", "0.05",
+                    "--on-poison", "stop")  # fmt: skip
     assert relay.returncode == 3, relay.stderr
     assert _sent(db) == ids[:37]
     # JetStream stored the 26 after m-37 too (all four batches were out): none is marked.
