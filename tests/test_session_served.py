@@ -13,13 +13,9 @@ import os
 import signal
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pika
 import pytest
 
 from ackledger import NotAcknowledged, new_event, send_http
@@ -28,6 +24,7 @@ from ackledger.ops.processes import cli_command, start_service
 
 from . import pg
 from .opshelp import wait_until
+from .rabbit import publish, rabbit_queue
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -182,26 +179,6 @@ def test_serve_sink_runs_an_async_session_and_awaits_its_handler(shop: Shop) -> 
 # --- consume from RabbitMQ ------------------------------------------------------------------
 
 
-@contextmanager
-def rabbit_queue() -> Iterator[tuple[str, Any]]:
-    """A queue of this test alone, its consume URL and a channel to publish on."""
-    queue = f"test-session-{uuid.uuid4().hex[:12]}"
-    connection = pika.BlockingConnection(pika.URLParameters("amqp://guest:guest@127.0.0.1/%2F"))
-    channel = connection.channel()
-    channel.queue_declare(queue)
-    try:
-        yield f"amqp://guest:guest@127.0.0.1:5672/%2F?queue={queue}", channel
-    finally:
-        channel.queue_delete(queue)
-        connection.close()
-
-
-def publish(channel: Any, url: str, event: dict[str, Any]) -> None:
-    queue = url.rpartition("queue=")[2]
-    properties = pika.BasicProperties(content_type="application/cloudevents+json", delivery_mode=2)
-    channel.basic_publish("", queue, canonical_json(event).encode(), properties)
-
-
 def start_consume(shop: Shop, url: str, err: Path, **env: str) -> subprocess.Popen[bytes]:
     command = cli_command("consume", "--from", url, "--db", shop.db, "--session",
                           "shop_orm:Session", "--handlers", "shop_orm:HANDLERS")  # fmt: skip
@@ -220,7 +197,7 @@ def stop(process: subprocess.Popen[bytes], err: Path) -> None:
 
 def test_consume_from_rabbitmq_commits_the_orm_row_with_the_receipt(shop: Shop) -> None:
     err = shop.folder / "consume.err"
-    with rabbit_queue() as (url, channel):
+    with rabbit_queue("test-session") as (url, channel):
         for event in (requested("c-1"), requested("c-1"), requested("c-2", "out-of-stock")):
             publish(channel, url, event)
         consumer = start_consume(shop, url, err)
@@ -239,7 +216,7 @@ def test_consume_killed_around_the_sessions_commit(shop: Shop, moment: str) -> N
     commit: nothing was written, and the redelivery applies."""
     err = shop.folder / "consume.err"
     hold = shop.folder / "held"
-    with rabbit_queue() as (url, channel):
+    with rabbit_queue("test-session") as (url, channel):
         publish(channel, url, requested("k-1"))
         consumer = start_consume(shop, url, err, **{moment: str(hold)})
         try:

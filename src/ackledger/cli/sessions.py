@@ -51,11 +51,9 @@ def open_inbox(args: argparse.Namespace) -> Inbox:
         from ..django.serving import django_inbox
 
         try:
-            inbox = django_inbox(args.django, args.db, args.handlers, args.synchronous)
+            return django_inbox(args.django, args.db, args.handlers, args.synchronous)
         except (ImportError, ValueError) as exc:
             raise UsageError(f"--django {args.django}: {exc}") from None
-        args.handlers = args.handlers or inbox.handlers_of_settings
-        return inbox
     if getattr(args, "session", None) is None:
         return Inbox(args.db, handlers=args.handlers, synchronous=args.synchronous)
     from ..sink.session_factory import SessionInbox, SqlAlchemySessions

@@ -5,6 +5,7 @@ ackledger's alias, each transaction a ``transaction.atomic()``, handlers from se
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -37,13 +38,9 @@ class DjangoTransactions:
         close_old_connections()
         name = self._name
         connection = connections[name]
-
-        def savepoint() -> Any:
-            return transaction.atomic(using=name)
-
-        held: Savepoint = savepoint
+        savepoint: Savepoint = functools.partial(transaction.atomic, using=name)
         with transaction.atomic(using=name):
-            return work(borrow(connection, self._dialect), connection, awaiter, held)
+            return work(borrow(connection, self._dialect), connection, awaiter, savepoint)
 
     def close(self) -> None:
         from django.db import connections
@@ -51,14 +48,9 @@ class DjangoTransactions:
         connections.close_all()
 
 
-class DjangoInbox(SessionInbox):
-    #: The handlers ``settings.ACKLEDGER["HANDLERS"]`` names (empty when unset).
-    handlers_of_settings: dict[str, Any]
-
-
 def django_inbox(
     settings_module: str, db: str, given: dict[str, Any] | None, synchronous: str
-) -> DjangoInbox:
+) -> SessionInbox:
     """``django.setup()`` with ``settings_module``, then the inbox on ackledger's alias, which
     must be the ``db`` database; ``given`` handlers, else those of the settings."""
     import django
@@ -73,12 +65,9 @@ def django_inbox(
     check_same_database(
         place_of_target(target), f"Django's database {name!r} (settings.ACKLEDGER)", db
     )
-    from_settings = handlers()
-    inbox = DjangoInbox(
+    return SessionInbox(
         db,
         transactions=DjangoTransactions(name, target_dialect(db)),
-        handlers=given if given is not None else from_settings,
+        handlers=given if given is not None else handlers(),
         synchronous=synchronous,
     )
-    inbox.handlers_of_settings = from_settings
-    return inbox
