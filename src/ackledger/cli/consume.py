@@ -38,7 +38,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )  # fmt: skip
     consume.add_argument(
         "--handlers", type=handlers_arg, metavar="MODULE:ATTR",
-        help="a dict of event type -> handler(tx, event), as for `serve sink`",
+        help="a dict of event type -> handler(tx, event), as for `serve sink` (with "
+        "--session or --django: handler(session, event))",
     )  # fmt: skip
     consume.add_argument(
         "--allow-host", action="append", default=[], metavar="HOST",

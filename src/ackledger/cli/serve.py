@@ -34,7 +34,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         type=handlers_arg,
         metavar="MODULE:ATTR",
         help="a dict of event type -> handler(tx, event) to apply events with, named as "
-        "uvicorn names an app (e.g. shipping.events:HANDLERS); the reference handler of "
+        "uvicorn names an app (e.g. shipping.events:HANDLERS); with --session or --django "
+        "the first argument is that session or connection; the reference handler of "
         "warehouse.stock.added is always there unless the dict names that type too",
     )
     add_session_options(sink)
