@@ -9,13 +9,16 @@ The databases are read from the test's own connections, never through the servic
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
+import nats
 import pytest
 
 from ackledger import NotAcknowledged, new_event, send_http
@@ -179,9 +182,12 @@ def test_serve_sink_runs_an_async_session_and_awaits_its_handler(shop: Shop) -> 
 # --- consume from RabbitMQ ------------------------------------------------------------------
 
 
-def start_consume(shop: Shop, url: str, err: Path, **env: str) -> subprocess.Popen[bytes]:
+def start_consume(
+    shop: Shop, url: str, err: Path, session: str = "Session", **env: str
+) -> subprocess.Popen[bytes]:
+    handlers = "ASYNC_HANDLERS" if session == "AsyncSession" else "HANDLERS"
     command = cli_command("consume", "--from", url, "--db", shop.db, "--session",
-                          "shop_orm:Session", "--handlers", "shop_orm:HANDLERS")  # fmt: skip
+                          f"shop_orm:{session}", "--handlers", f"shop_orm:{handlers}")  # fmt: skip
     with err.open("ab") as err_file:
         return subprocess.Popen(
             command, stdout=subprocess.DEVNULL, stderr=err_file,
@@ -208,6 +214,39 @@ def test_consume_from_rabbitmq_commits_the_orm_row_with_the_receipt(shop: Shop) 
             stop(consumer, err)
     assert shop.shipments() == [("c-1", "tea")]
     assert shop.receipts("c-2") == []
+
+
+def test_consume_from_nats_runs_an_async_session_off_its_loop(shop: Shop) -> None:
+    unique = uuid.uuid4().hex[:12]
+    stream, subject = f"TEST_SESSION_{unique}", f"test.session.{unique}"
+
+    async def publish_twice() -> None:
+        nc = await nats.connect("nats://127.0.0.1:4222")
+        js = nc.jetstream()
+        await js.add_stream(name=stream, subjects=[subject])
+        for event in (requested("n-1"), requested("n-1")):
+            await js.publish(subject, canonical_json(event).encode())
+        await nc.close()
+
+    async def delete_stream() -> None:
+        nc = await nats.connect("nats://127.0.0.1:4222")
+        await nc.jetstream().delete_stream(stream)
+        await nc.close()
+
+    err = shop.folder / "consume.err"
+    asyncio.run(publish_twice())
+    try:
+        url = f"nats://127.0.0.1:4222?stream={stream}&durable=shipping"
+        consumer = start_consume(shop, url, err, session="AsyncSession")
+        try:
+            wait_until(lambda: shop.receipts("n-1") == [(2,)], "the send and the re-send")
+        finally:
+            stop(consumer, err)
+    finally:
+        asyncio.run(delete_stream())
+    assert shop.shipments() == [("n-1", "tea")]
+    said = err.read_text()
+    assert "never awaited" not in said and "Traceback" not in said, said
 
 
 @pytest.mark.parametrize("moment", ["HOLD_AFTER_COMMIT", "HOLD_BEFORE_COMMIT"])
