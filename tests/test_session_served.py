@@ -138,6 +138,10 @@ def test_serve_sink_commits_the_orm_handlers_row_with_the_receipt(shop: Shop) ->
         with pytest.raises(NotAcknowledged) as refused:
             send_http(requested("s-2", "out-of-stock"), url)
         assert refused.value.status == 503
+        # The lab's own handler writes SQL: it gets the session's transaction, not the session.
+        lab = new_event("warehouse.stock.added", {"sku": "snack", "qty": 7}, source="/lab", id="w")
+        assert send_http(lab, url) is True
+    assert pg.rows(shop.db, "SELECT qty FROM inventory WHERE sku = 'snack'") == [(7,)]
     assert shop.shipments() == [("s-1", "tea")]
     assert shop.receipts("s-1") == [(2,)]
     assert shop.receipts("s-2") == []  # the raising handler's session rolled back: no row

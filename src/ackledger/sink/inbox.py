@@ -132,6 +132,11 @@ class Inbox(Database):
         return self._runs_user_code
 
     @property
+    def plugin_types(self) -> frozenset[str]:
+        """The event types a plug-in's own handler applies (the lab's, unless replaced)."""
+        return self._plugin_types
+
+    @property
     def async_types(self) -> frozenset[str]:
         """The event types whose handler is ``async def`` (awaited by the services, the
         consumers and ``asgi()``; refused by the sync ``receive``)."""

@@ -27,7 +27,7 @@ from ..store import Tx, is_postgres
 from ..store.borrowed import borrow
 from .apply import BatchResult, Item, apply_runs
 from .handler_call import Awaiter, call_handler
-from .handler_tx import Handler
+from .handler_tx import Handler, HandlerTransaction
 from .handlers import HandlerSpecError, load_object
 from .inbox import Inbox
 
@@ -200,13 +200,15 @@ class SqlAlchemySessions:
             loop.close()
 
 
-def _held(item: Item, savepoint: Savepoint, awaiter: Awaiter | None) -> Item:
-    """``item`` with its handler run inside a savepoint of the session's own."""
+def _held(item: Item, savepoint: Savepoint, awaiter: Awaiter | None, own: object) -> Item:
+    """``item`` with its handler run inside a savepoint of the session's own; ``own`` (a
+    ``HandlerTransaction``, for a plug-in's handler, which writes SQL) or else the session
+    is its first argument."""
     handler = item.handler
 
     def run(session: Any, event: dict[str, Any]) -> None:
         with savepoint():
-            call_handler(handler, session, event, awaiter)
+            call_handler(handler, session if own is None else own, event, awaiter)
 
     return item._replace(handler=run)
 
@@ -234,7 +236,14 @@ class SessionInbox(Inbox):
         def work(
             tx: Tx, session: object, awaiter: Awaiter | None, savepoint: Savepoint
         ) -> list[BatchResult]:
-            held = [[_held(item, savepoint, awaiter) for item in run] for run in runs]
+            # A plug-in's handler (the lab's) writes SQL: it gets the transaction as always.
+            sql = HandlerTransaction(tx)
+            plugin = self.plugin_types
+            held = [
+                [_held(item, savepoint, awaiter, sql if item.event["type"] in plugin else None)
+                 for item in run]
+                for run in runs
+            ]  # fmt: skip
             return apply_runs(tx, held, time.time(), awaiter, handler_arg=session)
 
         return self._transactions.run(work, awaiter)
