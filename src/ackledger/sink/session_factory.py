@@ -103,7 +103,7 @@ def place_of_target(target: str | os.PathLike[str]) -> tuple[str, ...]:
     return ("sqlite", str(Path(target).resolve()))
 
 
-def _place_of_url(url: Any) -> tuple[str, ...]:
+def place_of_url(url: Any) -> tuple[str, ...]:
     if url.get_backend_name() == "sqlite":
         return ("sqlite", str(Path(url.database or "").resolve()))
     if url.get_backend_name() == "postgresql":
@@ -145,12 +145,15 @@ class SqlAlchemySessions:
         self._factory = factory
         self._dialect = dialect
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: The async engines of the sessions run on ``_loop``: their pooled connections
+        #: belong to it, so they are disposed there before it closes.
+        self._engines: dict[int, Any] = {}
 
     def check(self, target: str) -> None:
         """Open one session and refuse it if it reaches another database than ``target``."""
         made = self._factory()
         try:
-            found = _place_of_url(_url_of(made))
+            found = place_of_url(_url_of(made))
             check_same_database(found, "the factory's session", target)
         finally:
             if _is_async(made):
@@ -176,6 +179,10 @@ class SqlAlchemySessions:
     async def _run_async(self, made: Any, work: Work) -> list[BatchResult]:
         from sqlalchemy.util import await_only
 
+        engine = made.bind if hasattr(made, "sync_session") else made.engine
+        if engine is not None:
+            self._engines.setdefault(id(engine), engine)
+
         def inside(sync: Any) -> list[BatchResult]:
             return work(borrow(sync, self._dialect), made, await_only, sync.begin_nested)
 
@@ -196,8 +203,13 @@ class SqlAlchemySessions:
 
     def close(self) -> None:
         loop, self._loop = self._loop, None
+        engines, self._engines = list(self._engines.values()), {}
         if loop is not None:
-            loop.close()
+            try:
+                for engine in engines:
+                    loop.run_until_complete(engine.dispose())
+            finally:
+                loop.close()
 
 
 def _held(item: Item, savepoint: Savepoint, awaiter: Awaiter | None, own: object) -> Item:
