@@ -1,6 +1,7 @@
-"""``sink.session_factory`` on real SQLite files: the inbox's transactions held in a SQLAlchemy
-``Session`` or an aiosqlite ``AsyncSession``, the batch's prefix rule kept, a failing
-handler's ORM rows gone with its receipt; and how a session's database is told from ``--db``.
+"""``sink.session_factory`` on real SQLite files: the inbox's transactions held in a
+SQLAlchemy ``Session``, an aiosqlite ``AsyncSession`` or a ``Connection``, the batch's prefix
+rule kept, a failing handler's rows gone with its receipt; and how a session's database is
+told from ``--db``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import String, create_engine
+from sqlalchemy import String, create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
@@ -49,6 +50,12 @@ async def ship_async(session: Any, event: dict[str, Any]) -> None:
         raise RuntimeError("the carrier is down")
 
 
+def ship_core(connection: Any, event: dict[str, Any]) -> None:
+    connection.execute(text("INSERT INTO shipments (id) VALUES (:id)"), {"id": event["id"]})
+    if event["data"].get("fail"):
+        raise RuntimeError("the carrier is down")
+
+
 def shipped(path: Path) -> list[str]:
     conn = sqlite3.connect(path)
     try:
@@ -69,8 +76,13 @@ def async_factory(path: Path) -> Callable[[], object]:
     return async_sessionmaker(create_async_engine(f"sqlite+aiosqlite:///{path}"))
 
 
+def connection_factory(path: Path) -> Callable[[], object]:
+    return create_engine(f"sqlite:///{path}").connect
+
+
 @pytest.mark.parametrize(
-    ("factory", "handler"), [(sync_factory, ship), (async_factory, ship_async)]
+    ("factory", "handler"),
+    [(sync_factory, ship), (async_factory, ship_async), (connection_factory, ship_core)],
 )
 def test_a_session_commits_the_rows_with_their_receipts_and_keeps_the_prefix_rule(
     tmp_path: Path, factory: Callable[[Path], Callable[[], object]], handler: Any
