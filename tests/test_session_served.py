@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ import pytest
 from ackledger import NotAcknowledged, new_event, send_http
 from ackledger.envelope import canonical_json
 from ackledger.ops.processes import cli_command, start_service
+from ackledger.wire.http import close_connections
 
 from . import pg
 from .opshelp import wait_until
@@ -37,6 +39,7 @@ TYPE = "com.example.shipment.requested"
 #: model, and two holds for the kill -9 tests: in the handler, after its flush (before the
 #: commit), and in the session's after_commit hook (after the commit, before the ACK).
 SHOP = """
+import itertools
 import os
 import time
 
@@ -92,6 +95,23 @@ async def ship_async(session, event):
 
 HANDLERS = {"com.example.shipment.requested": ship}
 ASYNC_HANDLERS = {"com.example.shipment.requested": ship_async}
+
+made = itertools.count(1)
+
+
+# A factory that numbers its sessions: the handler writes its session's number.
+def numbered():
+    session = Session()
+    session.info["number"] = next(made)
+    return session
+
+
+def ship_numbered(session, event):
+    time.sleep(float(event["data"].get("sleep", 0)))
+    session.add(Shipment(id=event["id"], sku=str(session.info["number"])))
+
+
+NUMBERED = {"com.example.shipment.requested": ship_numbered}
 """
 
 SHIPMENTS = "CREATE TABLE shipments (id VARCHAR(64) PRIMARY KEY, sku VARCHAR(64) NOT NULL)"
@@ -145,6 +165,47 @@ def test_serve_sink_commits_the_orm_handlers_row_with_the_receipt(shop: Shop) ->
     assert shop.shipments() == [("s-1", "tea")]
     assert shop.receipts("s-1") == [(2,)]
     assert shop.receipts("s-2") == []  # the raising handler's session rolled back: no row
+
+
+def test_requests_that_wait_together_share_one_session(shop: Shop) -> None:
+    """Group commit: the requests that arrive while a transaction is in its handler are
+    applied in the next transaction together, in one session of the factory."""
+    command = ["serve", "sink", "--db", shop.db, "--port", "0"]
+    command += ["--session", "shop_orm:numbered", "--handlers", "shop_orm:NUMBERED"]
+    with start_service(command, env=shop.env()) as sink:
+        url = sink.base_url + "/events"
+        slow = new_event(TYPE, {"sku": "tea", "sleep": 1.0}, source="/orders", id="g-0")
+        first = threading.Thread(target=_send_and_close, args=(slow, url))
+        first.start()
+        wait_until(lambda: _in_a_transaction(shop), "the first handler to be running")
+        rest = [threading.Thread(target=_send_and_close, args=(requested(f"g-{n}"), url))
+                for n in range(1, 7)]  # fmt: skip
+        for thread in rest:
+            thread.start()
+        for thread in [first, *rest]:
+            thread.join(30)
+    numbers = dict(shop.shipments())
+    assert sorted(numbers) == [f"g-{n}" for n in range(7)]
+    later = {numbers[f"g-{n}"] for n in range(1, 7)}
+    assert len(later) < 6 and numbers["g-0"] not in later, numbers
+
+
+def _send_and_close(event: dict[str, Any], url: str) -> None:
+    """A send from a thread of its own, which closes its kept-alive connection after."""
+    try:
+        assert send_http(event, url) is True
+    finally:
+        close_connections()
+
+
+def _in_a_transaction(shop: Shop) -> bool:
+    """Whether a connection to the database other than the test's own is inside a
+    transaction (the sink's session, in its handler)."""
+    sql = (
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND state = 'idle in transaction' AND pid <> pg_backend_pid()"
+    )
+    return bool(pg.rows(shop.db, sql)[0][0] > 0)
 
 
 def test_a_batch_keeps_its_prefix_and_a_failing_handlers_rows_go(shop: Shop) -> None:
