@@ -271,22 +271,6 @@ def test_ackledger_on_an_alias_of_its_own(project: Project, tmp_path: Path) -> N
     assert "ackledger.E002" in refused.stderr
 
 
-def test_manage_py_ackledger_serve_sink_stops_on_sigterm(project: Project) -> None:
-    project.manage("migrate")
-    server = project.start("ackledger", "serve", "sink", "--port", "0")
-    try:
-        assert server.stdout is not None
-        line = server.stdout.readline()
-        assert "listening on http://127.0.0.1:" in line, line
-        server.send_signal(signal.SIGTERM)
-        out, _ = server.communicate(timeout=30)
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
-    assert server.returncode == 0, out
-
-
 def test_the_middlewares_options_come_from_settings(project: Project) -> None:
     project.manage("migrate")
     required = {"SHOP_IDEMPOTENCY": json.dumps({"methods": ["POST"], "required": True})}

@@ -102,7 +102,7 @@ def test_the_page_runs_as_a_project(site: tuple[Path, dict[str, str], str]) -> N
         if not line.startswith("python manage.py ackledger"):
             continue
         words = shlex.split(line)[2:]
-        if words[1] in ("relay", "reconcile"):
+        if words[1] in ("relay", "reconcile", "serve", "consume"):  # long-running, or a broker
             words.append("--help")
         _manage(folder, env, *words)
     kinds = pg.rows(url, "SELECT kind FROM ackledger_outbox_log ORDER BY seq")

@@ -49,6 +49,9 @@ ALLOWED: frozenset[tuple[str, str]] = frozenset(
         ("ackledger.ops.verify.judge", "ackledger.warehouse"),
         ("ackledger.cli.source", "ackledger.warehouse"),
         ("ackledger.cli.verify", "ackledger.warehouse"),
+        # ``--django`` of serve sink and consume: the command line opens the Django app's
+        # inbox (the app's own ``manage.py ackledger`` calls back into the command line).
+        ("ackledger.cli.sessions", "ackledger.django"),
         # Database (a backend opened from a target) belongs in store/; it moves there with
         # the store's rewrite, and the outbox, inbox and ledger import it from there.
         ("ackledger._core.database", "ackledger.store"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import signal
 import subprocess
 import threading
@@ -104,6 +105,38 @@ def test_an_async_handler_is_awaited_by_verifys_sink_and_the_judge_is_named(
     assert "judges warehouse.stock.added events only, by the lab's inventory" in done.stderr
     assert "com.example.order.placed are loaded and checked, not exercised" in done.stderr
     assert "never awaited" not in done.stderr
+
+
+def test_verify_runs_its_sink_with_the_users_session(pg_url: str) -> None:
+    """The user's handler runs with the user's session factory, through sink kills and cut
+    connections, on the user's database: nothing lost, nothing applied twice."""
+    assert run_cli("migrate", "--target", pg_url, "--lab").returncode == 0
+    env = {**os.environ, "SHOP_DB": pg_url}
+    done = run_cli("verify", "--source", pg.ADMIN_URL, "--sink-db", pg_url,
+                   "--session", "tests.verify_handlers:session",
+                   "--handlers", "tests.verify_handlers:SESSION",
+                   "--schedules", "1", "--seed", str(SINK_KILLED), "--events", "8",
+                   env=env, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    figures = dict(zip(*(line.split() for line in done.stdout.splitlines()[1:3]), strict=True))
+    assert int(figures["kills"]) >= 1 and "VERDICT: PASS" in done.stdout
+    assert "(your handler of it)" in done.stderr
+    (applied,) = pg.rows(pg_url, "SELECT count(*) FROM inventory")[0]
+    assert applied == 8  # judged on the user's database, where the session wrote
+
+
+def test_verify_refuses_a_session_on_another_database_than_sink_db(
+    pg_url: str, tmp_path: Path
+) -> None:
+    env = {**os.environ, "SHOP_DB": pg_url}
+    other = tmp_path / "other.db"
+    Inbox(other).close()
+    done = run_cli("verify", "--sink-db", str(other), "--session",
+                   "tests.verify_handlers:session", env=env)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "--session:" in done.stderr and "another database" in done.stderr, done.stderr
+    missing = run_cli("verify", "--session", "tests.verify_handlers:session", env=env)
+    assert missing.returncode == 2 and "needs --sink-db" in missing.stderr, missing.stderr
 
 
 class _AcksWithoutDelivering(BaseHTTPRequestHandler):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import os
 import time
 from typing import Any
 
@@ -35,3 +37,28 @@ def _ship(tx: Any, event: dict[str, Any]) -> None:
 
 
 ASYNC = {"warehouse.stock.added": _add_stock_async, "com.example.order.placed": _ship}
+
+
+@functools.cache
+def _sessions() -> Any:
+    """Made on first use: only the tests of ``verify --session`` set ``SHOP_DB``."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import sessionmaker
+
+    url = os.environ["SHOP_DB"].replace("postgresql://", "postgresql+psycopg://", 1)
+    return sessionmaker(create_engine(url))
+
+
+def session() -> Any:
+    """``verify --session tests.verify_handlers:session``: a SQLAlchemy Session on SHOP_DB."""
+    return _sessions()()
+
+
+def _add_stock_in_the_session(session: Any, event: dict[str, Any]) -> None:
+    """Right, through the user's session: it commits with the receipt."""
+    from sqlalchemy import text
+
+    session.execute(text(INVENTORY_ADD.replace("?, ?", ":sku, :qty")), event["data"])
+
+
+SESSION = {"warehouse.stock.added": _add_stock_in_the_session}

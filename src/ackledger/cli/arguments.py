@@ -164,6 +164,14 @@ def duration_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def on_import_path() -> None:
+    """The current directory first on the import path, where a user's ``MODULE:ATTR`` is
+    looked for (see ``handlers_arg``)."""
+    here = os.getcwd()
+    if here not in sys.path:
+        sys.path.insert(0, here)
+
+
 def handlers_arg(text: str) -> dict[str, Handler]:
     """An argparse type for ``--handlers MODULE:ATTR``: the loaded handlers, or the loader's
     one-line reason as the parser's error (exit 2).
@@ -174,9 +182,7 @@ def handlers_arg(text: str) -> dict[str, Handler]:
     """
     from ..sink.handlers import HandlerSpecError, load_handlers
 
-    here = os.getcwd()
-    if here not in sys.path:
-        sys.path.insert(0, here)
+    on_import_path()
     try:
         return load_handlers(text)
     except HandlerSpecError as exc:

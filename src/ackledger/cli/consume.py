@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from .._core.logline import FORMATS, install
 from ..sink.handler_call import describe_kinds
 from .arguments import add_synchronous, handlers_arg, port_arg, positive_float
+from .sessions import add_session_options, open_inbox
 
 #: The driver each scheme needs, by module (``_core.extras.EXTRA_OF_MODULE`` names its extra).
 if TYPE_CHECKING:
@@ -37,7 +38,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )  # fmt: skip
     consume.add_argument(
         "--handlers", type=handlers_arg, metavar="MODULE:ATTR",
-        help="a dict of event type -> handler(tx, event), as for `serve sink`",
+        help="a dict of event type -> handler(tx, event), as for `serve sink` (with "
+        "--session or --django: handler(session, event))",
     )  # fmt: skip
     consume.add_argument(
         "--allow-host", action="append", default=[], metavar="HOST",
@@ -57,6 +59,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     consume.add_argument("--log-format", choices=FORMATS, default="text", help="text or json")
     add_synchronous(consume)
+    add_session_options(consume)
     # A crash drill only, so not in the help: after the first commit, before its ack, exit
     # at once (os._exit) with STATUS.
     consume.add_argument("--exit-after-commit", type=int, metavar="STATUS", help=argparse.SUPPRESS)
@@ -66,7 +69,6 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def cmd_consume(args: argparse.Namespace) -> int:
     from .._core.backoff import Backoff
     from ..sink.consume import AmqpSource, Consumer, StopFlag, Verdict, logger, parse_source, run
-    from ..sink.inbox import Inbox
     from . import UsageError
 
     # Everything that can be refused is refused before the inbox is opened.
@@ -93,7 +95,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
     stop = StopFlag()
     restore = stop.install()
     try:
-        with Inbox(args.db, handlers=args.handlers, synchronous=args.synchronous) as inbox:
+        with open_inbox(args) as inbox:
             drill = None if crash is None else die_if_drilled
             consumer = Consumer(inbox, backoff, stop=stop, after_commit=drill)
             metrics = _metrics(consumer, args)

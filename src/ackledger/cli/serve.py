@@ -10,6 +10,7 @@ from ..sink.handler_call import describe_kinds
 from ..web.limits import READ_TIMEOUT_S, Limits
 from .arguments import add_synchronous, handlers_arg, port_arg, timeout_arg
 from .exposure import add_exposure, check_exposure, guarded
+from .sessions import add_session_options, open_inbox
 
 if TYPE_CHECKING:
     import socket
@@ -33,9 +34,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         type=handlers_arg,
         metavar="MODULE:ATTR",
         help="a dict of event type -> handler(tx, event) to apply events with, named as "
-        "uvicorn names an app (e.g. shipping.events:HANDLERS); the reference handler of "
+        "uvicorn names an app (e.g. shipping.events:HANDLERS); with --session or --django "
+        "the first argument is that session or connection; the reference handler of "
         "warehouse.stock.added is always there unless the dict names that type too",
     )
+    add_session_options(sink)
     sink.set_defaults(handler=cmd_serve_sink)
     ledger = services.add_parser(
         "ledger",
@@ -119,14 +122,13 @@ def _limits(args: argparse.Namespace) -> Limits:
 
 def cmd_serve_sink(args: argparse.Namespace) -> int:
     from ..sink.app import create_sink_app
-    from ..sink.inbox import Inbox
     from ..web.server import serve
 
     sock = listen(args)
-    if args.handlers:
-        print(f"ackledger sink: handlers {describe_kinds(args.handlers)}", file=sys.stderr,
-              flush=True)  # fmt: skip
-    with Inbox(args.db, handlers=args.handlers, synchronous=args.synchronous) as inbox:
+    with open_inbox(args) as inbox:
+        if args.handlers:
+            print(f"ackledger sink: handlers {describe_kinds(args.handlers)}", file=sys.stderr,
+                  flush=True)  # fmt: skip
         serve(
             guarded(create_sink_app(inbox), sock, args), sock, "sink", _log_settings(args),
             _limits(args),

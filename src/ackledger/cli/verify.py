@@ -40,7 +40,15 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     verify.add_argument(
         "--sink-db", metavar="PATH_OR_URL",
         help="with --to: the inbox database your sink or consumer applies into, read to judge "
-        "(verify's events have ids and skus of their own, so other rows are left alone)",
+        "(verify's events have ids and skus of their own, so other rows are left alone); "
+        "with --session: the database your session factory reaches, which the sink verify "
+        "starts applies into",
+    )  # fmt: skip
+    verify.add_argument(
+        "--session", metavar="MODULE:ATTR",
+        help="run the sink verify starts with your session factory (as serve sink --session: "
+        "each transaction in your SQLAlchemy session, handlers called with it); needs "
+        "--sink-db, the database it reaches",
     )  # fmt: skip
     verify.add_argument(
         "--handlers", metavar="MODULE:ATTR",
@@ -70,6 +78,7 @@ def _check(args: argparse.Namespace) -> list[str]:
     from ..sink.handlers import HandlerSpecError, load_handlers
     from ..wire.sender import sender
     from . import UsageError
+    from .arguments import on_import_path
 
     if args.source is not None and not is_postgres(args.source):
         if "://" in args.source:
@@ -77,11 +86,18 @@ def _check(args: argparse.Namespace) -> list[str]:
         if not os.path.isdir(args.source):
             raise UsageError(f"--source: no folder at {args.source!r}")
     if args.to is None:
-        if args.sink_db is not None:
-            raise UsageError("--sink-db: only with --to (without it verify runs its own sink)")
+        if args.sink_db is not None and args.session is None:
+            raise UsageError(
+                "--sink-db: only with --to or --session (without them verify runs its own "
+                "sink on a scratch inbox)"
+            )
+        if args.session is not None:
+            _check_session(args.session, args.sink_db)
     else:
         if args.handlers is not None:
             raise UsageError("--handlers: only without --to (your consumer has its own)")
+        if args.session is not None:
+            raise UsageError("--session: only without --to (your consumer has its own)")
         if args.sink_db is None:
             raise UsageError(
                 "--to: needs --sink-db, the inbox your sender applies into (verify judges by it)"
@@ -89,14 +105,30 @@ def _check(args: argparse.Namespace) -> list[str]:
         sender(args.to, timeout=2).close()
         existing_database(args.sink_db, "sink-db")
     if args.handlers is not None:
-        here = os.getcwd()
-        if here not in sys.path:
-            sys.path.insert(0, here)
+        on_import_path()
         try:
             return sorted(load_handlers(args.handlers))
         except HandlerSpecError as exc:
             raise UsageError(f"--handlers: {exc}") from None
     return []
+
+
+def _check_session(spec: str, sink_db: str | None) -> None:
+    """The session factory loads, and its session reaches ``--sink-db``."""
+    from ..sink.handlers import HandlerSpecError
+    from ..sink.session_factory import SqlAlchemySessions, load_session_factory
+    from ..store import target_dialect
+    from . import UsageError
+    from .arguments import on_import_path
+
+    if sink_db is None:
+        raise UsageError("--session: needs --sink-db, the database your session factory reaches")
+    on_import_path()
+    try:
+        sessions = SqlAlchemySessions(load_session_factory(spec), target_dialect(sink_db))
+        sessions.check(sink_db)
+    except (HandlerSpecError, TypeError, ValueError) as exc:
+        raise UsageError(f"--session: {exc}") from None
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -117,7 +149,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     first = args.seed if args.seed is not None else secrets.randbelow(1_000_000)
     setup = Setup(
         source=args.source, to=args.to, sink_db=args.sink_db, handlers=args.handlers,
-        events=args.events, run="v" + secrets.token_hex(4),
+        events=args.events, run="v" + secrets.token_hex(4), session=args.session,
     )  # fmt: skip
     kinds = setup.kinds()
     progress = report.Progress(args.schedules)

@@ -44,6 +44,25 @@ def with_database(argv: Sequence[str], target: str) -> list[str]:
     return words
 
 
+#: The commands whose inbox runs on Django's connection by themselves (``--django``).
+_ON_DJANGO = (("serve", "sink"), ("consume",))
+
+
+def with_django(argv: Sequence[str], settings_module: str | None) -> list[str]:
+    """``argv`` with ``--django SETTINGS_MODULE`` for ``serve sink`` and ``consume``, so that
+    handlers save Django models in the receipt's transaction; unless ``--django`` or
+    ``--session`` is given already (or the settings were configured in code: no module)."""
+    words = list(argv)
+    if settings_module is None or not any(
+        tuple(words[: len(command)]) == command for command in _ON_DJANGO
+    ):
+        return words
+    given = ("--django", "--session")
+    if any(word in given or word.startswith(("--django=", "--session=")) for word in words):
+        return words
+    return [*words, "--django", settings_module]
+
+
 def run(argv: Sequence[str]) -> int:
     """Run the command line with the database of ackledger's alias; its exit status."""
     from ..cli import fail, main
@@ -53,8 +72,10 @@ def run(argv: Sequence[str]) -> int:
     words = list(argv)
     if not words or words[0] in ("-h", "--help"):
         return main([*words] or ["--help"])
+    from django.conf import settings
+
     try:
         target = database_target()
     except ImproperlyConfiguredError as exc:
         fail(str(exc))  # the command line's one line and exit status 2
-    return main(with_database(words, target))
+    return main(with_django(with_database(words, target), settings.SETTINGS_MODULE))

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from ..errors import InvalidEvent
 from ..event_types import check_type_name
 
-__all__ = ["Handler", "HandlerSpecError", "load_handlers"]
+__all__ = ["Handler", "HandlerSpecError", "load_handlers", "load_object"]
 
 from .handler_call import check_handler
 from .handler_tx import Handler
@@ -34,24 +34,8 @@ def load_handlers(spec: str) -> dict[str, Handler]:
     import raised, a missing attribute, a value that is not a mapping, a key that is not an
     event type name, or a handler that is not callable with ``(tx, event)``.
     """
-    if not isinstance(spec, str):
-        raise HandlerSpecError(f"handlers: {_FORM}, got {type(spec).__name__}")
+    found = load_object(spec, "handlers", _FORM)
     where = f"handlers {spec!r}"
-    module_name, colon, attr_path = spec.partition(":")
-    if not colon:
-        raise HandlerSpecError(f"{where}: no ':' in it; {_FORM}")
-    if not _dotted(module_name) or not _dotted(attr_path):
-        raise HandlerSpecError(f"{where}: {_FORM}")
-    found: object = _import(module_name, where)
-    walked: list[str] = []
-    for part in attr_path.split("."):
-        walked.append(part)
-        try:
-            found = getattr(found, part)
-        except AttributeError:
-            raise HandlerSpecError(
-                f"{where}: module {module_name!r} has no attribute {'.'.join(walked)!r}"
-            ) from None
     if not isinstance(found, Mapping):
         raise HandlerSpecError(
             f"{where}: must be a dict of event type to handler, got {type(found).__name__}"
@@ -65,6 +49,31 @@ def load_handlers(spec: str) -> dict[str, Handler]:
         _check_callable(handler, f"{where}: the handler of {name!r}")
         handlers[name] = handler
     return handlers
+
+
+def load_object(spec: object, what: str, form: str) -> object:
+    """What ``MODULE:ATTR`` names (``what`` and ``form`` say in messages what it is for and
+    how it is written); ``HandlerSpecError`` for a malformed spec, a module that is not found
+    or whose import raised, or a missing attribute."""
+    if not isinstance(spec, str):
+        raise HandlerSpecError(f"{what}: {form}, got {type(spec).__name__}")
+    where = f"{what} {spec!r}"
+    module_name, colon, attr_path = spec.partition(":")
+    if not colon:
+        raise HandlerSpecError(f"{where}: no ':' in it; {form}")
+    if not _dotted(module_name) or not _dotted(attr_path):
+        raise HandlerSpecError(f"{where}: {form}")
+    found: object = _import(module_name, where)
+    walked: list[str] = []
+    for part in attr_path.split("."):
+        walked.append(part)
+        try:
+            found = getattr(found, part)
+        except AttributeError:
+            raise HandlerSpecError(
+                f"{where}: module {module_name!r} has no attribute {'.'.join(walked)!r}"
+            ) from None
+    return found
 
 
 def _dotted(text: str) -> bool:

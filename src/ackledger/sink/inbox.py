@@ -132,6 +132,11 @@ class Inbox(Database):
         return self._runs_user_code
 
     @property
+    def plugin_types(self) -> frozenset[str]:
+        """The event types a plug-in's own handler applies (the lab's, unless replaced)."""
+        return self._plugin_types
+
+    @property
     def async_types(self) -> frozenset[str]:
         """The event types whose handler is ``async def`` (awaited by the services, the
         consumers and ``asgi()``; refused by the sync ``receive``)."""
@@ -233,8 +238,8 @@ class Inbox(Database):
         if not any(items for items, _ in prepared):
             return [BatchResult([], error) for _, error in prepared]
         try:
-            with _awaiter(awaiting) as awaiter, self._db.write() as tx:
-                results = apply_runs(tx, [items for items, _ in prepared], time.time(), awaiter)
+            with _awaiter(awaiting) as awaiter:
+                results = self._apply([items for items, _ in prepared], awaiter)
         except LoneFailed as failed:
             # The only event's handler raised: all of it was rolled back, and what is left
             # is its arrival number, as for the same failure in a batch.
@@ -247,6 +252,13 @@ class Inbox(Database):
             if result.error is None:
                 result.error = refused
         return results
+
+    def _apply(self, runs: Sequence[Sequence[Item]], awaiter: Awaiter | None) -> list[BatchResult]:
+        """``apply_runs`` in one write transaction, committed; the handlers get a
+        ``HandlerTransaction`` on it (``session_factory.SessionInbox`` holds it in the user's
+        own session instead)."""
+        with self._db.write() as tx:
+            return apply_runs(tx, runs, time.time(), awaiter)
 
     def stock(self, sku: str) -> int:
         """The reference domain's stock of ``sku`` (0 for an unknown one), read by the lab."""

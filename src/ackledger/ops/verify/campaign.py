@@ -56,10 +56,17 @@ class Setup:
     handlers: str | None
     events: int
     run: str  # a random tag of this verify run: its events' ids start with it
+    #: ``--session MODULE:ATTR`` for the sink verify starts (on ``sink_db``, the user's).
+    session: str | None = None
 
     @property
     def own_sink(self) -> bool:
         return self.to is None
+
+    @property
+    def scratch_sink(self) -> bool:
+        """verify's own sink on a scratch inbox (not on the user's ``sink_db``)."""
+        return self.own_sink and self.sink_db is None
 
     def kinds(self) -> tuple[str, ...]:
         from ...store import is_postgres
@@ -89,7 +96,7 @@ class Outcome:
 
 
 def run_schedule(setup: Setup, schedule: s.Schedule) -> Outcome:
-    with scratch(setup.source, setup.own_sink) as dbs:
+    with scratch(setup.source, setup.scratch_sink) as dbs:
         outcome = _Run(setup, schedule, dbs).run()
         if not outcome.counts.clean:
             outcome.kept_logs = _keep(dbs.logs, schedule.seed)
@@ -141,7 +148,7 @@ class _Run:
             to, upstream = self.setup.to, self.setup.upstream()
             if self.setup.own_sink:
                 self.sink = stack.enter_context(
-                    OwnSink(self.sink_db, self.setup.handlers, self.dbs.logs)
+                    OwnSink(self.sink_db, self.setup.handlers, self.dbs.logs, self.setup.session)
                 )
                 to = f"http://127.0.0.1:{self.sink.port}/events"
                 upstream = Upstream("127.0.0.1", self.sink.port, "http")

@@ -70,12 +70,17 @@ def via(url: str, port: int) -> str:
 
 
 class OwnSink(Closing):
-    """``ackledger serve sink`` on the scratch inbox, with the user's handlers if given."""
+    """``ackledger serve sink`` on the inbox, with the user's handlers and session factory
+    if given."""
 
-    def __init__(self, db: str, handlers: str | None, logs: Path) -> None:
+    def __init__(
+        self, db: str, handlers: str | None, logs: Path, session: str | None = None
+    ) -> None:
         self.args = ["serve", "sink", "--db", db, "--port", "0"]
         if handlers is not None:
             self.args += ["--handlers", handlers]
+        if session is not None:
+            self.args += ["--session", session]
         self.logs = logs
         self._starts = itertools.count()
         self.service: Service = self._start()

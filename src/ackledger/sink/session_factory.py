@@ -1,0 +1,267 @@
+"""The user's own session around each inbox transaction (``--session``, ``--django``).
+
+Without one, the services apply events in ackledger's own transaction and hand handlers a
+``HandlerTransaction``. With one, each write transaction is the user's: a session is opened
+(a SQLAlchemy ``Session``, ``AsyncSession`` or ``Connection``, or Django's connection inside
+``transaction.atomic()``), the inbox's one algorithm runs on a ``Tx`` borrowed from it with
+the session as every handler's first argument, and the session commits. Anything raised
+rolls it back, so the receipt and the handler's ORM rows are durable together or not at all.
+
+Each handler runs inside a savepoint of the session's own (``begin_nested``): its pending
+ORM objects are flushed there, so a failing handler's rows (even unflushed ones) are undone
+with its receipt, and a constraint its rows break is that handler's error, not the group's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import parse_qs, urlsplit
+
+from ..store import Tx, is_postgres
+from ..store.borrowed import borrow
+from .apply import BatchResult, Item, apply_runs
+from .handler_call import Awaiter, call_handler
+from .handler_tx import Handler, HandlerTransaction
+from .handlers import HandlerSpecError, load_object
+from .inbox import Inbox
+
+__all__ = [
+    "SessionInbox",
+    "SqlAlchemySessions",
+    "Transactions",
+    "check_same_database",
+    "load_session_factory",
+]
+
+_FORM = (
+    "must be MODULE:ATTR (a module and its zero-argument callable returning a SQLAlchemy "
+    "Session, AsyncSession or Connection, e.g. shop.db:Session)"
+)
+
+#: A savepoint of the session's own around one handler.
+Savepoint = Callable[[], AbstractContextManager[Any]]
+#: What runs inside one session: ``work(tx, session, awaiter, savepoint)``.
+Work = Callable[[Tx, object, Awaiter | None, Savepoint], list[BatchResult]]
+
+
+class Transactions(Protocol):
+    """Opens one transaction of the user's per call, runs ``work`` in it and commits it (or
+    rolls it back if anything was raised)."""
+
+    def run(self, work: Work, awaiter: Awaiter | None) -> list[BatchResult]: ...
+
+    def close(self) -> None: ...
+
+
+def load_session_factory(spec: str) -> Callable[[], object]:
+    """The callable ``MODULE:ATTR`` names; ``HandlerSpecError`` says what is wrong."""
+    found = load_object(spec, "session", _FORM)
+    if not callable(found):
+        raise HandlerSpecError(f"session {spec!r}: {_FORM}; got {type(found).__name__}")
+    return found
+
+
+def _is_async(made: object) -> bool:
+    return any(cls.__name__ in ("AsyncSession", "AsyncConnection") for cls in type(made).__mro__)
+
+
+def _url_of(made: object) -> Any:
+    """The SQLAlchemy URL a session or connection reaches."""
+    from sqlalchemy.engine import Connection
+    from sqlalchemy.orm import Session
+
+    if _is_async(made):
+        made = getattr(made, "sync_session", None) or made.sync_connection  # type: ignore[attr-defined]
+    if isinstance(made, Session):
+        return made.get_bind().engine.url
+    if isinstance(made, Connection):
+        return made.engine.url
+    raise TypeError(
+        f"session: the factory returned {type(made).__module__}.{type(made).__qualname__}; "
+        "expected a SQLAlchemy Session, AsyncSession or Connection"
+    )
+
+
+def _loopback(host: str) -> str:
+    host = host.lower().strip("[]")
+    return "127.0.0.1" if host in ("", "localhost", "::1") else host
+
+
+def place_of_target(target: str | os.PathLike[str]) -> tuple[str, ...]:
+    """What identifies a database named as ackledger names it (``--db``)."""
+    if is_postgres(target):
+        parts = urlsplit(target)
+        socket_host = parse_qs(parts.query).get("host", [""])[0]
+        host = socket_host or _loopback(parts.hostname or "")
+        return ("postgres", host, str(parts.port or 5432), parts.path.lstrip("/"))
+    return ("sqlite", str(Path(target).resolve()))
+
+
+def place_of_url(url: Any) -> tuple[str, ...]:
+    if url.get_backend_name() == "sqlite":
+        return ("sqlite", str(Path(url.database or "").resolve()))
+    if url.get_backend_name() == "postgresql":
+        socket_host = url.query.get("host", "")
+        host = socket_host or _loopback(url.host or "")
+        return ("postgres", host, str(url.port or 5432), url.database or "")
+    return (url.get_backend_name(), url.render_as_string(hide_password=True))
+
+
+def check_same_database(found: tuple[str, ...], what: str, target: str) -> None:
+    """Refuse a session (``what``) that reaches another database than the inbox's."""
+    expected = place_of_target(target)
+    if found != expected:
+        raise ValueError(
+            f"{what} reaches another database than --db: {_shown(found)}, not "
+            f"{_shown(expected)}; the receipt and the handler's rows must commit together"
+        )
+
+
+def _shown(place: tuple[str, ...]) -> str:
+    if place[0] == "postgres":
+        return f"PostgreSQL database {place[3]!r} on {place[1]}:{place[2]}"
+    if place[0] == "sqlite":
+        return f"SQLite file {place[1]}"
+    return f"{place[0]} ({place[1]})"
+
+
+class SqlAlchemySessions:
+    """One session (or connection) from the user's factory per transaction.
+
+    An ``AsyncSession`` (or ``AsyncConnection``) runs on this object's own event loop, in
+    the inbox's thread (a worker's, never a service's loop): the algorithm runs through
+    ``run_sync``, and an async handler is awaited there on the same loop (``await_only``),
+    inside the transaction. One loop for the object's life, since an async driver's pooled
+    connections belong to the loop that opened them.
+    """
+
+    def __init__(self, factory: Callable[[], object], dialect: str) -> None:
+        self._factory = factory
+        self._dialect = dialect
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: The async engines of the sessions run on ``_loop``: their pooled connections
+        #: belong to it, so they are disposed there before it closes.
+        self._engines: dict[int, Any] = {}
+
+    def check(self, target: str) -> None:
+        """Open one session and refuse it if it reaches another database than ``target``."""
+        made = self._factory()
+        try:
+            found = place_of_url(_url_of(made))
+            check_same_database(found, "the factory's session", target)
+        finally:
+            if _is_async(made):
+                self._on_loop(made.close())  # type: ignore[attr-defined]
+            else:
+                made.close()  # type: ignore[attr-defined]
+
+    def run(self, work: Work, awaiter: Awaiter | None) -> list[BatchResult]:
+        made: Any = self._factory()
+        if _is_async(made):
+            found: list[BatchResult] = self._on_loop(self._run_async(made, work))
+            return found
+        try:
+            results = work(borrow(made, self._dialect), made, awaiter, made.begin_nested)
+            made.commit()
+        except BaseException:
+            made.rollback()
+            raise
+        finally:
+            made.close()
+        return results
+
+    async def _run_async(self, made: Any, work: Work) -> list[BatchResult]:
+        from sqlalchemy.util import await_only
+
+        engine = made.bind if hasattr(made, "sync_session") else made.engine
+        if engine is not None:
+            self._engines.setdefault(id(engine), engine)
+
+        def inside(sync: Any) -> list[BatchResult]:
+            return work(borrow(sync, self._dialect), made, await_only, sync.begin_nested)
+
+        try:
+            results: list[BatchResult] = await made.run_sync(inside)
+            await made.commit()
+        except BaseException:
+            await made.rollback()
+            raise
+        finally:
+            await made.close()
+        return results
+
+    def _on_loop(self, work: Any) -> Any:
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(work)
+
+    def close(self) -> None:
+        loop, self._loop = self._loop, None
+        engines, self._engines = list(self._engines.values()), {}
+        if loop is not None:
+            try:
+                for engine in engines:
+                    loop.run_until_complete(engine.dispose())
+            finally:
+                loop.close()
+
+
+def _held(item: Item, savepoint: Savepoint, awaiter: Awaiter | None, own: object) -> Item:
+    """``item`` with its handler run inside a savepoint of the session's own; ``own`` (a
+    ``HandlerTransaction``, for a plug-in's handler, which writes SQL) or else the session
+    is its first argument."""
+    handler = item.handler
+
+    def run(session: Any, event: dict[str, Any]) -> None:
+        with savepoint():
+            call_handler(handler, session if own is None else own, event, awaiter)
+
+    return item._replace(handler=run)
+
+
+class SessionInbox(Inbox):
+    """An ``Inbox`` whose write transactions are the user's (``transactions``); reads and
+    re-sends answered by key stay on its own connection."""
+
+    def __init__(
+        self,
+        target: str | os.PathLike[str],
+        *,
+        transactions: Transactions,
+        handlers: dict[str, Handler] | None = None,
+        synchronous: str = "FULL",
+    ) -> None:
+        super().__init__(target, handlers=handlers, synchronous=synchronous)
+        self._transactions = transactions
+
+    @property
+    def runs_user_code(self) -> bool:
+        return True  # the session itself is the user's: always off the service's loop
+
+    def _apply(self, runs: Sequence[Sequence[Item]], awaiter: Awaiter | None) -> list[BatchResult]:
+        def work(
+            tx: Tx, session: object, awaiter: Awaiter | None, savepoint: Savepoint
+        ) -> list[BatchResult]:
+            # A plug-in's handler (the lab's) writes SQL: it gets the transaction as always.
+            sql = HandlerTransaction(tx)
+            plugin = self.plugin_types
+            held = [
+                [_held(item, savepoint, awaiter, sql if item.event["type"] in plugin else None)
+                 for item in run]
+                for run in runs
+            ]  # fmt: skip
+            return apply_runs(tx, held, time.time(), awaiter, handler_arg=session)
+
+        return self._transactions.run(work, awaiter)
+
+    def close(self) -> None:
+        try:
+            self._transactions.close()
+        finally:
+            super().close()

@@ -1,0 +1,133 @@
+"""``sink.session_factory`` on real SQLite files: the inbox's transactions held in a
+SQLAlchemy ``Session``, an aiosqlite ``AsyncSession`` or a ``Connection``, the batch's prefix
+rule kept, a failing handler's rows gone with its receipt; and how a session's database is
+told from ``--db``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import String, create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
+
+from ackledger import Inbox, new_event
+from ackledger.sink.session_factory import (
+    SessionInbox,
+    SqlAlchemySessions,
+    place_of_target,
+    place_of_url,
+)
+
+TYPE = "com.example.shipment.requested"
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Shipment(Base):
+    __tablename__ = "shipments"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+
+
+def ship(session: Any, event: dict[str, Any]) -> None:
+    session.add(Shipment(id=event["id"]))
+    if event["data"].get("fail"):
+        raise RuntimeError("the carrier is down")  # after the add: its row must go too
+
+
+async def ship_async(session: Any, event: dict[str, Any]) -> None:
+    session.add(Shipment(id=event["id"]))
+    await session.flush()
+    if event["data"].get("fail"):
+        raise RuntimeError("the carrier is down")
+
+
+def ship_core(connection: Any, event: dict[str, Any]) -> None:
+    connection.execute(text("INSERT INTO shipments (id) VALUES (:id)"), {"id": event["id"]})
+    if event["data"].get("fail"):
+        raise RuntimeError("the carrier is down")
+
+
+def shipped(path: Path) -> list[str]:
+    conn = sqlite3.connect(path)
+    try:
+        return [row[0] for row in conn.execute("SELECT id FROM shipments ORDER BY id")]
+    finally:
+        conn.close()
+
+
+def requested(event_id: str, **data: Any) -> dict[str, Any]:
+    return new_event(TYPE, data, source="/orders", id=event_id)
+
+
+def sync_factory(path: Path) -> Callable[[], object]:
+    return sessionmaker(create_engine(f"sqlite:///{path}"))
+
+
+def async_factory(path: Path) -> Callable[[], object]:
+    return async_sessionmaker(create_async_engine(f"sqlite+aiosqlite:///{path}"))
+
+
+def connection_factory(path: Path) -> Callable[[], object]:
+    return create_engine(f"sqlite:///{path}").connect
+
+
+@pytest.mark.parametrize(
+    ("factory", "handler"),
+    [(sync_factory, ship), (async_factory, ship_async), (connection_factory, ship_core)],
+)
+def test_a_session_commits_the_rows_with_their_receipts_and_keeps_the_prefix_rule(
+    tmp_path: Path, factory: Callable[[Path], Callable[[], object]], handler: Any
+) -> None:
+    db = tmp_path / "shipping.db"
+    Inbox(db).close()
+    Base.metadata.create_all(create_engine(f"sqlite:///{db}"))
+    sessions = SqlAlchemySessions(factory(db), "sqlite")
+    sessions.check(str(db))
+    with SessionInbox(db, transactions=sessions, handlers={TYPE: handler}) as inbox:
+        (alone,) = inbox.receive_runs([[requested("s-1")]], awaiting=True)
+        (again,) = inbox.receive_runs([[requested("s-1")]], awaiting=True)
+        batch, other = inbox.receive_runs(
+            [[requested("s-2"), requested("s-3", fail=1), requested("s-4")], [requested("s-5")]],
+            awaiting=True,
+        )
+        (failed,) = inbox.receive_runs([[requested("s-6", fail=1)]], awaiting=True)
+        assert (alone.statuses, again.statuses) == (["applied"], ["duplicate"])
+        assert batch.statuses == ["applied"] and isinstance(batch.error, RuntimeError)
+        assert other.statuses == ["applied"] and other.error is None
+        assert failed.statuses == [] and isinstance(failed.error, RuntimeError)
+        assert inbox.receipt("s-3") is None and inbox.receipt("s-6") is None
+    assert shipped(db) == ["s-1", "s-2", "s-5"]
+
+
+def test_a_session_is_told_by_its_database_not_by_how_it_is_written(tmp_path: Path) -> None:
+    db = tmp_path / "shipping.db"
+    assert place_of_url(make_url(f"sqlite:///{db}")) == place_of_target(str(db))
+    assert place_of_url(make_url("sqlite:///other.db")) != place_of_target(str(db))
+    ours = place_of_target("postgresql://postgres@127.0.0.1/shop")
+    for same in (
+        "postgresql+psycopg://postgres@localhost:5432/shop",
+        "postgresql+asyncpg://someone:secret@127.0.0.1/shop",
+    ):
+        assert place_of_url(make_url(same)) == ours, same
+    for other in (
+        "postgresql+psycopg://postgres@127.0.0.1:5433/shop",
+        "postgresql+psycopg://postgres@127.0.0.1/billing",
+        "postgresql+psycopg://postgres@db.internal/shop",
+    ):
+        assert place_of_url(make_url(other)) != ours, other
+
+
+def test_a_session_on_another_file_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    db, other = tmp_path / "shipping.db", tmp_path / "other.db"
+    with pytest.raises(ValueError, match="reaches another database than --db: SQLite file"):
+        SqlAlchemySessions(sync_factory(other), "sqlite").check(str(db))
+    assert not db.exists()
