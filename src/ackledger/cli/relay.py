@@ -68,7 +68,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )  # fmt: skip
     relay.add_argument(
         "--pipeline", action="store_true",
-        help="commit the marks on a second connection while the next event (with --batch: "
+        help="commit the marks on a second connection while the next event (in batch rounds: "
         "the next batch) is sent; each mark is still durable, a kill -9 re-sends one more "
         "event or batch (a leasing relay's marks still check its lease)",
     )  # fmt: skip
