@@ -20,6 +20,7 @@ from . import (
     drills,
     floors,
     growth,
+    idempotent,
     ledger,
     machine,
     postgres,
@@ -43,6 +44,8 @@ SECTIONS: dict[str, Section] = {
     "growth": growth.measure,
     "ledger": ledger.measure_in_process,
     "ledger-http": ledger.measure_http,
+    # @ledger.idempotent against Powertools + Redis: SQLite, PostgreSQL, using_arg.
+    "idempotent": idempotent.measure,
     "postgres": postgres.measure,
     "drills": drills.measure,
     # PostgreSQL outbox -> RabbitMQ / NATS against faststream-outbox and the raw floors.

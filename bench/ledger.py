@@ -167,14 +167,19 @@ class Powertools:
         self.client.close()
 
 
+def open_peer(results: Results, section: str) -> Powertools | None:
+    """Powertools on the local Redis, or None with ``section`` skipped saying why."""
+    try:
+        return Powertools()
+    except Exception as exc:
+        results.skip(section, f"Powertools with Redis not available: {exc}")
+        return None
+
+
 def measure_in_process(plan: Plan, results: Results) -> None:
     print("ledger in process vs Powertools", flush=True)
     keys = workload(plan.ledger_requests)
-    try:
-        peer: Powertools | None = Powertools()
-    except Exception as exc:
-        peer = None
-        results.skip("ledger.peer", f"Powertools with Redis not available: {exc}")
+    peer = open_peer(results, "ledger.peer")
     if peer is not None:
         results.notes.append(f"peer: {peer.version()}")
     have_ledger = ledger_class() is not None

@@ -96,20 +96,29 @@ def test_a_returned_message_is_marked_nowhere_and_quarantined(
     assert len(taken) - len(routable) <= BATCH * len(lost)
 
 
+@pytest.mark.parametrize(
+    ("flags", "published"),
+    # A batch (the default) publishes ok-3 with the returned message: confirmed, never marked
+    # after a return, so it goes again. Per item, nothing is published after the return.
+    [((), ["ok-1", "ok-3"]), (("--per-item",), ["ok-1"])],
+    ids=["default", "per-item"],
+)
 def test_with_the_stop_policy_a_returned_message_stays_pending_and_the_relay_exits_3(
     pg_url: str,
     broker: Broker,  # noqa: F811
     tmp_path: Path,
+    flags: tuple[str, ...],
+    published: list[str],
 ) -> None:
     _fill(pg_url, [lab("ok-1", "tea", 1), _misplaced("lost-2", "tea"), lab("ok-3", "tea", 1)])
-    relay = _relay(pg_url, broker.url(), tmp_path / "relay.log", "--on-poison", "stop")
+    relay = _relay(pg_url, broker.url(), tmp_path / "relay.log", "--on-poison", "stop", *flags)
     try:
         assert relay.wait(120) == 3
     finally:
         _stop(relay)
     assert _rows(pg_url, "sent = 1") == ["ok-1"]
     assert _rows(pg_url, "sent = 0 AND quarantined = 0") == ["lost-2", "ok-3"]  # order kept
-    assert [props.message_id for props, _ in broker.messages()] == ["ok-1"]
+    assert [props.message_id for props, _ in broker.messages()] == published
 
 
 @pytest.mark.parametrize("batch", [False, True], ids=["per-item", "batch"])
@@ -121,7 +130,8 @@ def test_every_message_is_persistent_when_read_back_from_the_queue(
 ) -> None:
     events = [lab(f"e-{n}", f"p{n % 4}", 1) for n in range(40)]
     _fill(pg_url, events)
-    relay = _relay(pg_url, broker.url(), tmp_path / "relay.log", *(["--batch"] if batch else []))
+    flag = "--batch" if batch else "--per-item"
+    relay = _relay(pg_url, broker.url(), tmp_path / "relay.log", flag)
     try:
         wait_until(lambda: not _rows(pg_url, "sent = 0"), "every event marked")
     finally:
@@ -143,7 +153,8 @@ def test_resends_after_a_kill_are_at_most_the_batch_in_flight(
     _fill(pg_url, events)
     log = tmp_path / "relay.log"
     at = random.Random(14).randrange(100, 400)  # a seeded schedule
-    first = _relay(pg_url, broker.url(), log, "--batch")
+    # No flags: a relay to a broker batches by default, and keeps the batch's bound.
+    first = _relay(pg_url, broker.url(), log)
     try:
         wait_until(lambda: len(_rows(pg_url, "sent = 1")) >= at, f"{at} events marked")
         first.send_signal(signal.SIGKILL)
@@ -152,7 +163,7 @@ def test_resends_after_a_kill_are_at_most_the_batch_in_flight(
         _stop(first)
     marked_before = len(_rows(pg_url, "sent = 1"))
     assert marked_before < total, "the kill came too late to prove anything"
-    second = _relay(pg_url, broker.url(), log, "--batch")
+    second = _relay(pg_url, broker.url(), log)
     try:
         wait_until(lambda: not _rows(pg_url, "sent = 0"), "every event marked after the restart")
     finally:

@@ -390,7 +390,7 @@ def test_resends_after_a_kill_are_at_most_the_batches_in_flight(
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["--inflight", "4"], "inflight: only batch rounds"),
+        (["--per-item", "--inflight", "4"], "inflight: only batch rounds"),
         (["--batch", "--inflight", "4", "--pipeline"], "does not combine with pipeline"),
         (["--batch", "--inflight", "0"], "--inflight: must be from 1 to 16"),
         (["--batch", "--inflight", "17"], "--inflight: must be from 1 to 16"),

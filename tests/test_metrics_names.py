@@ -95,7 +95,11 @@ def test_every_name_follows_the_one_scheme(scrapes: dict[str, str], component: s
     for family in families:
         assert family.name.startswith("ackledger_"), family.name
         # Each component's own prefix; the services' HTTP latency is one name for both.
-        prefixes = (f"ackledger_{component}_", "ackledger_http_", "ackledger_build_info")
+        prefixes: tuple[str, ...] = (
+            f"ackledger_{component}_", "ackledger_http_", "ackledger_build_info"
+        )  # fmt: skip
+        if component == "ledger":  # the ledger's second face: its idempotency keys
+            prefixes += ("ackledger_idempotency_",)
         assert family.name.startswith(prefixes), family.name
         assert not NOT_BASE_UNITS.search(family.name), family.name
         for sample in family.samples:

@@ -1,8 +1,9 @@
 """Our side of the broker benchmark: ``ackledger relay`` from a PostgreSQL outbox to a broker.
 
-One relay process (the default PostgreSQL relay: it leases partitions), per item or with
-``--batch``; the clock runs from its first mark to its last, read from another connection
-(``marks_rate``), so its start-up is not counted.
+One relay process (the default PostgreSQL relay: it leases partitions), with no flags (batches
+of 16 to a broker), ``--per-item`` or the flags a run names; the clock runs from its first
+mark to its last, read from another connection (``marks_rate``), so its start-up is not
+counted.
 """
 
 from __future__ import annotations
@@ -46,9 +47,8 @@ def reader(source: str) -> Iterator[Query]:
         yield query
 
 
-def rate(source: str, url: str, events: int, batch: bool, *extra: str) -> float:
-    """Events/s of one relay draining ``events`` pending events to ``url``."""
-    flags = ("--batch", *extra) if batch else extra
+def rate(source: str, url: str, events: int, *flags: str) -> float:
+    """Events/s of one relay (``flags`` added) draining ``events`` pending events to ``url``."""
     with reader(source) as query, relay(source, url, *flags):
         return marks_rate(query, events, timeout=900)
 
@@ -63,7 +63,7 @@ class Outcome:
 def unroutable(source: str, url: str, events: int, timeout: float = 120.0) -> Outcome:
     """Relay ``events`` that the broker returns, with ``--on-poison quarantine``; what the
     outbox says afterwards."""
-    with reader(source) as query, relay(source, url, "--on-poison", "quarantine", "--batch"):
+    with reader(source) as query, relay(source, url, "--on-poison", "quarantine"):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not query(

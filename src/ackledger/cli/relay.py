@@ -12,6 +12,7 @@ from ..relay.settings import RelaySettings
 from ..source.inflight import MAX_INFLIGHT
 from ..source.marking import MARK_SYNCS
 from ..store import is_postgres
+from ..wire.sender import is_broker
 from .arguments import (
     TO_HELP,
     add_ack,
@@ -46,23 +47,37 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "permanent one (a 4xx from the sink, but 408, 425 and 429; a broker's return of an "
         "unroutable message) and hold it (retried every --max-backoff seconds), stop (exit 3) "
         "or quarantine it. SIGTERM/SIGINT: finish the send in flight, release any leases, "
-        "exit 0.",
+        "exit 0. To amqp:// and nats:// it publishes batches of up to --limit events and "
+        "marks the confirmed prefix: a kill -9 re-sends at most the batch that was not yet "
+        "marked (--per-item: one event). To an HTTP sink it sends one event a request "
+        "unless --batch.",
     )
     add_source(relay)
     relay.add_argument(
         "--to", required=True, metavar="URL",
         help=TO_HELP,
     )  # fmt: skip
-    relay.add_argument("--batch", action="store_true", help="send each selection in one request")
+    rounds = relay.add_mutually_exclusive_group()
+    rounds.add_argument(
+        "--batch", dest="batch", action="store_const", const=True,
+        help="send each selection (up to --limit events) in one request and mark its "
+        "acknowledged prefix in one transaction; the default to amqp:// and nats://, where a "
+        "kill -9 re-sends at most the batch whose confirms were not yet marked",
+    )  # fmt: skip
+    rounds.add_argument(
+        "--per-item", dest="batch", action="store_const", const=False,
+        help="send one event at a time, each marked on its own ACK before the next is sent "
+        "(a kill -9 re-sends at most one event); the default to http(s):// sinks",
+    )  # fmt: skip
     relay.add_argument(
         "--pipeline", action="store_true",
-        help="commit the marks on a second connection while the next event (with --batch: "
+        help="commit the marks on a second connection while the next event (in batch rounds: "
         "the next batch) is sent; each mark is still durable, a kill -9 re-sends one more "
         "event or batch (a leasing relay's marks still check its lease)",
     )  # fmt: skip
     relay.add_argument(
         "--inflight", type=_inflight_arg, default=1, metavar="N",
-        help=f"with --batch to amqp:// or nats://: publish up to N batches (1-{MAX_INFLIGHT}) "
+        help=f"batch rounds to amqp:// or nats://: publish up to N batches (1-{MAX_INFLIGHT}) "
         "before awaiting the oldest one's confirms; each is marked on its own confirms, in "
         "order, and the first failure stops. Default 1. A kill -9 re-sends up to N x --limit "
         "events",
@@ -70,7 +85,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     relay.add_argument("--limit", type=limit_arg, default=16, help="events per round, 1-16")
     relay.add_argument(
         "--mark-sync", choices=MARK_SYNCS, default="each",
-        help="one event a request: fsync every mark (each, default) or only the last of each "
+        help="per-item rounds: fsync every mark (each, default) or only the last of each "
         "round (last: one fsync per round; marks lost to a power cut are re-sent as duplicates)",
     )  # fmt: skip
     relay.add_argument(
@@ -139,7 +154,8 @@ def cmd_relay(args: argparse.Namespace) -> int:
     from . import UsageError
 
     # Everything that can be refused is refused before the database is opened.
-    if args.pipeline and not args.batch and args.mark_sync != "each":
+    per_item = args.batch is False or (args.batch is None and not is_broker(args.to))
+    if args.pipeline and per_item and args.mark_sync != "each":
         raise UsageError(
             "--pipeline: every mark committed behind the next send is durable; it does not "
             "combine with --mark-sync last"

@@ -33,6 +33,7 @@ from ..web.observe import Observed
 from ..web.openapi import METRICS, READYZ, DocumentedRoute
 from ..web.routing import build_app
 from . import openapi as api
+from .key_metrics import KeyMetrics
 from .ledger import (
     Ledger,
     LedgerRequest,
@@ -82,6 +83,7 @@ LEDGER_COUNTERS = {
 def create_ledger_app(ledger: Ledger, identity: Identity | None = None) -> ASGIApp:
     me = identity or local_identity()
     service_metrics = ServiceMetrics("ledger", ledger.counters, LEDGER_COUNTERS)
+    service_metrics.registry.register(KeyMetrics(ledger.key_outcomes, ledger.key_counts))
     db = DatabaseCalls(ledger.backend)
     # One writer at a time (SQLite): requests that are ready together share one transaction
     # and one fsync. With a pool (PostgreSQL) each request has its own transaction on a worker

@@ -19,13 +19,17 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..store import Backend, Tx
 from ..store.idempotency_keys import Found, KeyClaim, claim_key, complete_key, release_key
 from .idempotent import on_callers_connection
 from .key_lease import LeaseKeeper, as_seconds, new_token, retry_after
+from .key_outcomes import KeyOutcomes
 from .ledger import Ledger
+
+if TYPE_CHECKING:
+    from prometheus_client.registry import Collector
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -128,6 +132,8 @@ class HeldKey:
     #: The request's body, as the app reads it again.
     body: bytes = field(default=b"", repr=False)
     completed: bool = field(default=False)
+    #: Where a completion is counted (the middleware's ledger's).
+    outcomes: KeyOutcomes | None = field(default=None, repr=False)
 
     def _complete(
         self, tx: Tx, status: int, body: bytes, headers: Mapping[str, str] | None
@@ -142,6 +148,8 @@ class HeldKey:
             tx, HTTP_SCOPE, self.key, self._token, result=stored, body=body, now=time.time()
         )
         self.completed = self.completed or done
+        if done and self.outcomes is not None:
+            self.outcomes.add("completed")
         return done
 
     def complete(
@@ -218,6 +226,15 @@ class IdempotencyMiddleware:
         self.ledger = ledger if isinstance(ledger, Ledger) else Ledger(ledger)
         self._db = self.ledger.backend
 
+    def metrics_collector(self) -> Collector:
+        """The keys' metrics (``ackledger_idempotency_*``: docs/operations.md) as a Prometheus
+        collector, for the registry the app's own ``/metrics`` serves:
+        ``REGISTRY.register(middleware.metrics_collector())``. Needs ``prometheus_client``
+        (the ``server`` extra)."""
+        from .key_metrics import KeyMetrics
+
+        return KeyMetrics(self.ledger.key_outcomes, self.ledger.key_counts)
+
     def close(self) -> None:
         """Close the ledger, if the middleware opened it."""
         if self._owned:
@@ -281,10 +298,12 @@ class IdempotencyMiddleware:
         fingerprint = self._fingerprint(scope, method, body)
         token = new_token()
         found = await asyncio.to_thread(self._claim, key, fingerprint, token)
+        self.ledger.key_outcomes.found(found.found)
         if found.found is not Found.CLAIMED:
             await send_answer(send, *_refusal(found, key))
             return
-        await self._run(scope, receive, send, HeldKey(key, self._db, token, body))
+        held = HeldKey(key, self._db, token, body, outcomes=self.ledger.key_outcomes)
+        await self._run(scope, receive, send, held)
 
     def _fingerprint(self, scope: Scope, method: str, body: bytes) -> str:
         path = scope.get("raw_path") or str(scope["path"]).encode("utf-8")
@@ -318,7 +337,11 @@ class IdempotencyMiddleware:
 
     def _complete(self, key: str, token: str, result: str, body: bytes | None) -> None:
         with self._db.write() as tx:
-            complete_key(tx, HTTP_SCOPE, key, token, result=result, body=body, now=time.time())
+            done = complete_key(
+                tx, HTTP_SCOPE, key, token, result=result, body=body, now=time.time()
+            )
+        if done:  # not when the endpoint stored it first (HeldKey.complete counted that)
+            self.ledger.key_outcomes.add("completed")
 
     def _release(self, key: str, token: str) -> None:
         with self._db.write() as tx:

@@ -32,6 +32,7 @@ from ..errors import Conflict, InFlight
 from ..store import Backend, Tx
 from ..store.idempotency_keys import Found, KeyClaim, claim_key, complete_key, release_key
 from .key_lease import LeaseKeeper, as_seconds, new_token, retry_after
+from .key_outcomes import KeyOutcomes
 
 F = TypeVar("F", bound=Callable[..., Any])
 MAX_KEY_CHARS = 255
@@ -66,6 +67,7 @@ class Settings:
     ttl: float
     wait: float
     lease: float
+    outcomes: KeyOutcomes
 
 
 def idempotent(
@@ -76,6 +78,7 @@ def idempotent(
     ttl: object = "24h",
     wait: object = 0,
     lease: object = "30s",
+    outcomes: KeyOutcomes | None = None,
 ) -> Callable[[F], F]:
     if not callable(key):
         raise TypeError(f"key: must be a function of the call's arguments, got {key!r}")
@@ -83,8 +86,9 @@ def idempotent(
         raise TypeError(f"wait: must be a number of seconds, got {type(wait).__name__}")
     waits = 0.0 if wait == 0 else as_seconds(wait, "wait")
     settings = Settings(
-        db, key, using_arg, as_seconds(ttl, "ttl"), waits, as_seconds(lease, "lease")
-    )
+        db, key, using_arg, as_seconds(ttl, "ttl"), waits, as_seconds(lease, "lease"),
+        outcomes if outcomes is not None else KeyOutcomes(),
+    )  # fmt: skip
 
     def decorate(fn: F) -> F:
         signature = inspect.signature(fn)
@@ -160,17 +164,18 @@ class _Call:
     def settle(self, found: KeyClaim, key: str, deadline: float) -> tuple[bool, Any]:
         """(done, the stored result) for a claim that did not take the key; raises Conflict,
         or InFlight once ``deadline`` (monotonic) has passed."""
+        if found.found is Found.IN_FLIGHT and time.monotonic() < deadline:
+            return False, None  # still waiting: only the call's final answer is counted
+        self.s.outcomes.found(found.found)
         if found.found is Found.COMPLETED:
             return True, json.loads(found.result) if found.result is not None else None
         if found.found is Found.CONFLICT:
             raise Conflict(f"{self.name}: key {key!r} was used for a call with other arguments")
-        if time.monotonic() >= deadline:
-            after = retry_after(found.lease_expires_at, time.time())
-            raise InFlight(
-                f"{self.name}: key {key!r} is held by a call still running (retry in {after} s)",
-                retry_after=float(after),
-            )
-        return False, None
+        after = retry_after(found.lease_expires_at, time.time())
+        raise InFlight(
+            f"{self.name}: key {key!r} is held by a call still running (retry in {after} s)",
+            retry_after=float(after),
+        )
 
     # --- plain functions --------------------------------------------------------------------
 
@@ -189,6 +194,7 @@ class _Call:
             if done:
                 return stored
             time.sleep(turns.pause())
+        self.s.outcomes.add("claimed")
         if using is not None:
             return self._run_borrowed(self.s.db.borrow(using), key, token, args, kwargs)
         keeper = LeaseKeeper(self.s.db, self.scope, key, token, self.s.lease).start()
@@ -212,7 +218,8 @@ class _Call:
         except BaseException:
             self._release_borrowed(tx, key, token)
             raise
-        complete_key(tx, self.scope, key, token, result=text, body=None, now=time.time())
+        if complete_key(tx, self.scope, key, token, result=text, body=None, now=time.time()):
+            self.s.outcomes.add("completed")
         return result
 
     def _release_borrowed(self, tx: Tx, key: str, token: str) -> None:
@@ -240,6 +247,7 @@ class _Call:
             if done:
                 return stored
             await asyncio.sleep(turns.pause())
+        self.s.outcomes.add("claimed")
         if using is not None:
             return await self._run_borrowed_async(using, key, token, args, kwargs)
         keeper = LeaseKeeper(self.s.db, self.scope, key, token, self.s.lease).start()
@@ -260,7 +268,9 @@ class _Call:
 
     def _own_complete(self, key: str, token: str, text: str) -> None:
         with self.s.db.write() as tx:
-            complete_key(tx, self.scope, key, token, result=text, body=None, now=time.time())
+            done = complete_key(tx, self.scope, key, token, result=text, body=None, now=time.time())
+        if done:  # not when its lease was taken over meanwhile
+            self.s.outcomes.add("completed")
 
     async def _run_borrowed_async(
         self, using: object, key: str, token: str, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -272,10 +282,12 @@ class _Call:
             await self._on(using, lambda tx: self._release_borrowed(tx, key, token))
             raise
         now = time.time()
-        await self._on(
+        done = await self._on(
             using,
             lambda tx: complete_key(tx, self.scope, key, token, result=text, body=None, now=now),
         )
+        if done:
+            self.s.outcomes.add("completed")
         return result
 
     async def _on(self, using: object, work: Callable[[Tx], Any]) -> Any:

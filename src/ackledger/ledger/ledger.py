@@ -12,6 +12,7 @@ worker without a ledger does when a Job re-runs it.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from ..store.idempotency_keys import PURGE_CHUNK as KEYS_PURGE_CHUNK
 from ..store.idempotency_keys import count_keys, purge_expired_keys
 from ..store.ledger import OUTCOME_COLUMNS, PURGE_CHUNK
 from .idempotent import idempotent as _idempotent
+from .key_outcomes import KeyOutcomes
 from .outcomes import (
     ClaimRefused,
     ClaimTaken,
@@ -44,6 +46,7 @@ from .outcomes import (
 from .pages import check_page
 
 F = TypeVar("F", bound=Callable[..., Any])
+_OUTCOMES_MADE = threading.Lock()
 MODES = ("idempotent", "control")
 MAX_KEY_LEN = 128
 MAX_POD_UID_LEN = 128
@@ -346,6 +349,16 @@ def _answer(req: LedgerRequest, done: Recorded) -> dict[str, Any] | Refusal:
 
 
 class Ledger(Database):
+    @property
+    def key_outcomes(self) -> KeyOutcomes:
+        """What this process's idempotency keys did: both faces count here, the ledger's
+        ``/metrics`` serves it (``ackledger_idempotency_*``)."""
+        with _OUTCOMES_MADE:  # one object, whichever thread asks first
+            found: KeyOutcomes | None = self.__dict__.get("_key_outcomes")
+            if found is None:
+                found = self.__dict__["_key_outcomes"] = KeyOutcomes()
+        return found
+
     def idempotent(
         self,
         key: Callable[..., object],
@@ -364,7 +377,10 @@ class Ledger(Database):
         caller's connection or session: the key and its result are then written with it, in
         the caller's transaction. Keys expire after ``ttl``; ``lease`` is how long a holder
         that stopped renewing (its process died) keeps the key. See docs/idempotency.md."""
-        return _idempotent(self._db, key, using_arg=using_arg, ttl=ttl, wait=wait, lease=lease)
+        return _idempotent(
+            self._db, key, using_arg=using_arg, ttl=ttl, wait=wait, lease=lease,
+            outcomes=self.key_outcomes,
+        )  # fmt: skip
 
     def request(
         self,

@@ -15,7 +15,7 @@ from ..source.inflight import check_inflight
 from ..source.marking import check_mark_sync
 from ..source.outbox import MAX_BATCH, check_limit
 from ..wire.ack import check_ack
-from ..wire.sender import check_url
+from ..wire.sender import check_url, is_broker
 from ..wire.targets import check_timeout
 from ..wire.token import Token
 from .leases import DEFAULT_TTL, check_owner, check_ttl
@@ -29,7 +29,10 @@ BASE_BACKOFF_S = 0.1
 class RelaySettings:
     #: Where to send: a sink's ``/events`` URL (batches go to ``/events/batch``) or a broker's.
     url: str
-    batch: bool = False
+    #: Send each selection in one request (True) or one event at a time (False). None: the
+    #: target decides, batches to amqp:// and nats:// (each message confirmed on its own, a
+    #: kill -9 re-sends at most the unconfirmed batch), one event a request to HTTP.
+    batch: bool | None = None
     limit: int = MAX_BATCH
     #: Seconds to wait when nothing is pending (or no partition can be leased).
     poll_interval: float = 0.5
@@ -70,6 +73,10 @@ class RelaySettings:
 
     def __post_init__(self) -> None:
         self.shown_url = check_url(self.url, self.allowed_hosts)
+        if self.batch is None:
+            self.batch = is_broker(self.url)
+        elif not isinstance(self.batch, bool):
+            raise ValueError(f"batch: must be True, False or None, got {self.batch!r}")
         check_limit(self.limit)
         check_mark_sync(self.mark_sync)
         if self.pipeline and not self.batch and self.mark_sync != "each":
@@ -85,8 +92,8 @@ class RelaySettings:
                     "inflight: already commits each batch's marks while the next batches are "
                     "in flight; it does not combine with pipeline"
                 )
-            scheme = self.url.partition(":")[0].lower()
-            if scheme not in ("amqp", "nats"):
+            if not is_broker(self.url):
+                scheme = self.url.partition(":")[0].lower()
                 raise ValueError(
                     f"inflight: more than one batch in flight is for amqp:// and nats:// "
                     f"targets, not {scheme}://"

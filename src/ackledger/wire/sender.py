@@ -145,6 +145,16 @@ class HttpSender:
         close_connections()
 
 
+#: Schemes whose sender confirms each message of a batch on its own (publisher confirms,
+#: PubAcks): a relay to them batches by default, with no sink to answer for a whole request.
+BROKER_SCHEMES = frozenset({"amqp", "nats"})
+
+
+def is_broker(url: str) -> bool:
+    """Whether ``url`` names a broker (``BROKER_SCHEMES``) rather than an HTTP sink."""
+    return urlsplit(url).scheme.lower() in BROKER_SCHEMES
+
+
 def check_url(url: object, allowed_hosts: Iterable[str] | None = None) -> str:
     """Refuse ``url`` as ``sender(url)`` would (UnsafeTarget), with no connection and no
     driver imported; returns the URL as it may be printed (no password)."""
