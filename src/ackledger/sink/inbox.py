@@ -13,6 +13,7 @@ is read by key first, and a re-send found so is answered from that read (``read_
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import time
@@ -25,6 +26,7 @@ from ..envelope import fingerprint_of, validate_encoded
 from ..errors import AckledgerError, NoHandler
 from ..event import check_identifier
 from ..event_types import EventTypes, check_type_name
+from ..store.borrowed_async import run_borrowed_awaiting
 from .apply import (
     COUNTER_PREFIX,
     DUPLICATE,
@@ -37,6 +39,7 @@ from .apply import (
 )
 from .handler_call import Awaiter, HandlerAwaiter, async_refused, check_handler, is_async_handler
 from .handler_tx import Handler
+from .receive_using import receive_using
 from .retention import (
     DEFAULT_RETENTION_SECONDS,
     MIN_RETENTION_SECONDS,
@@ -170,6 +173,30 @@ class Inbox(Database):
         if result.error is not None:
             raise result.error
         return result.statuses[0]
+
+    async def receive_async(self, event: object, *, using: object = None) -> str:
+        """``receive`` for asyncio code: returns ``"applied"`` or ``"duplicate"`` and raises
+        what ``receive`` raises. Handlers may be ``async def`` (awaited) or plain.
+
+        With ``using`` (a SQLAlchemy ``AsyncSession`` or ``AsyncConnection``, a psycopg
+        ``AsyncConnection`` or an asyncpg ``Connection``, in an open transaction), the receipt
+        is written on the caller's connection by the inbox's one algorithm, the handler gets
+        ``using`` itself as its first argument, and ackledger never commits or rolls back:
+        the caller's commit keeps receipt and effect together, its rollback neither
+        (store/borrowed_async.py says how). Without it, ackledger's own transaction runs in
+        a worker thread, as ``receive`` runs it. Either way the event loop runs on."""
+        if using is None:
+            (result,) = await asyncio.to_thread(self.receive_runs, [[event]], awaiting=True)
+            if result.error is not None:
+                raise result.error
+            return result.statuses[0]
+        return await run_borrowed_awaiting(
+            using,
+            self._db.dialect,
+            lambda tx, awaiter: receive_using(
+                tx, using, event, self._handlers, types=self._types, awaiter=awaiter
+            ),
+        )
 
     def receive_batch(self, events: Sequence[object]) -> BatchResult:
         """Apply a list of events in order in ONE transaction, stopping at the first that fails.
