@@ -17,7 +17,7 @@ from ..errors import AckledgerError
 from ..sink.inbox import Inbox
 from ..source.outbox import Outbox
 from ..store import database_errors, is_postgres, without_password
-from ..wire.targets import base_url, check_target
+from ..wire.targets import ANY_PATH, base_url, check_target
 from ..wire.token import Token
 from .databases import is_url
 from .probe import scrape
@@ -33,7 +33,7 @@ _ROUTE = {"sink": "/events", "ledger": "/deliveries"}
 def service_url(url: str, service: str = "sink", allowed_hosts: Iterable[str] | None = None) -> str:
     """The base URL of a service to read /metrics from; UnsafeTarget before anything is read."""
     base = base_url(url, _ROUTE[service])
-    check_target(base + "/metrics", "/metrics", allowed_hosts)
+    check_target(base + "/metrics", ANY_PATH, allowed_hosts)
     return base
 
 

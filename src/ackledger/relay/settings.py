@@ -26,7 +26,8 @@ BASE_BACKOFF_S = 0.1
 
 @dataclass
 class RelaySettings:
-    #: Where to send: a sink's ``/events`` URL (batches go to ``/events/batch``) or a broker's.
+    #: Where to send: a sink's URL, at any path (batches go to that path plus ``/batch``), or a
+    #: broker's.
     url: str
     batch: bool = False
     limit: int = MAX_BATCH
