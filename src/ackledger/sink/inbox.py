@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import plugins
@@ -51,6 +51,8 @@ from .retention import (
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
+
+    from ..wire.token import Token
 
 __all__ = [
     "COUNTER_NAMES",
@@ -328,12 +330,30 @@ class Inbox(Database):
         not seen: the age is then too old, never too young (``retention.OldestReceipt``)."""
         return report(self._db, self._oldest)
 
-    def asgi(self, prefix: str = "") -> ASGIApp:
+    def asgi(
+        self,
+        prefix: str = "",
+        *,
+        token: Token | str | None = None,
+        allowed_hosts: Iterable[str] | None = None,
+    ) -> ASGIApp:
         """The ``/events`` routes (and ``/healthz``, ``/metrics``) as an ASGI app to mount in
-        your own Starlette or FastAPI app. Needs the ``server`` extra."""
+        your own Starlette or FastAPI app. Needs the ``server`` extra.
+
+        The service's front door comes with them (CONTRACT section 9): a request whose
+        ``Host`` is neither a loopback name nor one of ``allowed_hosts`` gets 421; with
+        ``token``, every request but the probes must carry ``Authorization: Bearer`` it
+        (else 401). Mounted with ``app.mount("/shipping", inbox.asgi(token=...))`` it serves
+        ``/shipping/events`` and ``/shipping/events/batch``."""
         from .._core.extras import needing_extra
+        from ..wire.token import as_token
 
         with needing_extra("Inbox.asgi()"):
+            from ..web.guard import OPEN_PATHS, Guard, check_allowed_hosts
             from .app import create_sink_app
 
-        return create_sink_app(self, prefix=prefix, own_thread=True)
+        bearer = as_token(token)
+        hosts = check_allowed_hosts(allowed_hosts)
+        app = create_sink_app(self, prefix=prefix, own_thread=True)
+        open_paths = {prefix + path for path in OPEN_PATHS}
+        return Guard(app, token=bearer, loopback=True, open_paths=open_paths, allowed_hosts=hosts)
