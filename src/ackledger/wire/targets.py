@@ -67,6 +67,15 @@ def base_url(url: object, route: str = "/events") -> str:
     return f"{parts.scheme}://{parts.netloc}"
 
 
+def check_service_url(
+    url: object, route: str = "/events", allowed_hosts: Iterable[str] | None = None
+) -> str:
+    """``base_url(url, route)``, its host checked against the allow-list (UnsafeTarget)."""
+    base = base_url(url, route)
+    check_target(base + route, ANY_PATH, allowed_hosts)  # base_url has judged the path
+    return base
+
+
 def check_host(host: str, allowed_hosts: Iterable[str] | None, how: str = "explicitly") -> str:
     """``host`` if it is loopback or one of ``allowed_hosts`` (UnsafeTarget if not)."""
     if host not in LOOPBACK_HOSTS | {h.lower() for h in (allowed_hosts or ())}:
