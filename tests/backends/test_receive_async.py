@@ -223,3 +223,33 @@ def test_without_using_the_inbox_transaction_runs_off_the_loop(tmp_path: Path) -
         # The async handler was awaited with the inbox's own transaction, and its write kept.
         assert [type(given) for given in shipping.given] == [HandlerTransaction]
         assert seen(target, inbox, "o-8") == (["o-8"], ["o-8"])
+
+
+@pytest.mark.parametrize("kind", ["asyncpg", "psycopg", "session-asyncpg"])
+@pytest.mark.parametrize("first_ends", ["commit", "rollback"])
+def test_two_transactions_receiving_one_identity_apply_it_once(
+    pg_url: str, kind: str, first_ends: str
+) -> None:
+    target = Target("postgres", pg_url)
+    shipping = Shipping()
+    with Inbox(pg_url, handlers=handling(shipping)) as inbox:
+        target.execute(SHIPMENTS)
+
+        async def scenario() -> str:
+            async with opened((target, kind)) as first, opened((target, kind)) as second:
+                assert await inbox.receive_async(placed("o-9"), using=first.using()) == "applied"
+                # The second waits for the first's claim; the loop runs on meanwhile.
+                waiting = asyncio.ensure_future(
+                    inbox.receive_async(placed("o-9"), using=second.using())
+                )
+                await asyncio.sleep(0.3)
+                assert not waiting.done()
+                await (first.commit() if first_ends == "commit" else first.rollback())
+                status = await waiting
+                await second.commit()
+                return status
+
+        status = asyncio.run(scenario())
+        assert status == ("duplicate" if first_ends == "commit" else "applied")
+        assert target.rows("SELECT id, total FROM shipments") == [("o-9", 10)]
+        assert inbox.receipt("o-9", source=SOURCE) is not None
