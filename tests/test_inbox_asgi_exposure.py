@@ -195,6 +195,12 @@ def test_every_http_sender_reaches_the_mounted_inbox_and_each_event_is_applied_o
         )  # fmt: skip
         assert trace.returncode == 0, trace.stderr
         assert "r-7" in trace.stdout
+        status = run_cli(
+            "status", "--source", str(orders), "--sink", app.url,
+            "--token-file", str(token_file), "--json",
+        )  # fmt: skip
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["sink"]["applied"] == 43
 
     expected = [f"r-{n}" for n in range(1, 41)] + ["s-1", "s-2", "s-3"]
     assert sorted(receipts(app.db)) == sorted(expected)

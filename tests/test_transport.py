@@ -375,6 +375,7 @@ def test_a_services_base_url_keeps_the_path_it_is_mounted_at() -> None:
     assert base_url("http://127.0.0.1:8/shipping/events") == "http://127.0.0.1:8/shipping"
     assert base_url("http://127.0.0.1:8/events") == "http://127.0.0.1:8"
     assert base_url("http://127.0.0.1:8/") == "http://127.0.0.1:8"
+    assert base_url("http://127.0.0.1:8/shipping/metrics") == "http://127.0.0.1:8/shipping"
     for wrong in ("http://127.0.0.1:8/shipping", "http://127.0.0.1:8/events?x=1"):
         with pytest.raises(UnsafeTarget):
             base_url(wrong)

@@ -37,7 +37,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add_source(status)
     status.add_argument(
         "--sink", metavar="PATH_OR_URL",
-        help="a sink service, http://HOST:PORT (or its /events URL), or the inbox database "
+        help="a sink service, http://HOST:PORT (or its /events URL, a mounted inbox's "
+        "http://HOST:PORT/PREFIX/events too), or the inbox database "
         "(SQLite file or postgresql:// URL) of a sink or broker consumer",
     )  # fmt: skip
     status.add_argument(

@@ -77,7 +77,9 @@ def service_counters(
 ) -> dict[str, Any]:
     """``{"url", counter: value...}`` from the service's /metrics, or ``{"url", "error"}``."""
     try:
-        samples = scrape(url, timeout=timeout, allowed_hosts=allowed_hosts, token=token)
+        # ``url`` is a base (``service_url``): its /metrics names a mounted service's too.
+        metrics = url.rstrip("/") + "/metrics"
+        samples = scrape(metrics, timeout=timeout, allowed_hosts=allowed_hosts, token=token)
     except (OSError, AckledgerError) as exc:
         return {"url": url, "error": f"{type(exc).__name__}: {exc}"}
     prefix = _COUNTER_PREFIX[service]

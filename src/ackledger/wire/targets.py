@@ -48,8 +48,8 @@ def split_url(url: object, usage: str | None = None) -> tuple[SplitResult, int |
 
 def base_url(url: object, route: str = "/events") -> str:
     """``http://HOST:PORT`` of a service URL whose path is empty, ``/metrics`` or the service's
-    ``route``, with the path before ``route`` kept (a sink mounted at ``/shipping`` is
-    ``http://HOST:PORT/shipping``); refuses any other path."""
+    ``route``, with the path before ``route`` or ``/metrics`` kept (a sink mounted at
+    ``/shipping`` is ``http://HOST:PORT/shipping``); refuses any other path."""
     if not isinstance(url, str):
         raise UnsafeTarget(f"url: must be a string, got {type(url).__name__}")
     if "?" in url or "#" in url:
@@ -58,9 +58,10 @@ def base_url(url: object, route: str = "/events") -> str:
         parts = urlsplit(url)
     except ValueError as exc:
         raise UnsafeTarget(f"url: cannot be parsed: {exc}") from None
-    if parts.path.endswith(route) and parts.path.isascii():
-        return f"{parts.scheme}://{parts.netloc}{parts.path[: -len(route)]}"
-    if parts.path not in ("", "/", "/metrics"):
+    for tail in (route, "/metrics"):
+        if parts.path.endswith(tail) and parts.path.isascii():
+            return f"{parts.scheme}://{parts.netloc}{parts.path[: -len(tail)]}"
+    if parts.path not in ("", "/"):
         raise UnsafeTarget(
             f"url: give the service's base URL, http://HOST:PORT (got path {parts.path!r})"
         )
