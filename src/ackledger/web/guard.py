@@ -155,6 +155,9 @@ class Guard:
             detail = (
                 "this service listens on loopback and answers only requests addressed to a "
                 "loopback name or address (the Host header names another host)"
+                if not self._hosts
+                else "this service answers only requests addressed to a loopback name or "
+                "address or to a host name it was given (the Host header names another host)"
             )
             return problem_answer(421, "misdirected", "Misdirected request", detail)
         if self._expected is None or path in self._open:
