@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
+import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -78,3 +83,30 @@ def ids(path: Path, sql: str) -> list[str]:
 def process_state(pid: int) -> str:
     # The third field of /proc/PID/stat: R running, S sleeping, T stopped, ...
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+@contextmanager
+def uvicorn_serving(
+    folder: Path, module: str, env: dict[str, str], ready: Callable[[int], bool]
+) -> Iterator[int]:
+    """A user's app module (its ``app``) under ``uvicorn`` in a process of its own on a free
+    loopback port, once ``ready(port)``; yields the port. Its log must end clean."""
+    (folder / "user_app.py").write_text(module)
+    port = free_port()
+    command = [sys.executable, "-m", "uvicorn", "user_app:app", "--app-dir", str(folder)]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--no-access-log"]
+    log_path = folder / "uvicorn.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **env}
+        )
+    try:
+        wait_until(lambda: process.poll() is not None or ready(port), "uvicorn to serve")
+        assert process.poll() is None, log_path.read_text()
+        yield port
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    # uvicorn ends a SIGTERM by re-raising it; a failure would have left a traceback.
+    assert process.returncode in (0, -signal.SIGTERM), log_path.read_text()
+    assert "Traceback" not in log_path.read_text()

@@ -103,7 +103,7 @@ def test_publish_prints_the_seq_of_any_event(source_db: Path) -> None:
         (["pending", "--limit", "two"], "limit"),
         (["dispatch", "--to", "http://sink.invalid/events"], "sink.invalid"),
         (["dispatch", "--to", "https://127.0.0.1/events"], "http"),
-        (["dispatch", "--to", "http://127.0.0.1:1/other"], "path"),
+        (["dispatch", "--to", "http://127.0.0.1:1/other?x=1"], "query"),
         (["dispatch", "--to", "http://127.0.0.1:1/events", "--timeout", "-1"], "timeout"),
         (["dispatch"], "--to"),
         (["pending", "--synchronous", "OFF"], "synchronous"),

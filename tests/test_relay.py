@@ -276,7 +276,7 @@ def test_a_poison_event_stops_the_relay_under_the_stop_policy_with_an_alert(
     ("args", "word"),
     [
         (["--to", "http://example.invalid/events"], "host"),
-        (["--to", "http://127.0.0.1:1/elsewhere"], "path"),
+        (["--to", "http://127.0.0.1:1/elsewhere#top"], "fragment"),
         (["--limit", "17"], "limit"),
         (["--base-backoff", "5", "--max-backoff", "1"], "backoff"),
         (["--poll-interval", "0"], "poll-interval"),

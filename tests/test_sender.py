@@ -159,7 +159,7 @@ def test_an_unknown_scheme_is_refused_before_any_connection(
         "https://sink.invalid/events",
         "http://127.0.0.1@sink.invalid/events",
         "https://127.0.0.1/events",
-        "http://127.0.0.1/other",
+        "http://127.0.0.1/other#x",
     ],
 )
 def test_an_unsafe_http_target_is_refused_before_any_connection(

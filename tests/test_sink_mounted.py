@@ -10,10 +10,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import signal
-import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,7 +21,7 @@ import pytest
 from ackledger import new_event, send_http, send_http_batch
 from tests.conftest import raw_rows, stock_rows
 from tests.events import SOURCE, lab
-from tests.opshelp import free_port, wait_until
+from tests.opshelp import uvicorn_serving
 
 pytestmark = pytest.mark.slow
 
@@ -102,26 +98,14 @@ def _answers(shop: Shop) -> bool:
 
 @contextmanager
 def serving(folder: Path, mount: str) -> Iterator[Shop]:
-    """The user's app under ``uvicorn shop_app:app`` on a free loopback port."""
-    (folder / "shop_app.py").write_text(APP_MODULE)
-    port, db = free_port(), folder / "shop.db"
-    env = {**os.environ, "SHOP_DB": str(db), "SHOP_MOUNT": mount}
-    command = [sys.executable, "-m", "uvicorn", "shop_app:app", "--app-dir", str(folder)]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--no-access-log"]
-    log_path = folder / "uvicorn.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-    shop = Shop(port, db, "" if mount == "/" else mount)
-    try:
-        wait_until(lambda: process.poll() is not None or _answers(shop), "uvicorn to serve")
-        assert process.poll() is None, log_path.read_text()
-        yield shop
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-    # uvicorn ends a SIGTERM by re-raising it; a failure would have left a traceback.
-    assert process.returncode in (0, -signal.SIGTERM), log_path.read_text()
-    assert "Traceback" not in log_path.read_text()
+    """The user's app under uvicorn on a free loopback port."""
+    db = folder / "shop.db"
+    prefix = "" if mount == "/" else mount
+    env = {"SHOP_DB": str(db), "SHOP_MOUNT": mount}
+    with uvicorn_serving(
+        folder, APP_MODULE, env, lambda port: _answers(Shop(port, db, prefix))
+    ) as port:
+        yield Shop(port, db, prefix)
 
 
 def state(db: Path) -> tuple[object, object, object]:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ackledger import NotAcknowledged, UnsafeTarget, send_http, send_http_batch
+from ackledger import NotAcknowledged, UnsafeTarget, send_http, send_http_batch, sender
 from ackledger.envelope import canonical_json
 from ackledger.wire import _llhttp, _stdlib
 from ackledger.wire import http as wire_http
@@ -175,11 +175,9 @@ def test_proxy_variables_are_never_used(monkeypatch: pytest.MonkeyPatch) -> None
         "http://sink.invalid:8080/events",
         "https://127.0.0.1/events",
         "ftp://127.0.0.1/events",
-        "http://127.0.0.1/other",
-        "http://127.0.0.1/events/",
-        "http://127.0.0.1/",
-        "http://127.0.0.1",
         "http://127.0.0.1/events?x=1",
+        "http://127.0.0.1/shipping/events?x=1",
+        "http://127.0.0.1/caf\u00e9/events",
         "http://127.0.0.1/events?",
         "http://127.0.0.1/events#frag",
         "http://user:pw@127.0.0.1/events",
@@ -303,12 +301,84 @@ def test_batch_refuses_malformed_or_foreign_answers(answer: bytes) -> None:
 
 
 def test_batch_target_and_size_rules() -> None:
-    with pytest.raises(UnsafeTarget):
-        send_http_batch(BATCH, "http://127.0.0.1/events")
+    with pytest.raises(UnsafeTarget, match="query"):
+        send_http_batch(BATCH, "http://127.0.0.1/events/batch?x=1")
     with pytest.raises(ValueError):
         send_http_batch([], "http://127.0.0.1/events/batch")
     with pytest.raises(ValueError):
         send_http_batch(BATCH * 6, "http://127.0.0.1/events/batch")
+
+
+@pytest.mark.parametrize(
+    ("url", "named"),
+    [
+        ("http://127.0.0.1/shipping/events?token=x", "a query or fragment is not allowed"),
+        ("http://127.0.0.1/shipping/events#top", "a query or fragment is not allowed"),
+        ("http://ops:secret@127.0.0.1/shipping/events", "user information is not allowed"),
+        ("http://127.0.0.1/env\u00edos/events", "the path must be ASCII"),
+    ],
+)
+def test_a_target_at_any_path_is_refused_for_what_it_carries(
+    url: str, named: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    touched = forbid_network(monkeypatch)
+    with pytest.raises(UnsafeTarget, match=named) as refused:
+        send_http(EVENT, url)
+    assert "secret" not in str(refused.value)
+    with pytest.raises(UnsafeTarget, match=named):
+        send_http_batch(BATCH, url)
+    with pytest.raises(UnsafeTarget, match=named):
+        sender(url)
+    assert touched == []
+
+
+@pytest.mark.parametrize(
+    ("path", "batch_path"),
+    [
+        ("/shipping/events", "/shipping/events/batch"),
+        ("/shipping/events/", "/shipping/events/batch"),
+        ("/in", "/in/batch"),
+        ("", "/batch"),
+    ],
+)
+def test_any_path_is_posted_to_and_a_batch_goes_to_it_plus_batch(
+    path: str, batch_path: str
+) -> None:
+    def answer(body: bytes) -> bytes:
+        sent = json.loads(body)
+        return (
+            batch_answer(acks(*(e["id"] for e in sent)))
+            if isinstance(sent, list)
+            else ack_for(body)
+        )
+
+    with RawServer(answer) as server:
+        url = f"http://127.0.0.1:{server.port}{path}"
+        assert send_http(EVENT, url) is True
+        assert send_http_batch(BATCH, url.rstrip("/") + "/batch") == 3
+        built = sender(url)
+        try:
+            assert built.send(EVENT) is True
+            assert built.send_batch(BATCH) == 3
+        finally:
+            built.close()
+        lines = [head.split(b"\r\n", 1)[0] for head in server.heads]
+        single = b"POST %s HTTP/1.1" % (path or "/").encode()
+        batch = b"POST %s HTTP/1.1" % batch_path.encode()
+        assert lines == [single, batch, single, batch]
+
+
+def test_a_services_base_url_keeps_the_path_it_is_mounted_at() -> None:
+    from ackledger.wire.targets import base_url
+
+    # What trace, status and reconcile ask a sink at: its routes sit below the mount.
+    assert base_url("http://127.0.0.1:8/shipping/events") == "http://127.0.0.1:8/shipping"
+    assert base_url("http://127.0.0.1:8/events") == "http://127.0.0.1:8"
+    assert base_url("http://127.0.0.1:8/") == "http://127.0.0.1:8"
+    assert base_url("http://127.0.0.1:8/shipping/metrics") == "http://127.0.0.1:8/shipping"
+    for wrong in ("http://127.0.0.1:8/shipping", "http://127.0.0.1:8/events?x=1"):
+        with pytest.raises(UnsafeTarget):
+            base_url(wrong)
 
 
 def test_kept_connections_turn_nagle_off() -> None:

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import pytest
 
 from .. import pg
+
+T = TypeVar("T")
 
 #: Tables whose full content a "writes nothing" check compares (everything but migrations).
 TABLES = (
@@ -111,6 +116,28 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
         yield Target("postgres", request.getfixturevalue("pg_url"))
 
 
+#: The asyncio connections ``publish_async`` and ``receive_async`` take, by database.
+ASYNC_KINDS = [
+    ("sqlite", "session-aiosqlite"),
+    ("sqlite", "connection-aiosqlite"),
+    ("postgres", "session-asyncpg"),
+    ("postgres", "session-psycopg"),
+    ("postgres", "connection-asyncpg"),
+    ("postgres", "connection-psycopg"),
+    ("postgres", "psycopg"),
+    ("postgres", "asyncpg"),
+]
+
+
+@pytest.fixture(params=ASYNC_KINDS, ids=[f"{dialect}-{kind}" for dialect, kind in ASYNC_KINDS])
+def async_case(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Target, str]:
+    """Where (a target) and how (an asyncio connection's kind) the caller connects."""
+    dialect, kind = request.param
+    if dialect == "sqlite":
+        return Target("sqlite", str(tmp_path / "store.db")), kind
+    return Target("postgres", request.getfixturevalue("pg_url")), kind
+
+
 @pytest.fixture
 def pair(target: Target) -> Iterator[tuple[Any, Any]]:
     """Two Outbox objects on the target (two connections): a reader and a marker."""
@@ -120,3 +147,36 @@ def pair(target: Target) -> Iterator[tuple[Any, Any]]:
     yield reader, marker
     reader.close()
     marker.close()
+
+
+@contextmanager
+def sqlite_write_lock_held(path: str, seconds: float) -> Iterator[None]:
+    """Another writer holds SQLite's one write lock for ``seconds`` from a thread of its own,
+    taken before the block starts; the block's end waits for it to let go."""
+    held = threading.Event()
+
+    def hold() -> None:
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        held.set()
+        time.sleep(seconds)
+        other.execute("ROLLBACK")
+        other.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait()
+    try:
+        yield
+    finally:
+        holder.join()
+
+
+async def ticking(awaitable: Awaitable[T]) -> tuple[T, int]:
+    """``awaitable``'s result, and how many 10 ms ticks the same loop made while it ran."""
+    ticks = 0
+    task = asyncio.ensure_future(awaitable)
+    while not task.done():
+        ticks += 1
+        await asyncio.sleep(0.01)
+    return task.result(), ticks

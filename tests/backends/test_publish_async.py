@@ -23,7 +23,7 @@ import pytest
 
 from ackledger import Conflict, InvalidEvent, Outbox, new_event
 
-from .conftest import Target
+from .conftest import Target, sqlite_write_lock_held, ticking
 
 SOURCE = "/orders-service"
 BUSINESS = "CREATE TABLE shop_orders (id TEXT PRIMARY KEY, total INTEGER)"
@@ -159,18 +159,6 @@ class AsyncpgCaller(OnConnection):
         await self.tx.rollback()
 
 
-KINDS = [
-    ("sqlite", "session-aiosqlite"),
-    ("sqlite", "connection-aiosqlite"),
-    ("postgres", "session-asyncpg"),
-    ("postgres", "session-psycopg"),
-    ("postgres", "connection-asyncpg"),
-    ("postgres", "connection-psycopg"),
-    ("postgres", "psycopg"),
-    ("postgres", "asyncpg"),
-]
-
-
 def make_caller(target: Target, kind: str, *, autocommit: bool = False) -> Caller:
     shape, _, driver = kind.partition("-")
     if shape == "session":
@@ -182,17 +170,9 @@ def make_caller(target: Target, kind: str, *, autocommit: bool = False) -> Calle
     return AsyncpgCaller(target, autocommit=autocommit)
 
 
-@pytest.fixture(params=KINDS, ids=[f"{dialect}-{kind}" for dialect, kind in KINDS])
-def case(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Target, str]:
-    dialect, kind = request.param
-    if dialect == "sqlite":
-        return Target("sqlite", str(tmp_path / "store.db")), kind
-    return Target("postgres", request.getfixturevalue("pg_url")), kind
-
-
 @pytest.fixture
-def outbox(case: tuple[Target, str]) -> Iterator[Outbox]:
-    target, _ = case
+def outbox(async_case: tuple[Target, str]) -> Iterator[Outbox]:
+    target, _ = async_case
     with Outbox(target.ref, source=SOURCE) as opened:
         target.execute(BUSINESS)
         yield opened
@@ -205,9 +185,9 @@ def seen(target: Target, outbox: Outbox) -> tuple[list[str], list[str]]:
 
 
 def test_the_event_commits_with_the_callers_row_or_neither(
-    case: tuple[Target, str], outbox: Outbox
+    async_case: tuple[Target, str], outbox: Outbox
 ) -> None:
-    target, kind = case
+    target, kind = async_case
 
     async def scenario() -> int:
         caller = make_caller(target, kind)
@@ -233,9 +213,9 @@ def test_the_event_commits_with_the_callers_row_or_neither(
 
 
 def test_a_duplicate_returns_the_seq_and_a_conflict_writes_nothing(
-    case: tuple[Target, str], outbox: Outbox
+    async_case: tuple[Target, str], outbox: Outbox
 ) -> None:
-    target, kind = case
+    target, kind = async_case
     first = outbox.publish(placed("o-3"))
 
     async def scenario() -> None:
@@ -260,9 +240,9 @@ def test_a_duplicate_returns_the_seq_and_a_conflict_writes_nothing(
 
 
 def test_a_connection_not_in_a_transaction_is_refused_and_nothing_is_written(
-    case: tuple[Target, str], outbox: Outbox
+    async_case: tuple[Target, str], outbox: Outbox
 ) -> None:
-    target, kind = case
+    target, kind = async_case
 
     async def scenario() -> None:
         caller = make_caller(target, kind, autocommit=True)
@@ -278,9 +258,9 @@ def test_a_connection_not_in_a_transaction_is_refused_and_nothing_is_written(
 
 
 def test_a_connection_to_another_database_is_refused(
-    case: tuple[Target, str], outbox: Outbox, tmp_path: Path
+    async_case: tuple[Target, str], outbox: Outbox, tmp_path: Path
 ) -> None:
-    target, kind = case
+    target, kind = async_case
     # Another outbox's database (its source differs), or one without ackledger's schema.
     if target.dialect == "sqlite":
         other = Target("sqlite", str(tmp_path / "other.db"))
@@ -322,30 +302,8 @@ def test_without_using_the_event_loop_runs_on_while_the_database_is_busy(
     with Outbox(path, source=SOURCE) as outbox:
         # Another writer holds SQLite's one write lock for half a second: the publish waits
         # for it, and a ticker on the same loop must keep ticking meanwhile.
-        held = threading.Event()
-
-        def hold() -> None:
-            other = sqlite3.connect(path, isolation_level=None)
-            other.execute("BEGIN IMMEDIATE")
-            held.set()
-            time.sleep(0.5)
-            other.execute("ROLLBACK")
-            other.close()
-
-        holder = threading.Thread(target=hold)
-        holder.start()
-        held.wait()
-
-        async def scenario() -> tuple[int, int]:
-            ticks = 0
-            task = asyncio.ensure_future(outbox.publish_async(placed("o-8")))
-            while not task.done():
-                ticks += 1
-                await asyncio.sleep(0.01)
-            return task.result(), ticks
-
-        seq, ticks = asyncio.run(scenario())
-        holder.join()
+        with sqlite_write_lock_held(path, 0.5):
+            seq, ticks = asyncio.run(ticking(outbox.publish_async(placed("o-8"))))
         assert ticks >= 20  # 0.5 s of 10 ms ticks, give or take a loaded machine
         assert [event["seq"] for event in outbox.pending()] == [seq]
 

@@ -30,7 +30,7 @@ DOWN = "postgresql://postgres@127.0.0.1:1/x"
     [
         (["--to", SINK, "--owner", "w"], "--source"),
         (["--source", "{db}", "--to", "http://example.invalid/events", "--owner", "w"], "host"),
-        (["--source", "{db}", "--to", "http://127.0.0.1:9/other", "--owner", "w"], "path"),
+        (["--source", "{db}", "--to", "http://127.0.0.1:9/other?x=1", "--owner", "w"], "query"),
         (["--source", "{db}", "--to", SINK, "--owner", ""], "owner"),
         (["--source", "{missing}", "--to", SINK, "--owner", "w"], "no database"),
         (["--source", "{db}", "--to", SINK, "--owner", "w", "--lease-ttl", "0"], "lease-ttl"),

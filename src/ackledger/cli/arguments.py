@@ -29,7 +29,8 @@ def add_synchronous(parser: argparse.ArgumentParser) -> None:
 
 #: ``--to`` of ``dispatch`` and ``relay``: every kind of sender (CONTRACT §5).
 TO_HELP = (
-    "a sink, http://HOST:PORT/events; RabbitMQ, "
+    "a sink, http://HOST:PORT/events (or any path: a mounted inbox's, batches to it plus "
+    "/batch); RabbitMQ, "
     "amqp://USER:PASS@HOST:PORT/VHOST?exchange=E[&routing_key=K]; or NATS JetStream, "
     "nats://HOST:PORT?subject=PREFIX[&stream=S]"
 )

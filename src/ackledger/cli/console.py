@@ -48,12 +48,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _check_sink(sink: str) -> str:
-    from ..wire.targets import base_url, check_target
+    from ..wire.targets import check_service_url
 
     if is_postgres(sink):
         return sink
     if is_url(sink):
-        check_target(base_url(sink) + "/events", "/events")
+        check_service_url(sink)
         return sink
     return existing_target(sink, "sink")
 

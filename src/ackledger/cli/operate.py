@@ -19,7 +19,7 @@ from ..ops.reconcile import reconcile, reconcile_text
 from ..ops.status import is_service, read_status, service_url
 from ..ops.trace import trace, trace_text
 from ..store import is_postgres
-from ..wire.targets import base_url, check_target
+from ..wire.targets import check_service_url
 from .arguments import add_http_client, add_source, duration_arg, existing_target, open_outbox
 from .exits import EXIT_OK, EXIT_STOPPED, EXIT_UNREACHABLE
 from .exposure import add_client_token, token_of
@@ -37,7 +37,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add_source(status)
     status.add_argument(
         "--sink", metavar="PATH_OR_URL",
-        help="a sink service, http://HOST:PORT (or its /events URL), or the inbox database "
+        help="a sink service, http://HOST:PORT (or its /events URL, a mounted inbox's "
+        "http://HOST:PORT/PREFIX/events too), or the inbox database "
         "(SQLite file or postgresql:// URL) of a sink or broker consumer",
     )  # fmt: skip
     status.add_argument(
@@ -172,7 +173,7 @@ def _service_arg(name: str, url: str, hosts: list[str]) -> None:
 def cmd_trace(args: argparse.Namespace) -> int:
     check_identifier(args.event_id, "EVENT_ID", 128)
     if args.sink is not None and is_url(args.sink) and not is_postgres(args.sink):
-        check_target(base_url(args.sink) + "/events", "/events", args.allow_host)
+        check_service_url(args.sink, allowed_hosts=args.allow_host)
     report = trace(
         args.event_id,
         existing_target(args.source),
@@ -199,7 +200,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     if not 0 <= args.max_ids <= 10_000:
         raise ValueError(f"--max-ids: must be an integer from 0 to 10000, got {args.max_ids}")
     if is_url(args.sink) and not is_postgres(args.sink):
-        check_target(base_url(args.sink) + "/events", "/events")
+        check_service_url(args.sink)
     report = reconcile(existing_target(args.source), args.sink, max_ids=args.max_ids)
     print(json.dumps(report) if args.json else reconcile_text(report))
     return 1 if report["alarms"] else 0

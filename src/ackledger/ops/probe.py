@@ -16,14 +16,15 @@ from typing import Any
 from ..errors import NotAcknowledged
 from ..event import check_identifier
 from ..wire.http import request_once
-from ..wire.targets import Target, base_url, check_target
+from ..wire.targets import ANY_PATH, Target, base_url, check_target
 from ..wire.token import Token
 
 MAX_READ_BYTES = 1024 * 1024
 
 
 def _target(url: str, path: str, allowed_hosts: Iterable[str] | None) -> Target:
-    return check_target(base_url(url) + path, path, allowed_hosts)
+    # The base keeps a mounted sink's prefix; base_url already refused any other path.
+    return check_target(base_url(url) + path, ANY_PATH, allowed_hosts)
 
 
 def http_get(

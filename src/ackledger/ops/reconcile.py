@@ -88,7 +88,7 @@ def reconcile(source: str, sink: str, *, max_ids: int = 20) -> dict[str, Any]:
         tally = Tally(max_ids, {outbox.source})
         if is_url(sink) and not is_postgres(sink):
             where = f"GET {base_url(sink)}/events/{{id}}"
-            lookup = _service_lookup(base_url(sink))
+            lookup = _service_lookup(sink)
             _walk_outbox(outbox, lookup, tally)
             receipts_checked = False
         else:

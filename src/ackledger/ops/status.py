@@ -19,7 +19,7 @@ from ..relay.leases import lease_words
 from ..sink.inbox import Inbox
 from ..source.outbox import Outbox
 from ..store import database_errors, is_postgres, without_password
-from ..wire.targets import base_url, check_target
+from ..wire.targets import ANY_PATH, base_url, check_target
 from ..wire.token import Token
 from .ack_kinds import STATUS_ACK
 from .databases import is_url
@@ -35,7 +35,7 @@ _ROUTE = {"sink": "/events", "ledger": "/deliveries"}
 def service_url(url: str, service: str = "sink", allowed_hosts: Iterable[str] | None = None) -> str:
     """The base URL of a service to read /metrics from; UnsafeTarget before anything is read."""
     base = base_url(url, _ROUTE[service])
-    check_target(base + "/metrics", "/metrics", allowed_hosts)
+    check_target(base + "/metrics", ANY_PATH, allowed_hosts)
     return base
 
 
@@ -79,7 +79,9 @@ def service_counters(
 ) -> dict[str, Any]:
     """``{"url", counter: value...}`` from the service's /metrics, or ``{"url", "error"}``."""
     try:
-        samples = scrape(url, timeout=timeout, allowed_hosts=allowed_hosts, token=token)
+        # ``url`` is a base (``service_url``): its /metrics names a mounted service's too.
+        metrics = url.rstrip("/") + "/metrics"
+        samples = scrape(metrics, timeout=timeout, allowed_hosts=allowed_hosts, token=token)
     except (OSError, AckledgerError) as exc:
         return {"url": url, "error": f"{type(exc).__name__}: {exc}"}
     prefix = _COUNTER_PREFIX[service]

@@ -67,7 +67,7 @@ def read_receipt(
             return found, f"table ackledger_inbox in {inbox.backend.location}"
     if is_url(sink):
         found = sink_receipt(
-            base_url(sink), event_id, source=source, timeout=timeout,
+            sink, event_id, source=source, timeout=timeout,
             allowed_hosts=allowed_hosts, token=token,
         )  # fmt: skip
         return found, f"GET {base_url(sink)}/events/{event_id}"

@@ -27,7 +27,8 @@ BASE_BACKOFF_S = 0.1
 
 @dataclass
 class RelaySettings:
-    #: Where to send: a sink's ``/events`` URL (batches go to ``/events/batch``) or a broker's.
+    #: Where to send: a sink's URL, at any path (batches go to that path plus ``/batch``), or a
+    #: broker's.
     url: str
     #: Send each selection in one request (True) or one event at a time (False). None: the
     #: target decides, batches to amqp:// and nats:// (each message confirmed on its own, a

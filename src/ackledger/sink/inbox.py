@@ -13,10 +13,11 @@ is read by key first, and a re-send found so is answered from that read (``read_
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import plugins
@@ -25,6 +26,7 @@ from ..envelope import fingerprint_of, validate_encoded
 from ..errors import AckledgerError, NoHandler
 from ..event import check_identifier
 from ..event_types import EventTypes, check_type_name
+from ..store.borrowed_async import run_borrowed_awaiting
 from .apply import (
     COUNTER_PREFIX,
     DUPLICATE,
@@ -37,6 +39,7 @@ from .apply import (
 )
 from .handler_call import Awaiter, HandlerAwaiter, async_refused, check_handler, is_async_handler
 from .handler_tx import Handler
+from .receive_using import receive_using
 from .retention import (
     DEFAULT_RETENTION_SECONDS,
     MIN_RETENTION_SECONDS,
@@ -48,6 +51,8 @@ from .retention import (
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
+
+    from ..wire.token import Token
 
 __all__ = [
     "COUNTER_NAMES",
@@ -175,6 +180,30 @@ class Inbox(Database):
         if result.error is not None:
             raise result.error
         return result.statuses[0]
+
+    async def receive_async(self, event: object, *, using: object = None) -> str:
+        """``receive`` for asyncio code: returns ``"applied"`` or ``"duplicate"`` and raises
+        what ``receive`` raises. Handlers may be ``async def`` (awaited) or plain.
+
+        With ``using`` (a SQLAlchemy ``AsyncSession`` or ``AsyncConnection``, a psycopg
+        ``AsyncConnection`` or an asyncpg ``Connection``, in an open transaction), the receipt
+        is written on the caller's connection by the inbox's one algorithm, the handler gets
+        ``using`` itself as its first argument, and ackledger never commits or rolls back:
+        the caller's commit keeps receipt and effect together, its rollback neither
+        (store/borrowed_async.py says how). Without it, ackledger's own transaction runs in
+        a worker thread, as ``receive`` runs it. Either way the event loop runs on."""
+        if using is None:
+            (result,) = await asyncio.to_thread(self.receive_runs, [[event]], awaiting=True)
+            if result.error is not None:
+                raise result.error
+            return result.statuses[0]
+        return await run_borrowed_awaiting(
+            using,
+            self._db.dialect,
+            lambda tx, awaiter: receive_using(
+                tx, using, event, self._handlers, types=self._types, awaiter=awaiter
+            ),
+        )
 
     def receive_batch(self, events: Sequence[object]) -> BatchResult:
         """Apply a list of events in order in ONE transaction, stopping at the first that fails.
@@ -313,12 +342,30 @@ class Inbox(Database):
         not seen: the age is then too old, never too young (``retention.OldestReceipt``)."""
         return report(self._db, self._oldest)
 
-    def asgi(self, prefix: str = "") -> ASGIApp:
+    def asgi(
+        self,
+        prefix: str = "",
+        *,
+        token: Token | str | None = None,
+        allowed_hosts: Iterable[str] | None = None,
+    ) -> ASGIApp:
         """The ``/events`` routes (and ``/healthz``, ``/metrics``) as an ASGI app to mount in
-        your own Starlette or FastAPI app. Needs the ``server`` extra."""
+        your own Starlette or FastAPI app. Needs the ``server`` extra.
+
+        The service's front door comes with them (CONTRACT section 9): a request whose
+        ``Host`` is neither a loopback name nor one of ``allowed_hosts`` gets 421; with
+        ``token``, every request but the probes must carry ``Authorization: Bearer`` it
+        (else 401). Mounted with ``app.mount("/shipping", inbox.asgi(token=...))`` it serves
+        ``/shipping/events`` and ``/shipping/events/batch``."""
         from .._core.extras import needing_extra
+        from ..wire.token import as_token
 
         with needing_extra("Inbox.asgi()"):
+            from ..web.guard import OPEN_PATHS, Guard, check_allowed_hosts
             from .app import create_sink_app
 
-        return create_sink_app(self, prefix=prefix, own_thread=True)
+        bearer = as_token(token)
+        hosts = check_allowed_hosts(allowed_hosts)
+        app = create_sink_app(self, prefix=prefix, own_thread=True)
+        open_paths = {prefix + path for path in OPEN_PATHS}
+        return Guard(app, token=bearer, loopback=True, open_paths=open_paths, allowed_hosts=hosts)

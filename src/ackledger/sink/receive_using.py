@@ -19,7 +19,7 @@ from ..errors import NoHandler
 from ..event_types import EventTypes
 from ..store import Tx
 from .apply import Item, LoneFailed, apply_runs
-from .handler_call import async_refused, is_async_handler
+from .handler_call import Awaiter, async_refused, is_async_handler
 from .handler_tx import Handler
 
 
@@ -30,12 +30,14 @@ def receive_using(
     handlers: Mapping[str, Callable[[Any, dict[str, Any]], object]],
     *,
     types: EventTypes | None = None,
+    awaiter: Awaiter | None = None,
 ) -> str:
     """Apply ``event`` once on ``tx`` (a borrowed ``Tx``, ``store.borrowed.borrow``), calling
     its handler as ``handler(handler_arg, event)``; returns ``"applied"`` or ``"duplicate"``.
     The inbox's one algorithm (``apply.apply_runs``) does it, in the caller's transaction.
 
-    Raises InvalidEvent, NoHandler (an ``async def`` handler: NotAwaited) before writing;
+    ``awaiter`` awaits what an ``async def`` handler returns (``receive_async``); without
+    one, such a handler raises NotAwaited. Raises InvalidEvent, NoHandler before writing;
     Conflict for the same identity with other content, or what the handler raised: the
     caller then rolls back, and nothing it wrote here stays.
     """
@@ -43,14 +45,14 @@ def receive_using(
     handler = handlers.get(found["type"])
     if handler is None:
         raise NoHandler(f"no handler for event type {found['type']!r}")
-    if is_async_handler(handler):
+    if awaiter is None and is_async_handler(handler):
         raise async_refused(handler, found["type"])
     # Its first argument is the caller's object, not a HandlerTransaction: the walk hands it
     # ``handler_arg``.
     run = cast(Handler, handler)
     item = Item(found, fingerprint_of(found, text), run, (found["source"], found["id"]))
     try:
-        (result,) = apply_runs(tx, [[item]], time.time(), None, handler_arg=handler_arg)
+        (result,) = apply_runs(tx, [[item]], time.time(), awaiter, handler_arg=handler_arg)
     except LoneFailed as failed:
         # The caller rolls its transaction back: the handler's own error is what it sees.
         raise failed.__cause__ or failed from None

@@ -17,6 +17,10 @@ is only how a statement reaches an asyncio driver, and :func:`run_borrowed` supp
   connection, and the worker waits for its rows. The loop stays free meanwhile, and the
   caller's connection is only ever used from the loop's own thread. A cancelled publish
   lets the worker finish before the cancellation reaches the caller.
+
+The inbox's ``receive_async`` runs its one algorithm the same way, and its async handlers,
+given the caller's own object, are awaited on the caller's loop from inside it
+(``run_borrowed_awaiting``): the worker waits for them as it waits for a statement.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from .borrowed import (
 )
 from .postgres.tx import PostgresTx, to_pyformat
 
-__all__ = ["ASYNC_ACCEPTED", "run_borrowed"]
+__all__ = ["ASYNC_ACCEPTED", "AwaitOnLoop", "run_borrowed", "run_borrowed_awaiting"]
 
 T = TypeVar("T")
 
@@ -47,16 +51,33 @@ ASYNC_ACCEPTED = (
 )
 
 
+#: Awaits an awaitable to its end from inside ``work`` (a handler's coroutine, say), on the
+#: event loop that owns the caller's connection; returns what it gave.
+AwaitOnLoop = Callable[[Awaitable[Any]], Any]
+
+
 async def run_borrowed(using: object, dialect: str, work: Callable[[Tx], T]) -> T:
     """``work(tx)`` with ``tx`` on the caller's async connection ``using``, inside the caller's
     transaction, without blocking the event loop; the errors of ``borrow`` for what cannot
     be used (``TypeError`` for an object of another kind, ``ValueError`` for a connection of
     the other database or not in a transaction), raised before anything is written."""
+    return await run_borrowed_awaiting(using, dialect, lambda tx, _: work(tx))
+
+
+async def run_borrowed_awaiting(
+    using: object, dialect: str, work: Callable[[Tx, AwaitOnLoop], T]
+) -> T:
+    """``run_borrowed`` for work that may await the caller's own coroutines on the way (the
+    inbox's async handlers, which use ``using`` themselves): ``work(tx, await_on_loop)``."""
     names = {cls.__name__ for cls in type(using).__mro__}
     roots = {(cls.__module__ or "").partition(".")[0] for cls in type(using).__mro__}
     if "sqlalchemy" in roots and names & {"AsyncSession", "AsyncConnection"}:
+        from sqlalchemy.util import await_only
+
+        # ``run_sync``'s function runs in SQLAlchemy's greenlet on the loop's thread; from
+        # there ``await_only`` hands a coroutine to the loop and waits for it.
         run_sync = cast(Callable[[Callable[[Any], T]], Awaitable[T]], using.run_sync)  # type: ignore[attr-defined]
-        return await run_sync(lambda sync: work(borrow(sync, dialect)))
+        return await run_sync(lambda sync: work(borrow(sync, dialect), await_only))
     statements: _Statements
     if "psycopg" in roots:
         statements = _psycopg(using, dialect)
@@ -64,8 +85,9 @@ async def run_borrowed(using: object, dialect: str, work: Callable[[Tx], T]) -> 
         statements = _asyncpg(using, dialect)
     else:
         raise _not_accepted(using)
-    tx = _LoopPostgresTx(statements, asyncio.get_running_loop())
-    running = asyncio.ensure_future(asyncio.to_thread(work, tx))
+    loop = asyncio.get_running_loop()
+    tx = _LoopPostgresTx(statements, loop)
+    running = asyncio.ensure_future(asyncio.to_thread(work, tx, tx.await_on_loop))
     try:
         return await asyncio.shield(running)
     except asyncio.CancelledError:
@@ -155,14 +177,14 @@ class _LoopPostgresTx(PostgresTx):
         self._statements = statements
         self._loop = loop
 
-    def _await(self, step: Awaitable[T]) -> T:
+    def await_on_loop(self, step: Awaitable[T]) -> T:
         return asyncio.run_coroutine_threadsafe(_awaited(step), self._loop).result()
 
     def execute(self, sql: str, params: Params = ()) -> list[Row]:
-        return self._await(self._statements.rows(sql, params))
+        return self.await_on_loop(self._statements.rows(sql, params))
 
     def executemany(self, sql: str, params: Sequence[Params]) -> None:
-        self._await(self._statements.many(sql, params))
+        self.await_on_loop(self._statements.many(sql, params))
 
 
 async def _awaited(step: Awaitable[T]) -> T:

@@ -32,7 +32,7 @@ from ..errors import NotAcknowledged
 from .ack import BatchAnswer, acked_prefix, answer_json, check_ack, exact_ack, status_ack
 from .framing import MAX_ANSWER_BYTES
 from .stored import Stored
-from .targets import Target, check_target, check_timeout
+from .targets import ANY_PATH, Target, check_target, check_timeout
 from .token import Token, as_token
 
 try:
@@ -232,7 +232,7 @@ _Options = tuple[tuple[str, ...] | None, Token | str | None, object, type]
 
 def route(
     url: object,
-    path: str,
+    path: str | None,
     content_type: bytes,
     *,
     allowed_hosts: Iterable[str] | None,
@@ -250,7 +250,7 @@ def route(
         return _new_route(url, path, content_type, options)
 
 
-def _new_route(url: object, path: str, content_type: bytes, options: _Options) -> Route:
+def _new_route(url: object, path: str | None, content_type: bytes, options: _Options) -> Route:
     hosts, token, timeout, _ = options
     target = check_target(url, path, hosts)
     bearer = as_token(token)
@@ -338,9 +338,10 @@ def send_http(
     token: Token | str | None = None,
     ack: str = "exact",
 ) -> bool:
-    """POST one event to a sink's ``/events`` in structured mode; returns True only for an
-    exact ACK of its identity (``ack="status"``: for any 2xx). ``timeout`` bounds the whole
-    call; ``token`` is sent as ``Authorization: Bearer``."""
+    """POST one event to a sink at ``url`` (any path: ``/events``, or where the sink is
+    mounted) in structured mode; returns True only for an exact ACK of its identity
+    (``ack="status"``: for any 2xx). ``timeout`` bounds the whole call; ``token`` is sent as
+    ``Authorization: Bearer``."""
     check_ack(ack)
     clean, text = validate_encoded(event)
     return post_event(event_route(url, allowed_hosts, token, timeout), clean, text, ack)
@@ -349,9 +350,9 @@ def send_http(
 def event_route(
     url: object, allowed_hosts: Iterable[str] | None, token: Token | str | None, timeout: object
 ) -> Route:
-    """The ``Route`` of single events to the sink's ``/events`` at ``url``."""
+    """The ``Route`` of single events to the sink at ``url`` (any path: a mounted sink's too)."""
     return route(
-        url, "/events", STRUCTURED, allowed_hosts=allowed_hosts, token=token, timeout=timeout
+        url, ANY_PATH, STRUCTURED, allowed_hosts=allowed_hosts, token=token, timeout=timeout
     )
 
 
@@ -377,7 +378,8 @@ def post_batch(
     token: Token | str | None = None,
     ack: str = "exact",
 ) -> BatchAnswer:
-    """POST 1-16 events to ``/events/batch`` and read which prefix was acknowledged."""
+    """POST 1-16 events to ``url`` (a sink's batch URL, any path: ``/events/batch``, or
+    the mounted sink's) and read which prefix was acknowledged."""
     if isinstance(events, (str, bytes)) or not isinstance(events, Sequence):
         raise ValueError("events: must be a list of 1-16 events")
     if not 1 <= len(events) <= MAX_BATCH:
@@ -422,9 +424,7 @@ def _post_batch_body(
 ) -> BatchAnswer:
     """POST a batch's JSON ``body``; the answer is judged against the events ``sent`` (under
     ``ack="status"``, a 2xx acknowledges the whole batch)."""
-    how = route(
-        url, "/events/batch", BATCH, allowed_hosts=allowed_hosts, token=token, timeout=timeout
-    )
+    how = route(url, ANY_PATH, BATCH, allowed_hosts=allowed_hosts, token=token, timeout=timeout)
     status, data, wait = _post(how, body.encode())
     if check_ack(ack) == "status":
         status_ack(status, data, wait)

@@ -21,7 +21,7 @@ from .amqp_target import check_amqp_target
 from .http import close_connections, event_route, post_batch, post_event, post_stored_batch
 from .nats_target import check_nats_target
 from .stored import Stored
-from .targets import check_target
+from .targets import ANY_PATH, batch_path, check_target
 from .token import Token, as_token
 
 
@@ -51,7 +51,8 @@ class Sender(Protocol):
 
 
 class HttpSender:
-    """POSTs to a sink's ``/events`` (one event) and ``/events/batch`` (up to 16). Its URL,
+    """POSTs to a sink's URL (one event; any path, ``/events`` or a mounted one) and to that
+    path plus ``/batch`` (up to 16). Its URL,
     time-out, allowed hosts and token are checked once, here, and fixed (read-only): every
     send goes the way they were checked."""
 
@@ -71,7 +72,7 @@ class HttpSender:
         self._allowed_hosts = hosts
         self._token = as_token(token)
         self._timeout = self._route.timeout
-        self.batch_url = url + "/batch"
+        self.batch_url = batch_path(url)
         self.refusal: Refusal | None = None
 
     @property
@@ -162,7 +163,7 @@ def check_url(url: object, allowed_hosts: Iterable[str] | None = None) -> str:
         raise UnsafeTarget(f"url: must be a string, got {type(url).__name__}")
     scheme = urlsplit(url).scheme.lower()
     if scheme in ("http", "https"):
-        check_target(url, "/events", allowed_hosts)
+        check_target(url, ANY_PATH, allowed_hosts)
         return url
     if scheme == "amqp":
         return check_amqp_target(url, allowed_hosts).shown

@@ -1,7 +1,8 @@
 """Where a request may go: the allow-lists, checked before any connection or name look-up.
 
-Only ``http://`` URLs to a loopback host (or a host given explicitly) with exactly the expected
-path are accepted; user information, queries, fragments and port 0 are refused as
+Only ``http://`` URLs to a loopback host (or a host given explicitly) are accepted, with
+exactly the expected path, or with any path where events are sent (a sink may be mounted
+anywhere in its host's app); user information, queries, fragments and port 0 are refused as
 :class:`UnsafeTarget`. Time-outs are checked here too, as every request takes one.
 """
 
@@ -47,7 +48,8 @@ def split_url(url: object, usage: str | None = None) -> tuple[SplitResult, int |
 
 def base_url(url: object, route: str = "/events") -> str:
     """``http://HOST:PORT`` of a service URL whose path is empty, ``/metrics`` or the service's
-    ``route``; refuses any other path."""
+    ``route``, with the path before ``route`` or ``/metrics`` kept (a sink mounted at
+    ``/shipping`` is ``http://HOST:PORT/shipping``); refuses any other path."""
     if not isinstance(url, str):
         raise UnsafeTarget(f"url: must be a string, got {type(url).__name__}")
     if "?" in url or "#" in url:
@@ -56,11 +58,23 @@ def base_url(url: object, route: str = "/events") -> str:
         parts = urlsplit(url)
     except ValueError as exc:
         raise UnsafeTarget(f"url: cannot be parsed: {exc}") from None
-    if parts.path not in ("", "/", "/metrics", route):
+    for tail in (route, "/metrics"):
+        if parts.path.endswith(tail) and parts.path.isascii():
+            return f"{parts.scheme}://{parts.netloc}{parts.path[: -len(tail)]}"
+    if parts.path not in ("", "/"):
         raise UnsafeTarget(
             f"url: give the service's base URL, http://HOST:PORT (got path {parts.path!r})"
         )
     return f"{parts.scheme}://{parts.netloc}"
+
+
+def check_service_url(
+    url: object, route: str = "/events", allowed_hosts: Iterable[str] | None = None
+) -> str:
+    """``base_url(url, route)``, its host checked against the allow-list (UnsafeTarget)."""
+    base = base_url(url, route)
+    check_target(base + route, ANY_PATH, allowed_hosts)  # base_url has judged the path
+    return base
 
 
 def check_host(host: str, allowed_hosts: Iterable[str] | None, how: str = "explicitly") -> str:
@@ -73,10 +87,15 @@ def check_host(host: str, allowed_hosts: Iterable[str] | None, how: str = "expli
     return host
 
 
+#: ``check_target``'s ``path`` for a target of events: any path is taken.
+ANY_PATH = None
+
+
 def check_target(
-    url: object, path: str = "/events", allowed_hosts: Iterable[str] | None = None
+    url: object, path: str | None = "/events", allowed_hosts: Iterable[str] | None = None
 ) -> Target:
-    """Parse ``url`` or raise :class:`UnsafeTarget`; makes no connection and no DNS query."""
+    """Parse ``url`` or raise :class:`UnsafeTarget`; makes no connection and no DNS query.
+    ``path`` is the one path the URL must have, or ``ANY_PATH`` (an empty one is ``/``)."""
     if not isinstance(url, str):
         raise UnsafeTarget(f"url: must be a string, got {type(url).__name__}")
     hosts = None if allowed_hosts is None else tuple(allowed_hosts)
@@ -88,7 +107,7 @@ def check_target(
 
 
 @functools.lru_cache(maxsize=256)
-def _check_target(url: str, path: str, allowed_hosts: tuple[str, ...] | None) -> Target:
+def _check_target(url: str, path: str | None, allowed_hosts: tuple[str, ...] | None) -> Target:
     parts, port = split_url(url)
     if "?" in url or "#" in url:
         raise UnsafeTarget("url: a query or fragment is not allowed")
@@ -97,11 +116,18 @@ def _check_target(url: str, path: str, allowed_hosts: tuple[str, ...] | None) ->
     if "@" in parts.netloc:
         raise UnsafeTarget("url: user information is not allowed")
     host = check_host((parts.hostname or "").lower(), allowed_hosts)
-    if parts.path != path:
+    if path is not None and parts.path != path:
         raise UnsafeTarget(f"url: the path must be exactly {path}, got {parts.path or '/'!r}")
+    if not parts.path.isascii():
+        raise UnsafeTarget("url: the path must be ASCII (percent-encode other characters)")
     if port == 0:
         raise UnsafeTarget("url: port 0 is not a port a service can listen on")
-    return Target(host, port if port is not None else 80, path)
+    return Target(host, port if port is not None else 80, parts.path or "/")
+
+
+def batch_path(path: str) -> str:
+    """Where a batch goes for events sent to ``path``: that path plus ``/batch``."""
+    return path.rstrip("/") + "/batch"
 
 
 def check_timeout(timeout: object) -> float:
