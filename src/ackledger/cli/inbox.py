@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..sink.inbox import DEFAULT_RETENTION_SECONDS, MIN_RETENTION_SECONDS
+from ..sink.inbox import DEFAULT_NAME, DEFAULT_RETENTION_SECONDS, MIN_RETENTION_SECONDS
 from .arguments import duration_arg, existing_target
 
 
@@ -32,6 +32,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="the sink's database (SQLite file or postgresql:// URL)",
     )
     purge.add_argument(
+        "--inbox-name",
+        default=DEFAULT_NAME,
+        metavar="NAME",
+        help="the inbox whose receipts are purged, of those sharing the database "
+        "(Inbox(name=...); default: default)",
+    )
+    purge.add_argument(
         "--older-than",
         type=duration_arg,
         default=DEFAULT_RETENTION_SECONDS,
@@ -54,10 +61,14 @@ def cmd_inbox_purge(args: argparse.Namespace) -> int:
             "its event can still be re-sent turns the re-send into a second apply (--force to "
             "go below it)"
         )
-    from ..sink.inbox import Inbox
+    from ..sink.inbox import Inbox, check_name
 
     existing_target(args.db, "db")
-    with Inbox(args.db) as inbox:
+    try:
+        check_name(args.inbox_name)
+    except ValueError as exc:
+        raise UsageError(f"--inbox-{exc}") from None
+    with Inbox(args.db, name=args.inbox_name) as inbox:
         removed = inbox.purge(args.older_than, force=args.force)
     print(f"purged {removed} receipts first received over {args.older_than:g} s ago")
     return 0

@@ -128,7 +128,7 @@ Lookup = Callable[[list[dict[str, Any]]], dict[tuple[str, str], str]]
 def _inbox_lookup(inbox: Inbox) -> Lookup:
     def lookup(rows: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
         with inbox.backend.read() as tx:
-            return tx.inbox_fingerprints_among([row["id"] for row in rows])
+            return tx.inbox_fingerprints_among(inbox.name, [row["id"] for row in rows])
 
     return lookup
 
@@ -186,7 +186,7 @@ def _walk_inbox(inbox: Inbox, outbox: Outbox, tally: Tally) -> None:
     after: tuple[str, str] | None = None
     while True:
         with inbox.backend.read() as tx:
-            keys = tx.inbox_identities(after, CHUNK)
+            keys = tx.inbox_identities(inbox.name, after, CHUNK)
         if not keys:
             return
         after = keys[-1]

@@ -9,6 +9,11 @@ no handler takes, or one its handler refuses, is not recorded at all.
 Every way in reaches one algorithm (``apply.apply_runs``): validate, find the handlers, claim
 the identities, run the handlers, count, commit. One branch answers without it: a lone event
 is read by key first, and a re-send found so is answered from that read (``read_lone``).
+``receive(event, using=...)`` runs the same algorithm in the caller's own transaction
+(``receive_using``).
+
+Several inboxes may share one database: each has a name, and its receipts are its own, so an
+event received by two of them (shipping and billing) is applied once by each.
 """
 
 from __future__ import annotations
@@ -21,12 +26,15 @@ from typing import TYPE_CHECKING, Any
 
 from .. import plugins
 from .._core.database import Database
+from .._core.text import has_control
 from ..envelope import fingerprint_of, validate_encoded
 from ..errors import AckledgerError, NoHandler
 from ..event import check_identifier
 from ..event_types import EventTypes, check_type_name
+from ..store.borrowed import borrow
 from .apply import (
     COUNTER_PREFIX,
+    DEFAULT_NAME,
     DUPLICATE,
     BatchResult,
     Item,
@@ -37,6 +45,7 @@ from .apply import (
 )
 from .handler_call import Awaiter, HandlerAwaiter, async_refused, check_handler, is_async_handler
 from .handler_tx import Handler
+from .receive_using import receive_using
 from .retention import (
     DEFAULT_RETENTION_SECONDS,
     MIN_RETENTION_SECONDS,
@@ -52,7 +61,9 @@ if TYPE_CHECKING:
 __all__ = [
     "COUNTER_NAMES",
     "COUNTER_PREFIX",
+    "DEFAULT_NAME",
     "DEFAULT_RETENTION_SECONDS",
+    "MAX_NAME_LENGTH",
     "MIN_RETENTION_SECONDS",
     "PURGE_CHUNK",
     "BatchResult",
@@ -61,6 +72,9 @@ __all__ = [
 
 #: The durable counters ``counters()`` reports; they never go down, whatever is purged.
 COUNTER_NAMES = ("applied", "duplicate", "conflict")
+
+#: The longest inbox name.
+MAX_NAME_LENGTH = 64
 
 #: A prepared run: its events up to the first refused one, and that refusal.
 Prepared = tuple[Sequence[Item], Exception | None]
@@ -91,16 +105,31 @@ def _check_handlers(handlers: object) -> dict[str, Handler]:
     return found
 
 
+def check_name(name: object) -> str:
+    """An inbox's name as given, or a clear error saying what is wrong with it."""
+    if not isinstance(name, str):
+        raise TypeError(f"name: must be a str, got {type(name).__name__}")
+    if not name:
+        raise ValueError("name: must not be empty")
+    if len(name) > MAX_NAME_LENGTH:
+        raise ValueError(f"name: at most {MAX_NAME_LENGTH} characters, got {len(name)}")
+    if has_control(name):
+        raise ValueError(f"name: must not hold control characters, got {name!r}")
+    return name
+
+
 class Inbox(Database):
     def __init__(
         self,
         target: str | os.PathLike[str],
         *,
+        name: str = DEFAULT_NAME,
         handlers: Mapping[str, Handler] | None = None,
         types: EventTypes | None = None,
         synchronous: str = "FULL",
         schema: str | None = None,
     ) -> None:
+        self._name = check_name(name)
         if types is not None and not isinstance(types, EventTypes):
             raise TypeError(f"types: must be an EventTypes, got {type(types).__name__}")
         self._handlers = _check_handlers(handlers)
@@ -114,12 +143,17 @@ class Inbox(Database):
             handler is not built_in.get(name) for name, handler in self._handlers.items()
         )
         self._types = types if types is not None else EventTypes()
-        self._oldest = OldestReceipt()
+        self._oldest = OldestReceipt(self._name)
         #: The types a plug-in's own handler applies: its tables are made by its first event.
         self._plugin_types = frozenset(
             name for name, handler in self._handlers.items() if handler is built_in.get(name)
         )
         super().__init__(target, synchronous=synchronous, schema=schema)
+
+    @property
+    def name(self) -> str:
+        """The inbox's name: its receipts are its own, whatever else shares the database."""
+        return self._name
 
     @property
     def handlers(self) -> dict[str, Handler]:
@@ -160,11 +194,23 @@ class Inbox(Database):
                 return items, exc
         return items, None
 
-    def receive(self, event: object) -> str:
+    def receive(self, event: object, *, using: object = None) -> str:
         """Apply ``event`` once; returns ``"applied"`` or ``"duplicate"``. Raises Conflict,
         NoHandler, InvalidEvent, or what the handler raised; then nothing was recorded.
         An ``async def`` handler, or one that returns an awaitable, is refused with
-        ``TypeError`` and nothing is written: this call cannot await it."""
+        ``TypeError`` and nothing is written: this call cannot await it.
+
+        With ``using`` (what ``Outbox.publish(using=)`` takes: a sqlite3 or psycopg 3
+        connection, a SQLAlchemy ``Connection`` or ``Session``, Django's connection) the
+        receipt is written on it, inside the caller's transaction, and the handler is called
+        as ``handler(using, event)``; nothing is committed or rolled back here, so the
+        caller's commit keeps the receipt and the handler's writes together, and its rollback
+        (after an error here, too) removes both."""
+        if using is not None:
+            tx = borrow(using, self._db.dialect)
+            return receive_using(
+                tx, using, event, self._handlers, types=self._types, name=self._name
+            )
         (result,) = self.receive_runs([[event]])
         # A conflict's count is committed; a failing handler's arrival number is too.
         if result.error is not None:
@@ -197,7 +243,11 @@ class Inbox(Database):
         prepared = [self._prepared(run, awaiting) for run in runs]
         # One event alone: a re-send is answered from a read by key (``noted_resend``).
         items, refused = prepared[0] if len(prepared) == 1 else ((), None)
-        if len(items) == 1 and refused is None and noted_resend(self._db, items[0]):
+        if (
+            len(items) == 1
+            and refused is None
+            and noted_resend(self._db, items[0], name=self._name)
+        ):
             return [BatchResult([DUPLICATE])]
         return self._commit(prepared, awaiting)
 
@@ -208,7 +258,7 @@ class Inbox(Database):
         answered now; else the event prepared, a run of its own for ``receive_group``.
         Raises InvalidEvent or NoHandler (nothing recorded), or the database's error."""
         item = self._prepare(event, True)
-        return DUPLICATE if noted_resend(self._db, item) else item
+        return DUPLICATE if noted_resend(self._db, item, name=self._name) else item
 
     def receive_group(
         self, runs: Sequence[Sequence[object] | Item], *, awaiting: bool = False
@@ -234,7 +284,8 @@ class Inbox(Database):
             return [BatchResult([], error) for _, error in prepared]
         try:
             with _awaiter(awaiting) as awaiter, self._db.write() as tx:
-                results = apply_runs(tx, [items for items, _ in prepared], time.time(), awaiter)
+                runs = [items for items, _ in prepared]
+                results = apply_runs(tx, runs, time.time(), awaiter, name=self._name)
         except LoneFailed as failed:
             # The only event's handler raised: all of it was rolled back, and what is left
             # is its arrival number, as for the same failure in a batch.
@@ -262,13 +313,13 @@ class Inbox(Database):
         """The inbox row of one event (when, how often), or None if it never arrived.
         Without ``source``, the oldest receipt of any source with this id."""
         with self._db.read() as tx:
-            found = tx.inbox_receipts(event_id, source)
+            found = tx.inbox_receipts(self._name, event_id, source)
         return found[0] if found else None
 
     def receipts(self, event_id: str) -> list[dict[str, Any]]:
         """Every receipt with this id (one per source), oldest first."""
         with self._db.read() as tx:
-            return tx.inbox_receipts(event_id)
+            return tx.inbox_receipts(self._name, event_id)
 
     def counters(self) -> dict[str, int]:
         """Durable totals that never go down: applied, duplicate, conflict (a purge deletes
@@ -291,7 +342,7 @@ class Inbox(Database):
         be longer than any event can stay unmarked at its source (docs/postgres.md, "Inbox
         retention"); below one hour it is refused unless ``force``. The counters do not
         change; ``retention()["purged"]`` grows. ``retention.purge_windows`` says how."""
-        return purge(self._db, older_than_seconds, chunk, force)
+        return purge(self._db, self._name, older_than_seconds, chunk, force)
 
     def retention(self) -> dict[str, Any]:
         """``purged``: receipts deleted by ``purge`` over the database's life, by any process
