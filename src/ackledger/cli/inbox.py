@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..sink.inbox import DEFAULT_NAME, DEFAULT_RETENTION_SECONDS, MIN_RETENTION_SECONDS
-from .arguments import duration_arg, existing_target
+from ..sink.inbox import DEFAULT_RETENTION_SECONDS, MIN_RETENTION_SECONDS
+from .arguments import add_inbox_name, duration_arg, existing_target
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,13 +31,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         metavar="PATH_OR_URL",
         help="the sink's database (SQLite file or postgresql:// URL)",
     )
-    purge.add_argument(
-        "--inbox-name",
-        default=DEFAULT_NAME,
-        metavar="NAME",
-        help="the inbox whose receipts are purged, of those sharing the database "
-        "(Inbox(name=...); default: default)",
-    )
+    add_inbox_name(purge, "the inbox whose receipts are purged")
     purge.add_argument(
         "--older-than",
         type=duration_arg,
@@ -61,13 +55,9 @@ def cmd_inbox_purge(args: argparse.Namespace) -> int:
             "its event can still be re-sent turns the re-send into a second apply (--force to "
             "go below it)"
         )
-    from ..sink.inbox import Inbox, check_name
+    from ..sink.inbox import Inbox
 
     existing_target(args.db, "db")
-    try:
-        check_name(args.inbox_name)
-    except ValueError as exc:
-        raise UsageError(f"--inbox-{exc}") from None
     with Inbox(args.db, name=args.inbox_name) as inbox:
         removed = inbox.purge(args.older_than, force=args.force)
     print(f"purged {removed} receipts first received over {args.older_than:g} s ago")
