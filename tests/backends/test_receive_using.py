@@ -144,8 +144,7 @@ def test_a_sqlalchemy_session_handler_writes_an_orm_model(target: Target) -> Non
     engine = create_engine(url)
     try:
         Base.metadata.create_all(engine)
-        handlers: dict[str, Any] = {PLACED: ship_orm}  # its first argument: the session
-        with Inbox(target.ref, handlers=handlers) as inbox:
+        with Inbox(target.ref, handlers={PLACED: ship_orm}) as inbox:
             with Session(engine) as session:
                 assert inbox.receive(placed("o-4", 7), using=session) == "applied"
                 assert handled == [session]  # the caller's own object, not a wrapper
@@ -174,8 +173,7 @@ def test_an_async_handler_with_using_is_refused_before_writing(target: Target) -
     async def ship_later(conn: Any, event: dict[str, Any]) -> None:
         ship(conn, event)
 
-    handlers: dict[str, Any] = {PLACED: ship_later}
-    with Inbox(target.ref, handlers=handlers) as inbox:
+    with Inbox(target.ref, handlers={PLACED: ship_later}) as inbox:
         before = target.dump()
         conn = own_connection(target)
         try:

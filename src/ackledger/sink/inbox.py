@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import plugins
@@ -72,6 +72,10 @@ __all__ = [
 
 #: The durable counters ``counters()`` reports; they never go down, whatever is purged.
 COUNTER_NAMES = ("applied", "duplicate", "conflict")
+
+#: What ``handlers=`` takes: ``handler(tx, event)``, or ``handler(conn, event)`` with the
+#: caller's own object for ``receive(event, using=conn)``; an ``async def`` one too.
+UsersHandler = Callable[[Any, dict[str, Any]], object]
 
 #: The longest inbox name.
 MAX_NAME_LENGTH = 64
@@ -124,7 +128,7 @@ class Inbox(Database):
         target: str | os.PathLike[str],
         *,
         name: str = DEFAULT_NAME,
-        handlers: Mapping[str, Handler] | None = None,
+        handlers: Mapping[str, UsersHandler] | None = None,
         types: EventTypes | None = None,
         synchronous: str = "FULL",
         schema: str | None = None,
