@@ -253,18 +253,38 @@ def test_a_bad_name_is_refused_and_nothing_is_opened(
     assert not path.exists()
 
 
+def test_a_database_without_ackledgers_schema_is_refused_before_writing(tmp_path: Any) -> None:
+    with Inbox(tmp_path / "sink.db", handlers={PLACED: ship}) as inbox:
+        plain = sqlite3.connect(tmp_path / "plain.db")
+        try:
+            plain.execute("CREATE TABLE shipments (order_id TEXT PRIMARY KEY, total INTEGER)")
+            plain.commit()
+            with pytest.raises(ValueError, match="no ackledger schema"):
+                inbox.receive(placed("o-13"), using=plain)
+            plain.commit()
+            assert plain.execute("SELECT * FROM shipments").fetchall() == []
+        finally:
+            plain.close()
+
+
 def test_a_name_that_is_not_text_is_a_type_error(tmp_path: Any) -> None:
     with pytest.raises(TypeError, match="name: must be a str, got int"):
         Inbox(tmp_path / "sink.db", name=5)  # type: ignore[arg-type]
 
 
-# --- two transactions receiving one identity at once (PostgreSQL's concurrent writers) ---
+# --- two transactions receiving one identity at once ---
+
+
+def _thread_connection(target: Target) -> Any:
+    if target.dialect == "postgres":
+        return psycopg.connect(target.ref)
+    return sqlite3.connect(target.ref, timeout=30, check_same_thread=False)
 
 
 def _race(target: Target, shop: Inbox, *, first_commits: bool) -> str:
     """The first transaction applies and holds; the second receives the same identity on
     its own connection meanwhile, then the first commits or rolls back. The second's answer."""
-    first, second = psycopg.connect(target.ref), psycopg.connect(target.ref)
+    first, second = own_connection(target), _thread_connection(target)
     answer: list[object] = []
 
     def receive_second() -> None:
@@ -279,10 +299,14 @@ def _race(target: Target, shop: Inbox, *, first_commits: bool) -> str:
         assert shop.receive(placed("o-10"), using=first) == "applied"
         thread = threading.Thread(target=receive_second)
         thread.start()
-        # The second waits on the first's claim of the key until the first ends.
-        deadline = time.monotonic() + 10
-        while not _waits_for_a_lock(target, second) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        # The second waits on the first's claim of the key (PostgreSQL), or for the one
+        # writer's lock (SQLite), until the first ends.
+        if target.dialect == "postgres":
+            deadline = time.monotonic() + 10
+            while not _waits_for_a_lock(target, second) and time.monotonic() < deadline:
+                time.sleep(0.02)
+        else:
+            time.sleep(0.3)
         assert thread.is_alive() and not answer
         if first_commits:
             first.commit()
@@ -307,8 +331,6 @@ def _waits_for_a_lock(target: Target, conn: psycopg.Connection[Any]) -> bool:
 def test_two_transactions_at_once_one_applies_the_other_is_a_duplicate_after_commit(
     target: Target, shop: Inbox
 ) -> None:
-    if target.dialect != "postgres":
-        pytest.skip("concurrent writers: PostgreSQL (SQLite has one writer at a time)")
     assert _race(target, shop, first_commits=True) == "duplicate"
     assert seen(target) == ([("o-10",)], [("o-10", "default")])
     assert shop.receipt("o-10")["receipts"] == 2  # type: ignore[index]
@@ -317,8 +339,6 @@ def test_two_transactions_at_once_one_applies_the_other_is_a_duplicate_after_com
 def test_two_transactions_at_once_the_other_applies_if_the_first_rolled_back(
     target: Target, shop: Inbox
 ) -> None:
-    if target.dialect != "postgres":
-        pytest.skip("concurrent writers: PostgreSQL (SQLite has one writer at a time)")
     assert _race(target, shop, first_commits=False) == "applied"
     assert seen(target) == ([("o-10",)], [("o-10", "default")])
     assert shop.receipt("o-10")["receipts"] == 1  # type: ignore[index]
