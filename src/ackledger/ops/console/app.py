@@ -13,6 +13,7 @@ from starlette.applications import Starlette
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
+from ...sink.inbox import DEFAULT_NAME
 from ..timestamps import utc_timestamp
 from .samples import Samples
 
@@ -46,6 +47,8 @@ class Console:
     source: str
     outbox: Outbox
     sink: str | None = None
+    #: With an inbox database as ``sink``: which of the inboxes sharing it is read.
+    inbox_name: str = DEFAULT_NAME
     ledger: Ledger | None = None
     token: Token | None = None
     samples: Samples = field(init=False)
