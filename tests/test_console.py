@@ -4,6 +4,8 @@ tests (test_console_browser.py) drive the page itself."""
 
 from __future__ import annotations
 
+import re
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -202,6 +204,32 @@ def test_the_reconcile_page_names_the_groups_as_the_command_does(app: InProcess)
     assert page.status_code == 200
     for name in ("applied_not_marked", "marked_without_receipt", "unknown_to_outbox"):
         assert f'data-class="{name}"' in page.text
+
+
+def test_the_reconcile_page_reads_the_inbox_name_it_was_given(scene: Scene) -> None:
+    """The scene's receipts moved to the inbox named billing: the default inbox has none (every
+    sent event is then an alarm), the billing console sees the scene as it was."""
+    from ackledger.ledger.ledger import Ledger
+
+    def counts(inbox_name: str) -> list[str]:
+        with Outbox(scene.source) as outbox, Ledger(scene.ledger) as ledger:
+            console = Console(
+                scene.source, outbox, sink=scene.sink, inbox_name=inbox_name, ledger=ledger
+            )
+            with InProcess(Guard(create_console_app(console), loopback=True)) as app:
+                page = _get(app, "/reconcile")
+        assert page.status_code == 200
+        return re.findall(r'<td class="num count">([^<]*)</td>', page.text)
+
+    before = counts("default")
+    conn = sqlite3.connect(scene.sink)
+    try:
+        conn.execute("UPDATE ackledger_inbox SET name = 'billing'")
+        conn.commit()
+    finally:
+        conn.close()
+    assert counts("billing") == before
+    assert counts("default") != before
 
 
 @pytest.mark.parametrize(

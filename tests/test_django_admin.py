@@ -133,5 +133,6 @@ def test_the_admin_filters_quarantines_and_requeues(served: tuple[Project, str],
     # The receipts are read-only: no add button, no change form.
     page.goto(f"{base}/admin/ackledger/inboxreceipt/")
     assert page.locator("#result_list td.field-source").all_inner_texts() == ["/shop"]
+    assert page.locator("#result_list td.field-name").all_inner_texts() == ["default"]
     assert page.locator("a.addlink[href*=inboxreceipt]").count() == 0
     assert page.locator("input.action-select").count() == 0

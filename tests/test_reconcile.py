@@ -90,6 +90,36 @@ def test_a_consistent_pair_exits_0_and_reads_in_chunks(
     assert done.returncode == 0 and "verdict: consistent" in done.stdout
 
 
+def test_reconcile_and_trace_read_the_inbox_name_they_are_given(tmp_path: Path) -> None:
+    """Receipts of the inbox named billing alone: the default inbox of the same database
+    has none, so only ``--inbox-name billing`` finds the sent events applied."""
+    source, sink = tmp_path / "source.db", tmp_path / "sink.db"
+    with Outbox(source, source=SOURCE) as outbox, Inbox(sink, name="billing") as billing:
+        for number in range(3):
+            outbox.publish(ev(f"b-{number}"))
+            billing.receive(ev(f"b-{number}"))
+            outbox.mark_sent(f"b-{number}")
+    base = ("reconcile", "--source", str(source), "--sink", str(sink), "--json")
+    default = run_cli(*base)
+    assert default.returncode == 1, default.stderr
+    assert classes(json.loads(default.stdout))["marked_without_receipt"][0] == 3
+    named = run_cli(*base, "--inbox-name", "billing")
+    assert named.returncode == 0, named.stdout + named.stderr
+    assert json.loads(named.stdout)["checked"] == {"outbox_rows": 3, "receipts": 3}
+    traced = [
+        json.loads(run_cli("trace", "b-1", "--source", str(source), "--sink", str(sink),
+                           "--json", *more).stdout)
+        for more in ((), ("--inbox-name", "billing"))
+    ]  # fmt: skip
+    sink_seen = [
+        next(stage["seen"] for stage in report["stages"] if stage["stage"] == "sink")
+        for report in traced
+    ]
+    assert sink_seen == ["no", "yes"]
+    bad = run_cli(*base, "--inbox-name", "")
+    assert bad.returncode == 2 and "--inbox-name: must not be empty" in bad.stderr
+
+
 def test_ids_shown_are_capped_and_the_rest_counted(tmp_path: Path) -> None:
     source, sink = tmp_path / "source.db", tmp_path / "sink.db"
     with Outbox(source, source=SOURCE) as outbox:

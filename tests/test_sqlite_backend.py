@@ -130,7 +130,9 @@ def test_a_lone_read_and_note_refuses_to_nest_in_either_write(backend: Backend) 
     # ``inbox_read_or_note`` takes the lock once for a read on the main connection and a note
     # on the relaxed one: inside this thread's open transaction of either kind it is refused,
     # as ``lookup`` and ``write`` are, and the outer transaction commits.
-    assert backend.inbox_read_or_note("s", "free", "f", 1.0, "sink.duplicate") is None
+    assert (
+        backend.inbox_read_or_note("s", "free", "f", 1.0, "sink.duplicate", name="default") is None
+    )
     assert backend._relaxed_conn is None  # type: ignore[attr-defined] # opened by a note only
     for durable in (True, False):
         with backend.write(durable=durable) as tx:
@@ -138,7 +140,7 @@ def test_a_lone_read_and_note_refuses_to_nest_in_either_write(backend: Backend) 
                 "INSERT INTO ackledger_counters (name, value) VALUES (?, 1)", (f"outer-{durable}",)
             )
             with pytest.raises(sqlite3.OperationalError, match="within a transaction"):
-                backend.inbox_read_or_note("s", "free", "f", 1.0, "sink.duplicate")
+                backend.inbox_read_or_note("s", "free", "f", 1.0, "sink.duplicate", name="default")
         assert not backend.in_transaction()  # type: ignore[attr-defined]
     assert names(backend) == ["outer-False", "outer-True"]
 

@@ -148,6 +148,24 @@ def test_the_cli_purges_with_a_duration_and_refuses_bad_ones(target: Target) -> 
     assert target.rows("SELECT source FROM ackledger_inbox") == [(SOURCE,)]
 
 
+def test_the_cli_purges_one_inbox_name_of_those_sharing_the_database(target: Target) -> None:
+    for name in ("default", "billing"):
+        with Inbox(target.ref, name=name) as inbox:
+            _receive(inbox, "old")
+    _age(target, 8 * DAY, "old")
+    before = target.dump()
+    done = run_cli("inbox", "purge", "--db", target.ref, "--inbox-name", "bill\ting")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "--inbox-name: must not hold" in done.stderr
+    assert target.dump() == before
+    done = run_cli(
+        "inbox", "purge", "--db", target.ref, "--inbox-name", "billing", "--older-than", "7d"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("purged 1 receipts")
+    assert target.rows("SELECT name FROM ackledger_inbox") == [("default",)]
+
+
 @pytest.mark.slow
 def test_purges_at_once_and_receives_meanwhile_count_each_receipt_once(target: Target) -> None:
     with Inbox(target.ref) as inbox:

@@ -34,7 +34,7 @@ def test_a_free_identity_is_read_and_nothing_is_written(target: Target) -> None:
     try:
         before = target.dump()
         found = inbox._db.inbox_read_or_note(
-            SOURCE, "free", _fingerprint("free", 1), 100.0, "sink.duplicate"
+            SOURCE, "free", _fingerprint("free", 1), 100.0, "sink.duplicate", name="default"
         )
         assert found is None
         assert target.dump() == before
@@ -55,12 +55,14 @@ def test_a_resend_is_noted_and_other_content_is_only_read(target: Target) -> Non
         # Other content under the identity: its fingerprint is returned, nothing is written
         # (the conflict is the caller's to decide and count).
         before = target.dump()
-        assert db.inbox_read_or_note(SOURCE, "r-1", other, 200.0, "sink.duplicate") == same
+        found = db.inbox_read_or_note(SOURCE, "r-1", other, 200.0, "sink.duplicate", name="default")
+        assert found == same
         assert target.dump() == before
 
         # The same content: noted as the general way notes a lone re-send, the next arrival
         # number taken, the duplicate and arrival counts bumped, all committed.
-        assert db.inbox_read_or_note(SOURCE, "r-1", same, 300.0, "sink.duplicate") == same
+        found = db.inbox_read_or_note(SOURCE, "r-1", same, 300.0, "sink.duplicate", name="default")
+        assert found == same
         assert _receipt(target, "r-1") == [(2, 300.0, first[2], 3)]
         assert _counts(target) == {
             **counts,

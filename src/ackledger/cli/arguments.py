@@ -173,6 +173,27 @@ def on_import_path() -> None:
         sys.path.insert(0, here)
 
 
+def add_inbox_name(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--inbox-name``: which of the inboxes sharing a database ``what`` is of."""
+    parser.add_argument(
+        "--inbox-name",
+        type=inbox_name_arg,
+        default="default",
+        metavar="NAME",
+        help=f"{what}, of the inboxes that share the database (Inbox(name=...); default: default)",
+    )
+
+
+def inbox_name_arg(text: str) -> str:
+    """An argparse type for ``--inbox-name``: the name, or what is wrong with it."""
+    from ..sink.inbox import check_name
+
+    try:
+        return check_name(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("name: ")) from None
+
+
 def handlers_arg(text: str) -> dict[str, Handler]:
     """An argparse type for ``--handlers MODULE:ATTR``: the loaded handlers, or the loader's
     one-line reason as the parser's error (exit 2).

@@ -6,7 +6,7 @@ import argparse
 
 from ..ops.databases import is_url
 from ..store import is_postgres
-from .arguments import existing_target, open_outbox, port_arg
+from .arguments import add_inbox_name, existing_target, open_outbox, port_arg
 from .exposure import add_exposure, guarded
 
 
@@ -32,6 +32,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="where events are applied: the inbox database of a sink or broker consumer, or "
         "a sink service's URL (traces ask it; reconcile compares with it)",
     )  # fmt: skip
+    add_inbox_name(console, "with an inbox database as --sink: the inbox traced and reconciled")
     console.add_argument(
         "--ledger", metavar="PATH_OR_URL",
         help="the ledger's database (SQLite file or postgresql:// URL): its keys and attempts",
@@ -79,7 +80,10 @@ def cmd_console(args: argparse.Namespace) -> int:
     with open_outbox(source) as outbox:
         ledger = None if ledger_db is None else Ledger(ledger_db)
         try:
-            console = Console(source, outbox, sink=sink, ledger=ledger, token=args.token)
+            console = Console(
+                source, outbox, sink=sink, inbox_name=args.inbox_name, ledger=ledger,
+                token=args.token,
+            )  # fmt: skip
             serve(guarded(create_console_app(console), sock, args, token=False), sock, "console")
         finally:
             if ledger is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..sink.inbox import DEFAULT_RETENTION_SECONDS, MIN_RETENTION_SECONDS
-from .arguments import duration_arg, existing_target
+from .arguments import add_inbox_name, duration_arg, existing_target
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,6 +31,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         metavar="PATH_OR_URL",
         help="the sink's database (SQLite file or postgresql:// URL)",
     )
+    add_inbox_name(purge, "the inbox whose receipts are purged")
     purge.add_argument(
         "--older-than",
         type=duration_arg,
@@ -57,7 +58,7 @@ def cmd_inbox_purge(args: argparse.Namespace) -> int:
     from ..sink.inbox import Inbox
 
     existing_target(args.db, "db")
-    with Inbox(args.db) as inbox:
+    with Inbox(args.db, name=args.inbox_name) as inbox:
         removed = inbox.purge(args.older_than, force=args.force)
     print(f"purged {removed} receipts first received over {args.older_than:g} s ago")
     return 0

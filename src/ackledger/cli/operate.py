@@ -20,7 +20,14 @@ from ..ops.status import is_service, read_status, service_url
 from ..ops.trace import trace, trace_text
 from ..store import is_postgres
 from ..wire.targets import check_service_url
-from .arguments import add_http_client, add_source, duration_arg, existing_target, open_outbox
+from .arguments import (
+    add_http_client,
+    add_inbox_name,
+    add_source,
+    duration_arg,
+    existing_target,
+    open_outbox,
+)
 from .exits import EXIT_OK, EXIT_STOPPED, EXIT_UNREACHABLE
 from .exposure import add_client_token, token_of
 
@@ -67,6 +74,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "(SQLite file or postgresql:// URL) of a sink or of a broker consumer; without it "
         "the sink's stage is not asked",
     )
+    add_inbox_name(tracer, "with an inbox database as --sink: the inbox asked")
     tracer.add_argument("--json", action="store_true", help="print JSON")
     add_http_client(tracer, "the sink service (e.g. its Service name in a cluster)")
     add_client_token(tracer)
@@ -92,6 +100,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     reconciler.add_argument(
         "--max-ids", type=int, default=20, metavar="N", help="ids listed per group (default 20)"
     )
+    add_inbox_name(reconciler, "with an inbox database as --sink: the inbox compared")
     # The option's earlier name, still read so that scripts written for it keep working.
     reconciler.add_argument("--show", type=int, dest="max_ids", help=argparse.SUPPRESS)
     reconciler.add_argument("--json", action="store_true", help="print JSON")
@@ -181,6 +190,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
         token_of(args),
         timeout=args.timeout,
         allowed_hosts=args.allow_host,
+        inbox_name=args.inbox_name,
     )
     print(json.dumps(report) if args.json else trace_text(report))
     if not report["sink_readable"]:
@@ -201,7 +211,9 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
         raise ValueError(f"--max-ids: must be an integer from 0 to 10000, got {args.max_ids}")
     if is_url(args.sink) and not is_postgres(args.sink):
         check_service_url(args.sink)
-    report = reconcile(existing_target(args.source), args.sink, max_ids=args.max_ids)
+    report = reconcile(
+        existing_target(args.source), args.sink, max_ids=args.max_ids, inbox_name=args.inbox_name
+    )
     print(json.dumps(report) if args.json else reconcile_text(report))
     return 1 if report["alarms"] else 0
 

@@ -114,8 +114,8 @@ class OutboxEventAdmin(ReadOnly):
 
 @admin.register(InboxReceipt)
 class InboxReceiptAdmin(ReadOnly):
-    list_display = ("event_id", "source", "type", "receipts", "first_received")
-    list_filter = ("type",)
+    list_display = ("event_id", "source", "name", "type", "receipts", "first_received")
+    list_filter = ("name", "type")
     search_fields = ("=event_id", "source", "type")
 
 

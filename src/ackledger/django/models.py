@@ -54,10 +54,12 @@ class OutboxEvent(models.Model):
 
 
 class InboxReceipt(models.Model):
-    # The table's key is (id, source); Django needs one column to name a row by, and the
-    # admin only reads these rows.
+    # The table's key is (id, source, name); Django needs one column to name a row by, and
+    # the admin only reads these rows.
     event_id = models.TextField("id", db_column="id", primary_key=True)
     source = models.TextField()
+    #: The inbox whose receipt it is (``Inbox(name=...)``), of those sharing the database.
+    name = models.TextField("inbox")
     type = models.TextField()
     fingerprint = models.TextField()
     first_received_at = models.FloatField()

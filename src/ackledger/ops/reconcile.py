@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..sink.inbox import Inbox
+from ..sink.inbox import DEFAULT_NAME, Inbox
 from ..source.outbox import Outbox
 from ..store import is_postgres
 from ..wire.targets import base_url
@@ -78,10 +78,12 @@ class Tally:
         self.findings[name].add(event_id, self.max_ids)
 
 
-def reconcile(source: str, sink: str, *, max_ids: int = 20) -> dict[str, Any]:
-    """The disagreements between the outbox at ``source`` and the sink (its inbox database, or
-    its service URL, then only the outbox's rows can be checked, one request each), with up
-    to ``max_ids`` ids per group."""
+def reconcile(
+    source: str, sink: str, *, max_ids: int = 20, inbox_name: str = DEFAULT_NAME
+) -> dict[str, Any]:
+    """The disagreements between the outbox at ``source`` and the sink (its inbox database, of
+    the inbox ``inbox_name``, or its service URL, then only the outbox's rows can be checked,
+    one request each), with up to ``max_ids`` ids per group."""
     if type(max_ids) is not int or not 0 <= max_ids <= 10_000:
         raise ValueError(f"max_ids: must be an integer from 0 to 10000, got {max_ids!r}")
     with Outbox(source) as outbox:
@@ -92,7 +94,8 @@ def reconcile(source: str, sink: str, *, max_ids: int = 20) -> dict[str, Any]:
             _walk_outbox(outbox, lookup, tally)
             receipts_checked = False
         else:
-            with Inbox(sink if is_postgres(sink) else existing_database(sink, "sink")) as inbox:
+            database = sink if is_postgres(sink) else existing_database(sink, "sink")
+            with Inbox(database, name=inbox_name) as inbox:
                 where = f"table ackledger_inbox in {inbox.backend.location}"
                 _walk_outbox(outbox, _inbox_lookup(inbox), tally)
                 _walk_inbox(inbox, outbox, tally)
@@ -128,7 +131,7 @@ Lookup = Callable[[list[dict[str, Any]]], dict[tuple[str, str], str]]
 def _inbox_lookup(inbox: Inbox) -> Lookup:
     def lookup(rows: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
         with inbox.backend.read() as tx:
-            return tx.inbox_fingerprints_among([row["id"] for row in rows])
+            return tx.inbox_fingerprints_among(inbox.name, [row["id"] for row in rows])
 
     return lookup
 
@@ -186,7 +189,7 @@ def _walk_inbox(inbox: Inbox, outbox: Outbox, tally: Tally) -> None:
     after: tuple[str, str] | None = None
     while True:
         with inbox.backend.read() as tx:
-            keys = tx.inbox_identities(after, CHUNK)
+            keys = tx.inbox_identities(inbox.name, after, CHUNK)
         if not keys:
             return
         after = keys[-1]

@@ -16,7 +16,7 @@ from .._core.timestamps import utc_timestamp
 from ..errors import AckledgerError
 from ..event import check_identifier
 from ..relay.leases import lease_words
-from ..sink.inbox import Inbox
+from ..sink.inbox import DEFAULT_NAME, Inbox
 from ..source.outbox import Outbox
 from ..store import is_postgres, without_password
 from ..warehouse import TYPE as LAB_TYPE
@@ -58,11 +58,13 @@ def read_receipt(
     *,
     timeout: float = 5.0,
     allowed_hosts: Iterable[str] | None = None,
+    inbox_name: str = DEFAULT_NAME,
 ) -> tuple[dict[str, Any] | None, str]:
     """(receipt or None, where it was looked for): the receipt of the event's identity when
-    its ``source`` is known; raises OSError/AckledgerError if the sink cannot be asked."""
+    its ``source`` is known (of the inbox ``inbox_name``, in an inbox database); raises
+    OSError/AckledgerError if the sink cannot be asked."""
     if is_postgres(sink):
-        with Inbox(sink) as inbox:
+        with Inbox(sink, name=inbox_name) as inbox:
             found = inbox.receipt(event_id, source=source)
             return found, f"table ackledger_inbox in {inbox.backend.location}"
     if is_url(sink):
@@ -71,7 +73,7 @@ def read_receipt(
             allowed_hosts=allowed_hosts, token=token,
         )  # fmt: skip
         return found, f"GET {base_url(sink)}/events/{event_id}"
-    with Inbox(existing_database(sink, "sink")) as inbox:
+    with Inbox(existing_database(sink, "sink"), name=inbox_name) as inbox:
         return inbox.receipt(event_id, source=source), f"table ackledger_inbox in {sink}"
 
 
@@ -83,12 +85,14 @@ def trace(
     *,
     timeout: float = 5.0,
     allowed_hosts: Iterable[str] | None = None,
+    inbox_name: str = DEFAULT_NAME,
 ) -> dict[str, Any]:
     """Every stage of one event; ``{"id", "stages": [...], "via", "verdict", "known",
     "sink_readable"}``: ``known`` is false when no stage has a trace of the id.
 
     ``sink`` is where the event is applied: a sink service's URL, or the inbox database of a
-    sink or of a broker's consumer; without it the sink's stage is not asked. ``via`` is the
+    sink or of a broker's consumer (its inbox ``inbox_name``); without it the sink's stage is
+    not asked. ``via`` is the
     relay target behind the outbox's state (see ``ops.ack_kinds``), or None."""
     check_identifier(event_id, "event_id", 128)
     with Outbox(source) as outbox:
@@ -103,7 +107,7 @@ def trace(
         try:
             receipt, sink_where = read_receipt(
                 event_id, sink, None if row is None else row["source"], token,
-                timeout=timeout, allowed_hosts=allowed_hosts,
+                timeout=timeout, allowed_hosts=allowed_hosts, inbox_name=inbox_name,
             )  # fmt: skip
         except (OSError, AckledgerError) as exc:
             sink_where, sink_error = without_password(sink), f"{type(exc).__name__}: {exc}"

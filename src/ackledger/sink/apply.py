@@ -34,6 +34,10 @@ CONFLICT_COUNTER = COUNTER_PREFIX + Outcome.CONFLICT.value
 
 Identity = tuple[str, str]
 
+#: The inbox of a database that names none (``Inbox(name=)``): receipts written before inboxes
+#: had names are its own.
+DEFAULT_NAME = "default"
+
 
 @dataclass
 class BatchResult:
@@ -62,20 +66,23 @@ def same_event(item: Item, stored: str | None) -> bool:
     return stored is not None and plugins.former_fingerprint(item.event) == stored
 
 
-def noted_resend(db: Backend, item: Item) -> bool:
+def noted_resend(db: Backend, item: Item, *, name: str = DEFAULT_NAME) -> bool:
     """The one branch beside ``apply_runs``: a lone event read by key first. True for a
     re-send, then noted without waiting for the disk (only its counts could be lost, and only
     to a power loss before the next durable commit); False: the write decides (a claim racing
-    this read, or other content, is told apart by the write's own claim)."""
+    this read, or other content, is told apart by the write's own claim). ``name``: the
+    inbox's."""
     source, event_id = item.identity
     now = time.time()
-    stored = db.inbox_read_or_note(source, event_id, item.fingerprint, now, DUPLICATE_COUNTER)
+    stored = db.inbox_read_or_note(
+        source, event_id, item.fingerprint, now, DUPLICATE_COUNTER, name=name
+    )
     if stored is None or stored == item.fingerprint:
         return stored is not None  # a re-send of the same content was noted by that call
     if not same_event(item, stored):
         return False
     with db.write(durable=False) as tx:  # a former version's receipt of this event
-        tx.inbox_note_lone(source, event_id, now, DUPLICATE_COUNTER)
+        tx.inbox_note_lone(name, source, event_id, now, DUPLICATE_COUNTER)
     return True
 
 
@@ -105,14 +112,18 @@ def apply_runs(
     awaiter: Awaiter | None,
     *,
     handler_arg: object = None,
+    name: str = DEFAULT_NAME,
 ) -> list[BatchResult]:
-    """Apply ``runs`` in ``tx``; each run's result as if it were applied alone after the
-    runs before it. The caller commits (a rolled-back attempt applied and counted nothing).
-    Handlers get ``handler_arg`` as their first argument (the caller's own connection, for
-    ``receive(using=)``), or else a ``HandlerTransaction`` on ``tx``."""
+    """Apply ``runs`` in ``tx`` as the inbox ``name``; each run's result as if it were
+    applied alone after the runs before it. The caller commits (a rolled-back attempt
+    applied and counted nothing). Handlers get ``handler_arg`` as their first argument (the
+    caller's own connection, for ``receive(using=)``), or else a ``HandlerTransaction`` on
+    ``tx``."""
     total = sum(map(len, runs))
     before, owed = tx.inbox_reserve_arrivals(total)
-    walk = _Walk(tx, now, awaiter, before + 1, guarded=total > 1, handler_arg=handler_arg)
+    walk = _Walk(
+        tx, now, awaiter, before + 1, guarded=total > 1, handler_arg=handler_arg, name=name
+    )
     results: list[BatchResult] = []
     start = 0
     while start < len(runs):
@@ -135,9 +146,11 @@ class _Walk:
         arrival: int,
         *,
         guarded: bool,
-        handler_arg: object = None,
+        handler_arg: object,
+        name: str,
     ) -> None:
         self.tx = tx
+        self.name = name
         #: A savepoint per handler: only where the transaction holds more than its event.
         self.guarded = guarded
         self.now = now
@@ -165,9 +178,9 @@ class _Walk:
                     seen.add(item.identity)
                     firsts.append(item)
                     kind, now = item.event["type"], self.now
-                    rows.append(
-                        (*item.identity, item.fingerprint, kind, now, now, arrival, arrival)
-                    )
+                    source, event_id = item.identity
+                    fp = item.fingerprint
+                    rows.append((self.name, source, event_id, fp, kind, now, now, arrival, arrival))
                 arrival += 1
         self.fresh = set()
         self.stored = {}
@@ -179,7 +192,7 @@ class _Walk:
             elif outcome is Outcome.DUPLICATE:
                 self.stored[item.identity] = item.fingerprint
             else:  # read only for a conflict (rare): it may be a former fingerprint's
-                self.stored[item.identity] = self.tx.inbox_fingerprint(*item.identity)
+                self.stored[item.identity] = self.tx.inbox_fingerprint(self.name, *item.identity)
 
     def runs(self, runs: Sequence[Sequence[Item]], results: list[BatchResult]) -> int:
         """Walk ``runs`` in order; returns how many were walked: all, or up to and with the
@@ -194,7 +207,7 @@ class _Walk:
                 result.error = self._one(item, arrival, result.statuses)
                 if result.error is not None:
                     if self.fresh:
-                        self.tx.inbox_unclaim(sorted(self.fresh))
+                        self.tx.inbox_unclaim(self.name, sorted(self.fresh))
                         return done
                     break
         return len(runs)
@@ -235,7 +248,7 @@ class _Walk:
         if not same_event(item, self.stored.get(key)):
             self._count(CONFLICT_COUNTER)
             return conflict(item)
-        tx.inbox_note_receipt(*key, self.now, arrival)
+        tx.inbox_note_receipt(self.name, *key, self.now, arrival)
         self._count(DUPLICATE_COUNTER)
         statuses.append(DUPLICATE)
         return None

@@ -9,6 +9,11 @@ no handler takes, or one its handler refuses, is not recorded at all.
 Every way in reaches one algorithm (``apply.apply_runs``): validate, find the handlers, claim
 the identities, run the handlers, count, commit. One branch answers without it: a lone event
 is read by key first, and a re-send found so is answered from that read (``read_lone``).
+``receive(event, using=...)`` runs the same algorithm in the caller's own transaction
+(``receive_using``).
+
+Several inboxes may share one database: each has a name, and its receipts are its own, so an
+event received by two of them (shipping and billing) is applied once by each.
 """
 
 from __future__ import annotations
@@ -17,18 +22,21 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import plugins
 from .._core.database import Database
+from .._core.text import has_control
 from ..envelope import fingerprint_of, validate_encoded
 from ..errors import AckledgerError, NoHandler
 from ..event import check_identifier
 from ..event_types import EventTypes, check_type_name
+from ..store.borrowed import borrow
 from ..store.borrowed_async import run_borrowed_awaiting
 from .apply import (
     COUNTER_PREFIX,
+    DEFAULT_NAME,
     DUPLICATE,
     BatchResult,
     Item,
@@ -57,7 +65,9 @@ if TYPE_CHECKING:
 __all__ = [
     "COUNTER_NAMES",
     "COUNTER_PREFIX",
+    "DEFAULT_NAME",
     "DEFAULT_RETENTION_SECONDS",
+    "MAX_NAME_LENGTH",
     "MIN_RETENTION_SECONDS",
     "PURGE_CHUNK",
     "BatchResult",
@@ -66,6 +76,13 @@ __all__ = [
 
 #: The durable counters ``counters()`` reports; they never go down, whatever is purged.
 COUNTER_NAMES = ("applied", "duplicate", "conflict")
+
+#: What ``handlers=`` takes: ``handler(tx, event)``, or ``handler(conn, event)`` with the
+#: caller's own object for ``receive(event, using=conn)``; an ``async def`` one too.
+UsersHandler = Callable[[Any, dict[str, Any]], object]
+
+#: The longest inbox name.
+MAX_NAME_LENGTH = 64
 
 #: A prepared run: its events up to the first refused one, and that refusal.
 Prepared = tuple[Sequence[Item], Exception | None]
@@ -96,16 +113,31 @@ def _check_handlers(handlers: object) -> dict[str, Handler]:
     return found
 
 
+def check_name(name: object) -> str:
+    """An inbox's name as given, or a clear error saying what is wrong with it."""
+    if not isinstance(name, str):
+        raise TypeError(f"name: must be a str, got {type(name).__name__}")
+    if not name:
+        raise ValueError("name: must not be empty")
+    if len(name) > MAX_NAME_LENGTH:
+        raise ValueError(f"name: at most {MAX_NAME_LENGTH} characters, got {len(name)}")
+    if has_control(name):
+        raise ValueError(f"name: must not hold control characters, got {name!r}")
+    return name
+
+
 class Inbox(Database):
     def __init__(
         self,
         target: str | os.PathLike[str],
         *,
-        handlers: Mapping[str, Handler] | None = None,
+        name: str = DEFAULT_NAME,
+        handlers: Mapping[str, UsersHandler] | None = None,
         types: EventTypes | None = None,
         synchronous: str = "FULL",
         schema: str | None = None,
     ) -> None:
+        self._name = check_name(name)
         if types is not None and not isinstance(types, EventTypes):
             raise TypeError(f"types: must be an EventTypes, got {type(types).__name__}")
         self._handlers = _check_handlers(handlers)
@@ -119,12 +151,17 @@ class Inbox(Database):
             handler is not built_in.get(name) for name, handler in self._handlers.items()
         )
         self._types = types if types is not None else EventTypes()
-        self._oldest = OldestReceipt()
+        self._oldest = OldestReceipt(self._name)
         #: The types a plug-in's own handler applies: its tables are made by its first event.
         self._plugin_types = frozenset(
             name for name, handler in self._handlers.items() if handler is built_in.get(name)
         )
         super().__init__(target, synchronous=synchronous, schema=schema)
+
+    @property
+    def name(self) -> str:
+        """The inbox's name: its receipts are its own, whatever else shares the database."""
+        return self._name
 
     @property
     def handlers(self) -> dict[str, Handler]:
@@ -170,11 +207,23 @@ class Inbox(Database):
                 return items, exc
         return items, None
 
-    def receive(self, event: object) -> str:
+    def receive(self, event: object, *, using: object = None) -> str:
         """Apply ``event`` once; returns ``"applied"`` or ``"duplicate"``. Raises Conflict,
         NoHandler, InvalidEvent, or what the handler raised; then nothing was recorded.
         An ``async def`` handler, or one that returns an awaitable, is refused with
-        ``TypeError`` and nothing is written: this call cannot await it."""
+        ``TypeError`` and nothing is written: this call cannot await it.
+
+        With ``using`` (what ``Outbox.publish(using=)`` takes: a sqlite3 or psycopg 3
+        connection, a SQLAlchemy ``Connection`` or ``Session``, Django's connection) the
+        receipt is written on it, inside the caller's transaction, and the handler is called
+        as ``handler(using, event)``; nothing is committed or rolled back here, so the
+        caller's commit keeps the receipt and the handler's writes together, and its rollback
+        (after an error here, too) removes both."""
+        if using is not None:
+            tx = borrow(using, self._db.dialect)
+            return receive_using(
+                tx, using, event, self._handlers, types=self._types, name=self._name
+            )
         (result,) = self.receive_runs([[event]])
         # A conflict's count is committed; a failing handler's arrival number is too.
         if result.error is not None:
@@ -201,7 +250,13 @@ class Inbox(Database):
             using,
             self._db.dialect,
             lambda tx, awaiter: receive_using(
-                tx, using, event, self._handlers, types=self._types, awaiter=awaiter
+                tx,
+                using,
+                event,
+                self._handlers,
+                types=self._types,
+                awaiter=awaiter,
+                name=self._name,
             ),
         )
 
@@ -231,7 +286,11 @@ class Inbox(Database):
         prepared = [self._prepared(run, awaiting) for run in runs]
         # One event alone: a re-send is answered from a read by key (``noted_resend``).
         items, refused = prepared[0] if len(prepared) == 1 else ((), None)
-        if len(items) == 1 and refused is None and noted_resend(self._db, items[0]):
+        if (
+            len(items) == 1
+            and refused is None
+            and noted_resend(self._db, items[0], name=self._name)
+        ):
             return [BatchResult([DUPLICATE])]
         return self._commit(prepared, awaiting)
 
@@ -242,7 +301,7 @@ class Inbox(Database):
         answered now; else the event prepared, a run of its own for ``receive_group``.
         Raises InvalidEvent or NoHandler (nothing recorded), or the database's error."""
         item = self._prepare(event, True)
-        return DUPLICATE if noted_resend(self._db, item) else item
+        return DUPLICATE if noted_resend(self._db, item, name=self._name) else item
 
     def receive_group(
         self, runs: Sequence[Sequence[object] | Item], *, awaiting: bool = False
@@ -287,7 +346,7 @@ class Inbox(Database):
         ``HandlerTransaction`` on it (``session_factory.SessionInbox`` holds it in the user's
         own session instead)."""
         with self._db.write() as tx:
-            return apply_runs(tx, runs, time.time(), awaiter)
+            return apply_runs(tx, runs, time.time(), awaiter, name=self._name)
 
     def stock(self, sku: str) -> int:
         """The reference domain's stock of ``sku`` (0 for an unknown one), read by the lab."""
@@ -303,13 +362,13 @@ class Inbox(Database):
         """The inbox row of one event (when, how often), or None if it never arrived.
         Without ``source``, the oldest receipt of any source with this id."""
         with self._db.read() as tx:
-            found = tx.inbox_receipts(event_id, source)
+            found = tx.inbox_receipts(self._name, event_id, source)
         return found[0] if found else None
 
     def receipts(self, event_id: str) -> list[dict[str, Any]]:
         """Every receipt with this id (one per source), oldest first."""
         with self._db.read() as tx:
-            return tx.inbox_receipts(event_id)
+            return tx.inbox_receipts(self._name, event_id)
 
     def counters(self) -> dict[str, int]:
         """Durable totals that never go down: applied, duplicate, conflict (a purge deletes
@@ -332,7 +391,7 @@ class Inbox(Database):
         be longer than any event can stay unmarked at its source (docs/postgres.md, "Inbox
         retention"); below one hour it is refused unless ``force``. The counters do not
         change; ``retention()["purged"]`` grows. ``retention.purge_windows`` says how."""
-        return purge(self._db, older_than_seconds, chunk, force)
+        return purge(self._db, self._name, older_than_seconds, chunk, force)
 
     def retention(self) -> dict[str, Any]:
         """``purged``: receipts deleted by ``purge`` over the database's life, by any process

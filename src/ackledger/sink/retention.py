@@ -27,7 +27,9 @@ PURGE_CHUNK = 1000
 SPAN_WINDOWS = 10
 
 
-def purge(backend: Backend, older_than_seconds: object, chunk: object, force: object) -> int:
+def purge(
+    backend: Backend, name: str, older_than_seconds: object, chunk: object, force: object
+) -> int:
     """``Inbox.purge``: its arguments checked (ValueError naming the one that is wrong, and
     nothing deleted), then ``purge_windows`` from now less the age."""
     age = check_age(older_than_seconds, "older_than_seconds")
@@ -41,12 +43,12 @@ def purge(backend: Backend, older_than_seconds: object, chunk: object, force: ob
             "its event can still be re-sent turns the re-send into a second apply "
             "(pass force=True to go below it)"
         )
-    return purge_windows(backend, time.time() - age, chunk)
+    return purge_windows(backend, name, time.time() - age, chunk)
 
 
 def report(backend: Backend, oldest: OldestReceipt) -> dict[str, Any]:
-    """``Inbox.retention``: receipts purged over the database's life, and the age of the
-    oldest kept (None for an empty inbox)."""
+    """``Inbox.retention``: receipts purged over the database's life (by every inbox name),
+    and the age of the oldest kept of ``oldest``'s inbox (None for an empty inbox)."""
     with backend.read() as tx:
         purged = tx.counters_read(PURGED).get("", 0)
     found = oldest.read(backend)
@@ -54,8 +56,9 @@ def report(backend: Backend, oldest: OldestReceipt) -> dict[str, Any]:
     return {"purged": purged, "oldest_receipt_age_s": age}
 
 
-def purge_windows(backend: Backend, cutoff: float, window: int) -> int:
-    """Delete every receipt first received before ``cutoff``, walking the key ``window`` keys
+def purge_windows(backend: Backend, name: str, cutoff: float, window: int) -> int:
+    """Delete every receipt of the inbox ``name`` first received before ``cutoff``, walking
+    the key ``window`` keys
     at a time in one pass; record the oldest receipt kept; return how many were deleted.
 
     Each window is read without a write lock. Consecutive windows are deleted from together,
@@ -67,12 +70,12 @@ def purge_windows(backend: Backend, cutoff: float, window: int) -> int:
     stops (a crash leaves the last purge's record, an older receipt than any kept: the gauge
     then says too old, never too young, until the next purge). The record is written last.
     """
-    span = _Span(backend, cutoff)
+    span = _Span(backend, name, cutoff)
     after = BEFORE_ALL
     kept: float | None = None
     while True:
         with backend.read() as tx:
-            found = tx.inbox_purge_window(after, window, cutoff)
+            found = tx.inbox_purge_window(name, after, window, cutoff)
         if span.old + found.old > window or span.windows == SPAN_WINDOWS:
             span.delete_to(after)
         span.add(found.old)
@@ -83,15 +86,16 @@ def purge_windows(backend: Backend, cutoff: float, window: int) -> int:
             break
         after = found.last
     with backend.write() as tx:
-        tx.inbox_record_oldest(kept, cutoff)
+        tx.inbox_record_oldest(name, kept, cutoff)
     return span.deleted
 
 
 class _Span:
     """Windows read but not yet deleted from: the keys after ``start`` up to an end."""
 
-    def __init__(self, backend: Backend, cutoff: float) -> None:
+    def __init__(self, backend: Backend, name: str, cutoff: float) -> None:
         self._backend = backend
+        self._name = name
         self._cutoff = cutoff
         self.start = BEFORE_ALL
         self.old = 0
@@ -108,7 +112,7 @@ class _Span:
         if self.old:
             began = time.monotonic()
             with self._backend.write() as tx:
-                self.deleted += tx.inbox_purge_delete(self.start, end, self._cutoff)
+                self.deleted += tx.inbox_purge_delete(self._name, self.start, end, self._cutoff)
             # SQLite has one writer, and a waiting one sleeps between its tries (up to 100
             # ms): taking the lock again at once would starve it for many windows, so the
             # purge leaves the lock free for as long as it held it (bench/inbox_purge.py).
@@ -131,13 +135,15 @@ class OldestReceipt:
     back: reading never writes (a read-only opener, a sink's scrape behind another writer).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, name: str) -> None:
+        #: The inbox whose receipts these are.
+        self.name = name
         self._lock = threading.Lock()
         self._scanned: tuple[int | None, float] | None = None
 
     def read(self, backend: Backend) -> float | None:
         with backend.read() as tx:
-            recorded = tx.inbox_recorded_oldest()
+            recorded = tx.inbox_recorded_oldest(self.name)
             if recorded is not None and recorded.first_received_at is not None:
                 return recorded.first_received_at
             generation = None if recorded is None else recorded.generation
@@ -145,7 +151,7 @@ class OldestReceipt:
                 scanned = self._scanned
                 if scanned is not None and scanned[0] == generation:
                     return scanned[1]
-                found = tx.inbox_scan_oldest()
+                found = tx.inbox_scan_oldest(self.name)
                 # An empty inbox is not remembered: its next scan is as cheap, and it may not
                 # be empty then.
                 if found is not None:

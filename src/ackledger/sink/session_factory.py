@@ -256,7 +256,7 @@ class SessionInbox(Inbox):
                  for item in run]
                 for run in runs
             ]  # fmt: skip
-            return apply_runs(tx, held, time.time(), awaiter, handler_arg=session)
+            return apply_runs(tx, held, time.time(), awaiter, handler_arg=session, name=self._name)
 
         return self._transactions.run(work, awaiter)
 

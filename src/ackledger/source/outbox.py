@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import time
-import unicodedata
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -23,6 +22,7 @@ from .._core.duration import MAX_SECONDS
 from .._core.exact import is_int, is_number
 from .._core.idempotency import Outcome
 from .._core.telemetry import with_trace_context
+from .._core.text import breaks_line, has_control
 from ..envelope import fingerprint_of, validate_cloudevent, validate_encoded
 from ..errors import Conflict, InvalidEvent
 from ..event import check_identifier
@@ -118,7 +118,7 @@ def _check_reason(reason: object) -> str:
         raise InvalidEvent(
             f"reason: must be at most {MAX_REASON} characters, got {len(reason)}", field="reason"
         )
-    if any(_breaks_line(ch) for ch in reason):
+    if has_control(reason):
         # It is printed back by `quarantined` and `trace`: a newline or an escape sequence
         # would forge lines or drive the operator's terminal.
         raise InvalidEvent(
@@ -128,17 +128,10 @@ def _check_reason(reason: object) -> str:
     return reason.strip()
 
 
-def _breaks_line(ch: str) -> bool:
-    """A control character (newline, tab, escape, NUL...), a line or paragraph separator, or
-    half of a surrogate pair. Every other character is text, the full-width space included
-    (str.isprintable would refuse it, and Japanese reasons are written with it)."""
-    return unicodedata.category(ch) in ("Cc", "Cs", "Zl", "Zp")
-
-
 def one_line(text: str, limit: int = MAX_REASON) -> str:
     """Text we do not control (a sink's answer, an exception's message) made storable and
-    printable: what ``_breaks_line`` refuses becomes a space, and it is cut to ``limit``."""
-    line = "".join(" " if _breaks_line(ch) else ch for ch in text).strip()
+    printable: what ``breaks_line`` refuses becomes a space, and it is cut to ``limit``."""
+    line = "".join(" " if breaks_line(ch) else ch for ch in text).strip()
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 

@@ -117,7 +117,7 @@ class Backend(abc.ABC):
         return self.statements()
 
     def inbox_read_or_note(
-        self, source: str, event_id: str, fingerprint: str, now: float, counted: str
+        self, source: str, event_id: str, fingerprint: str, now: float, counted: str, *, name: str
     ) -> str | None:
         """A lone event's read by key (``lookup``), and when it finds ``fingerprint`` (a
         re-send of the same content) that re-send's note, ``Tx.inbox_note_lone``, committed
@@ -125,10 +125,10 @@ class Backend(abc.ABC):
         identity is free. The sink's most common request is a re-send: a backend may do both
         through one entry (SQLite does)."""
         with self.lookup() as tx:
-            stored = tx.inbox_fingerprint(source, event_id)
+            stored = tx.inbox_fingerprint(name, source, event_id)
         if stored == fingerprint:
             with self.write(durable=False) as tx:
-                tx.inbox_note_lone(source, event_id, now, counted)
+                tx.inbox_note_lone(name, source, event_id, now, counted)
         return stored
 
     @abc.abstractmethod

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .base import Params, Row, Tx
+from .inbox import InboxQueries
 from .postgres.tx import PostgresTx, to_pyformat
 from .sqlite.tx import SqliteTx
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     import psycopg
     from sqlalchemy.engine import Connection as SqlAlchemyConnection
 
-__all__ = ["META_TABLE", "SOURCE_KEY", "borrow", "same_database"]
+__all__ = ["META_TABLE", "SOURCE_KEY", "borrow", "has_schema", "same_database"]
 
 SQLITE = "sqlite"
 POSTGRES = "postgres"
@@ -86,18 +87,24 @@ def same_database(tx: Tx, expected_source: str) -> None:
     Only reads, and never a statement that could fail: on PostgreSQL a failed statement would
     abort the caller's transaction.
     """
-    exists = _META_EXISTS_SQLITE if isinstance(tx, SqliteTx) else _META_EXISTS_POSTGRES
-    if tx.one(exists) is None:
-        raise ValueError(
-            "using: the database has no ackledger schema: run ackledger migrate or apply "
-            "ackledger migrate --sql"
-        )
+    has_schema(tx)
     row = tx.one(_READ_SOURCE, (SOURCE_KEY,))
     found = None if row is None else row[0]
     if found != expected_source:
         raise ValueError(
             "using: the connection reaches another database than the outbox's (its "
             f"{SOURCE_KEY} is {found!r}, the outbox's is {expected_source!r})"
+        )
+
+
+def has_schema(tx: Tx) -> None:
+    """Check that ``tx`` (a borrowed one) reaches a database ackledger migrated, by a read
+    that cannot fail (a failed statement would abort the caller's PostgreSQL transaction)."""
+    exists = _META_EXISTS_SQLITE if isinstance(tx, SqliteTx) else _META_EXISTS_POSTGRES
+    if tx.one(exists) is None:
+        raise ValueError(
+            "using: the database has no ackledger schema: run ackledger migrate or apply "
+            "ackledger migrate --sql"
         )
 
 
@@ -313,6 +320,11 @@ class _CallerSqliteTx(SqliteTx):
             return cursor.execute(sql, tuple(params)).fetchall()
         finally:
             cursor.close()
+
+    def inbox_reserve_arrivals(self, count: int) -> tuple[int, dict[str, int]]:
+        # SQLite's own transactions read the counter under the lock their BEGIN IMMEDIATE
+        # took; the caller's may not hold it yet, so the numbers are taken by a write.
+        return InboxQueries.inbox_reserve_arrivals(self, count)
 
     def executemany(self, sql: str, params: Sequence[Params]) -> None:
         cursor = self._cursor(sql)

@@ -29,10 +29,11 @@ BEFORE_ALL = ("", "")
 # whatever the table's size: there is no index on the time of first arrival (migration 0010
 # dropped it).
 _WINDOW_END = (
-    "SELECT id, source FROM ackledger_inbox WHERE (id, source) > (?, ?) ORDER BY id, source "
-    "LIMIT 1 OFFSET ?"
+    "SELECT id, source FROM ackledger_inbox WHERE name = ? AND (id, source) > (?, ?) "
+    "ORDER BY id, source LIMIT 1 OFFSET ?"
 )
-_IN_WINDOW = "(id, source) > (?, ?)"
+# Every window statement is of one inbox's receipts: the name is its first parameter.
+_IN_WINDOW = "name = ? AND (id, source) > (?, ?)"
 _TO_WINDOW_END = " AND (id, source) <= (?, ?)"
 _WINDOW_HOLDS = (
     "SELECT MIN(CASE WHEN first_received_at >= ? THEN first_received_at END), "
@@ -45,8 +46,8 @@ _WINDOW_DELETE = "DELETE FROM ackledger_inbox WHERE first_received_at < ? AND "
 # A purge records the oldest receipt it kept unless one with a later cutoff already did: of two
 # purges at once, the later cutoff's walk saw what both kept (store/migrations/*/0010).
 _RECORD_OLDEST = (
-    "INSERT INTO ackledger_inbox_oldest (slot, first_received_at, cutoff, generation) "
-    "VALUES (1, ?, ?, 1) ON CONFLICT (slot) DO UPDATE SET "
+    "INSERT INTO ackledger_inbox_oldest (name, first_received_at, cutoff, generation) "
+    "VALUES (?, ?, ?, 1) ON CONFLICT (name) DO UPDATE SET "
     "first_received_at = excluded.first_received_at, cutoff = excluded.cutoff, "
     "generation = ackledger_inbox_oldest.generation + 1 "
     "WHERE ackledger_inbox_oldest.cutoff IS NULL OR ackledger_inbox_oldest.cutoff <= "
@@ -72,14 +73,18 @@ class RecordedOldest(NamedTuple):
     generation: int
 
 
-def _window_range(after: tuple[str, str], last: tuple[str, str] | None) -> tuple[str, Params]:
+def _window_range(
+    name: str, after: tuple[str, str], last: tuple[str, str] | None
+) -> tuple[str, Params]:
     if last is None:
-        return _IN_WINDOW, after
-    return _IN_WINDOW + _TO_WINDOW_END, (*after, *last)
+        return _IN_WINDOW, (name, *after)
+    return _IN_WINDOW + _TO_WINDOW_END, (name, *after, *last)
 
 
 #: The read by key before a lone event (the sink's ``Inbox``): its stored fingerprint.
-INBOX_FINGERPRINT = "SELECT fingerprint FROM ackledger_inbox WHERE source = ? AND id = ?"
+INBOX_FINGERPRINT = (
+    "SELECT fingerprint FROM ackledger_inbox WHERE name = ? AND source = ? AND id = ?"
+)
 
 # Folding a group's outcome counts into this upsert was tried and dropped: a two-row upsert
 # with RETURNING costs SQLite more than this one and a plain upsert after it (5.8 against
@@ -96,12 +101,12 @@ _RESERVE = (
 class InboxQueries(CounterQueries):
     def inbox_claim_all(self, rows: Sequence[Params]) -> list[Outcome]:
         """``inbox_claim`` of many distinct identities, in one multi-row INSERT per 64; each
-        row is (source, id, fingerprint, type, now, now, arrival, arrival). See
+        row is (name, source, id, fingerprint, type, now, now, arrival, arrival). See
         ``claims.claim_all``."""
         return claim_all(self, INBOX, rows)
 
-    def inbox_fingerprint(self, source: str, event_id: str) -> str | None:
-        found = self.scalar(INBOX_FINGERPRINT, (source, event_id))
+    def inbox_fingerprint(self, name: str, source: str, event_id: str) -> str | None:
+        found = self.scalar(INBOX_FINGERPRINT, (name, source, event_id))
         return None if found is None else str(found)
 
     def inbox_reserve_arrivals(self, count: int) -> tuple[int, dict[str, int]]:
@@ -113,7 +118,7 @@ class InboxQueries(CounterQueries):
         return int(self.scalar(_RESERVE, (count,))) - count, {}
 
     def inbox_note_receipts(
-        self, identities: Sequence[tuple[str, str]], now: float
+        self, name: str, identities: Sequence[tuple[str, str]], now: float
     ) -> dict[str, int]:
         """``inbox_note_receipt`` of events that were all already there, each with the next
         arrival number in turn; returns what the caller's ``counters_bump`` owes, as
@@ -121,84 +126,101 @@ class InboxQueries(CounterQueries):
         arrival, owed = self.inbox_reserve_arrivals(len(identities))
         for source, event_id in identities:
             arrival += 1
-            self.inbox_note_receipt(source, event_id, now, arrival)
+            self.inbox_note_receipt(name, source, event_id, now, arrival)
         return owed
 
-    def inbox_note_lone(self, source: str, event_id: str, now: float, counted: str) -> None:
+    def inbox_note_lone(
+        self, name: str, source: str, event_id: str, now: float, counted: str
+    ) -> None:
         """A lone re-send's whole note: ``inbox_note_receipts`` of its one identity, then
         its ``counted`` and arrival counts in one bump, as the sink's general way writes
         them."""
-        owed = self.inbox_note_receipts(((source, event_id),), now)
+        owed = self.inbox_note_receipts(name, ((source, event_id),), now)
         self.counters_bump({**owed, counted: 1})
 
-    def inbox_unclaim(self, identities: Sequence[tuple[str, str]]) -> None:
+    def inbox_unclaim(self, name: str, identities: Sequence[tuple[str, str]]) -> None:
         """Delete receipts this transaction claimed and gives back (a run stopped before
         their events): as if never claimed, for this transaction and for any other."""
-        self.executemany("DELETE FROM ackledger_inbox WHERE source = ? AND id = ?", identities)
+        self.executemany(
+            "DELETE FROM ackledger_inbox WHERE name = ? AND source = ? AND id = ?",
+            [(name, *identity) for identity in identities],
+        )
 
-    def inbox_note_receipt(self, source: str, event_id: str, now: float, arrival: int) -> None:
+    def inbox_note_receipt(
+        self, name: str, source: str, event_id: str, now: float, arrival: int
+    ) -> None:
         """Count another arrival of an event that was already there (a duplicate)."""
         self.execute(
             "UPDATE ackledger_inbox SET receipts = receipts + 1, last_received_at = ?, "
             "last_arrival = ? "
-            "WHERE source = ? AND id = ?",
-            (now, arrival, source, event_id),
+            "WHERE name = ? AND source = ? AND id = ?",
+            (now, arrival, name, source, event_id),
         )
 
-    def inbox_receipts(self, event_id: str, source: str | None = None) -> list[dict[str, Any]]:
-        """The receipts of events with this id (of this source, if given), oldest first."""
+    def inbox_receipts(
+        self, name: str, event_id: str, source: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The inbox ``name``'s receipts of events with this id (of this source, if given),
+        oldest first."""
         columns = ", ".join(RECEIPT_COLUMNS)
         if source is None:
             rows = self.execute(
-                f"SELECT {columns} FROM ackledger_inbox WHERE id = ? ORDER BY "
+                f"SELECT {columns} FROM ackledger_inbox WHERE id = ? AND name = ? ORDER BY "
                 f"first_received_at, source",
-                (event_id,),
+                (event_id, name),
             )
         else:
             rows = self.execute(
-                f"SELECT {columns} FROM ackledger_inbox WHERE source = ? AND id = ?",
-                (source, event_id),
+                f"SELECT {columns} FROM ackledger_inbox WHERE name = ? AND source = ? AND id = ?",
+                (name, source, event_id),
             )
         return [dict(zip(RECEIPT_COLUMNS, row, strict=True)) for row in rows]
 
-    def inbox_purge_window(self, after: tuple[str, str], size: int, cutoff: float) -> PurgeWindow:
-        """Read the window of up to ``size`` keys after ``after`` (``BEFORE_ALL`` first)."""
-        found = self.one(_WINDOW_END, (*after, size - 1))
+    def inbox_purge_window(
+        self, name: str, after: tuple[str, str], size: int, cutoff: float
+    ) -> PurgeWindow:
+        """Read the window of up to ``size`` keys of the inbox ``name`` after ``after``
+        (``BEFORE_ALL`` first)."""
+        found = self.one(_WINDOW_END, (name, *after, size - 1))
         last = None if found is None else (str(found[0]), str(found[1]))
-        where, keys = _window_range(after, last)
+        where, keys = _window_range(name, after, last)
         row = self.one(_WINDOW_HOLDS + where, (cutoff, cutoff, *keys))
         kept, old = (None, 0) if row is None else row
         return PurgeWindow(last, None if kept is None else float(kept), int(old))
 
     def inbox_purge_delete(
-        self, after: tuple[str, str], last: tuple[str, str] | None, cutoff: float
+        self, name: str, after: tuple[str, str], last: tuple[str, str] | None, cutoff: float
     ) -> int:
-        """Delete the receipts after the key ``after`` up to ``last`` (None: to the table's
-        end) first received before ``cutoff``, and add them to the durable ``PURGED`` counter;
-        returns how many."""
-        where, keys = _window_range(after, last)
+        """Delete the inbox ``name``'s receipts after the key ``after`` up to ``last`` (None:
+        to the table's end) first received before ``cutoff``, and add them to the durable
+        ``PURGED`` counter; returns how many."""
+        where, keys = _window_range(name, after, last)
         gone = len(self.execute(_WINDOW_DELETE + where + " RETURNING 1", (cutoff, *keys)))
         if gone:
             self.counter_bump(PURGED, gone)
         return gone
 
-    def inbox_record_oldest(self, oldest: float | None, cutoff: float) -> None:
-        """Record the oldest receipt a purge with this ``cutoff`` kept (None: it kept none)."""
-        self.execute(_RECORD_OLDEST, (oldest, cutoff))
+    def inbox_record_oldest(self, name: str, oldest: float | None, cutoff: float) -> None:
+        """Record the oldest receipt of the inbox ``name`` a purge with this ``cutoff`` kept
+        (None: it kept none)."""
+        self.execute(_RECORD_OLDEST, (name, oldest, cutoff))
 
-    def inbox_recorded_oldest(self) -> RecordedOldest | None:
-        """What the last purge recorded (None: the row is missing)."""
+    def inbox_recorded_oldest(self, name: str) -> RecordedOldest | None:
+        """What the last purge of the inbox ``name`` recorded (None: it was never purged)."""
         row = self.one(
-            "SELECT first_received_at, generation FROM ackledger_inbox_oldest WHERE slot = 1"
+            "SELECT first_received_at, generation FROM ackledger_inbox_oldest WHERE name = ?",
+            (name,),
         )
         if row is None:
             return None
         return RecordedOldest(None if row[0] is None else float(row[0]), int(row[1]))
 
-    def inbox_scan_oldest(self) -> float | None:
-        """The oldest receipt's first arrival by a scan of the whole inbox (no index has that
-        order): for when nothing is recorded. None for an empty inbox."""
-        found = self.scalar("SELECT MIN(first_received_at) FROM ackledger_inbox")
+    def inbox_scan_oldest(self, name: str) -> float | None:
+        """The oldest receipt's first arrival by a scan of the inbox ``name`` (no index has
+        that order): for when nothing is recorded. None for an empty inbox."""
+        found = self.scalar(
+            "SELECT MIN(first_received_at) FROM ackledger_inbox WHERE name = ?", (name,)
+        )
         return None if found is None else float(found)
 
     # A handler runs inside a savepoint: its failure then undoes its writes, and nothing

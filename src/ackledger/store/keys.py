@@ -50,17 +50,17 @@ OUTBOX = KeySpace(
     find_sql="SELECT fingerprint, seq FROM ackledger_outbox WHERE id = ?",
 )
 
-# The inbox's key is an event's identity, (source, id).
+# The inbox's key is an event's identity, (source, id), in one inbox's name.
 _INBOX_INSERT = (
-    "INSERT INTO ackledger_inbox (source, id, fingerprint, type, first_received_at, "
+    "INSERT INTO ackledger_inbox (name, source, id, fingerprint, type, first_received_at, "
     "last_received_at, "
     "arrival, last_arrival) VALUES "
 )
-_INBOX_ROW = "(?, ?, ?, ?, ?, ?, ?, ?)"
-_INBOX_DO_NOTHING = " ON CONFLICT (source, id) DO NOTHING"
-_INBOX_ON_CONFLICT = _INBOX_DO_NOTHING + " RETURNING source, id"
+_INBOX_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_INBOX_DO_NOTHING = " ON CONFLICT (id, source, name) DO NOTHING"
+_INBOX_ON_CONFLICT = _INBOX_DO_NOTHING + " RETURNING name, source, id"
 
-#: Rows per statement of ``claim_inbox_rows`` and keys per ``find_inbox_keys``: at most 8 * 64
+#: Rows per statement of ``claim_inbox_rows`` and keys per ``find_inbox_keys``: at most 9 * 64
 #: parameters (far below SQLite's and PostgreSQL's limits), and at most 64 statement texts of
 #: each, which stay in the drivers' statement caches.
 MANY = 64
@@ -79,16 +79,18 @@ def _inbox_find_keys_sql(count: int) -> str:
     # row-value IN over VALUES made SQLite scan the whole table).
     marks = ", ".join("?" * count)
     return (
-        f"SELECT source, id, fingerprint FROM ackledger_inbox WHERE source = ? AND id IN ({marks})"
+        "SELECT name, source, id, fingerprint FROM ackledger_inbox "
+        f"WHERE name = ? AND source = ? AND id IN ({marks})"
     )
 
 
-Identity = tuple[str, str]
+#: An inbox's key: its name, the event's source and id.
+Identity = tuple[str, str, str]
 
 
 def claim_inbox_rows(tx: Executor, rows: Sequence[Params]) -> set[Identity]:
-    """``INBOX.claim`` of many rows (each: source, id, the fingerprint, the rest) in a few
-    statements; returns the identities that were claimed. They must be distinct: which of two
+    """``INBOX.claim`` of many rows (each: name, source, id, the fingerprint, the rest) in a
+    few statements; returns the keys that were claimed. They must be distinct: which of two
     rows with one identity a multi-row insert keeps is not something to depend on.
 
     It is the same ``INSERT ... ON CONFLICT DO NOTHING`` as the one-row claim, so it is exactly
@@ -99,30 +101,32 @@ def claim_inbox_rows(tx: Executor, rows: Sequence[Params]) -> set[Identity]:
         chunk = rows[start : start + MANY]
         params = tuple(itertools.chain.from_iterable(chunk))
         found = tx.execute(inbox_claim_rows_sql(len(chunk)), params)
-        claimed.update([(str(source), str(event_id)) for source, event_id in found])
+        claimed.update([(str(name), str(source), str(key)) for name, source, key in found])
     return claimed
 
 
 def find_inbox_keys(tx: Executor, keys: Sequence[Identity]) -> dict[Identity, str]:
-    """``INBOX.find`` of many identities: the stored fingerprint of each that is there."""
-    by_source: dict[str, list[str]] = {}
-    for source, event_id in keys:
-        by_source.setdefault(source, []).append(event_id)
+    """``INBOX.find`` of many keys: the stored fingerprint of each that is there."""
+    by_source: dict[tuple[str, str], list[str]] = {}
+    for name, source, event_id in keys:
+        by_source.setdefault((name, source), []).append(event_id)
     found: dict[Identity, str] = {}
-    for source, ids in by_source.items():
+    for (name, source), ids in by_source.items():
         for start in range(0, len(ids), MANY):
             chunk = ids[start : start + MANY]
-            rows = tx.execute(_inbox_find_keys_sql(len(chunk)), (source, *chunk))
-            for row_source, event_id, stored in rows:
-                found[(str(row_source), str(event_id))] = str(stored)
+            rows = tx.execute(_inbox_find_keys_sql(len(chunk)), (name, source, *chunk))
+            for row_name, row_source, event_id, stored in rows:
+                found[(str(row_name), str(row_source), str(event_id))] = str(stored)
     return found
 
 
 INBOX = KeySpace(
     name="inbox",
     claim_sql=_INBOX_INSERT + _INBOX_ROW + _INBOX_ON_CONFLICT,
-    find_sql="SELECT fingerprint, id FROM ackledger_inbox WHERE source = ? AND id = ?",
-    key_width=2,
+    find_sql=(
+        "SELECT fingerprint, id FROM ackledger_inbox WHERE name = ? AND source = ? AND id = ?"
+    ),
+    key_width=3,
     claim_rows=claim_inbox_rows,
     find_keys=find_inbox_keys,
 )

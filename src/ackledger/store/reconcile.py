@@ -39,26 +39,32 @@ class ReconcileQueries(Executor):
         )
         return {(str(event_id), str(source)) for event_id, source in rows}
 
-    def inbox_identities(self, after: tuple[str, str] | None, limit: int) -> list[tuple[str, str]]:
-        """Receipts after ``after`` = (id, source) in the inbox's key order, as (id, source)."""
+    def inbox_identities(
+        self, name: str, after: tuple[str, str] | None, limit: int
+    ) -> list[tuple[str, str]]:
+        """The inbox ``name``'s receipts after ``after`` = (id, source) in the inbox's key
+        order, as (id, source)."""
         if after is None:
             rows = self.execute(
-                "SELECT id, source FROM ackledger_inbox ORDER BY id, source LIMIT ?", (limit,)
+                "SELECT id, source FROM ackledger_inbox WHERE name = ? ORDER BY id, source LIMIT ?",
+                (name, limit),
             )
         else:
             rows = self.execute(
-                "SELECT id, source FROM ackledger_inbox WHERE (id, source) > (?, ?) "
+                "SELECT id, source FROM ackledger_inbox WHERE name = ? AND (id, source) > (?, ?) "
                 "ORDER BY id, source LIMIT ?",
-                (*after, limit),
+                (name, *after, limit),
             )
         return [(str(event_id), str(source)) for event_id, source in rows]
 
-    def inbox_fingerprints_among(self, ids: Sequence[str]) -> dict[tuple[str, str], str]:
-        """The fingerprint of every receipt whose id is one of ``ids``, by (id, source)."""
+    def inbox_fingerprints_among(self, name: str, ids: Sequence[str]) -> dict[tuple[str, str], str]:
+        """The fingerprint of every receipt of the inbox ``name`` whose id is one of ``ids``,
+        by (id, source)."""
         if not ids:
             return {}
         rows = self.execute(
-            f"SELECT id, source, fingerprint FROM ackledger_inbox WHERE id IN ({_marks(len(ids))})",
-            tuple(ids),
+            "SELECT id, source, fingerprint FROM ackledger_inbox "
+            f"WHERE id IN ({_marks(len(ids))}) AND name = ?",
+            (*ids, name),
         )
         return {(str(event_id), str(source)): str(fp) for event_id, source, fp in rows}

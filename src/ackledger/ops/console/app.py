@@ -14,6 +14,7 @@ from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
 from ..._core.timestamps import utc_timestamp
+from ...sink.inbox import DEFAULT_NAME
 from .samples import Samples
 
 if TYPE_CHECKING:
@@ -46,6 +47,8 @@ class Console:
     source: str
     outbox: Outbox
     sink: str | None = None
+    #: With an inbox database as ``sink``: which of the inboxes sharing it is read.
+    inbox_name: str = DEFAULT_NAME
     ledger: Ledger | None = None
     token: Token | None = None
     samples: Samples = field(init=False)

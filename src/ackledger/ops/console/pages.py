@@ -85,7 +85,9 @@ async def trace_page(console: Console, request: Request) -> Response:
         check_identifier(event_id, "id", 128)
     except (ValueError, AckledgerError) as exc:
         return console.message(404, "trace", f"no such event: {exc}")
-    report = await run_in_threadpool(trace, event_id, console.source, console.sink)
+    report = await run_in_threadpool(
+        lambda: trace(event_id, console.source, console.sink, inbox_name=console.inbox_name)
+    )
     status = 200 if report["known"] else 404
     return console.page("trace.html", status, title=f"trace of {event_id}", report=report)
 
@@ -96,7 +98,12 @@ async def reconcile_page(console: Console, request: Request) -> Response:
             404, "reconcile", "this console was started without --sink: nothing to compare with"
         )
     report = await run_in_threadpool(
-        lambda: reconcile(console.source, str(console.sink), max_ids=RECONCILE_MAX_IDS)
+        lambda: reconcile(
+            console.source,
+            str(console.sink),
+            max_ids=RECONCILE_MAX_IDS,
+            inbox_name=console.inbox_name,
+        )
     )
     return console.page("reconcile.html", title="reconcile", report=report)
 

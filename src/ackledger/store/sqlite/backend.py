@@ -227,7 +227,7 @@ class SqliteBackend(Backend):
         return self._autocommit
 
     def inbox_read_or_note(
-        self, source: str, event_id: str, fingerprint: str, now: float, counted: str
+        self, source: str, event_id: str, fingerprint: str, now: float, counted: str, *, name: str
     ) -> str | None:
         """``Backend.inbox_read_or_note`` under one hold of the lock: the read in autocommit
         on the main connection, a re-send's note in a write transaction of the relaxed
@@ -243,7 +243,8 @@ class SqliteBackend(Backend):
             # main one after a new event): a WAL connection drops its page cache when it sees
             # another's commit, so a run of re-sends keeps its pages warm (~4k instructions
             # a re-send). Either sees what is committed.
-            found = self._lone_reader.execute(INBOX_FINGERPRINT, (source, event_id)).fetchone()
+            key = (name, source, event_id)
+            found = self._lone_reader.execute(INBOX_FINGERPRINT, key).fetchone()
             if found is None:
                 self._lone_reader = conn  # a new event's write follows, on the main one
                 return None
@@ -255,7 +256,7 @@ class SqliteBackend(Backend):
                     assert note is not None
                 note.execute("BEGIN IMMEDIATE")
                 try:
-                    note_lone(note, source, event_id, now, counted)
+                    note_lone(note, source, event_id, now, counted, name=name)
                     note.execute("COMMIT")
                 except BaseException:
                     # Rolled back whether the note or its COMMIT failed, as

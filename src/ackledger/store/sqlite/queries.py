@@ -20,14 +20,16 @@ STORE_FENCE = (
 # table of its own (a pager, a B-tree, zeroed page buffers: ~20-30k instructions a statement),
 # and its one writer lets a plain read say the same.
 #: What tells a claim of many rows without RETURNING which of its rows it inserted.
-INBOX_CLAIMED_AS = "SELECT fingerprint, arrival FROM ackledger_inbox WHERE source = ? AND id = ?"
+INBOX_CLAIMED_AS = (
+    "SELECT fingerprint, arrival FROM ackledger_inbox WHERE name = ? AND source = ? AND id = ?"
+)
 ARRIVALS_TAKEN = "SELECT value FROM ackledger_counters WHERE name = 'sink.arrival'"
 # A re-send's note with its arrival number read in the same statement: the counter is bumped
 # only at the transaction's end, so each note adds its place in the group (1, 2, ...).
 NOTE_RECEIPT_NEXT = (
     "UPDATE ackledger_inbox SET receipts = receipts + 1, last_received_at = ?, last_arrival = "
     "COALESCE((SELECT value FROM ackledger_counters WHERE name = 'sink.arrival'), 0) + ? "
-    "WHERE source = ? AND id = ?"
+    "WHERE name = ? AND source = ? AND id = ?"
 )
 
 # SQLite cannot update in a WITH clause; its one writer makes check-in-the-WHERE enough, and

@@ -24,12 +24,12 @@ _OUTCOMES = {outcome.value: outcome for outcome in Outcome}
 
 
 def note_lone(
-    conn: sqlite3.Connection, source: str, event_id: str, now: float, counted: str
+    conn: sqlite3.Connection, source: str, event_id: str, now: float, counted: str, *, name: str
 ) -> None:
     """A lone re-send's note in ``conn``'s open write transaction: the note reads its arrival
     number in its own statement, then the ``counted`` outcome's
     and the arrival number's counts in one upsert (``SqliteBackend.inbox_read_or_note``)."""
-    conn.execute(q.NOTE_RECEIPT_NEXT, (now, 1, source, event_id))
+    conn.execute(q.NOTE_RECEIPT_NEXT, (now, 1, name, source, event_id))
     conn.execute(BUMP_TWO, (ARRIVAL, 1, counted, 1))
 
 
@@ -93,8 +93,9 @@ class SqliteTx(Tx):
         if taken == len(rows):
             return [Outcome.APPLIED] * len(rows)
         outcomes: list[Outcome] = []
-        for source, event_id, fingerprint, *rest in rows:
-            stored, arrival = conn.execute(q.INBOX_CLAIMED_AS, (source, event_id)).fetchone()
+        for name, source, event_id, fingerprint, *rest in rows:
+            key = (name, source, event_id)
+            stored, arrival = conn.execute(q.INBOX_CLAIMED_AS, key).fetchone()
             if arrival == rest[-1]:
                 outcomes.append(Outcome.APPLIED)
             else:
@@ -102,14 +103,16 @@ class SqliteTx(Tx):
                 outcomes.append(Outcome.DUPLICATE if same else Outcome.CONFLICT)
         return outcomes
 
-    def inbox_fingerprint(self, source: str, event_id: str) -> str | None:
+    def inbox_fingerprint(self, name: str, source: str, event_id: str) -> str | None:
         """The read by key of every lone event, on the connection itself."""
-        found = self._conn.execute(INBOX_FINGERPRINT, (source, event_id)).fetchone()
+        found = self._conn.execute(INBOX_FINGERPRINT, (name, source, event_id)).fetchone()
         return None if found is None else str(found[0])
 
-    def inbox_note_lone(self, source: str, event_id: str, now: float, counted: str) -> None:
+    def inbox_note_lone(
+        self, name: str, source: str, event_id: str, now: float, counted: str
+    ) -> None:
         """``InboxQueries.inbox_note_lone``'s two statements on the connection itself."""
-        note_lone(self._conn, source, event_id, now, counted)
+        note_lone(self._conn, source, event_id, now, counted, name=name)
 
     def inbox_reserve_arrivals(self, count: int) -> tuple[int, dict[str, int]]:
         """The counter as it stands, and its bump left to the caller's ``counters_bump``: the
