@@ -239,3 +239,26 @@ def test_nats_a_failing_message_does_not_hold_up_the_others(
     assert refused_rows(db) == []
     with Inbox(db) as inbox:
         assert inbox.counters()["applied"] == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["replay", "--db", "DB"], "one of the arguments ID --all is required"),
+        (["replay", "3", "--all", "--db", "DB"], "not allowed with argument ID"),
+        (["replay", "x", "--db", "DB"], "must be a refused message's number, got 'x'"),
+        (["replay", "0", "--db", "DB"], "must be a refused message's number, got '0'"),
+        (["list", "--db", "missing.db"], "no database at"),
+        (["replay", "7", "--db", "DB"], "no refused message 7"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(
+    tmp_path: Path, args: list[str], named: str
+) -> None:
+    db = tmp_path / "inbox.db"
+    Inbox(db).close()
+    before = db.read_bytes()
+    done = run_cli("refused", *[str(db) if arg == "DB" else arg for arg in args])
+    assert done.returncode == 2, done.stdout
+    assert done.stderr.count("\n") == 1 and named in done.stderr, done.stderr
+    assert db.read_bytes() == before
