@@ -181,3 +181,6 @@ def test_the_admin_lists_refused_messages_and_replays_them(
     page.wait_for_selector("ul.messagelist")
     assert "refused again" in page.inner_text("ul.messagelist")
     assert project.rows("SELECT refusals FROM ackledger_refused") == [(2,)]
+    # The command line's listing, on the database of settings.
+    listed = json.loads(project.manage("ackledger", "refused", "list", "--json").stdout)
+    assert [(row["id"], row["refusals"]) for row in listed] == [(None, 2)]

@@ -328,10 +328,10 @@ class Consumer:
             log_event(logger, logging.WARNING, "rejected", verdict.reason, **fields)
         elif verdict.outcome == FAILED:
             log_event(logger, logging.WARNING, "failed", verdict.reason, **fields)
-        key = refusal_key(verdict.event_id, verdict.source, body)
         if verdict.outcome != FAILED:
             self.backoff.reset()
-            self._retries.pop(key, None)
+            if self._retries:  # the key is only worth its hash while something failed
+                self._retries.pop(refusal_key(verdict.event_id, verdict.source, body), None)
         if verdict.committed and self.after_commit is not None:
             self.after_commit(verdict)
         if verdict.outcome == REJECTED and self.after_refusal is not None:
