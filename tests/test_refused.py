@@ -19,6 +19,7 @@ import pytest
 from ackledger import Inbox, new_event
 from ackledger.ops.processes import run_cli
 
+from . import pg
 from .conftest import raw_rows
 from .test_consume import (  # noqa: F401 - the fixtures are found by their names here
     WAIT_S,
@@ -46,13 +47,22 @@ HANDLERS = {"com.example.late": late}
 """
 
 
-def refused_rows(db: Path) -> list[tuple[object, ...]]:
+def refused_rows(db: Path | str) -> list[tuple[object, ...]]:
+    sql = "SELECT id, source, reason, refusals FROM ackledger_refused ORDER BY refused_no"
+    if isinstance(db, str):  # a PostgreSQL URL
+        return pg.rows(db, sql)
     try:
-        return raw_rows(
-            db, "SELECT id, source, reason, refusals FROM ackledger_refused ORDER BY refused_no"
-        )
+        return raw_rows(db, sql)
     except sqlite3.OperationalError:  # the consumer has not made its inbox yet
         return []
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def inbox_db(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """The consumer's inbox: a SQLite file, or a PostgreSQL database of this test alone."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_url"))
+    return tmp_path / "inbox.db"
 
 
 def listed(db: Path) -> list[dict[str, object]]:
@@ -99,7 +109,7 @@ def test_amqp_records_each_refusal_then_dead_letters_it(
 
 
 def _killed_between_record_and_reject(
-    db: Path,
+    db: Path | str,
     start_consumer: Callable[..., ConsumerProcess],  # noqa: F811
     url: str,
 ) -> None:
@@ -111,11 +121,11 @@ def _killed_between_record_and_reject(
 
 
 def test_amqp_consumer_killed_between_record_and_reject_records_it_once(
-    tmp_path: Path,
+    inbox_db: Path | str,
     rabbit: Rabbit,  # noqa: F811
     start_consumer: Callable[..., ConsumerProcess],  # noqa: F811
 ) -> None:
-    db = tmp_path / "inbox.db"
+    db = inbox_db
     refused = new_event("com.example.refused", {"n": 1}, source="/shop", id="r-1")
     rabbit.publish(body(refused))
     _killed_between_record_and_reject(db, start_consumer, rabbit.url)
