@@ -272,3 +272,24 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     assert done.returncode == 2, done.stdout
     assert done.stderr.count("\n") == 1 and named in done.stderr, done.stderr
     assert db.read_bytes() == before
+
+
+def test_trace_shows_a_refused_event_at_the_sink_with_its_reason(tmp_path: Path) -> None:
+    from ackledger import Outbox
+
+    source, db = tmp_path / "source.db", tmp_path / "inbox.db"
+    late = new_event("com.example.late", {"n": 1}, source="/shop", id="l-1")
+    with Outbox(source) as outbox:
+        outbox.publish(late)
+        outbox.mark_sent("l-1")
+    with Inbox(db) as inbox, inbox.backend.write() as tx:
+        tx.refused_record("l-1", "/shop", "NoHandler: no handler for com.example.late",
+                          message=body(late), content_type=None, now=time.time())  # fmt: skip
+    done = run_cli("trace", "l-1", "--source", str(source), "--sink", str(db), "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    [sink] = [stage for stage in report["stages"] if stage["stage"] == "sink"]
+    assert (sink["seen"], sink["state"]) == ("yes", "refused at the sink")
+    assert "NoHandler: no handler for com.example.late" in sink["detail"]
+    assert report["verdict"].startswith("refused at the sink: NoHandler")
+    assert f"ackledger refused replay 1 --db {db}" in report["verdict"]
