@@ -293,3 +293,18 @@ def test_trace_shows_a_refused_event_at_the_sink_with_its_reason(tmp_path: Path)
     assert "NoHandler: no handler for com.example.late" in sink["detail"]
     assert report["verdict"].startswith("refused at the sink: NoHandler")
     assert f"ackledger refused replay 1 --db {db}" in report["verdict"]
+
+
+def test_a_message_kept_cut_is_never_replayed_as_its_first_bytes(tmp_path: Path) -> None:
+    db = tmp_path / "inbox.db"
+    huge = body(stock("tea", 1, "h-1"))[:-1] + b', "pad": "' + b"x" * 70_000 + b'"}'
+    with Inbox(db) as inbox, inbox.backend.write() as tx:
+        tx.refused_record("h-1", "/wh", "InvalidEvent: too large", message=huge,
+                          content_type=None, now=time.time())  # fmt: skip
+    [row] = listed(db)
+    assert row["truncated"] is True and row["message_bytes"] == len(huge)
+    assert len(str(row["message"])) == 64 * 1024
+    done = run_cli("refused", "replay", "1", "--db", str(db))
+    assert done.returncode == 1
+    assert f"only 65536 of its {len(huge)} bytes were kept" in done.stdout
+    assert inbox_ids(db) == [] and [r["refusals"] for r in listed(db)] == [1]

@@ -66,6 +66,12 @@ def replay(
         row = tx.refused_get(refused_no)
     if row is None:
         raise KeyError(refused_no)
+    if row["message_bytes"] > len(row["message"]):
+        # Only its first bytes were kept: applying them would be another message.
+        return Replayed(
+            refused_no, REFUSED_AGAIN, f"only {len(row['message'])} of its "
+            f"{row['message_bytes']} bytes were kept; it cannot be replayed from here",
+        )  # fmt: skip
     verdict = judge(inbox, row["message"], row["content_type"], receive)
     if verdict.committed:
         with inbox.backend.write() as tx:
