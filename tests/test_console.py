@@ -293,3 +293,25 @@ def test_the_overview_shows_a_partition_held_by_a_relay_s_lease(
     assert "partitions held by a lease" in page
     assert f"held by a lease of relay-gone until {time.strftime('%Y-%m-%d')}" in page
     assert f'data-partition="{lease.partition}"' in page
+
+
+def test_refused_messages_are_listed_traced_and_an_alarm(app: InProcess, scene: Scene) -> None:
+    from ackledger import Inbox, new_event
+
+    event = new_event("com.example.late", {"n": 1}, source="/shop", id="late-1")
+    with Outbox(scene.source) as outbox:
+        outbox.publish(event)
+        outbox.mark_sent("late-1")
+    with Inbox(scene.sink) as inbox, inbox.backend.write() as tx:
+        tx.refused_record("late-1", "/shop", f"NoHandler: {EVIL}", message=b"{}",
+                          content_type=None, now=time.time())  # fmt: skip
+        tx.refused_record(None, None, "body: not JSON", message=b"\xff", content_type=None,
+                          now=time.time())  # fmt: skip
+    page = _get(app, "/events").text
+    assert '<span id="refused-total">2</span>' in page
+    assert "(unreadable)" in page and 'href="/trace?id=late-1"' in page
+    assert EVIL not in page and "NoHandler: &lt;script&gt;" in page
+    traced = _get(app, "/trace?id=late-1").text
+    assert "refused at the sink" in traced and "ackledger refused replay 1 --db" in traced
+    reconciled = _get(app, "/reconcile").text
+    assert 'data-class="refused_at_sink"' in reconciled

@@ -62,7 +62,14 @@ def refuse(tx, event):
     raise Rejected("this event can never be applied")
 
 
-HANDLERS = {"com.example.flaky": flaky, "com.example.slow": slow, "com.example.refused": refuse}
+def broken(tx, event):
+    raise RuntimeError("the service behind it is away")
+
+
+HANDLERS = {
+    "com.example.flaky": flaky, "com.example.slow": slow, "com.example.refused": refuse,
+    "com.example.broken": broken,
+}
 """
 
 AMQP = "amqp://guest:guest@127.0.0.1:5672/%2F"
@@ -134,9 +141,13 @@ def start_consumer(tmp_path: Path) -> Iterator[Callable[..., ConsumerProcess]]:
     def start(*args: str) -> ConsumerProcess:
         name = f"consumer-{len(started)}"
         out, err = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
+        # Short backoffs unless the test gives its own.
+        pace = (
+            () if "--base-backoff" in args else ("--base-backoff", "0.05", "--max-backoff", "0.2")
+        )
         with out.open("wb") as out_file, err.open("wb") as err_file:
             process = subprocess.Popen(
-                cli_command("consume", *args, "--base-backoff", "0.05", "--max-backoff", "0.2"),
+                cli_command("consume", *args, *pace),
                 stdout=out_file, stderr=err_file, env=env, cwd=tmp_path,
             )  # fmt: skip
         started.append(ConsumerProcess(process, out, err))

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ackledger import Outbox
+from ackledger import Inbox, Outbox
 from ackledger._dev.console_shots import CHROMIUM, CHROMIUM_ARGS
 
 from .djangohelp import KINDS, Project, free_port, project_on
@@ -81,13 +81,17 @@ def _act(page: Any, event_id: str, action: str) -> None:
     page.click("button[name=index]")
 
 
-def test_the_admin_filters_quarantines_and_requeues(served: tuple[Project, str], page: Any) -> None:
-    project, base = served
+def _log_in(page: Any, base: str) -> None:
     page.goto(f"{base}/admin/login/?next=/admin/")
     page.fill("#id_username", "admin")
     page.fill("#id_password", PASSWORD)
     page.click("input[type=submit]")
     page.wait_for_url(f"{base}/admin/")
+
+
+def test_the_admin_filters_quarantines_and_requeues(served: tuple[Project, str], page: Any) -> None:
+    project, base = served
+    _log_in(page, base)
     changelist = f"{base}/admin/ackledger/outboxevent/"
 
     page.goto(f"{changelist}?state=pending")
@@ -136,3 +140,48 @@ def test_the_admin_filters_quarantines_and_requeues(served: tuple[Project, str],
     assert page.locator("#result_list td.field-name").all_inner_texts() == ["default"]
     assert page.locator("a.addlink[href*=inboxreceipt]").count() == 0
     assert page.locator("input.action-select").count() == 0
+
+
+def _refuse(db: str, message: bytes, reason: str, identity: tuple[str, str] | None) -> None:
+    """What a consumer keeps of a message it refused for good (``consume`` records it so)."""
+    event_id, source = identity if identity is not None else (None, None)
+    with Inbox(db) as inbox, inbox.backend.write() as tx:
+        tx.refused_record(event_id, source, reason, message=message, content_type=None, now=1.0)
+
+
+def test_the_admin_lists_refused_messages_and_replays_them(
+    served: tuple[Project, str], page: Any
+) -> None:
+    project, base = served
+    late = {
+        "specversion": "1.0", "type": "com.example.order.placed", "source": "/shop",
+        "id": "order-10", "data": {"order": "10", "sku": "tea", "qty": 2},
+    }  # fmt: skip
+    _refuse(project.db, json.dumps(late).encode(), "NoHandler: no handler for its type",
+            ("order-10", "/shop"))  # fmt: skip
+    _refuse(project.db, b"not json", "body: not JSON (JSONDecodeError)", None)
+    _log_in(page, base)
+    changelist = f"{base}/admin/ackledger/refusedmessage/"
+
+    page.goto(changelist)
+    reasons = page.locator("#result_list td.field-reason").all_inner_texts()
+    assert reasons == ["body: not JSON (JSONDecodeError)", "NoHandler: no handler for its type"]
+    assert page.locator("a.addlink[href*=refusedmessage]").count() == 0
+    _act(page, "order-10", "replay")
+    page.wait_for_selector("ul.messagelist")
+    assert "applied, removed from the list" in page.inner_text("ul.messagelist")
+    # Applied through the settings' handlers, in the receipt's transaction; off the list.
+    assert project.rows("SELECT qty FROM shop_shipment WHERE order_number = '10'") == [(2,)]
+    assert project.rows("SELECT id FROM ackledger_inbox WHERE id = 'order-10'") == [("order-10",)]
+    assert project.rows("SELECT reason FROM ackledger_refused") == [
+        ("body: not JSON (JSONDecodeError)",)
+    ]
+
+    page.goto(changelist)
+    _act(page, "not JSON", "replay")
+    page.wait_for_selector("ul.messagelist")
+    assert "refused again" in page.inner_text("ul.messagelist")
+    assert project.rows("SELECT refusals FROM ackledger_refused") == [(2,)]
+    # The command line's listing, on the database of settings.
+    listed = json.loads(project.manage("ackledger", "refused", "list", "--json").stdout)
+    assert [(row["id"], row["refusals"]) for row in listed] == [(None, 2)]

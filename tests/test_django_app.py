@@ -28,7 +28,10 @@ def project(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Project]
     yield from project_on(request.param, tmp_path)
 
 
-TABLES = ("ackledger_outbox", "ackledger_inbox", "ackledger_deliveries", "ackledger_attempts")
+TABLES = (
+    "ackledger_outbox", "ackledger_inbox", "ackledger_deliveries", "ackledger_attempts",
+    "ackledger_refused",
+)  # fmt: skip
 
 
 def _tables(project: Project) -> set[str]:
@@ -58,7 +61,7 @@ def test_migrate_makes_the_tables_in_djangos_history(project: Project) -> None:
     assert set(TABLES) <= _tables(project)
     assert project.rows(
         "SELECT name FROM django_migrations WHERE app = 'ackledger' ORDER BY name"
-    ) == [("0001_initial",), ("0002_inbox_names",)]
+    ) == [("0001_initial",), ("0002_inbox_names",), ("0003_refused",)]
     # ackledger's own migrator made them: its history says so, nothing left to apply.
     assert project.rows("SELECT count(*) FROM ackledger_schema_migrations")[0][0] >= 12
     assert "No changes detected" in project.manage("makemigrations", "--check", "--dry-run").stdout
@@ -241,7 +244,7 @@ def test_ackledger_on_an_alias_of_its_own(project: Project, tmp_path: Path) -> N
     assert set(TABLES) <= _tables(ledger)
     assert ledger.rows(
         "SELECT name FROM django_migrations WHERE app = 'ackledger' ORDER BY name"
-    ) == [("0001_initial",), ("0002_inbox_names",)]
+    ) == [("0001_initial",), ("0002_inbox_names",), ("0003_refused",)]
     # publish writes on ackledger's alias: an atomic block on another alias is not one.
     out = project.shell(
         "from django.db import transaction\n"

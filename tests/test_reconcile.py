@@ -30,19 +30,31 @@ def disagree(source: str, sink: str) -> None:
     ok: sent + receipt; new: pending, no receipt (not yet sent: nothing to say);
     lost-ack: pending + receipt; held: quarantined + receipt; gone: sent, no receipt (alarm);
     other: receipt with other content (alarm); purged: a receipt of ours with no outbox row;
-    foreign: a receipt of another producer (not this outbox's business)."""
+    foreign: a receipt of another producer (not this outbox's business); refused: sent, and
+    refused for good by the sink's consumer (alarm, never counted as marked without receipt).
+    """
     with Outbox(source, source=SOURCE) as outbox:
-        for name in ("ok", "new", "lost-ack", "held", "gone", "other"):
+        for name in ("ok", "new", "lost-ack", "held", "gone", "other", "refused"):
             outbox.publish(ev(name))
         outbox.mark_sent("ok")
         outbox.mark_sent("gone")
+        outbox.mark_sent("refused")
         outbox.quarantine("held", "operator")
+    refuse(sink, "refused")
     with Inbox(sink) as inbox:
         for name in ("ok", "lost-ack", "held"):
             inbox.receive(ev(name))
         inbox.receive(ev("other", qty=5))
         inbox.receive(ev("purged"))
         inbox.receive(ev("foreign", source="/someone/else"))
+
+
+def refuse(sink: str, event_id: str) -> None:
+    """What a consumer keeps of an event it refused for good (``consume`` records it so)."""
+    with Inbox(sink) as inbox, inbox.backend.write() as tx:
+        message = json.dumps(ev(event_id)).encode()
+        tx.refused_record(event_id, SOURCE, "Rejected: never", message=message,
+                          content_type=None, now=time.time())  # fmt: skip
 
 
 def classes(report: dict[str, Any]) -> dict[str, tuple[int | None, list[str]]]:
@@ -53,6 +65,7 @@ EXPECTED = {
     "applied_not_marked": (1, ["lost-ack"]),
     "applied_quarantined": (1, ["held"]),
     "marked_without_receipt": (1, ["gone"]),
+    "refused_at_sink": (1, ["refused"]),
     "other_content": (1, ["other"]),
     "unknown_to_outbox": (1, ["purged"]),
 }
@@ -62,14 +75,15 @@ def test_every_class_is_found_on_sqlite_and_the_command_exits_1(tmp_path: Path) 
     source, sink = tmp_path / "source.db", tmp_path / "sink.db"
     disagree(str(source), str(sink))
     done = run_cli("reconcile", "--source", str(source), "--sink", str(sink), "--json")
-    assert done.returncode == 1, done.stderr  # two alarms
+    assert done.returncode == 1, done.stderr  # three alarms
     report = json.loads(done.stdout)
     assert classes(report) == EXPECTED
-    assert report["alarms"] == 2
-    assert report["checked"] == {"outbox_rows": 6, "receipts": 5}  # the foreign one skipped
+    assert report["alarms"] == 3
+    assert report["checked"] == {"outbox_rows": 7, "receipts": 5}  # the foreign one skipped
     text = run_cli("reconcile", "--source", str(source), "--sink", str(sink))
     assert text.returncode == 1
-    assert "ALARM marked_without_receipt: 1" in text.stdout and "verdict: 2 alarm(s)" in text.stdout
+    assert "ALARM marked_without_receipt: 1" in text.stdout and "verdict: 3 alarm(s)" in text.stdout
+    assert "ALARM refused_at_sink: 1" in text.stdout
     assert "ALARM applied_not_marked" not in text.stdout  # harmless
 
 
@@ -145,11 +159,13 @@ def test_postgres_and_a_mixed_pair(tmp_path: Path, pg_url: str) -> None:
     assert classes(reconciling.reconcile(pg_url, pg_url)) == EXPECTED
     # A PostgreSQL outbox against a SQLite inbox: each side in its own order, no merge.
     sink = tmp_path / "sink.db"
+    refuse(str(sink), "refused")
     with Inbox(sink) as inbox:
         for name in ("ok", "lost-ack", "held", "gone", "purged"):
             inbox.receive(ev(name))
     mixed = classes(reconciling.reconcile(pg_url, str(sink)))
     assert mixed["marked_without_receipt"] == (0, [])
+    assert mixed["refused_at_sink"] == (1, ["refused"])
     assert mixed["applied_not_marked"] == (1, ["lost-ack"])
     assert mixed["unknown_to_outbox"] == (1, ["purged"])
 

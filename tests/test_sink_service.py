@@ -231,6 +231,8 @@ def test_a_refused_event_is_answered_by_kind_and_records_nothing(
     if status == 503:
         assert int(headers["retry-after"]) >= 1
     assert notes_state(sink_db) == ([], [], [])
+    # The caller has the answer and keeps the event: the sink keeps no refused message.
+    assert raw_rows(sink_db, "SELECT count(*) FROM ackledger_refused") == [(0,)]
     # Nothing was recorded: the same identity is still free for an event that can be kept.
     assert post(notes_app, note(NOTED, "n2"))[0] == 200
     assert notes_state(sink_db) == ([("/notes", "n2", NOTED)], [("n2", "n2")], [])

@@ -20,11 +20,12 @@ from ..errors import AckledgerError
 from ..store import database_errors, unreachable_errors
 from . import console, consume, demo, ledger, migrate, operate, relay, serve, source, verify
 from . import inbox as inbox_commands
+from . import refused as refused_commands
 from .exits import EPILOG, EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_UNREACHABLE
 
 COMMAND_MODULES = (
-    source, serve, ledger, demo, migrate, relay, operate, consume, inbox_commands, console,
-    verify,
+    source, serve, ledger, demo, migrate, relay, operate, consume, inbox_commands,
+    refused_commands, console, verify,
 )  # fmt: skip
 
 

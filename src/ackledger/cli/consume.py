@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -26,10 +27,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="apply a broker's messages through an inbox (RabbitMQ or NATS JetStream)",
         description="Consume structured-mode CloudEvents from amqp://USER:PASS@HOST:PORT/VHOST"
         "?queue=Q[&prefetch=N] or nats://HOST:PORT?stream=S&durable=D[&max_ack_pending=N] and "
-        "apply each through the inbox; acknowledge only after the inbox committed; refuse for "
-        "good (reject without requeue / term) what can never be applied; redeliver transient "
-        "failures after a capped, jittered backoff. SIGTERM/SIGINT: finish the message in "
-        "hand, exit 0.",
+        "apply each through the inbox; acknowledge only after the inbox committed. What can "
+        "never be applied (invalid, a conflict, no handler, the handler's Rejected) is "
+        "recorded in the inbox database first (`ackledger refused list`), then refused for "
+        "good (reject without requeue, to the queue's dead-letter exchange if it has one / "
+        "term). A transient failure is redelivered after a capped, jittered backoff of its "
+        "own while the other messages go on: a failing message loses its place, so order "
+        "is not kept across a transient failure (RabbitMQ requeues it after the backoff, "
+        "NATS naks it with that delay). SIGTERM/SIGINT: finish the message in hand, exit 0.",
     )
     consume.add_argument("--from", dest="source", required=True, metavar="URL")
     consume.add_argument(
@@ -63,6 +68,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     # A crash drill only, so not in the help: after the first commit, before its ack, exit
     # at once (os._exit) with STATUS.
     consume.add_argument("--exit-after-commit", type=int, metavar="STATUS", help=argparse.SUPPRESS)
+    # A crash drill too: after the first refusal is recorded, before its rejection, the
+    # process sends itself SIGKILL (as `kill -9` would).
+    consume.add_argument("--kill-after-refusal", action="store_true", help=argparse.SUPPRESS)
     consume.set_defaults(handler=cmd_consume)
 
 
@@ -90,6 +98,11 @@ def cmd_consume(args: argparse.Namespace) -> int:
               flush=True)  # fmt: skip
         os._exit(crash)
 
+    def kill_after_refusal(verdict: Verdict) -> None:
+        print(f"drill: {verdict.event_id} refused and recorded, killed before the rejection",
+              flush=True)  # fmt: skip
+        os.kill(os.getpid(), signal.SIGKILL)
+
     # A stop asked for while it is still starting (opening the inbox, connecting; a Pod
     # deleted right after it started) is a clean stop too, not death by the signal.
     stop = StopFlag()
@@ -97,7 +110,10 @@ def cmd_consume(args: argparse.Namespace) -> int:
     try:
         with open_inbox(args) as inbox:
             drill = None if crash is None else die_if_drilled
-            consumer = Consumer(inbox, backoff, stop=stop, after_commit=drill)
+            refusal_drill = kill_after_refusal if args.kill_after_refusal else None
+            consumer = Consumer(
+                inbox, backoff, stop=stop, after_commit=drill, after_refusal=refusal_drill
+            )
             metrics = _metrics(consumer, args)
             if args.handlers:
                 print(f"ackledger consume: handlers {describe_kinds(args.handlers)}",

@@ -1,7 +1,8 @@
 """The admin: the outbox's events (filter by state; quarantine with a reason, requeue), the
-inbox's receipts and the ledger's deliveries and attempts, read-only. The actions call the
-library's ``Outbox.quarantine`` and ``Outbox.requeue``, as ``ackledger quarantine`` and
-``ackledger requeue`` do, so they write the same outbox log."""
+inbox's receipts, the refused messages (replay) and the ledger's deliveries and attempts,
+read-only. The actions call the library's ``Outbox.quarantine``, ``Outbox.requeue`` and
+``sink.refused.replay``, as ``ackledger quarantine``, ``requeue`` and ``refused replay`` do, so
+they write the same outbox log and leave the same refused list."""
 
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
+from ..sink.inbox import Inbox
+from ..sink.refused import replay
 from ..source.outbox import Outbox
-from .models import Attempt, Delivery, InboxReceipt, OutboxEvent
+from .models import Attempt, Delivery, InboxReceipt, OutboxEvent, RefusedMessage
+from .receive import receive
 from .target import database_target
 
 
@@ -117,6 +121,33 @@ class InboxReceiptAdmin(ReadOnly):
     list_display = ("event_id", "source", "name", "type", "receipts", "first_received")
     list_filter = ("name", "type")
     search_fields = ("=event_id", "source", "type")
+
+
+@admin.register(RefusedMessage)
+class RefusedMessageAdmin(ReadOnly):
+    list_display = ("refused_no", "event_id", "source", "reason", "refusals", "refused")
+    search_fields = ("=event_id", "source", "reason")
+    fields = (*list_display[:-1], "content_type", "message_bytes", "text")
+    readonly_fields = fields
+    actions = ("replay",)
+
+    @_outside_request_transactions
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        return super().changelist_view(request, extra_context)
+
+    @admin.action(description="Replay the selected refused messages through the inbox")
+    def replay(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        numbers = sorted(queryset.values_list("refused_no", flat=True))
+        # Through Django's receive: the handlers of settings take Django's connection.
+        with Inbox(database_target()) as inbox:
+            for number in numbers:
+                try:
+                    done = replay(inbox, int(number), receive)
+                except KeyError:
+                    self.message_user(request, f"refused message {number}: gone", messages.ERROR)
+                    continue
+                level = messages.SUCCESS if done.applied else messages.ERROR
+                self.message_user(request, done.text(), level)
 
 
 @admin.register(Delivery)

@@ -121,3 +121,34 @@ class Attempt(models.Model):
 
     def __str__(self) -> str:
         return f"attempt {self.attempt_no} ({self.case_id}/{self.work_id}: {self.outcome})"
+
+
+class RefusedMessage(models.Model):
+    refused_no = models.BigIntegerField("no", primary_key=True)
+    source = models.TextField(null=True)
+    event_id = models.TextField("id", db_column="id", null=True)
+    reason = models.TextField()
+    message = models.BinaryField()
+    message_bytes = models.IntegerField()
+    content_type = models.TextField(null=True)
+    refused_at = models.FloatField()
+    last_refused_at = models.FloatField()
+    refusals = models.IntegerField()
+
+    class Meta:
+        managed = False
+        db_table = "ackledger_refused"
+        ordering = ["-refused_no"]
+        verbose_name = "refused message"
+
+    def __str__(self) -> str:
+        return f"refused message {self.refused_no} ({self.event_id or 'unreadable'})"
+
+    @property
+    def refused(self) -> datetime.datetime | None:
+        return _when(self.refused_at)
+
+    @property
+    def text(self) -> str:
+        """The kept message as text (bytes that are not UTF-8 shown replaced)."""
+        return bytes(self.message).decode("utf-8", errors="replace")

@@ -53,3 +53,17 @@ def requeued_lines(record: dict[str, Any]) -> list[str]:
         # whose ACK was lost (not marked), is not seen here.
         lines.append("no later event of this outbox was marked sent while it was out")
     return lines
+
+
+def refused_table(rows: list[dict[str, Any]]) -> str:
+    """A sink's refused messages (``sink.refused.listing``): what each was and why."""
+    if not rows:
+        return "nothing refused"
+    lines = [f"{'no':>6}  {'id':<32} {'refused at':<20}  {'times':>5}  reason"]
+    for row in rows:
+        at = utc_timestamp(row["refused_at"])
+        shown = row["id"] if row["id"] is not None else "(unreadable)"
+        lines.append(
+            f"{row['refused_no']:>6}  {shown:<32} {at:<20}  {row['refusals']:>5}  {row['reason']}"
+        )
+    return "\n".join(lines)

@@ -40,6 +40,12 @@ CLASSES: dict[str, tuple[str, bool]] = {
         "boundary (unless the sink purged the receipt or is not the sink this outbox sends to)",
         True,
     ),
+    "refused_at_sink": (
+        "refused for good by the sink's consumer (invalid, a conflict, no handler, the "
+        "handler's Rejected) and kept in its inbox database: not applied; fix the cause, then "
+        "`ackledger refused replay`",
+        True,
+    ),
     "other_content": (
         "the sink holds the identity with other content: it refuses ours (422)",
         True,
@@ -97,7 +103,7 @@ def reconcile(
             database = sink if is_postgres(sink) else existing_database(sink, "sink")
             with Inbox(database, name=inbox_name) as inbox:
                 where = f"table ackledger_inbox in {inbox.backend.location}"
-                _walk_outbox(outbox, _inbox_lookup(inbox), tally)
+                _walk_outbox(outbox, _inbox_lookup(inbox), tally, _refused_lookup(inbox))
                 _walk_inbox(inbox, outbox, tally)
             receipts_checked = True
         location = outbox.backend.location
@@ -124,7 +130,8 @@ def reconcile(
     return report
 
 
-#: Given a chunk of outbox rows, the sink's fingerprint of each identity it holds.
+#: Given a chunk of outbox rows, the sink's fingerprint of each identity it holds (or the
+#: reason of each identity its consumer refused).
 Lookup = Callable[[list[dict[str, Any]]], dict[tuple[str, str], str]]
 
 
@@ -134,6 +141,19 @@ def _inbox_lookup(inbox: Inbox) -> Lookup:
             return tx.inbox_fingerprints_among(inbox.name, [row["id"] for row in rows])
 
     return lookup
+
+
+def _refused_lookup(inbox: Inbox) -> Lookup:
+    def lookup(rows: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
+        with inbox.backend.read() as tx:
+            return tx.refused_among([row["id"] for row in rows])
+
+    return lookup
+
+
+def _nothing_refused(rows: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
+    """A sink service keeps no refusals: it answers them to the sender, who keeps the event."""
+    return {}
 
 
 def _service_lookup(url: str) -> Lookup:
@@ -148,7 +168,9 @@ def _service_lookup(url: str) -> Lookup:
     return lookup
 
 
-def _walk_outbox(outbox: Outbox, lookup: Lookup, tally: Tally) -> None:
+def _walk_outbox(
+    outbox: Outbox, lookup: Lookup, tally: Tally, refused: Lookup = _nothing_refused
+) -> None:
     after = 0
     while True:
         with outbox.backend.read() as tx:
@@ -158,6 +180,7 @@ def _walk_outbox(outbox: Outbox, lookup: Lookup, tally: Tally) -> None:
         after = rows[-1]["seq"]
         tally.checked["outbox_rows"] += len(rows)
         receipts = lookup(rows)
+        refusals = refused(rows)
         for row in rows:
             tally.sources.add(row["source"])
             fingerprint = receipts.get((row["id"], row["source"]))
@@ -168,7 +191,9 @@ def _walk_outbox(outbox: Outbox, lookup: Lookup, tally: Tally) -> None:
             ):
                 tally.add("other_content", row["id"])
             elif fingerprint is None:
-                if row["sent"]:
+                if (row["id"], row["source"]) in refusals:
+                    tally.add("refused_at_sink", row["id"])
+                elif row["sent"]:
                     tally.add("marked_without_receipt", row["id"])
             elif row["quarantined"]:
                 tally.add("applied_quarantined", row["id"])

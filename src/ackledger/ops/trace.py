@@ -39,6 +39,8 @@ class SinkSeen:
     error: str | None
     #: The sink holds this identity with other content.
     conflict: bool
+    #: The consumer refused it for good and kept it (``ackledger_refused``), newest refusal.
+    refused: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,20 @@ def read_receipt(
         return inbox.receipt(event_id, source=source), f"table ackledger_inbox in {sink}"
 
 
+def read_refused(event_id: str, sink: str, source: str | None) -> dict[str, Any] | None:
+    """The newest refusal of the event kept in the inbox database ``sink`` (a service URL
+    keeps none: the sink answers its refusals to the sender, who keeps the event)."""
+    if is_url(sink) and not is_postgres(sink):
+        return None
+    with Inbox(sink if is_postgres(sink) else existing_database(sink, "sink")) as inbox:
+        with inbox.backend.read() as tx:
+            found = tx.refused_of(event_id, source)
+        location = inbox.backend.location
+    if not found:
+        return None
+    return {**found[-1], "where": f"table ackledger_refused in {location}", "db": location}
+
+
 def trace(
     event_id: str,
     source: str,
@@ -103,12 +119,15 @@ def trace(
         via = target_for(outbox.targets(), row)
         held = None if row is None or row["sent"] else outbox.held_by_lease(event_id)
     receipt, sink_where, sink_error = None, "no --sink given", None
+    refused = None
     if sink is not None:
         try:
             receipt, sink_where = read_receipt(
                 event_id, sink, None if row is None else row["source"], token,
                 timeout=timeout, allowed_hosts=allowed_hosts, inbox_name=inbox_name,
             )  # fmt: skip
+            if receipt is None:
+                refused = read_refused(event_id, sink, None if row is None else row["source"])
         except (OSError, AckledgerError) as exc:
             sink_where, sink_error = without_password(sink), f"{type(exc).__name__}: {exc}"
     broker = via is not None and via["kind"] in BROKERS
@@ -118,7 +137,7 @@ def trace(
         receipt is not None and row is not None and receipt.get("fingerprint") != row["fingerprint"]
     )
     asked = sink is not None
-    seen = SinkSeen(asked, receipt, sink_where, sink_error, conflict)
+    seen = SinkSeen(asked, receipt, sink_where, sink_error, conflict, refused)
     stages = [
         _accepted_stage(order, row, source_shown),
         _outbox_stage(row, history, source_shown),
@@ -131,12 +150,14 @@ def trace(
         verdict = _broker_verdict(row, receipt, sink_error, conflict, asked) or verdict
     elif not asked and row is not None and not row["quarantined"]:
         verdict = _unasked_verdict(row)
+    if refused is not None:
+        verdict = _refused_verdict(refused)
     return {
         "id": event_id,
         "stages": [asdict(stage) for stage in stages],
         "via": via,
         "verdict": verdict,
-        "known": not (order is None and row is None and receipt is None),
+        "known": not (order is None and row is None and receipt is None and refused is None),
         "sink_readable": sink_error is None,
     }
 
@@ -213,6 +234,15 @@ def _sink_stage(seen: SinkSeen, *, broker: bool) -> Stage:
         )  # fmt: skip
     if error is not None:
         return Stage("sink", UNKNOWN, "sink not readable", where, f"cannot tell: {error}")
+    if receipt is None and seen.refused is not None:
+        refused = seen.refused
+        return Stage(
+            "sink", YES, "refused at the sink", refused["where"],
+            f"refused for good {refused['refusals']} time(s), first at "
+            f"{utc_timestamp(refused['refused_at'])}: {refused['reason']}; kept as refused "
+            f"message {refused['refused_no']} (not applied, rejected or terminated at the "
+            "broker, dead-lettered where the queue has a dead-letter exchange)",
+        )  # fmt: skip
     if receipt is None and broker:
         return Stage(
             "sink", NO, "no inbox receipt", where,
@@ -335,6 +365,14 @@ def _broker_verdict(
             "between the confirm and the mark; it will be re-sent and absorbed as a duplicate"
         )
     return "pending: not yet confirmed by the broker"
+
+
+def _refused_verdict(refused: dict[str, Any]) -> str:
+    replay = f"ackledger refused replay {refused['refused_no']} --db {refused['db']}"
+    return (
+        f"refused at the sink: {refused['reason']}; NOT applied: fix the cause, then "
+        f"`{replay}` applies it again"
+    )
 
 
 def _unasked_verdict(row: dict[str, Any]) -> str:

@@ -15,12 +15,18 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from .._core.failures import PERMANENT, TRANSIENT, kind_of_status
 from ..errors import InvalidEvent, NotAcknowledged
 from ..source.outbox import reason_from
 from ..wire.sender import Refusal
 
-TRANSIENT = "transient"
-PERMANENT = "permanent"
+# The failure classes are the one classifier's (``_core.failures``), named here for the relay.
+__all__ = [
+    "EXIT_POISON", "EXIT_STOPPED", "FAILURE_CLASSES", "PERMANENT", "POISON_POLICIES",
+    "TRANSIENT", "Failure", "check_on_poison", "describe", "failure_class", "failure_of",
+    "quarantine_reason", "stopping_on_poison",
+]  # fmt: skip
+
 FAILURE_CLASSES = (TRANSIENT, PERMANENT)
 POISON_POLICIES = ("hold", "stop", "quarantine")
 DEFAULT_ON_POISON = "hold"
@@ -29,9 +35,6 @@ EXIT_STOPPED = 0
 #: The relay stopped on a poison event under ``--on-poison stop``.
 EXIT_POISON = 3
 
-# 4xx answers that say "not now" rather than "never".
-_RETRYABLE_4XX = frozenset({408, 425, 429})
-
 
 def check_on_poison(value: object) -> str:
     if not isinstance(value, str) or value not in POISON_POLICIES:
@@ -39,11 +42,8 @@ def check_on_poison(value: object) -> str:
     return value
 
 
-def failure_class(status: int | None) -> str:
-    """A sink's 4xx is permanent (except "not now" answers); everything else is transient."""
-    if status is not None and 400 <= status < 500 and status not in _RETRYABLE_4XX:
-        return PERMANENT
-    return TRANSIENT
+#: A sink's 4xx is permanent (except "not now" answers); everything else is transient.
+failure_class = kind_of_status
 
 
 @dataclass(frozen=True)

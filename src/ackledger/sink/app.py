@@ -19,8 +19,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.types import ASGIApp
 
+from .._core.failures import refusal_of
 from ..envelope import check_source
-from ..errors import AckledgerError, Conflict, InvalidEvent, NoHandler, Rejected
+from ..errors import AckledgerError, InvalidEvent
 from ..event import check_identifier
 from ..store import database_errors
 from ..web.answers import (
@@ -117,18 +118,15 @@ def _sink_counts(inbox: Inbox) -> dict[str, int]:
 
 def _refusal(error: Exception) -> dict[str, Any]:
     """The problem JSON of a refused item (the ``status`` it would have had alone)."""
+    refusal = refusal_of(error)
     if isinstance(error, InvalidEvent):
         extra = {"field": error.field} if error.field else {}
-        return problem_body(400, "invalid", "Invalid event", str(error), **extra)
-    if isinstance(error, Conflict):
-        return problem_body(422, "conflict", "Conflicting content for this identity", str(error))
-    if isinstance(error, NoHandler):
-        return problem_body(422, "no-handler", "No handler for this event type", str(error))
-    if isinstance(error, Rejected):
-        return problem_body(422, "rejected", "The handler rejected this event", str(error))
+        return problem_body(refusal.status, refusal.slug, refusal.title, str(error), **extra)
+    if refusal.permanent:
+        return problem_body(refusal.status, refusal.slug, refusal.title, str(error))
     # Anything else a handler raised is taken as transient: the relay retries.
     detail = f"the handler failed ({type(error).__name__}: {error}); nothing was applied"
-    return problem_body(503, "handler-failed", "The handler failed", detail)
+    return problem_body(refusal.status, refusal.slug, refusal.title, detail)
 
 
 def _refusal_answer(error: Exception) -> Answer:

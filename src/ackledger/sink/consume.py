@@ -4,9 +4,11 @@ A message is acknowledged only after ``Inbox.receive`` committed it (applied, or
 what was applied before), so a crash between the commit and the acknowledgement brings the
 message back as a duplicate, never as a second application. A message that can never be
 applied as it is (not JSON, not a valid CloudEvent, a conflict, no handler, a handler's
-``Rejected``) is refused for good; anything else is taken as transient and redelivered after a
-capped, jittered backoff. The broker drivers are extras, imported only for their scheme
-(``consume_amqp``, ``consume_nats``).
+``Rejected``) is refused for good: recorded in the inbox's database (``ackledger_refused``)
+first, then rejected, so a crash in between brings it back to be recorded again (as the same
+row) and nothing disappears. Anything else is taken as transient and redelivered after a
+capped, jittered backoff of its own, while the messages behind it go on. The broker drivers
+are extras, imported only for their scheme (``consume_amqp``, ``consume_nats``).
 """
 
 from __future__ import annotations
@@ -14,16 +16,21 @@ from __future__ import annotations
 import logging
 import re
 import signal
+import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
 from urllib.parse import parse_qsl, quote, unquote
 
 from .._core.backoff import Backoff
+from .._core.failures import TRANSIENT, kind_of_error
 from .._core.logline import log_event
 from ..envelope import MAX_EVENT_BYTES
-from ..errors import Conflict, InvalidEvent, NoHandler, Rejected, UnsafeTarget
+from ..errors import UnsafeTarget
 from ..event import parse_strict_json
+from ..store import database_errors
+from ..store.refused import refusal_key
 from ..wire.targets import check_host, split_url
 from .inbox import Inbox
 
@@ -185,11 +192,15 @@ class Verdict:
         return self.outcome in (APPLIED, DUPLICATE)
 
 
-_PERMANENT = (InvalidEvent, Conflict, NoHandler, Rejected)
-
-
-def judge(inbox: Inbox, body: bytes, content_type: str | None = None) -> Verdict:
-    """Apply one structured-mode message through ``inbox``; never raises for the message."""
+def judge(
+    inbox: Inbox,
+    body: bytes,
+    content_type: str | None = None,
+    receive: Callable[[object], str] | None = None,
+) -> Verdict:
+    """Apply one structured-mode message through ``inbox`` (or ``receive``, a framework's way
+    into the same inbox: Django's handlers take its connection); never raises for the
+    message."""
     if content_type:
         media = content_type.split(";", 1)[0].strip().lower()
         if media not in _STRUCTURED_TYPES:
@@ -204,14 +215,16 @@ def judge(inbox: Inbox, body: bytes, content_type: str | None = None) -> Verdict
     try:
         # ``awaiting``: an async handler is awaited here, in the consumer's own thread,
         # inside the receipt's transaction (never left as a coroutine nobody runs).
-        (result,) = inbox.receive_runs([[obj]], awaiting=True)
-        if result.error is not None:
-            raise result.error
-        status = result.statuses[0]
-    except _PERMANENT as exc:
-        return Verdict(REJECTED, f"{type(exc).__name__}: {exc}", event_id, source)
+        if receive is not None:
+            status = receive(obj)
+        else:
+            (result,) = inbox.receive_runs([[obj]], awaiting=True)
+            if result.error is not None:
+                raise result.error
+            status = result.statuses[0]
     except Exception as exc:  # a handler's error or the database's: transient by contract
-        return Verdict(FAILED, f"{type(exc).__name__}: {exc}", event_id, source)
+        outcome = FAILED if kind_of_error(exc) == TRANSIENT else REJECTED
+        return Verdict(outcome, f"{type(exc).__name__}: {exc}", event_id, source)
     return Verdict(status, "", event_id, source)
 
 
@@ -263,21 +276,52 @@ class StopFlag:
         return restore
 
 
+#: How many failing messages' backoffs a consumer remembers (the oldest is forgotten first).
+_RETRIES_KEPT = 4096
+
+
+def record_refusal(inbox: Inbox, verdict: Verdict, body: bytes, content_type: str | None) -> int:
+    """Keep a refused message in the inbox's database; returns its number (the same row when
+    the same message was refused for the same reason before)."""
+    with inbox.backend.write() as tx:
+        return tx.refused_record(
+            verdict.event_id,
+            verdict.source,
+            verdict.reason,
+            message=body,
+            content_type=content_type,
+            now=time.time(),
+        )
+
+
 @dataclass
 class Consumer:
     """What both brokers' loops share: the inbox, the counts, the backoff and the stop flag.
 
-    ``after_commit`` is called with each committed verdict before its acknowledgement (the
-    crash drill uses it to die in between)."""
+    ``after_commit`` is called with each committed verdict before its acknowledgement, and
+    ``after_refusal`` with each recorded refusal before its rejection (the crash drills use
+    them to die in between). ``backoff`` paces reconnections, and is the pattern of each
+    failing message's own backoff (``retry_delay``)."""
 
     inbox: Inbox
     backoff: Backoff
     stop: StopFlag = field(default_factory=StopFlag)
     counts: ConsumeCounts = field(default_factory=ConsumeCounts)
     after_commit: Callable[[Verdict], object] | None = None
+    after_refusal: Callable[[Verdict], object] | None = None
+    _retries: OrderedDict[str, Backoff] = field(default_factory=OrderedDict, repr=False)
 
     def handle(self, body: bytes, content_type: str | None = None) -> Verdict:
         verdict = judge(self.inbox, body, content_type)
+        if verdict.outcome == REJECTED:
+            try:
+                record_refusal(self.inbox, verdict, body, content_type)
+            except database_errors() as exc:
+                # Not recorded, so not rejected: it comes back, to be recorded then.
+                verdict = Verdict(
+                    FAILED, f"the refusal could not be recorded ({describe(exc)}); "
+                    f"{verdict.reason}", verdict.event_id, verdict.source,
+                )  # fmt: skip
         self.counts.add(verdict.outcome)
         fields = {"id": verdict.event_id, "source": verdict.source}
         if verdict.outcome == REJECTED:
@@ -286,9 +330,25 @@ class Consumer:
             log_event(logger, logging.WARNING, "failed", verdict.reason, **fields)
         if verdict.outcome != FAILED:
             self.backoff.reset()
+            if self._retries:  # the key is only worth its hash while something failed
+                self._retries.pop(refusal_key(verdict.event_id, verdict.source, body), None)
         if verdict.committed and self.after_commit is not None:
             self.after_commit(verdict)
+        if verdict.outcome == REJECTED and self.after_refusal is not None:
+            self.after_refusal(verdict)
         return verdict
+
+    def retry_delay(self, body: bytes, verdict: Verdict) -> float:
+        """How long a message that failed waits before it is tried again: a backoff of its
+        own, so one failing message never slows the others down."""
+        key = refusal_key(verdict.event_id, verdict.source, body)
+        backoff = self._retries.pop(key, None)
+        if backoff is None:
+            backoff = Backoff(self.backoff.base, self.backoff.cap)
+        self._retries[key] = backoff
+        while len(self._retries) > _RETRIES_KEPT:
+            self._retries.popitem(last=False)
+        return backoff.next_delay()
 
 
 def describe(exc: BaseException) -> str:

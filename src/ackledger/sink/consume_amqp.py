@@ -1,15 +1,18 @@
 """The RabbitMQ consumer (AMQP 0-9-1, pika): manual acks, a bounded prefetch.
 
-A committed message is acked; a permanent refusal is ``basic_reject(requeue=False)``, which
-RabbitMQ routes to the queue's dead-letter exchange if it has one; a transient failure waits
-out the backoff (serving the connection meanwhile, so heartbeats go on) and is then nacked
-with requeue. A lost connection is reopened after the same backoff: whatever was unacked on
-it comes back from the broker, and the inbox makes the committed ones duplicates.
+A committed message is acked; a permanent refusal (recorded first) is
+``basic_reject(requeue=False)``, which RabbitMQ routes to the queue's dead-letter exchange if
+it has one; a transient failure is held unacked for its own backoff while the consumer goes on
+with the other deliveries, and is then nacked with requeue (so it comes back after messages
+that were behind it: on a queue, a failing message gives up its place). A lost connection
+is reopened after the same backoff: whatever was unacked on it comes back from the broker, and
+the inbox makes the committed ones duplicates.
 """
 
 from __future__ import annotations
 
 import contextlib
+import heapq
 import logging
 import sys
 import time
@@ -98,20 +101,17 @@ def _reconnect_later(consumer: Consumer, exc: Exception, shown: str) -> None:
         logger, logging.WARNING, "broker-error", describe(exc), broker=shown,
         retry_in_s=round(delay, 3),
     )  # fmt: skip
-    _wait(None, delay, consumer)
+    _wait(delay, consumer)
 
 
-def _wait(connection: Any, seconds: float, consumer: Consumer) -> None:
-    """Sleep in short slices (a stop request ends it); an open connection is served meanwhile."""
+def _wait(seconds: float, consumer: Consumer) -> None:
+    """Sleep in short slices: a stop request ends it."""
     end = time.monotonic() + seconds
     while not consumer.stop.requested:
         left = end - time.monotonic()
         if left <= 0:
             return
-        if connection is not None and connection.is_open:
-            connection.sleep(min(left, _IDLE_S))
-        else:
-            time.sleep(min(left, _IDLE_S))
+        time.sleep(min(left, _IDLE_S))
 
 
 def _consume(connection: Any, source: AmqpSource, consumer: Consumer) -> None:
@@ -119,8 +119,11 @@ def _consume(connection: Any, source: AmqpSource, consumer: Consumer) -> None:
     channel.basic_qos(prefetch_count=source.prefetch)
     messages = channel.consume(source.queue, auto_ack=False, inactivity_timeout=_IDLE_S)
     log_event(logger, logging.INFO, "consuming", "consuming", broker=source.shown())
+    # Failed deliveries waiting out their backoff, as (when due, tag): a prefetch slot each.
+    held: list[tuple[float, int]] = []
     for method, properties, body in messages:
-        if method is None:  # idle: only a chance to look at the stop flag
+        _requeue_due(channel, held)
+        if method is None:  # idle: a chance to look at the stop flag and the held ones
             if consumer.stop.requested:
                 break
             continue
@@ -131,12 +134,17 @@ def _consume(connection: Any, source: AmqpSource, consumer: Consumer) -> None:
         elif verdict.outcome == REJECTED:
             channel.basic_reject(tag, requeue=False)
         elif verdict.outcome == FAILED:
-            _wait(connection, consumer.backoff.next_delay(), consumer)
-            if consumer.stop.requested:
-                break  # left unacked: the broker requeues it when the channel closes
-            channel.basic_nack(tag, requeue=True)
+            due = time.monotonic() + consumer.retry_delay(body, verdict)
+            heapq.heappush(held, (due, tag))
         if consumer.stop.requested:
             break
-    # Prefetched messages not yet handled go back to the queue, in their order.
+    # Held and prefetched messages not yet handled go back to the queue, in their order.
     channel.cancel()
     channel.close()
+
+
+def _requeue_due(channel: Any, held: list[tuple[float, int]]) -> None:
+    now = time.monotonic()
+    while held and held[0][0] <= now:
+        _, tag = heapq.heappop(held)
+        channel.basic_nack(tag, requeue=True)

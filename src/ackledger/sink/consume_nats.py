@@ -1,7 +1,8 @@
 """The NATS JetStream consumer (nats-py, asyncio): a durable pull consumer.
 
-A committed message is acked, a permanent refusal is ``term``ed (never redelivered), a
-transient failure is ``nak``ed with the backoff as its delay, so the server holds it back.
+A committed message is acked, a permanent refusal is recorded and then ``term``ed (never
+redelivered), a transient failure is ``nak``ed with its own backoff as the delay, so the server
+holds it back while the messages behind it go on.
 The durable consumer is created with explicit acks and ``max_ack_pending`` bounded if it does
 not exist yet; an existing one is used as its owner configured it, and a fetch asks for no more
 than its ``max_ack_pending``. Messages fetched but not
@@ -184,5 +185,5 @@ async def _loop(
             elif verdict.outcome == REJECTED:
                 await message.term()
             elif verdict.outcome == FAILED:
-                await message.nak(delay=consumer.backoff.next_delay())
+                await message.nak(delay=consumer.retry_delay(message.data, verdict))
     return None

@@ -23,6 +23,7 @@ from .leases import LeaseQueries
 from .ledger import LedgerQueries
 from .outbox import OutboxQueries
 from .reconcile import ReconcileQueries
+from .refused import RefusedQueries
 from .verify import VerifyQueries
 
 __all__ = [
@@ -45,15 +46,18 @@ def check_synchronous(value: object) -> str:
     return value.upper()
 
 
-class Tx(OutboxQueries, InboxQueries, LedgerQueries, LeaseQueries, ReconcileQueries, VerifyQueries):
+class Tx(
+    OutboxQueries, InboxQueries, LedgerQueries, LeaseQueries, ReconcileQueries, VerifyQueries,
+    RefusedQueries,
+):  # fmt: skip
     """One open transaction: one typed method per operation of the outbox (``outbox_*``),
-    the inbox (``inbox_*``, ``handler_*``), the ledger (``ledger_*``), the
-    partition leases (``lease_*``) and the counters (``counter*``), as River's driver
-    interface has. The SQL that both databases run alike is written once, in the module of
-    its concept; a dialect (``sqlite/``, ``postgres/``) supplies ``execute``/``executemany``,
-    its ``CLOCK`` and ``NEXT_FENCE`` expressions, and the abstract operations, whose SQL is
-    its own (``queries.py``). ``execute`` stays for the users' own business writes
-    (``Outbox.transaction()``) and the migrations.
+    the inbox (``inbox_*``, ``handler_*``; its refused messages, ``refused_*``), the ledger
+    (``ledger_*``), the partition leases (``lease_*``) and the counters (``counter*``), as
+    River's driver interface has. The SQL that both databases run alike is written once, in
+    the module of its concept; a dialect (``sqlite/``, ``postgres/``) supplies ``execute``/
+    ``executemany``, its ``CLOCK`` and ``NEXT_FENCE`` expressions, and the abstract
+    operations, whose SQL is its own (``queries.py``). ``execute`` stays for the users' own
+    business writes (``Outbox.transaction()``) and the migrations.
     """
 
 

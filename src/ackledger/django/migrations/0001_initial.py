@@ -31,7 +31,7 @@ def upgrade(apps: Any, schema_editor: Any) -> None:
     Outbox(target).close()
 
 
-def _unmanaged(
+def unmanaged(
     name: str, pk: tuple[str, models.Field[Any, Any]], table: str, **options: Any
 ) -> migrations.CreateModel:
     # Django tracks no columns of an unmanaged model: its key and its options are enough.
@@ -47,28 +47,28 @@ class Migration(migrations.Migration):
     dependencies: list[tuple[str, str]] = []
     operations = [
         migrations.RunPython(upgrade, migrations.RunPython.noop),
-        _unmanaged(
+        unmanaged(
             "OutboxEvent",
             ("seq", models.BigIntegerField(primary_key=True, serialize=False)),
             "ackledger_outbox",
             ordering=["-seq"],
             verbose_name="outbox event",
         ),
-        _unmanaged(
+        unmanaged(
             "InboxReceipt",
             ("event_id", models.TextField("id", db_column="id", primary_key=True, serialize=False)),
             "ackledger_inbox",
             ordering=["-first_received_at"],
             verbose_name="inbox receipt",
         ),
-        _unmanaged(
+        unmanaged(
             "Delivery",
             ("delivery_no", models.BigIntegerField(primary_key=True, serialize=False)),
             "ackledger_deliveries",
             ordering=["-delivery_no"],
             verbose_name_plural="deliveries",
         ),
-        _unmanaged(
+        unmanaged(
             "Attempt",
             ("attempt_no", models.BigIntegerField(primary_key=True, serialize=False)),
             "ackledger_attempts",

@@ -14,6 +14,10 @@ from ...errors import AckledgerError, InvalidEvent
 from ...event import check_identifier
 from ...ledger.pages import page_from_query
 from ...relay.leases import lease_words
+from ...sink.inbox import Inbox
+from ...sink.refused import listing
+from ...store import is_postgres
+from ..databases import is_url
 from ..reconcile import reconcile
 from ..trace import trace
 from .meanings import shown_figures
@@ -29,6 +33,8 @@ PENDING_SHOWN = 200
 LEDGER_PAGE = 50
 #: Ids reconcile lists per class.
 RECONCILE_MAX_IDS = 50
+#: Refused messages the events page lists.
+REFUSED_SHOWN = 200
 
 
 async def overview(console: Console, request: Request) -> Response:
@@ -60,12 +66,23 @@ def group_by_reason(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(found, key=lambda group: (-len(group["events"]), group["events"][0]["seq"]))
 
 
-async def events(console: Console, request: Request) -> Response:
-    def read() -> tuple[list[dict[str, Any]], int, list[dict[str, Any]]]:
-        pending, total = console.outbox.pending_listing(PENDING_SHOWN)
-        return pending, total, console.outbox.quarantined()
+def refused_at_sink(sink: str | None) -> tuple[list[dict[str, Any]], int] | None:
+    """The messages the sink's consumer refused (the first ``REFUSED_SHOWN``) and how many
+    there are; None when the sink is not an inbox database (a service keeps none)."""
+    if sink is None or (is_url(sink) and not is_postgres(sink)):
+        return None
+    with Inbox(sink) as inbox:
+        with inbox.backend.read() as tx:
+            total = tx.refused_count()
+        return listing(inbox, REFUSED_SHOWN), total
 
-    pending, total, quarantined = await run_in_threadpool(read)
+
+async def events(console: Console, request: Request) -> Response:
+    def read() -> tuple[list[dict[str, Any]], int, list[dict[str, Any]], Any]:
+        pending, total = console.outbox.pending_listing(PENDING_SHOWN)
+        return pending, total, console.outbox.quarantined(), refused_at_sink(console.sink)
+
+    pending, total, quarantined, refused = await run_in_threadpool(read)
     return console.page(
         "events.html",
         title="events",
@@ -73,6 +90,8 @@ async def events(console: Console, request: Request) -> Response:
         pending_total=total,
         quarantined_total=len(quarantined),
         groups=group_by_reason(quarantined),
+        refused=None if refused is None else refused[0],
+        refused_total=None if refused is None else refused[1],
     )
 
 

@@ -14,7 +14,7 @@ from ackledger.django.commands import run
 class Command(BaseCommand):
     help = (
         "Run an ackledger command (relay, serve sink, consume, status, trace, reconcile, "
-        "quarantine, requeue, ...) on the database of settings.ACKLEDGER['DATABASE']; its "
+        "quarantine, requeue, refused, ...) on the database of settings.ACKLEDGER['DATABASE']; its "
         "--source/--db/--target is filled in from settings unless given."
     )
 
