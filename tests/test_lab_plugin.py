@@ -45,11 +45,15 @@ def _former(event: Mapping[str, Any]) -> str | None:
     return f"former-{event['id']}-{event['data']['n']}"
 
 
+def _tables(dialect: str) -> str:
+    return "CREATE TABLE IF NOT EXISTS plugged (id TEXT PRIMARY KEY, n INTEGER);\n"
+
+
 @pytest.fixture
 def plugged(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     # The registry as it is, plus one plug-in, for this test only.
     monkeypatch.setattr(plugins, "_PLUGINS", dict(plugins._PLUGINS))
-    plugins.register(plugins.Plugin(TYPE, _check, _handler, _former))
+    plugins.register(plugins.Plugin(TYPE, _check, _handler, _former, tables=_tables))
     yield
 
 
@@ -108,8 +112,11 @@ def test_any_plugin_gets_its_schema_handler_and_former_fingerprint(
         EventTypes().check(TYPE, {"m": 1})
     inbox = Inbox(tmp_path / "sink.db")
     try:
-        with inbox._db.write() as tx:
-            tx.execute("CREATE TABLE plugged (id TEXT PRIMARY KEY, n INTEGER)")
+        # Its tables are made by its first event, by the store's hook, not by opening.
+        assert (
+            raw_rows(tmp_path / "sink.db", "SELECT name FROM sqlite_master WHERE name = 'plugged'")
+            == []
+        )
         assert not inbox.runs_user_code  # a plug-in's handler is not the user's
         assert inbox.receive(new_event(TYPE, {"n": 1}, source=SOURCE, id="p-1")) == "applied"
         # A receipt stored by an older version holds the former fingerprint: the same event.

@@ -147,7 +147,8 @@ class Inbox(Database):
         if not awaiting and event["type"] in self._async_types:
             raise async_refused(handler, event["type"])
         if event["type"] in self._plugin_types:
-            self._db.ensure_lab()  # a plug-in's tables: made by its first event, not by opening
+            # A plug-in's tables: made by its first event, not by opening.
+            self._db.ensure_plugin(event["type"])
         return Item(event, fingerprint_of(event, text), handler, (event["source"], event["id"]))
 
     def _prepared(self, events: Sequence[object], awaiting: bool) -> Prepared:

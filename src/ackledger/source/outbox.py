@@ -250,7 +250,7 @@ class Outbox(Database):
         in one transaction, both made by the plug-in that registers ``accept``; returns the
         outbox seq. The lab's tables are made by its first call, never by opening."""
         event, write = plugins.call("accept")(order, self.source)
-        self._db.ensure_lab()
+        self._db.ensure_plugin(event["type"])
         with self._db.write() as tx:
             return _publish(tx, event, self.source, self.types, write)
 
