@@ -344,12 +344,10 @@ class Outbox(Database):
             return tx.outbox_event(event_id)
 
     def order(self, event_id: str) -> dict[str, Any] | None:
-        """The lab order of this id, or None. Only reads: without the lab's tables, None."""
-        with self._db.read() as tx:
-            if not self._db.has_table(tx, "orders"):
-                return None
-            found: dict[str, Any] | None = plugins.call("order")(tx, event_id)
-            return found
+        """The reference domain's order of this id, or None: the plug-in that registers
+        ``order`` reads it, from its own tables (writing nothing)."""
+        found: dict[str, Any] | None = plugins.call("order")(self._db, event_id)
+        return found
 
     # --- operations: quarantine, requeue, statistics, retention ---------------------------
 
