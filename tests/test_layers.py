@@ -49,9 +49,6 @@ ALLOWED: frozenset[tuple[str, str]] = frozenset(
         ("ackledger.ops.verify.judge", "ackledger.warehouse"),
         ("ackledger.cli.source", "ackledger.warehouse"),
         ("ackledger.cli.verify", "ackledger.warehouse"),
-        # Database (a backend opened from a target) belongs in store/; it moves there with
-        # the store's rewrite, and the outbox, inbox and ledger import it from there.
-        ("ackledger._core.database", "ackledger.store"),
     }
 )
 

@@ -20,10 +20,10 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import plugins
-from .._core.database import Database
 from ..envelope import fingerprint_of, validate_encoded
 from ..errors import AckledgerError, NoHandler
 from ..event_types import EventTypes, check_type_name
+from ..store.database import Database
 from .apply import (
     COUNTER_PREFIX,
     DUPLICATE,

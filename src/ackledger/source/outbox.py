@@ -18,7 +18,6 @@ from contextlib import contextmanager
 from typing import Any
 
 from .. import plugins
-from .._core.database import Database
 from .._core.duration import MAX_SECONDS
 from .._core.exact import is_int, is_number
 from .._core.idempotency import Outcome
@@ -30,6 +29,7 @@ from ..event_types import EventTypes
 from ..store import Tx
 from ..store.borrowed import borrow, same_database
 from ..store.borrowed_async import run_borrowed
+from ..store.database import Database
 from ..store.outbox import MARK_CHUNK, SOURCE_KEY, TARGET_KEY
 from ..store.pending import PendingRow, pending_events
 from ..wire.sender import shown
