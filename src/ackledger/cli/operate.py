@@ -11,7 +11,7 @@ import json
 import sys
 import time
 
-from ..event import check_identifier
+from .._core.identifier import check_identifier
 from ..ops.databases import is_url
 from ..ops.listings import quarantined_table, quarantined_text, requeued_lines
 from ..ops.reconcile import reconcile, reconcile_text

@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .._core.identifier import check_identifier
 from ..errors import AckledgerError
-from ..event import check_identifier
 from ..sink.inbox import Inbox
 from ..source.outbox import Outbox
 from ..store import is_postgres, without_password

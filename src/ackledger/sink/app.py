@@ -19,9 +19,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.types import ASGIApp
 
+from .._core.identifier import check_identifier
 from ..envelope import check_source
 from ..errors import AckledgerError, Conflict, InvalidEvent, NoHandler, Rejected
-from ..event import check_identifier
 from ..store import database_errors
 from ..web.answers import (
     Answer,

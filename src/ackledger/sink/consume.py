@@ -21,9 +21,9 @@ from urllib.parse import parse_qsl, quote, unquote
 
 from .._core.backoff import Backoff
 from .._core.logline import log_event
+from .._core.strict_json import parse_strict_json
 from ..envelope import MAX_EVENT_BYTES
 from ..errors import Conflict, InvalidEvent, NoHandler, Rejected, UnsafeTarget
-from ..event import parse_strict_json
 from ..wire.targets import check_host, split_url
 from .inbox import Inbox
 

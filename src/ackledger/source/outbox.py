@@ -21,10 +21,10 @@ from .. import plugins
 from .._core.duration import MAX_SECONDS
 from .._core.exact import is_int, is_number
 from .._core.idempotency import Outcome
+from .._core.identifier import check_identifier
 from .._core.telemetry import with_trace_context
 from ..envelope import fingerprint_of, validate_cloudevent, validate_encoded
 from ..errors import Conflict, InvalidEvent
-from ..event import check_identifier
 from ..event_types import EventTypes
 from ..store import Tx
 from ..store.borrowed import borrow, same_database

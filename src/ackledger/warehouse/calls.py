@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..event import check_identifier
+from .._core.identifier import check_identifier
 from .schema import event, validate
 from .tables import Executes, insert_order, order_row, stock
 
