@@ -6,8 +6,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import ackledger.event
 from ackledger import InvalidEvent
+from ackledger._core import canonical, identifier, strict_json
 from ackledger.event import canonical_json, fingerprint
+from ackledger.warehouse import v1
 from ackledger.warehouse import validate as validate_event
 
 GOOD = {"id": "order-1", "sku": "snack", "qty": 7}
@@ -82,3 +85,18 @@ IDENT = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,40}", fullmatch=True)
 def test_every_valid_event_round_trips(event_id: str, sku: str, qty: int) -> None:
     event = {"id": event_id, "sku": sku, "qty": qty}
     assert validate_event(event) == event
+
+
+def test_the_names_v1_published_still_import_from_where_each_rule_lives() -> None:
+    homes = (canonical, identifier, strict_json, v1)
+    for name in ackledger.event.__all__:
+        value = getattr(ackledger.event, name)
+        assert any(getattr(home, name, None) is value for home in homes), name
+        assert getattr(value, "__module__", "") != "ackledger.event", f"{name}: a second copy"
+    assert set(ackledger.event.__all__) >= {
+        "check_identifier",
+        "check_keys",
+        "check_quantity",
+        "parse_strict_json",
+        "validate_event",
+    }

@@ -10,16 +10,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ackledger import InvalidEvent, UnsafeTarget, warehouse
+from ackledger._core.canonical import canonical_json, fingerprint
 from ackledger.envelope import validate_cloudevent
-from ackledger.event import (
+from ackledger.sink.app import _Ack, _ack_body, _batch_acks_body
+from ackledger.warehouse.v1 import (
     _validate_fully,
-    canonical_json,
     event_fingerprint,
     event_json,
-    fingerprint,
     validate_event,
 )
-from ackledger.sink.app import _Ack, _ack_body, _batch_acks_body
 from ackledger.web.answers import Answer, json_answer
 from ackledger.wire.targets import check_target
 

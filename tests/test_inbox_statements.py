@@ -32,7 +32,8 @@ def _event(event_id: str, sku: str = "tea", qty: int = 1) -> dict[str, object]:
 @pytest.fixture
 def traced(tmp_path: Path) -> Iterator[tuple[Inbox, list[str]]]:
     inbox = Inbox(tmp_path / "inbox.db")
-    inbox._db.ensure_lab()  # the lab's tables, which its first event would make, made first
+    # The lab's tables, which its first event would make, made first.
+    inbox._db.ensure_plugin(warehouse.TYPE)
     seen: list[str] = []
     with inbox._db.write(durable=False):
         pass  # opens the relaxed writes' own connection (store/sqlite/backend.py)
@@ -210,7 +211,7 @@ def test_a_lone_event_claimed_between_its_read_and_its_write(
     noted) from a conflict (refused, counted), as it would have without the read."""
     inbox, seen = traced
     other = Inbox(tmp_path / "inbox.db")  # its own connections: another writer on the file
-    other._db.ensure_lab()
+    other._db.ensure_plugin(warehouse.TYPE)
     raced: list[str] = []
 
     def claim_first(statement: str) -> None:

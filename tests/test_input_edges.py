@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ackledger import InvalidEvent, Ledger, NotAcknowledged, Outbox, UnsafeTarget, send_http
-from ackledger.event import _STRICT_JSON, parse_strict_json
+from ackledger._core.strict_json import _STRICT_JSON, parse_strict_json
 from ackledger.ops.processes import Service, run_cli
 from ackledger.source.outbox import MAX_REASON, reason_from
 from tests.conftest import raw_rows

@@ -36,6 +36,11 @@ class Plugin:
     #: The calls the contract keeps on ``Outbox`` and ``Inbox`` for this domain (``accept``,
     #: ``stock``, ``order``), by name; the reference domain has them, a user's need not.
     calls: Mapping[str, Callable[..., Any]] | None = None
+    #: ``tables(dialect) -> script``: the plug-in's own tables, as statements that each create
+    #: only what is missing (``CREATE TABLE IF NOT EXISTS``); the store runs them under its
+    #: schema lock when the plug-in's first call or event reaches a database
+    #: (``Backend.ensure_plugin``), never when a database is opened.
+    tables: Callable[[str], str] | None = None
 
 
 _PLUGINS: dict[str, Plugin] = {}
@@ -60,6 +65,18 @@ def former_fingerprint(event: Mapping[str, Any]) -> str | None:
     """The fingerprint an older version stored for ``event``, if its type's plug-in knows one."""
     plugin = _PLUGINS.get(event.get("type"))  # type: ignore[arg-type]
     return None if plugin is None else plugin.former(event)
+
+
+def tables_script(type_name: str, dialect: str) -> str | None:
+    """The script of the tables of the plug-in of ``type_name`` for ``dialect``, or None when
+    no plug-in of that type has tables of its own."""
+    plugin = _PLUGINS.get(type_name)
+    return None if plugin is None or plugin.tables is None else plugin.tables(dialect)
+
+
+def with_tables() -> list[str]:
+    """The types of the plug-ins that have tables of their own, in registration order."""
+    return [name for name, plugin in _PLUGINS.items() if plugin.tables is not None]
 
 
 def call(name: str) -> Callable[..., Any]:

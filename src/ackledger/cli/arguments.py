@@ -109,7 +109,7 @@ def timeout_arg(text: str) -> float:
 
 def json_arg(text: str, name: str) -> object:
     """Parse JSON given on the command line or stdin; bad JSON is a one-line UsageError."""
-    from ..event import parse_strict_json
+    from .._core.strict_json import parse_strict_json
     from . import UsageError
 
     try:

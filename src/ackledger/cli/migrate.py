@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 
+from .. import plugins
 from ..store import target_dialect
 from ..store.schema import DIALECTS, schema_script, upgrade_schema
 from .arguments import add_synchronous
@@ -54,11 +55,11 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         # The dialect is told from the target's form alone: a SQLite file is not created, a
         # PostgreSQL server is not asked (it need not exist yet).
         dialect = args.dialect or target_dialect(args.target)
-        sys.stdout.write(schema_script(dialect, lab=args.lab))
+        sys.stdout.write(schema_script(dialect, plugin_types=_plugin_types(args)))
         return 0
     if args.target is None:
         raise UsageError("--dialect: only with --sql; migrating a database needs --target")
-    state = upgrade_schema(args.target, args.synchronous, lab=args.lab)
+    state = upgrade_schema(args.target, args.synchronous, plugin_types=_plugin_types(args))
     print(json.dumps(state.figures()) if args.json else state.text())
     if state.unknown:
         print(
@@ -66,3 +67,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _plugin_types(args: argparse.Namespace) -> list[str]:
+    """The plug-ins whose tables ``--lab`` adds: every registered one with tables, which in
+    this command's process is the lab alone (no user code registers here)."""
+    return plugins.with_tables() if args.lab else []

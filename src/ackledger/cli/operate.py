@@ -11,8 +11,8 @@ import json
 import sys
 import time
 
+from .._core.identifier import check_identifier
 from .._core.timestamps import utc_timestamp
-from ..event import check_identifier
 from ..ops.databases import is_url
 from ..ops.listings import quarantined_table, quarantined_text, requeued_lines
 from ..ops.reconcile import reconcile, reconcile_text

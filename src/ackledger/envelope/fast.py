@@ -16,8 +16,8 @@ import re
 from json.encoder import encode_basestring
 from typing import Any
 
+from .._core.identifier import IDENTIFIER
 from ..errors import InvalidEvent
-from ..event import _ID_RE
 from ..event_types import _TYPE_NAME, EventTypes
 from .content import canonical_json
 from .json_value import _SURROGATE, MAX_DEPTH, SAFE_INT_BITS
@@ -50,7 +50,7 @@ def fast_encoded(obj: dict[str, Any], types: EventTypes) -> tuple[dict[str, Any]
         source, kind = obj.get("source"), obj.get("type")
         if specversion != "1.0" or type(specversion) is not str:
             raise _Slow
-        if type(event_id) is not str or len(event_id) > 128 or not _ID_RE.fullmatch(event_id):
+        if type(event_id) is not str or len(event_id) > 128 or not IDENTIFIER.fullmatch(event_id):
             raise _Slow
         if type(kind) is not str or kind not in _KINDS:
             if type(kind) is not str or not _TYPE_NAME.fullmatch(kind):

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .. import event as v1
+from .._core.identifier import check_identifier
 from ..errors import InvalidEvent
 from ..event_types import EventTypes, check_type_name
 from .content import MAX_EVENT_BYTES, canonical_json
@@ -82,7 +82,7 @@ def _validate_fully(obj: object, types: EventTypes) -> tuple[dict[str, Any], str
     if _string(given["specversion"], "specversion") != "1.0":
         raise InvalidEvent('specversion: must be "1.0"', field="specversion")
     event["specversion"] = "1.0"
-    event["id"] = str.__str__(v1.check_identifier(given["id"], "id", 128))
+    event["id"] = str.__str__(check_identifier(given["id"], "id", 128))
     event["source"] = _source(given["source"])
     event["type"] = check_type_name(given["type"])
     if "datacontenttype" in given:

@@ -18,12 +18,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from .._core.database import Database
+from .._core.canonical import canonical_json, fingerprint
 from .._core.duration import check_age
 from .._core.idempotency import Outcome
+from .._core.identifier import check_identifier
 from ..errors import Conflict, InvalidEvent
-from ..event import canonical_json, check_identifier, fingerprint
 from ..store import Tx
+from ..store.database import Database
 from ..store.idempotency_keys import PURGE_CHUNK as KEYS_PURGE_CHUNK
 from ..store.idempotency_keys import count_keys, purge_expired_keys
 from ..store.ledger import OUTCOME_COLUMNS, PURGE_CHUNK

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Generic, NoReturn, TypeVar
 from urllib.parse import quote, urlsplit
 
+from .._core.canonical import canonical_json
 from ..errors import Conflict, InvalidEvent, NotAcknowledged
-from ..event import canonical_json
 from ..wire.framing import MAX_ANSWER_BYTES
 from ..wire.targets import Target, check_target
 from ..wire.token import Token

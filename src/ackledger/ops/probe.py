@@ -13,8 +13,8 @@ import urllib.parse
 from collections.abc import Iterable
 from typing import Any
 
+from .._core.identifier import check_identifier
 from ..errors import NotAcknowledged
-from ..event import check_identifier
 from ..wire.http import request_once
 from ..wire.targets import ANY_PATH, Target, base_url, check_target
 from ..wire.token import Token

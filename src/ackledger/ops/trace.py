@@ -12,9 +12,9 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .._core.identifier import check_identifier
 from .._core.timestamps import utc_timestamp
 from ..errors import AckledgerError
-from ..event import check_identifier
 from ..relay.leases import lease_words
 from ..sink.inbox import DEFAULT_NAME, Inbox
 from ..source.outbox import Outbox

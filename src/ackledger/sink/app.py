@@ -20,9 +20,9 @@ from starlette.requests import Request
 from starlette.types import ASGIApp
 
 from .._core.failures import refusal_of
+from .._core.identifier import check_identifier
 from ..envelope import check_source
 from ..errors import AckledgerError, InvalidEvent
-from ..event import check_identifier
 from ..store import database_errors
 from ..web.answers import (
     Answer,

@@ -26,9 +26,9 @@ from urllib.parse import parse_qsl, quote, unquote
 from .._core.backoff import Backoff
 from .._core.failures import TRANSIENT, kind_of_error
 from .._core.logline import log_event
+from .._core.strict_json import parse_strict_json
 from ..envelope import MAX_EVENT_BYTES
 from ..errors import UnsafeTarget
-from ..event import parse_strict_json
 from ..store import database_errors
 from ..store.refused import refusal_key
 from ..wire.targets import check_host, split_url

@@ -26,14 +26,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import plugins
-from .._core.database import Database
 from .._core.text import has_control
 from ..envelope import fingerprint_of, validate_encoded
 from ..errors import AckledgerError, NoHandler
-from ..event import check_identifier
 from ..event_types import EventTypes, check_type_name
 from ..store.borrowed import borrow
 from ..store.borrowed_async import run_borrowed_awaiting
+from ..store.database import Database
 from .apply import (
     COUNTER_PREFIX,
     DEFAULT_NAME,
@@ -194,7 +193,8 @@ class Inbox(Database):
         if not awaiting and event["type"] in self._async_types:
             raise async_refused(handler, event["type"])
         if event["type"] in self._plugin_types:
-            self._db.ensure_lab()  # a plug-in's tables: made by its first event, not by opening
+            # A plug-in's tables: made by its first event, not by opening.
+            self._db.ensure_plugin(event["type"])
         return Item(event, fingerprint_of(event, text), handler, (event["source"], event["id"]))
 
     def _prepared(self, events: Sequence[object], awaiting: bool) -> Prepared:
@@ -349,14 +349,9 @@ class Inbox(Database):
             return apply_runs(tx, runs, time.time(), awaiter, name=self._name)
 
     def stock(self, sku: str) -> int:
-        """The reference domain's stock of ``sku`` (0 for an unknown one), read by the lab."""
-        with self._db.read() as tx:
-            # Only reads (a write would wait behind a busy sink): before the lab's first
-            # event its tables do not exist, and every stock is 0.
-            if not self._db.has_table(tx, "inventory"):
-                check_identifier(sku, "sku", 64)
-                return 0
-            return int(plugins.call("stock")(tx, sku))
+        """The reference domain's stock of ``sku`` (0 for an unknown one): the plug-in that
+        registers ``stock`` reads it, from its own tables."""
+        return int(plugins.call("stock")(self._db, sku))
 
     def receipt(self, event_id: str, *, source: str | None = None) -> dict[str, Any] | None:
         """The inbox row of one event (when, how often), or None if it never arrived.

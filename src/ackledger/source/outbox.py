@@ -17,19 +17,19 @@ from contextlib import contextmanager
 from typing import Any
 
 from .. import plugins
-from .._core.database import Database
 from .._core.duration import MAX_SECONDS
 from .._core.exact import is_int, is_number
 from .._core.idempotency import Outcome
+from .._core.identifier import check_identifier
 from .._core.telemetry import with_trace_context
 from .._core.text import breaks_line, has_control
 from ..envelope import fingerprint_of, validate_cloudevent, validate_encoded
 from ..errors import Conflict, InvalidEvent
-from ..event import check_identifier
 from ..event_types import EventTypes
 from ..store import Tx
 from ..store.borrowed import borrow, same_database
 from ..store.borrowed_async import run_borrowed
+from ..store.database import Database
 from ..store.outbox import MARK_CHUNK, SOURCE_KEY, STATUS_ACK_NOTE, TARGET_KEY
 from ..store.pending import PendingRow, pending_events
 from ..wire.sender import shown
@@ -243,7 +243,7 @@ class Outbox(Database):
         in one transaction, both made by the plug-in that registers ``accept``; returns the
         outbox seq. The lab's tables are made by its first call, never by opening."""
         event, write = plugins.call("accept")(order, self.source)
-        self._db.ensure_lab()
+        self._db.ensure_plugin(event["type"])
         with self._db.write() as tx:
             return _publish(tx, event, self.source, self.types, write)
 
@@ -349,12 +349,10 @@ class Outbox(Database):
             return tx.lease_held()
 
     def order(self, event_id: str) -> dict[str, Any] | None:
-        """The lab order of this id, or None. Only reads: without the lab's tables, None."""
-        with self._db.read() as tx:
-            if not self._db.has_table(tx, "orders"):
-                return None
-            found: dict[str, Any] | None = plugins.call("order")(tx, event_id)
-            return found
+        """The reference domain's order of this id, or None: the plug-in that registers
+        ``order`` reads it, from its own tables (writing nothing)."""
+        found: dict[str, Any] | None = plugins.call("order")(self._db, event_id)
+        return found
 
     # --- operations: quarantine, requeue, statistics, retention ---------------------------
 

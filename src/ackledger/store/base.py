@@ -80,8 +80,8 @@ class Backend(abc.ABC):
     #: a connection pool; 1: one connection). Services run up to this many database calls on
     #: worker threads at a time.
     concurrency: int = 1
-    #: Whether ``ensure_lab`` has made sure of the lab's tables through this object.
-    _lab_ready: bool = False
+    #: The plug-in types whose tables ``ensure_plugin`` has made sure of through this object.
+    _plugins_ready: frozenset[str] = frozenset()
 
     @abc.abstractmethod
     def write(self, *, durable: bool = True) -> AbstractContextManager[Tx]:
@@ -173,14 +173,15 @@ class Backend(abc.ABC):
 
         return namespace.has_table(tx, self.dialect, name)
 
-    def ensure_lab(self) -> None:
-        """The lab's tables (``orders``, ``inventory``), created if missing the first time a
-        lab call reaches this backend object (``store.lab``); a no-op after that."""
-        if not self._lab_ready:
-            from .lab import migrate_lab
+    def ensure_plugin(self, type_name: str) -> None:
+        """The tables of the plug-in of event type ``type_name``, created if missing the first
+        time its call or event reaches this backend object (``store.plugin_tables``); a no-op
+        after that, and for a type whose plug-in has no tables (or that has no plug-in)."""
+        if type_name not in self._plugins_ready:
+            from .plugin_tables import migrate_plugin
 
-            migrate_lab(self)
-            self._lab_ready = True
+            migrate_plugin(self, type_name)
+            self._plugins_ready = self._plugins_ready | {type_name}
 
 
 #: Where a database records the migrations it has (``migrate``; ``schema.schema_script`` prints
@@ -206,7 +207,7 @@ def migrations(dialect: str, *, chain: str = "") -> list[Migration]:
     for entry in folder.iterdir():
         name = entry.name
         if not name.endswith(".sql") or not name[:1].isdigit():
-            continue  # lab.sql and the v2/ folder are not this chain's
+            continue  # the v2/ folder is not this chain's
         version = int(name.split("_", 1)[0])
         found.append((version, name[:-4], entry.read_text(encoding="utf-8")))
     found.sort()
@@ -235,7 +236,7 @@ def migrate(backend: Backend, *, upto: int | None = None) -> int:
 
     A database that ackledger wrote before its names took the ``ackledger_`` prefix is first
     brought to the end of that chain and renamed (``namespace.adopt``); a new one gets the
-    prefixed names from its first statement, so a user's table named ``outbox`` or ``orders``
+    prefixed names from its first statement, so a user's table named ``outbox`` or ``events``
     is never touched. The version check happens inside the write transaction, after
     ``lock_schema``, so processes that open a new database at the same moment apply each
     migration exactly once.

@@ -6,7 +6,7 @@ Such a database records its migrations in ``schema_migrations``, a name other to
 the first among them. Only then are its tables taken for ours. It is first brought to the end
 of the v2 chain (``migrations/<dialect>/v2/``) and then renamed in one transaction: tables,
 indexes, triggers, sequences and constraints take the prefix; rows, sequence positions and
-every column stay as they were. The lab's ``orders`` and ``inventory`` keep their names.
+every column stay as they were. A plug-in's own tables keep their names.
 """
 
 from __future__ import annotations

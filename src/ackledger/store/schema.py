@@ -7,6 +7,7 @@ own migration tool (Alembic, Django) owns every schema change (``schema_script``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,7 @@ from .base import (
     schema_versions,
     split_statements,
 )
-from .lab import lab_script
+from .plugin_tables import plugin_statements
 
 DIALECTS = ("sqlite", "postgres")
 
@@ -51,14 +52,16 @@ class SchemaState:
         )
 
 
-def upgrade_schema(target: str, synchronous: str = "FULL", *, lab: bool = False) -> SchemaState:
-    """Apply the migrations ``target`` lacks (a SQLite file is created if missing); with
-    ``lab``, the lab's tables too (``store.lab``)."""
+def upgrade_schema(
+    target: str, synchronous: str = "FULL", *, plugin_types: Sequence[str] = ()
+) -> SchemaState:
+    """Apply the migrations ``target`` lacks (a SQLite file is created if missing), and make
+    the tables of the plug-ins of ``plugin_types`` (``store.plugin_tables``)."""
     backend = open_backend(target, synchronous=synchronous, migrate_schema=False)
     try:
         applied = migrate(backend)
-        if lab:
-            backend.ensure_lab()
+        for type_name in plugin_types:
+            backend.ensure_plugin(type_name)
         versions = schema_versions(backend)
     finally:
         backend.close()
@@ -73,7 +76,7 @@ def upgrade_schema(target: str, synchronous: str = "FULL", *, lab: bool = False)
     )
 
 
-def schema_script(dialect: str, *, lab: bool = False) -> str:
+def schema_script(dialect: str, *, plugin_types: Sequence[str] = ()) -> str:
     """The SQL that brings a new, empty database of ``dialect`` to this version's schema, as
     ``migrate`` would, for a migration tool to run; nothing is opened or connected.
 
@@ -81,8 +84,8 @@ def schema_script(dialect: str, *, lab: bool = False) -> str:
     opening the database afterwards finds nothing to apply. The statements end in ``;`` and
     hold no transaction control: the tool that runs them wraps them in its own transaction.
     Each row's ``applied_at`` is the database's clock when the row is inserted, not when this
-    was printed, so printing it twice gives the same text. ``lab`` adds the lab's tables
-    (``orders``, ``inventory``) at the end.
+    was printed, so printing it twice gives the same text. The tables of the plug-ins of
+    ``plugin_types`` come at the end.
     """
     if dialect not in DIALECTS:
         raise ValueError(f"dialect: must be one of {', '.join(DIALECTS)}, got {dialect!r}")
@@ -104,9 +107,9 @@ def schema_script(dialect: str, *, lab: bool = False) -> str:
             f"INSERT INTO {MIGRATIONS} (version, name, applied_at) "
             f"VALUES ({version}, {_literal(name)}, {clock});"
         )
-    if lab:
-        lines += ["", "-- the lab's tables (the reference domain's, not ackledger's)"]
-        lines += [_ended(statement) for statement in split_statements(lab_script(dialect))]
+    for type_name in plugin_types:
+        lines += ["", f"-- the tables of the plug-in of {type_name} (its own, not ackledger's)"]
+        lines += [_ended(statement) for statement in plugin_statements(type_name, dialect)]
     return "\n".join(lines) + "\n"
 
 

@@ -20,7 +20,7 @@ from .schema import (
     v1_fingerprint,
     validate,
 )
-from .tables import INVENTORY_ADD, stock_like
+from .tables import INVENTORY_ADD, stock_like, tables_script
 
 __all__ = [
     "DATA_KEYS",
@@ -44,5 +44,6 @@ plugins.register(
         apply,
         v1_fingerprint,
         {"accept": accept, "stock": stock_of, "order": order_of},
+        tables_script,
     )
 )

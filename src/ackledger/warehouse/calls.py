@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..event import check_identifier
+from .._core.identifier import check_identifier
 from .schema import event, validate
 from .tables import Executes, insert_order, order_row, stock
+
+if TYPE_CHECKING:
+    from ..store import Backend
 
 
 def accept(order: object, source: str) -> tuple[dict[str, Any], Callable[[Any, float], None]]:
@@ -23,10 +26,17 @@ def accept(order: object, source: str) -> tuple[dict[str, Any], Callable[[Any, f
     return found, write
 
 
-def stock_of(tx: Executes, sku: str) -> int:
-    """A sku's stock, 0 for one never added to."""
-    return stock(tx, check_identifier(sku, "sku", 64))
+def stock_of(backend: Backend, sku: str) -> int:
+    """A sku's stock, 0 for one never added to (``Inbox.stock``)."""
+    sku = check_identifier(sku, "sku", 64)
+    with backend.read() as tx:
+        # Only reads (a write would wait behind a busy sink): before the lab's first event
+        # its tables do not exist, and every stock is 0.
+        return stock(tx, sku) if backend.has_table(tx, "inventory") else 0
 
 
-def order_of(tx: Executes, order_id: str) -> dict[str, Any] | None:
-    return order_row(tx, order_id)
+def order_of(backend: Backend, order_id: str) -> dict[str, Any] | None:
+    """The order of this id, or None (``Outbox.order``); only reads: without the lab's
+    tables, None."""
+    with backend.read() as tx:
+        return order_row(tx, order_id) if backend.has_table(tx, "orders") else None

@@ -11,9 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .. import event as v1
+from .._core.canonical import fingerprint
+from .._core.identifier import IDENTIFIER, check_identifier
 from ..envelope import new_event
 from ..errors import InvalidEvent
+from . import v1
 
 TYPE = "warehouse.stock.added"
 #: The source of the events ``event`` builds when the caller names none.
@@ -37,7 +39,7 @@ def check_data(data: Any) -> dict[str, Any]:
         if type(sku) is str and type(qty) is int and 1 <= qty <= v1.MAX_QTY:
             if sku in _SKUS:
                 return {"sku": sku, "qty": qty}
-            if len(sku) <= 64 and v1._ID_RE.fullmatch(sku):
+            if len(sku) <= 64 and IDENTIFIER.fullmatch(sku):
                 if len(_SKUS) < _MAX_KNOWN:
                     _SKUS.add(sku)
                 return {"sku": sku, "qty": qty}
@@ -45,7 +47,7 @@ def check_data(data: Any) -> dict[str, Any]:
         raise InvalidEvent(f"must be a JSON object, got {type(data).__name__}")
     v1.check_keys(data, DATA_KEYS)
     return {
-        "sku": v1.check_identifier(data["sku"], "sku", 64),
+        "sku": check_identifier(data["sku"], "sku", 64),
         "qty": v1.check_quantity(data["qty"], "qty"),
     }
 
@@ -71,4 +73,4 @@ def v1_fingerprint(event: Mapping[str, Any]) -> str | None:
     data = event.get("data")
     if not isinstance(data, dict):
         return None
-    return v1.fingerprint({"id": event["id"], "sku": data.get("sku"), "qty": data.get("qty")})
+    return fingerprint({"id": event["id"], "sku": data.get("sku"), "qty": data.get("qty")})

@@ -6,6 +6,7 @@ out (the outbox's for an order, the inbox's for stock), as a user's domain write
 
 from __future__ import annotations
 
+from importlib import resources
 from typing import Any, Protocol
 
 from ..errors import Conflict
@@ -24,6 +25,16 @@ INVENTORY_ADD = (
 )
 INVENTORY_READ = "SELECT qty FROM inventory WHERE sku = ?"
 INVENTORY_LIKE = "SELECT sku, qty FROM inventory WHERE sku LIKE ?"
+
+
+def tables_script(dialect: str) -> str:
+    """The statements that make ``orders`` and ``inventory`` where they are missing
+    (``migrations/<dialect>.sql``), which the store runs for the plug-in's first call."""
+    return (
+        resources.files("ackledger.warehouse")
+        .joinpath("migrations", f"{dialect}.sql")
+        .read_text(encoding="utf-8")
+    )
 
 
 class Executes(Protocol):

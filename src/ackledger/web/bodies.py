@@ -8,8 +8,8 @@ from typing import Any
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive, Scope
 
+from .._core.strict_json import parse_strict_json
 from ..errors import InvalidEvent
-from ..event import parse_strict_json
 
 MAX_BODY_BYTES = 64 * 1024
 #: A batch holds up to 16 events of up to 64 KiB each; the rest is room for the list's

@@ -23,8 +23,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from .._core.strict_json import parse_strict_json
 from ..errors import InvalidEvent
-from ..event import parse_strict_json
 
 __all__ = [
     "BATCH",

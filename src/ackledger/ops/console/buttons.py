@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
+from ..._core.identifier import check_identifier
 from ...errors import AckledgerError, InvalidEvent
-from ...event import check_identifier
 from ..listings import quarantined_text, requeued_lines
 from .writes import Refused, authorized_form, same_origin
 

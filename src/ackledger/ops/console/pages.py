@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
+from ..._core.identifier import check_identifier
 from ...errors import AckledgerError, InvalidEvent
-from ...event import check_identifier
 from ...ledger.pages import page_from_query
 from ...relay.leases import lease_words
 from ...sink.inbox import Inbox

@@ -288,6 +288,7 @@ class _Poller:
             return tx.verify_outbox_rows(tag)
 
     def stock(self, tag: str) -> dict[str, int]:
-        self.backend.ensure_lab()  # the lab's tables, which a sink makes with its first event
+        # The lab's tables, which a sink makes with its first event.
+        self.backend.ensure_plugin(TYPE)
         with self.backend.read() as tx:
             return warehouse.stock_like(tx, tag)

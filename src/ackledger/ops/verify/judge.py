@@ -60,7 +60,7 @@ def _reading(target: str, *, lab: bool = False) -> Iterator[Tx]:
     backend = open_backend(target, migrate_schema=False)
     try:
         if lab:
-            backend.ensure_lab()  # the sink's stock is the lab's table
+            backend.ensure_plugin(warehouse.TYPE)  # the sink's stock is the lab's table
         with backend.read() as tx:
             yield tx
     finally:

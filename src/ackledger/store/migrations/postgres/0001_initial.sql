@@ -3,7 +3,7 @@
 -- project's SQL is the same text on both databases.
 
 -- Source side: the transactional outbox. (The reference domain's tables are the lab's:
--- lab.sql, applied by the lab's own calls only.)
+-- the plug-in's warehouse/migrations/, applied by the lab's own calls only.)
 -- seq comes from an identity sequence: it only grows, so it is the acceptance order. (Values
 -- are handed out when a row is inserted, not when it commits: a reader can see seq 7 commit
 -- before seq 6 does. Order is kept per partition by the lease, see partitions.)

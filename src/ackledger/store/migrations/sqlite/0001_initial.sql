@@ -1,5 +1,5 @@
 -- Source side: the transactional outbox. (The reference domain's tables are the lab's:
--- lab.sql, applied by the lab's own calls only.)
+-- the plug-in's warehouse/migrations/, applied by the lab's own calls only.)
 -- seq is the rowid: it only grows, so it is the acceptance order.
 CREATE TABLE ackledger_outbox (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,

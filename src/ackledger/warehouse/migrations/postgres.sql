@@ -1,4 +1,4 @@
--- The reference domain's tables (the PostgreSQL twin of sqlite/lab.sql; the reasons are there).
+-- The reference domain's tables (the PostgreSQL twin of sqlite.sql; the reasons are there).
 CREATE TABLE IF NOT EXISTS orders (
     id TEXT PRIMARY KEY,
     sku TEXT NOT NULL,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from ..store import Backend, open_backend
-from .closing import Closing
+from .._core.closing import Closing
+from . import Backend, open_backend
 
 
 class Database(Closing):
