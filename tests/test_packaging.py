@@ -51,9 +51,11 @@ def test_changelog_is_a_users_changelog() -> None:
     for section in re.split(r"^## .*$", text, flags=re.M)[1:]:
         lines = [line for line in section.strip().splitlines() if line]
         assert lines and all(line.startswith(("- ", "  ")) for line in lines), lines[:3]
-    # What changed for a user, not how the work went (``--session`` is an option's name).
+    # What changed for a user, not how the work went. Code (``--session``, ``Session``,
+    # ``handler(session, event)``) names the user's objects: only the prose is read.
+    prose = re.sub(r"`[^`]*`", "", text)
     assert not re.search(
-        r"(?<!sqlalchemy )(?<!--)\bsession|\bitems? \d|issue \d|bench/CHANGES", text, flags=re.I
+        r"(?<!sqlalchemy )\bsession|\bitems? \d|issue \d|bench/CHANGES", prose, flags=re.I
     )
 
 
