@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..envelope import check_event_id
 from ..errors import AckledgerError
-from ..event import check_identifier
 from ..sink.inbox import Inbox
 from ..source.outbox import Outbox
 from ..store import is_postgres, without_password
@@ -89,7 +89,7 @@ def trace(
     ``sink`` is where the event is applied: a sink service's URL, or the inbox database of a
     sink or of a broker's consumer; without it the sink's stage is not asked. ``via`` is the
     relay target behind the outbox's state (see ``ops.ack_kinds``), or None."""
-    check_identifier(event_id, "event_id", 128)
+    check_event_id(event_id, "event_id")
     with Outbox(source) as outbox:
         source_shown = outbox.backend.location
         order = outbox.order(event_id)

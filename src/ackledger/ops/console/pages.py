@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
+from ...envelope import check_event_id
 from ...errors import AckledgerError, InvalidEvent
-from ...event import check_identifier
 from ...ledger.pages import page_from_query
 from ..reconcile import reconcile
 from ..trace import trace
@@ -75,7 +75,7 @@ async def trace_page(console: Console, request: Request) -> Response:
         return console.message(400, "trace", "give one event id: /trace?id=EVENT_ID")
     event_id = values[0]
     try:
-        check_identifier(event_id, "id", 128)
+        check_event_id(event_id)
     except (ValueError, AckledgerError) as exc:
         return console.message(404, "trace", f"no such event: {exc}")
     report = await run_in_threadpool(trace, event_id, console.source, console.sink)
