@@ -29,6 +29,7 @@ from ..web.answers import (
     json_answer,
     problem_answer,
     problem_body,
+    refused_message,
     too_large_answer,
     unavailable_answer,
 )
@@ -43,7 +44,7 @@ from ..web.openapi import METRICS, READYZ, DocumentedRoute
 from ..web.routing import build_app
 from . import openapi as api
 from .handler_call import NotAwaited
-from .inbox import BatchResult, Inbox
+from .inbox import BatchResult, Inbox, InvalidItem
 from .retention_metrics import RetentionMetrics
 
 MAX_BATCH = api.MAX_BATCH
@@ -181,7 +182,7 @@ def _decoded(headers: Headers, body: bytes | None, decode: Callable[[Headers, by
     try:
         return decode(headers, body)
     except InvalidEvent as exc:
-        return invalid_answer(str(exc), exc.field)
+        return refused_message(exc)
 
 
 def create_sink_app(inbox: Inbox, *, prefix: str = "", own_thread: bool = False) -> ASGIApp:
@@ -215,7 +216,7 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "", own_thread: bool = False)
         try:
             obj: Any = decode_event(headers, body)
         except InvalidEvent as exc:
-            return invalid_answer(str(exc), exc.field)
+            return refused_message(exc)
         if thread is not None:
             # Everything else in the inbox's thread: the read by key is a database call too.
             return await _submitted(group, [obj], lambda result: _event_ack(obj, result))
@@ -236,12 +237,20 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "", own_thread: bool = False)
         items = _decoded(headers, body, decode_batch)
         if isinstance(items, Answer):
             return items
-        if not isinstance(items, list) or not 1 <= len(items) <= MAX_BATCH:
-            return invalid_answer(f"body: must be a JSON list of 1-{MAX_BATCH} events", "body")
+        if not items:
+            return _Ack(b'{"acks":[]}')
+        if len(items) > MAX_BATCH:
+            return invalid_answer(f"body: must be a JSON list of 0-{MAX_BATCH} events", "body")
 
         def finish(result: BatchResult) -> Answer:
             if result.error is None:
                 return _Ack(_batch_acks_body(items, result.statuses))
+            if isinstance(result.error, InvalidItem):
+                # Validated whole before anything was applied: the batch is refused.
+                refused = result.error
+                return invalid_answer(
+                    f"[{refused.index}] {refused}", refused.field, index=refused.index
+                )
             acks = [
                 {"id": item["id"], "source": item["source"], "ack": True, "status": status}
                 for item, status in zip(items, result.statuses, strict=False)
