@@ -142,6 +142,8 @@ def test_an_invalid_item_refuses_the_whole_batch(
     assert status == 400 and headers["content-type"].startswith("application/problem+json")
     assert (body["field"], body["index"]) == ("id", bad)
     assert sink_state(sink_db) == ([], [])
+    status, _, body = post(sink_app, items[bad : bad + 1], "/events/batch")
+    assert (status, body["field"], body["index"]) == (400, "id", 0)
 
 
 def test_a_refusal_after_an_invalid_item_still_refuses_the_batch_whole(

@@ -23,11 +23,12 @@ import base64
 import codecs
 import datetime
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import InvalidEvent
 from ..event import parse_strict_json
+from .content import canonical_json
 from .media_type import essence, is_json_media_type, parameter
 
 __all__ = [
@@ -36,7 +37,9 @@ __all__ = [
     "STRUCTURED",
     "UnsupportedMedia",
     "attribute_headers",
+    "binary_body",
     "content_mode",
+    "decode_broker_message",
     "decode_message",
     "json_body",
     "json_kind",
@@ -58,10 +61,10 @@ _NOT_HEADERS = {
 _PERCENT = re.compile(rb"%([0-9A-Fa-f]{2})")
 _MEDIA = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+/[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
-#: The header prefixes of the bindings: ``ce-`` (HTTP, NATS, and Kafka-style RabbitMQ
+#: The header prefixes of the bindings: ``ce-`` (HTTP, NATS, and HTTP-style RabbitMQ
 #: publishers; values percent-encoded) and the AMQP binding's ``cloudEvents_`` and
 #: ``cloudEvents:`` (values typed by the protocol, not encoded).
-HTTP_PREFIXES = ("ce-",)
+CE_PREFIXES = ("ce-",)
 AMQP_PREFIXES = ("ce-", "cloudevents_", "cloudevents:")
 
 
@@ -110,7 +113,7 @@ def content_mode(content_type: str | None, has_attributes: bool) -> str:
     return BINARY
 
 
-#: An attribute header read: the attribute's name, its value, and the header it came in.
+#: An attribute header found: the attribute's name, its raw value, and the header's name.
 Attribute = tuple[str, object, str]
 
 
@@ -137,12 +140,59 @@ def decode_message(
     return _binary(content_type, pairs, body)
 
 
+#: What binary mode never sends as an attribute header: the body carries the data, the
+#: content type its media type.
+NOT_BINARY_HEADERS = frozenset({"data", "data_base64", "datacontenttype"})
+
+
+def binary_body(event: Mapping[str, Any]) -> tuple[str | None, bytes]:
+    """A valid event's binary-mode content type and body, what ``decode_message`` reads
+    back: JSON data as JSON (``application/json`` when no media type is declared), text in
+    its charset, ``data_base64`` as its bytes; no data, an empty body."""
+    declared: str | None = event.get("datacontenttype")
+    if "data_base64" in event:
+        return declared, base64.b64decode(event["data_base64"])
+    if "data" not in event:
+        return declared, b""
+    if declared is None or is_json_media_type(declared):
+        return declared or "application/json", canonical_json(event["data"]).encode()
+    charset = parameter(declared, "charset") or "utf-8"
+    try:
+        return declared, str(event["data"]).encode(charset)
+    except (LookupError, UnicodeEncodeError):
+        raise InvalidEvent(
+            f"data: cannot be sent as {declared} in binary mode (its charset cannot hold it)",
+            field="data",
+        ) from None
+
+
+def decode_broker_message(
+    content_type: str | None,
+    headers: Mapping[str, object] | None,
+    body: bytes,
+    prefixes: tuple[str, ...] = AMQP_PREFIXES,
+) -> dict[str, Any]:
+    """The one event of a broker's message: its content type (AMQP's property; else a
+    ``content-type`` header, as NATS carries it), its headers and its body."""
+    pairs = list((headers or {}).items())
+    if content_type is None:
+        content_type = next(
+            (str(value) for name, value in pairs if name.lower() == "content-type"), None
+        )
+    attributes = attribute_headers(pairs, prefixes)
+    if not attributes and (content_type is None or essence(content_type) == "application/json"):
+        # JSON with no attribute headers: the JSON format's event, as publishers of
+        # structured mode have long sent it without naming the format.
+        content_type = _STRUCTURED_MEDIA
+    return decode_message(content_type, attributes, body)
+
+
 def attribute_headers(
-    headers: Iterable[tuple[str | bytes, object]], prefixes: tuple[str, ...] = HTTP_PREFIXES
+    headers: Iterable[tuple[str | bytes, object]], prefixes: tuple[str, ...] = CE_PREFIXES
 ) -> list[Attribute]:
-    """The attributes among a message's headers, as ``(name, value)``: the name without its
-    prefix (case is not kept: attribute names are lowercase), the value decoded as its
-    binding says (``ce-``: percent-encoding, and an older sender's quoted string)."""
+    """The attribute headers among a message's headers, as ``(name, raw value, header)``:
+    the name without its prefix (case is not kept: attribute names are lowercase). Values
+    are decoded only in binary mode, where they are the attributes."""
     found: list[Attribute] = []
     for raw_name, raw in headers:
         name = raw_name.decode("latin-1") if isinstance(raw_name, bytes) else raw_name
@@ -150,10 +200,7 @@ def attribute_headers(
         for prefix in prefixes:
             if lowered.startswith(prefix):
                 attribute = lowered[len(prefix) :]
-                if prefix == "ce-":
-                    found.append((attribute, _text_value(raw, attribute), name))
-                else:
-                    found.append((attribute, _typed_value(raw, name, attribute), name))
+                found.append((attribute, raw, name))
                 break
     return found
 
@@ -176,7 +223,7 @@ def json_body(body: bytes) -> Any:
 
 def _binary(content_type: str | None, pairs: list[Attribute], body: bytes) -> dict[str, Any]:
     event: dict[str, Any] = {}
-    for attribute, value, header in pairs:
+    for attribute, raw, header in pairs:
         if attribute in _NOT_HEADERS:
             raise InvalidEvent(
                 f"{header.lower()}: not a header in binary mode "
@@ -185,7 +232,10 @@ def _binary(content_type: str | None, pairs: list[Attribute], body: bytes) -> di
             )
         if attribute in event:
             raise InvalidEvent(f"{header.lower()}: header given twice", field=attribute)
-        event[attribute] = value
+        if header[:3].lower() == "ce-":
+            event[attribute] = _text_value(raw, attribute)
+        else:
+            event[attribute] = _typed_value(raw, header, attribute)
     if content_type is None:
         if body:
             event["data"] = json_body(body)  # the binding's default: JSON
@@ -272,9 +322,20 @@ def _typed_value(raw: object, header: str, attribute: str) -> object:
         except UnicodeDecodeError:
             raise InvalidEvent(f"{header}: its value is not UTF-8", field=attribute) from None
     if isinstance(raw, datetime.datetime):
-        moment = raw if raw.tzinfo else raw.replace(tzinfo=datetime.UTC)
-        return moment.isoformat().replace("+00:00", "Z")
+        return _rfc3339(raw)
+    if attribute == "time" and isinstance(raw, int) and not isinstance(raw, bool):
+        # The AMQP binding's timestamp: milliseconds since the epoch.
+        try:
+            moment = datetime.datetime.fromtimestamp(raw / 1000, datetime.UTC)
+        except (OverflowError, OSError, ValueError):
+            raise InvalidEvent(f"{header}: not a timestamp", field=attribute) from None
+        return _rfc3339(moment)
     return raw
+
+
+def _rfc3339(moment: datetime.datetime) -> str:
+    moment = moment if moment.tzinfo else moment.replace(tzinfo=datetime.UTC)
+    return moment.isoformat().replace("+00:00", "Z")
 
 
 def _unquoted(value: bytes, attribute: str) -> bytes:

@@ -245,12 +245,11 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "", own_thread: bool = False)
         def finish(result: BatchResult) -> Answer:
             if result.error is None:
                 return _Ack(_batch_acks_body(items, result.statuses))
-            if isinstance(result.error, InvalidItem):
+            if isinstance(result.error, InvalidEvent):
                 # Validated whole before anything was applied: the batch is refused.
                 refused = result.error
-                return invalid_answer(
-                    f"[{refused.index}] {refused}", refused.field, index=refused.index
-                )
+                index = refused.index if isinstance(refused, InvalidItem) else 0
+                return invalid_answer(f"[{index}] {refused}", refused.field, index=index)
             acks = [
                 {"id": item["id"], "source": item["source"], "ack": True, "status": status}
                 for item, status in zip(items, result.statuses, strict=False)

@@ -171,7 +171,8 @@ class Inbox(Database):
                 else:
                     validate_encoded(obj, types=self._types)
             except InvalidEvent as exc:
-                return [], InvalidItem(index, exc)
+                # Alone, the event's own refusal; in a batch, naming its place.
+                return [], exc if len(events) == 1 else InvalidItem(index, exc)
             except AckledgerError as exc:
                 refused = exc
         return items, refused
