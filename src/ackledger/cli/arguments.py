@@ -31,7 +31,8 @@ def add_synchronous(parser: argparse.ArgumentParser) -> None:
 TO_HELP = (
     "a sink, http://HOST:PORT/events; RabbitMQ, "
     "amqp://USER:PASS@HOST:PORT/VHOST?exchange=E[&routing_key=K]; or NATS JetStream, "
-    "nats://HOST:PORT?subject=PREFIX[&stream=S]"
+    "nats://HOST:PORT?subject=PREFIX[&stream=S]. A broker URL with &mode=binary publishes "
+    "binary mode (the data as the body, the attributes as headers); the default is structured"
 )
 
 
