@@ -29,7 +29,7 @@ from typing import Any
 from ..errors import InvalidEvent
 from ..event import parse_strict_json
 from .content import canonical_json
-from .media_type import essence, is_json_media_type, parameter
+from .media_type import essence, is_json_media_type, is_media_type, parameter
 
 __all__ = [
     "BATCH",
@@ -59,7 +59,6 @@ _NOT_HEADERS = {
     "datacontenttype": "the content type",
 }
 _PERCENT = re.compile(rb"%([0-9A-Fa-f]{2})")
-_MEDIA = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+/[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 #: The header prefixes of the bindings: ``ce-`` (HTTP, NATS, and HTTP-style RabbitMQ
 #: publishers; values percent-encoded) and the AMQP binding's ``cloudEvents_`` and
@@ -90,7 +89,7 @@ def content_mode(content_type: str | None, has_attributes: bool) -> str:
             field="content-type",
         )
     media = essence(content_type)
-    if not _MEDIA.fullmatch(media):
+    if not is_media_type(media):
         raise InvalidEvent(
             f"content-type: {content_type!r} is not a media type", field="content-type"
         )
