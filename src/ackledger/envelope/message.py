@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import codecs
 import datetime
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -77,9 +78,11 @@ class UnsupportedMedia(InvalidEvent):
         super().__init__(f"content-type: {message}", field="content-type")
 
 
+@functools.lru_cache(maxsize=256)
 def content_mode(content_type: str | None, has_attributes: bool) -> str:
     """``STRUCTURED``, ``BATCH`` or ``BINARY`` for a message of this media type (None: it has
-    none), or InvalidEvent (malformed) / UnsupportedMedia (not one of these) naming it."""
+    none), or InvalidEvent (malformed) / UnsupportedMedia (not one of these) naming it.
+    Senders repeat their few media types: each answer is remembered (refusals are not)."""
     if content_type is None:
         if has_attributes:
             return BINARY
