@@ -21,13 +21,13 @@ LOOSE_ID = "s-02"
 
 
 def stored_events() -> list[dict[str, Any]]:
-    """Lab events, and a generic one with what encodes unlike the rest: a float extension, a
-    trace context, nested data, text outside ASCII."""
+    """Lab events, and a generic one with what encodes unlike the rest: an extension of text
+    outside ASCII with spaces, a trace context, nested data."""
     found = [lab(f"s-{n:02d}", "snack-7", n + 1) for n in range(3)]
     found.append({
         **ackledger.new_event("test.stored", {"sku": "crème", "qty": 2,
                               "tags": [{"a": [1, 2.5, None, True]}]}, source=SOURCE, id="s-03"),
-        "n": 2.5, "count": 7, "flag": True, "traceparent": f"00-{'1' * 32}-{'2' * 16}-01",
+        "n": "crème 2.5", "count": 7, "flag": True, "traceparent": f"00-{'1' * 32}-{'2' * 16}-01",
     })  # fmt: skip
     return found
 

@@ -1,23 +1,38 @@
 """The envelope against the CNCF CloudEvents SDK (``cloudevents`` 2.x, a test-only
-dependency): what we emit, the SDK parses; what the SDK emits, we accept."""
+dependency, both its v1 and its core API): what we emit, the SDK parses; what the SDK emits, we
+accept; over HTTP, a real sink applies the SDK's requests in both modes, and the SDK reads what
+the relay sends."""
 
 from __future__ import annotations
 
+import http.client
 import json
+import threading
+from collections.abc import Mapping
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
+from cloudevents.core.bindings.http import (
+    HTTPMessage,
+    from_http_event,
+    to_binary_event,
+    to_structured_event,
+)
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent as CoreEvent
-from cloudevents.v1.conversion import to_dict, to_json
+from cloudevents.v1.conversion import to_binary, to_dict, to_json, to_structured
 from cloudevents.v1.http import CloudEvent as LegacyEvent
-from cloudevents.v1.http import from_json
+from cloudevents.v1.http import from_http, from_json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ackledger import new_event, warehouse
+from ackledger import Outbox, new_event, warehouse
 from ackledger.envelope import canonical_json, content_fingerprint, validate_cloudevent
+from ackledger.ops.processes import Service, run_cli
+from tests.conftest import raw_rows
 from tests.envelopehelp import TRACEPARENT, full_event
 
 OURS = [
@@ -125,3 +140,107 @@ def test_a_round_trip_through_the_sdk_keeps_the_content(
     # The SDK adds a time of its own; time is not content, so the fingerprint holds.
     assert datetime.fromisoformat(back["time"]) <= datetime.now(UTC)
     assert content_fingerprint(back) == content_fingerprint(ours)
+
+
+# --- over HTTP: the SDKs as a sink's clients, and as the reader of what we send ---------------
+
+
+def _sdk_lab(event_id: str) -> dict[str, Any]:
+    return {"type": warehouse.TYPE, "source": "/sdk-shop", "id": event_id}
+
+
+def _post(service: Service, headers: Mapping[str, str], body: bytes | str) -> tuple[int, Any]:
+    # http.client sends the headers given and no others (urllib would add a Content-Type).
+    conn = http.client.HTTPConnection("127.0.0.1", service.port, timeout=10)
+    try:
+        conn.request("POST", "/events", body.encode() if isinstance(body, str) else body, headers)
+        answer = conn.getresponse()
+        return answer.status, json.loads(answer.read())
+    finally:
+        conn.close()
+
+
+def test_the_sdks_requests_in_both_modes_are_applied_once_by_a_real_sink(
+    sink_service: Service, sink_db: Path
+) -> None:
+    data = {"sku": "tea", "qty": 2}
+    requests: list[tuple[Mapping[str, str], bytes | str]] = []
+    # The v1 API: its HTTP event and its conversion functions (a body without Content-Type
+    # in binary mode, read as JSON; header values as they are, so ASCII only).
+    for number, convert in enumerate((to_binary, to_structured)):
+        requests.append(convert(LegacyEvent(_sdk_lab(f"v1-{number} a/x"), data)))
+    # The core API: the HTTP binding's messages (percent-encoded ce- values).
+    for number, bind in enumerate((to_binary_event, to_structured_event)):
+        message = bind(CoreEvent(_sdk_lab(f"core-{number} ü/x"), data))
+        requests.append((message.headers, message.body))
+    for headers, body in requests:
+        status, answer = _post(sink_service, headers, body)
+        assert (status, answer["status"]) == (200, "applied"), answer
+        # The same request again: a duplicate, answered as such.
+        status, answer = _post(sink_service, headers, body)
+        assert (status, answer["status"]) == (200, "duplicate"), answer
+    assert raw_rows(sink_db, "SELECT qty FROM inventory WHERE sku = 'tea'") == [(8,)]
+    ids = raw_rows(sink_db, "SELECT id FROM ackledger_inbox ORDER BY id")
+    assert ids == [("core-0 ü/x",), ("core-1 ü/x",), ("v1-0 a/x",), ("v1-1 a/x",)]
+
+
+class _SdkReader(ThreadingHTTPServer):
+    """A receiver that reads each request with the SDK (both APIs) and echoes its identity."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _SdkHandler)
+        self.read: list[tuple[Any, Any]] = []
+
+
+class _SdkHandler(BaseHTTPRequestHandler):
+    server: _SdkReader
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        headers = {name.lower(): value for name, value in self.headers.items()}
+        legacy = from_http(headers, body)
+        core = from_http_event(HTTPMessage(headers, body))
+        self.server.read.append((legacy, core))
+        answer = json.dumps(
+            {"ack": True, "id": core.get_id(), "source": core.get_source(), "status": "applied"}
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def test_the_sdks_read_what_the_relay_sends(tmp_path: Path) -> None:
+    reader = _SdkReader()
+    thread = threading.Thread(target=reader.serve_forever, daemon=True)
+    thread.start()
+    sent = [
+        warehouse.event("order-1", "snack-7", 7, source="/warehouse"),
+        full_event(),
+        new_event("com.example.text", "Hello, 🌎!", source="/t", id="t 1/ü",
+                  datacontenttype="text/plain; charset=utf-8"),
+    ]  # fmt: skip
+    try:
+        with Outbox(tmp_path / "source.db") as outbox:
+            for event in sent:
+                outbox.publish(event)
+            url = f"http://127.0.0.1:{reader.server_address[1]}/events"
+        shown = run_cli("dispatch", "--source", str(tmp_path / "source.db"), "--to", url)
+        assert shown.returncode == 0, shown.stderr
+        with Outbox(tmp_path / "source.db") as outbox:
+            assert outbox.pending() == []
+    finally:
+        reader.shutdown()
+        reader.server_close()
+    assert len(reader.read) == len(sent)
+    for event, (legacy, core) in zip(sent, reader.read, strict=True):
+        assert (core.get_id(), core.get_source(), core.get_type()) == (
+            event["id"], event["source"], event["type"],
+        )  # fmt: skip
+        assert core.get_data() == event.get("data") == legacy.get_data()
+        assert core.get_datacontenttype() == event.get("datacontenttype")
+        assert legacy["id"] == event["id"]

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ackledger import EventTypes, InvalidEvent, warehouse
-from ackledger.envelope import canonical_json, fast, validate
+from ackledger.envelope import canonical_json, validate
 from ackledger.envelope.fast import fast_encoded, fast_event
 from ackledger.envelope.validate import _validate_fully
 
@@ -110,10 +110,6 @@ def test_the_fast_text_is_the_canonical_json(attributes: dict[str, Any]) -> None
     assert quick is not None
     assert quick[0] == full(obj)
     assert quick[1] == canonical_json(quick[0])
-
-
-def test_the_printable_rule_is_the_same_pattern() -> None:
-    assert fast._UNPRINTABLE.pattern == validate._UNPRINTABLE.pattern
 
 
 def test_a_subclass_or_a_null_member_goes_the_full_way() -> None:

@@ -121,7 +121,7 @@ def test_a_name_is_registered_once(types: EventTypes) -> None:
         types.register("warehouse.stock.added", order_schema)
 
 
-@pytest.mark.parametrize("name", ["", "has space", "x" * 129, 5])
+@pytest.mark.parametrize("name", ["", "tab\there", "x" * 257, 5])
 def test_register_refuses_a_bad_name(name: Any) -> None:
     with pytest.raises(ValueError, match="name"):
         EventTypes().register(name, order_schema)

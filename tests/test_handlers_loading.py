@@ -198,9 +198,9 @@ def test_an_attribute_that_is_not_a_mapping(write_module: Write) -> None:
     ("key", "said"),
     [
         ("5", "key 5: must be a string, got int"),
-        ("'has space'", "key 'has space': must be 1-128 characters"),
-        ("''", "key '': must be 1-128 characters"),
-        ("'x' * 129", "must be 1-128 characters"),
+        ("'tab\\there'", "key 'tab\\there': must hold printable characters only"),
+        ("''", "key '': must be 1-256 characters"),
+        ("'x' * 257", "must be 1-256 characters"),
         ("None", "key None: must be a string, got NoneType"),
     ],
 )

@@ -75,9 +75,9 @@ def test_the_data_is_copied() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [
-        ({"type": "has space", "source": "/p"}, "type"),
+        ({"type": "line\nbreak", "source": "/p"}, "type"),
         ({"type": "t", "source": ""}, "source"),
-        ({"type": "t", "source": "/p", "id": "-x"}, "id"),
+        ({"type": "t", "source": "/p", "id": "nul\x00"}, "id"),
         ({"type": "t", "source": "/p", "subject": ""}, "subject"),
         ({"type": "t", "source": "/p", "partitionkey": "a\nb"}, "partitionkey"),
         ({"type": "t", "source": "/p", "time": "yesterday"}, "time"),

@@ -292,7 +292,7 @@ def test_trace_with_the_sink_down_says_it_cannot_tell(source_db: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "word"),
     [
-        (["bad id!", "--sink", "SINK"], "EVENT_ID"),
+        (["bad\tid", "--sink", "SINK"], "EVENT_ID"),
         (["a", "--sink", "http://sink.invalid:1"], "sink.invalid"),
         (["a", "--sink", "missing.db"], "missing.db"),
     ],
@@ -369,7 +369,7 @@ def test_quarantine_then_requeue_records_the_reorder(
         (["quarantine", "sent-1", "--reason", "x"], "sent"),
         (["quarantine", "held-1", "--reason", "x"], "quarantined"),
         (["quarantine", "open-1", "--reason", "  "], "reason"),
-        (["quarantine", "bad id", "--reason", "x"], "EVENT_ID"),
+        (["quarantine", "bad\tid", "--reason", "x"], "EVENT_ID"),
         (["quarantine", "open-1"], "--reason"),
         (["requeue", "nope"], "nope"),
         (["requeue", "open-1"], "pending, not quarantined"),

@@ -48,19 +48,19 @@ class Model:
     arrival: int = 0
 
     def group(self, runs: list[list[Any]]) -> list[tuple[list[str], str | None]]:
-        # A group takes one block of arrival numbers, one for each event before its run's
-        # first invalid one; events after a conflict leave theirs unused.
-        block_end = self.arrival + sum(len(self._valid_prefix(run)) for run in runs)
+        # A group takes one block of arrival numbers, one for each event of its runs with no
+        # invalid event (a run is validated whole: one invalid event refuses all of it);
+        # events after a conflict leave theirs unused.
+        block_end = self.arrival + sum(len(self._valid(run)) for run in runs)
         answers: list[tuple[list[str], str | None]] = []
         for run in runs:
             statuses: list[str] = []
             error: str | None = None
+            if not self._valid(run):
+                answers.append((statuses, "invalid"))
+                continue
             for item in run:
-                try:
-                    clean = validate_event(item)
-                except InvalidEvent:
-                    error = "invalid"
-                    break
+                clean = validate_event(item)
                 self.arrival += 1
                 row = self.inbox.get(clean["id"])
                 if row is None:
@@ -84,12 +84,13 @@ class Model:
         return answers
 
     @staticmethod
-    def _valid_prefix(run: list[Any]) -> list[Any]:
-        for n, item in enumerate(run):
+    def _valid(run: list[Any]) -> list[Any]:
+        """The run, or nothing when any of its events is invalid."""
+        for item in run:
             try:
                 validate_event(item)
             except InvalidEvent:
-                return run[:n]
+                return []
         return run
 
 
@@ -173,7 +174,7 @@ def test_groups_larger_than_one_claim_statement(target: Target) -> None:
     _replay(target, [first, runs, [again[::-1]]])
 
 
-def test_an_invalid_item_cuts_its_run_before_the_claim(target: Target) -> None:
+def test_an_invalid_item_refuses_its_run_whole_before_the_claim(target: Target) -> None:
     _replay(
         target,
         [[[ev("a"), ev("b"), {"id": "c"}, ev("d")], [ev("b"), ev("e")], [{"id": "x"}]]],
@@ -202,7 +203,7 @@ def test_receive_runs_keeps_each_run_to_itself(target: Target) -> None:
     assert [r.statuses for r in results] == [
         ["applied", "applied"],
         ["duplicate"],
-        ["applied"],
+        [],  # validated whole: its invalid event refuses all of it
         ["applied"],
     ]
     assert results[0].error is None
@@ -210,11 +211,11 @@ def test_receive_runs_keeps_each_run_to_itself(target: Target) -> None:
     assert isinstance(results[2].error, InvalidEvent)
     assert results[3].error is None
     stock = {str(sku): int(qty) for sku, qty in target.rows("SELECT sku, qty FROM inventory")}
-    assert stock == {"s": 9, "other": 5}
-    assert {r[0] for r in target.rows("SELECT id FROM ackledger_inbox")} == {"a", "b", "d", "g"}
+    assert stock == {"s": 5, "other": 5}
+    assert {r[0] for r in target.rows("SELECT id FROM ackledger_inbox")} == {"a", "b", "g"}
     counters = _counter_totals(target)
     counters.pop("sink.arrival")  # the arrival sequence (numbers for every item offered)
-    assert counters == {"sink.applied": 4, "sink.duplicate": 1, "sink.conflict": 1}
+    assert counters == {"sink.applied": 3, "sink.duplicate": 1, "sink.conflict": 1}
 
 
 def test_receive_runs_with_nothing_valid_writes_nothing(target: Target) -> None:

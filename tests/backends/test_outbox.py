@@ -90,7 +90,7 @@ INVALID: list[tuple[object, str]] = [
     ({"id": "x", "sku": "s", "qty": "3"}, "qty"),
     ({"id": "x", "sku": "s", "qty": 1.0}, "qty"),
     ({"id": "", "sku": "s", "qty": 1}, "id"),
-    ({"id": "x y", "sku": "s", "qty": 1}, "id"),
+    ({"id": "x\ny", "sku": "s", "qty": 1}, "id"),
     ({"id": "x", "sku": "s", "qty": 1, "extra": 1}, "extra"),
     ([1, 2], "event"),
 ]
@@ -151,7 +151,7 @@ def test_transaction_that_fails_keeps_neither_write(target: Target) -> None:
             raise RuntimeError("business rule broken")
         with pytest.raises(InvalidEvent), ob.transaction() as tx:
             tx.execute("INSERT INTO notes (id) VALUES (?)", ("n2",))
-            tx.enqueue({**lab("e2", "s", 1), "id": "bad id"})
+            tx.enqueue({**lab("e2", "s", 1), "id": "bad\nid"})
         assert ob.pending() == []
     assert target.rows("SELECT COUNT(*) FROM notes") == [(0,)]
     assert target.rows("SELECT COUNT(*) FROM ackledger_outbox") == [(0,)]

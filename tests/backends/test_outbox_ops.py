@@ -65,7 +65,7 @@ def test_quarantine_refuses_unknown_sent_and_already_quarantined_events_writing_
     with pytest.raises(ValueError, match=r"^reason:"):
         outbox.quarantine("c", "   ")
     with pytest.raises(ValueError, match="event_id"):
-        outbox.quarantine("bad id", "x")
+        outbox.quarantine("bad\nid", "x")
     assert target.rows("SELECT * FROM ackledger_outbox ORDER BY seq") == before
     assert _log_count(target) == 1
 

@@ -91,7 +91,7 @@ def test_bad_using_writes_nothing(target: Target, outbox: Outbox) -> None:
     conn = own_connection(target)
     try:
         with pytest.raises(InvalidEvent):
-            outbox.publish({"type": "x", "id": "bad id"}, using=conn)
+            outbox.publish({"type": "x", "id": "bad\nid"}, using=conn)
         conn.rollback()
     finally:
         conn.close()

@@ -50,11 +50,11 @@ def test_sink_service_answers_per_contract(target: Target, tmp_path: Path) -> No
         status, _, problem = post(sink.base_url, json.dumps(missing).encode())
         assert status == 400
         assert isinstance(problem, dict) and problem.get("field") == "data.qty"
-        # A structured event under another content type is refused, and changes nothing.
+        # A structured event under another media type is refused, and changes nothing.
         status, _, problem = post(
             sink.base_url, json.dumps(lab("e3", "apple", 1)).encode(), "text/plain"
         )
-        assert status == 400
+        assert status == 415
     assert target.rows("SELECT sku, qty FROM inventory") == [("apple", 4)]
     assert target.rows("SELECT source, id, receipts FROM ackledger_inbox") == [(SOURCE, "e1", 2)]
 

@@ -32,7 +32,8 @@ TO_HELP = (
     "a sink, http://HOST:PORT/events (or any path: a mounted inbox's, batches to it plus "
     "/batch); RabbitMQ, "
     "amqp://USER:PASS@HOST:PORT/VHOST?exchange=E[&routing_key=K]; or NATS JetStream, "
-    "nats://HOST:PORT?subject=PREFIX[&stream=S]"
+    "nats://HOST:PORT?subject=PREFIX[&stream=S]. A broker URL with &mode=binary publishes "
+    "binary mode (the data as the body, the attributes as headers); the default is structured"
 )
 
 

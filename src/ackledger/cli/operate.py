@@ -11,8 +11,8 @@ import json
 import sys
 import time
 
-from .._core.identifier import check_identifier
 from .._core.timestamps import utc_timestamp
+from ..envelope import check_event_id
 from ..ops.databases import is_url
 from ..ops.listings import quarantined_table, quarantined_text, requeued_lines
 from ..ops.reconcile import reconcile, reconcile_text
@@ -180,7 +180,7 @@ def _service_arg(name: str, url: str, hosts: list[str]) -> None:
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
-    check_identifier(args.event_id, "EVENT_ID", 128)
+    check_event_id(args.event_id, "EVENT_ID")
     if args.sink is not None and is_url(args.sink) and not is_postgres(args.sink):
         check_service_url(args.sink, allowed_hosts=args.allow_host)
     report = trace(
@@ -219,7 +219,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
 
 
 def cmd_quarantine(args: argparse.Namespace) -> int:
-    check_identifier(args.event_id, "EVENT_ID", 128)
+    check_event_id(args.event_id, "EVENT_ID")
     if not args.reason.strip():
         raise ValueError("--reason: must say why")
     with open_outbox(args.source) as outbox:
@@ -230,7 +230,7 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
 
 
 def cmd_requeue(args: argparse.Namespace) -> int:
-    check_identifier(args.event_id, "EVENT_ID", 128)
+    check_event_id(args.event_id, "EVENT_ID")
     with open_outbox(args.source) as outbox:
         record = outbox.requeue(args.event_id)
     print("\n".join(requeued_lines(record)))

@@ -24,12 +24,13 @@ from django.views.decorators.http import require_POST
 from ..envelope import validate_encoded
 from ..errors import Conflict, InvalidEvent, NoHandler, Rejected
 from ..sink.handler_call import NotAwaited
-from ..web.cloudevents_http import decode_batch, decode_event
+from ..web.cloudevents_http import UnsupportedMedia, decode_batch, decode_event
 from .receive import receive
 
 PROBLEMS = "https://ackledger.invalid/problems/"
 #: Refusals for good, by what the inbox raised: (status, problem type, title).
 _REFUSED: tuple[tuple[type[Exception], int, str, str], ...] = (
+    (UnsupportedMedia, 415, "unsupported-media-type", "Unsupported media type"),
     (InvalidEvent, 400, "invalid", "Invalid event"),
     (Conflict, 422, "conflict", "Conflicting content for this identity"),
     (NoHandler, 422, "no-handler", "No handler for this event type"),

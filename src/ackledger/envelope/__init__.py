@@ -12,11 +12,12 @@ from .content import (
     fingerprint_of,
     identity,
 )
-from .validate import check_source, validate_cloudevent, validate_encoded
+from .validate import check_event_id, check_source, validate_cloudevent, validate_encoded
 
 __all__ = [
     "MAX_EVENT_BYTES",
     "canonical_json",
+    "check_event_id",
     "check_source",
     "content_fingerprint",
     "fingerprint_of",

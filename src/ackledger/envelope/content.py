@@ -40,13 +40,15 @@ def content_fingerprint(event: Mapping[str, Any]) -> str:
     """A SHA-256 (hex) of the canonical JSON of everything but time, traceparent and
     tracestate: equal for every re-send of one event, different for other content.
 
-    ``datacontenttype: application/json`` (the only one accepted) says what its absence
-    says, and binary mode always sends it (the Content-Type), so it is not content either:
-    one event sent structured and then binary is the same event."""
+    ``datacontenttype: application/json`` exactly says what its absence says, and binary
+    mode sends it (the Content-Type), so it is not content either: one event sent structured
+    and then binary is the same event, and every fingerprint made before other media types
+    were accepted stays what it was. Any other media type is content: the same bytes as XML
+    and as text are different events."""
     content = {
         name: value
         for name, value in event.items()
-        if name not in NOT_CONTENT and name != "datacontenttype"
+        if name not in NOT_CONTENT and (name != "datacontenttype" or value != "application/json")
     }
     return hashlib.sha256(canonical_json(content).encode("utf-8")).hexdigest()
 

@@ -17,8 +17,9 @@ from json.encoder import encode_basestring
 from typing import Any
 
 from .._core.identifier import IDENTIFIER
+from .._core.printable import is_printable
 from ..errors import InvalidEvent
-from ..event_types import _TYPE_NAME, EventTypes
+from ..event_types import EventTypes
 from .content import canonical_json
 from .json_value import _SURROGATE, MAX_DEPTH, SAFE_INT_BITS
 from .uri_reference import is_uri_reference
@@ -28,6 +29,9 @@ _SOURCES: set[str] = set()
 #: Types repeat too: each is matched against the type pattern once.
 _KINDS: set[str] = set()
 _MAX_KNOWN = 1024
+#: The types taken here: the common reverse-DNS ones, none of whose characters JSON escapes
+#: (the full rules accept any printable type).
+_TYPE_NAME = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
 class _Slow(Exception):
@@ -141,8 +145,7 @@ def _printable(text: object) -> str:
     """``text`` if it is a subject or partitionkey the full rules accept, else _Slow."""
     if type(text) is not str or not 1 <= len(text) <= 256:
         raise _Slow
-    # Printable ASCII (no control character) holds none of the pattern's characters.
-    if not (text.isascii() and text.isprintable()) and _UNPRINTABLE.search(text):
+    if not is_printable(text):
         raise _Slow
     return text
 
@@ -151,13 +154,6 @@ def _printable(text: object) -> str:
 #: and a nested value whole.
 _QUOTE = encode_basestring
 _ENCODE = canonical_json
-
-
-# The full rules' "printable" (validate._UNPRINTABLE), repeated here to keep this module free
-# of an import cycle; tests/test_envelope_fast.py checks the two are the same pattern.
-_UNPRINTABLE = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
-)
 
 
 def _copy(value: Any, depth: int) -> Any:

@@ -46,3 +46,11 @@ def is_uri_reference(text: str) -> bool:
         except ValueError:
             return False
     return True
+
+
+_HAS_SCHEME = re.compile(_SCHEME + ":")
+
+
+def is_absolute_uri(text: str) -> bool:
+    """True if ``text`` is a URI with a scheme (``https://…``, ``urn:…``); never empty."""
+    return _HAS_SCHEME.match(text) is not None and is_uri_reference(text)

@@ -1,4 +1,5 @@
-"""The rules of a CloudEvents 1.0 event (CONTRACT section 1), checked one attribute at a time.
+"""The rules of a CloudEvents 1.0 event (CONTRACT sections 1 and 13), checked one attribute
+at a time.
 
 The first broken rule raises InvalidEvent naming its attribute, in this order: the required
 attributes, then ``datacontenttype`` and ``data`` (so a type's schema speaks before the
@@ -8,20 +9,22 @@ name, and last the size of the whole.
 
 from __future__ import annotations
 
+import binascii
 import functools
 import re
 from collections.abc import Mapping
 from typing import Any
 
-from .._core.identifier import check_identifier
+from .._core.printable import CONTROL, is_printable
 from ..errors import InvalidEvent
-from ..event_types import EventTypes, check_type_name
+from ..event_types import MAX_NAME, EventTypes, check_type_name
 from .content import MAX_EVENT_BYTES, canonical_json
 from .fast import fast_encoded
 from .json_value import check_text, copy_json, shown_name
+from .media_type import is_json_media_type, is_media_type
 from .timestamp import is_rfc3339
 from .trace_context import is_traceparent, is_tracestate
-from .uri_reference import is_uri_reference
+from .uri_reference import is_absolute_uri, is_uri_reference
 
 _KNOWN = frozenset(
     {
@@ -30,7 +33,9 @@ _KNOWN = frozenset(
         "source",
         "type",
         "datacontenttype",
+        "dataschema",
         "data",
+        "data_base64",
         "subject",
         "time",
         "partitionkey",
@@ -38,14 +43,11 @@ _KNOWN = frozenset(
         "tracestate",
     }
 )
-_EXTENSION_NAME = re.compile(r"[a-z0-9]{1,20}")
-# "Printable" is a fixed list, not str.isprintable: that one refuses characters its Python's
-# Unicode tables do not know yet, so a newer source could emit what an older sink refuses.
-# Refused: C0 and C1 controls and DEL, line and paragraph separators, bidirectional-text
-# controls (they make a log line read differently from what it holds), and surrogates.
-_UNPRINTABLE = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
-)
+_EXTENSION_NAME = re.compile(r"[a-z0-9]+")
+#: CloudEvents' Integer type: a signed 32-bit number.
+_INT32 = range(-(2**31), 2**31)
+#: Strict base64 (RFC 4648, padded), the JSON format's ``data_base64``.
+_BASE64 = re.compile(r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
 #: A text of at most this many characters is within MAX_EVENT_BYTES whatever they are (UTF-8
 #: takes at most 4 bytes a character), so its bytes need not be counted.
 _SURELY_SMALL = MAX_EVENT_BYTES // 4
@@ -82,19 +84,28 @@ def _validate_fully(obj: object, types: EventTypes) -> tuple[dict[str, Any], str
     if _string(given["specversion"], "specversion") != "1.0":
         raise InvalidEvent('specversion: must be "1.0"', field="specversion")
     event["specversion"] = "1.0"
-    event["id"] = str.__str__(check_identifier(given["id"], "id", 128))
+    event["id"] = _printable(given["id"], "id")
     event["source"] = _source(given["source"])
-    event["type"] = check_type_name(given["type"])
+    event["type"] = check_type_name(_string(given["type"], "type"))
     if "datacontenttype" in given:
-        if _string(given["datacontenttype"], "datacontenttype") != "application/json":
+        declared = _string(given["datacontenttype"], "datacontenttype")
+        if not is_media_type(declared):
             raise InvalidEvent(
-                'datacontenttype: only "application/json" is accepted', field="datacontenttype"
+                "datacontenttype: must be a media type (RFC 2046), such as application/json",
+                field="datacontenttype",
             )
-        event["datacontenttype"] = "application/json"
+        event["datacontenttype"] = declared
     _data(given, event, types)
     for name in ("subject", "partitionkey"):
         if name in given:
             event[name] = _printable(given[name], name)
+    if "dataschema" in given:
+        schema = _string(given["dataschema"], "dataschema")
+        if not is_absolute_uri(schema):
+            raise InvalidEvent(
+                "dataschema: must be a non-empty absolute URI (RFC 3986)", field="dataschema"
+            )
+        event["dataschema"] = schema
     for name, rule, form in (
         ("time", is_rfc3339, "an RFC 3339 date-time"),
         ("traceparent", is_traceparent, "a W3C traceparent"),
@@ -154,6 +165,19 @@ def check_source(value: object) -> str:
     return _source(value)
 
 
+def check_event_id(value: object, where: str = "id") -> str:
+    """``value`` if it is an event's ``id`` (InvalidEvent naming ``where`` if not): also for
+    an id that arrives alone, as a query's, before it goes near a database."""
+    return _printable(value, "id") if where == "id" else _renamed(value, where)
+
+
+def _renamed(value: object, where: str) -> str:
+    try:
+        return _printable(value, "id")
+    except InvalidEvent as exc:
+        raise InvalidEvent(where + str(exc)[2:], field=where) from None
+
+
 def _source(value: object) -> str:
     source = _string(value, "source")
     if not (1 <= len(source) <= 256 and is_uri_reference(source)):
@@ -164,43 +188,78 @@ def _source(value: object) -> str:
 
 
 def _printable(value: object, name: str) -> str:
-    text = _string(value, name)
-    if not 1 <= len(text) <= 256:
-        raise InvalidEvent(f"{name}: must be 1-256 characters, got {len(text)}", field=name)
-    if _UNPRINTABLE.search(text):
+    text = str.__str__(_string(value, name))
+    if not 1 <= len(text) <= MAX_NAME:
+        raise InvalidEvent(f"{name}: must be 1-{MAX_NAME} characters, got {len(text)}", field=name)
+    if not is_printable(text):
         raise InvalidEvent(f"{name}: must hold printable characters only", field=name)
     return text
 
 
 def _data(given: dict[str, Any], event: dict[str, Any], types: EventTypes) -> None:
-    if "data_base64" in given:
-        raise InvalidEvent(
-            "data_base64: binary data is not accepted; data must be a JSON value",
-            field="data_base64",
-        )
+    """``data`` by the declared media type: any JSON value for a JSON type (or none
+    declared), a string for any other; or bytes as ``data_base64``, never both."""
     kind = event["type"]
+    if "data_base64" in given:
+        if "data" in given:
+            raise InvalidEvent(
+                "data_base64: an event carries data or data_base64, not both", field="data_base64"
+            )
+        if kind in types:
+            raise InvalidEvent(f"data: missing (type {kind} has a schema)", field="data")
+        encoded = _string(given["data_base64"], "data_base64")
+        if not _BASE64.fullmatch(encoded):
+            raise InvalidEvent("data_base64: must be base64 (RFC 4648)", field="data_base64")
+        event["data_base64"] = encoded
+        return
     if "data" not in given:
         if kind in types:
             raise InvalidEvent(f"data: missing (type {kind} has a schema)", field="data")
         return
-    data = copy_json(given["data"], "data")
+    declared = event.get("datacontenttype")
+    if declared is None or is_json_media_type(declared):
+        data = copy_json(given["data"], "data")
+    else:
+        if not isinstance(given["data"], str):
+            raise InvalidEvent(
+                f"data: a {declared.split(';')[0]} event's data must be a string "
+                "(or bytes as data_base64)",
+                field="data",
+            )
+        data = str.__str__(check_text(given["data"], "data"))
     if kind in types:
         # The schema's answer is copied too: it may hold on to what it returned.
         data = copy_json(types.check(kind, data), "data")
     event["data"] = data
 
 
-def _extension(name: str, value: object) -> str | int | float | bool:
+def decoded_data(event: Mapping[str, Any]) -> bytes:
+    """The bytes of an event's ``data_base64`` (validated: it decodes)."""
+    return binascii.a2b_base64(event["data_base64"])
+
+
+def _extension(name: str, value: object) -> str | int | bool:
     if not _EXTENSION_NAME.fullmatch(name):
         raise InvalidEvent(
-            f"{shown_name(name)}: an extension's name must be 1-20 lowercase letters or digits",
+            f"{shown_name(name)}: an extension's name must be lowercase letters or digits",
             field=name,
         )
-    if not isinstance(value, str | int | float):  # bool is an int
-        raise InvalidEvent(
-            f"{name}: an extension's value must be a string, number or boolean, "
-            f"got {type(value).__name__}",
-            field=name,
-        )
-    copied: str | int | float | bool = copy_json(value, name)
-    return copied
+    if isinstance(value, str):
+        text = check_text(value, name)
+        if CONTROL.search(text):
+            raise InvalidEvent(f"{name}: must hold no control characters", field=name)
+        return str.__str__(text)
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        if value not in _INT32:
+            raise InvalidEvent(
+                f"{name}: an extension's integer must be within the signed 32-bit range",
+                field=name,
+            )
+        return int(value)
+    raise InvalidEvent(
+        f"{name}: an extension's value must be a string, an integer or a boolean, "
+        f"got {type(value).__name__}",
+        field=name,
+    )

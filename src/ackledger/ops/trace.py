@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .._core.identifier import check_identifier
 from .._core.timestamps import utc_timestamp
+from ..envelope import check_event_id
 from ..errors import AckledgerError
 from ..relay.leases import lease_words
 from ..sink.inbox import DEFAULT_NAME, Inbox
@@ -110,7 +110,7 @@ def trace(
     sink or of a broker's consumer (its inbox ``inbox_name``); without it the sink's stage is
     not asked. ``via`` is the
     relay target behind the outbox's state (see ``ops.ack_kinds``), or None."""
-    check_identifier(event_id, "event_id", 128)
+    check_event_id(event_id, "event_id")
     with Outbox(source) as outbox:
         source_shown = outbox.backend.location
         order = outbox.order(event_id)

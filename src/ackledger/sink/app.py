@@ -14,14 +14,14 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from starlette.requests import Request
 from starlette.types import ASGIApp
 
 from .._core.failures import refusal_of
-from .._core.identifier import check_identifier
-from ..envelope import check_source
+from ..envelope import check_event_id, check_source
 from ..errors import AckledgerError, InvalidEvent
 from ..store import database_errors
 from ..web.answers import (
@@ -30,6 +30,7 @@ from ..web.answers import (
     json_answer,
     problem_answer,
     problem_body,
+    refused_message,
     too_large_answer,
     unavailable_answer,
 )
@@ -44,7 +45,7 @@ from ..web.openapi import METRICS, READYZ, DocumentedRoute
 from ..web.routing import build_app
 from . import openapi as api
 from .handler_call import NotAwaited
-from .inbox import BatchResult, Inbox
+from .inbox import BatchResult, Inbox, InvalidItem
 from .retention_metrics import RetentionMetrics
 
 MAX_BATCH = api.MAX_BATCH
@@ -76,19 +77,23 @@ class _Ack(Answer):
 
 def _ack_body(event: dict[str, Any], status: str) -> bytes:
     """``json_answer({"ack": True, "id", "source", "status"})``'s body, formatted directly:
-    the event passed validation, and ids, sources (URI-references) and statuses use only
-    characters that JSON never escapes, so the bytes are the same (one encode of the text,
-    not one of each part)."""
-    event_id, source = event["id"], event["source"]
-    return f'{{"ack":true,"id":"{event_id}","source":"{source}","status":"{status}"}}'.encode()
+    the event passed validation; sources (URI-references) and statuses use only characters
+    that JSON never escapes, and an id is quoted as the encoder quotes it, so the bytes are
+    the same (one encode of the text, not one of each part)."""
+    event_id, source = _QUOTE(event["id"]), event["source"]
+    return f'{{"ack":true,"id":{event_id},"source":"{source}","status":"{status}"}}'.encode()
 
 
 def _ack_item(event: Any, status: str) -> bytes:
-    return b'{"id":"%s","source":"%s","ack":true,"status":"%s"}' % (
-        event["id"].encode(),
+    return b'{"id":%s,"source":"%s","ack":true,"status":"%s"}' % (
+        _QUOTE(event["id"]).encode(),
         event["source"].encode(),
         status.encode(),
     )
+
+
+#: JSON's quoting of a string, as ``json.dumps`` does it (C-accelerated).
+_QUOTE = encode_basestring_ascii
 
 
 def _batch_acks_body(items: Sequence[Any], statuses: Sequence[str]) -> bytes:
@@ -175,7 +180,7 @@ def _decoded(headers: Headers, body: bytes | None, decode: Callable[[Headers, by
     try:
         return decode(headers, body)
     except InvalidEvent as exc:
-        return invalid_answer(str(exc), exc.field)
+        return refused_message(exc)
 
 
 def create_sink_app(inbox: Inbox, *, prefix: str = "", own_thread: bool = False) -> ASGIApp:
@@ -209,7 +214,7 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "", own_thread: bool = False)
         try:
             obj: Any = decode_event(headers, body)
         except InvalidEvent as exc:
-            return invalid_answer(str(exc), exc.field)
+            return refused_message(exc)
         if thread is not None:
             # Everything else in the inbox's thread: the read by key is a database call too.
             return await _submitted(group, [obj], lambda result: _event_ack(obj, result))
@@ -230,12 +235,19 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "", own_thread: bool = False)
         items = _decoded(headers, body, decode_batch)
         if isinstance(items, Answer):
             return items
-        if not isinstance(items, list) or not 1 <= len(items) <= MAX_BATCH:
-            return invalid_answer(f"body: must be a JSON list of 1-{MAX_BATCH} events", "body")
+        if not items:
+            return _Ack(b'{"acks":[]}')
+        if len(items) > MAX_BATCH:
+            return invalid_answer(f"body: must be a JSON list of 0-{MAX_BATCH} events", "body")
 
         def finish(result: BatchResult) -> Answer:
             if result.error is None:
                 return _Ack(_batch_acks_body(items, result.statuses))
+            if isinstance(result.error, InvalidEvent):
+                # Validated whole before anything was applied: the batch is refused.
+                refused = result.error
+                index = refused.index if isinstance(refused, InvalidItem) else 0
+                return invalid_answer(f"[{index}] {refused}", refused.field, index=index)
             acks = [
                 {"id": item["id"], "source": item["source"], "ack": True, "status": status}
                 for item, status in zip(items, result.statuses, strict=False)
@@ -254,7 +266,7 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "", own_thread: bool = False)
     async def get_event(request: Request) -> Answer:
         event_id = request.path_params["event_id"]
         try:
-            check_identifier(event_id, "id", 128)
+            check_event_id(event_id)
         except AckledgerError as exc:
             return invalid_answer(str(exc), "id")
         source = request.query_params.get("source")

@@ -18,7 +18,7 @@ import re
 import signal
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import FrameType
 from urllib.parse import parse_qsl, quote, unquote
@@ -26,9 +26,9 @@ from urllib.parse import parse_qsl, quote, unquote
 from .._core.backoff import Backoff
 from .._core.failures import TRANSIENT, kind_of_error
 from .._core.logline import log_event
-from .._core.strict_json import parse_strict_json
 from ..envelope import MAX_EVENT_BYTES
-from ..errors import UnsafeTarget
+from ..envelope.message import AMQP_PREFIXES, decode_broker_message
+from ..errors import InvalidEvent, UnsafeTarget
 from ..store import database_errors
 from ..store.refused import refusal_key
 from ..wire.targets import check_host, split_url
@@ -48,7 +48,6 @@ DEFAULT_IN_FLIGHT = 16
 #: A body is refused unread past this: valid events are at most MAX_EVENT_BYTES canonical, and
 #: a sender's JSON may be looser, but not by this much.
 MAX_BODY_BYTES = 4 * MAX_EVENT_BYTES
-_STRUCTURED_TYPES = frozenset({"application/cloudevents+json", "application/json"})
 #: JetStream stream and consumer names: no whitespace, dots, wildcards or path separators.
 _NATS_NAME = re.compile(r"[A-Za-z0-9_-]{1,255}")
 
@@ -196,21 +195,20 @@ def judge(
     inbox: Inbox,
     body: bytes,
     content_type: str | None = None,
+    headers: Mapping[str, object] | None = None,
+    prefixes: tuple[str, ...] = AMQP_PREFIXES,
+    *,
     receive: Callable[[object], str] | None = None,
 ) -> Verdict:
-    """Apply one structured-mode message through ``inbox`` (or ``receive``, a framework's way
-    into the same inbox: Django's handlers take its connection); never raises for the
-    message."""
-    if content_type:
-        media = content_type.split(";", 1)[0].strip().lower()
-        if media not in _STRUCTURED_TYPES:
-            return Verdict(REJECTED, f"content type {media!r} is not a structured-mode event")
+    """Apply one message, structured or binary mode, through ``inbox`` (or ``receive``, a
+    framework's way into the same inbox: Django's handlers take its connection); never raises
+    for the message. ``headers`` are the message's (its ``prefixes`` name attribute headers)."""
     if len(body) > MAX_BODY_BYTES:
         return Verdict(REJECTED, f"body: {len(body)} bytes, more than {MAX_BODY_BYTES}")
     try:
-        obj = parse_strict_json(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        return Verdict(REJECTED, f"body: not JSON ({type(exc).__name__})")
+        obj = decode_broker_message(content_type or None, headers, body, prefixes)
+    except InvalidEvent as exc:
+        return Verdict(REJECTED, str(exc))
     event_id, source = _identity(obj)
     try:
         # ``awaiting``: an async handler is awaited here, in the consumer's own thread,
@@ -311,8 +309,14 @@ class Consumer:
     after_refusal: Callable[[Verdict], object] | None = None
     _retries: OrderedDict[str, Backoff] = field(default_factory=OrderedDict, repr=False)
 
-    def handle(self, body: bytes, content_type: str | None = None) -> Verdict:
-        verdict = judge(self.inbox, body, content_type)
+    def handle(
+        self,
+        body: bytes,
+        content_type: str | None = None,
+        headers: Mapping[str, object] | None = None,
+        prefixes: tuple[str, ...] = AMQP_PREFIXES,
+    ) -> Verdict:
+        verdict = judge(self.inbox, body, content_type, headers, prefixes)
         if verdict.outcome == REJECTED:
             try:
                 record_refusal(self.inbox, verdict, body, content_type)

@@ -127,7 +127,7 @@ def _consume(connection: Any, source: AmqpSource, consumer: Consumer) -> None:
             if consumer.stop.requested:
                 break
             continue
-        verdict = consumer.handle(body, properties.content_type)
+        verdict = consumer.handle(body, properties.content_type, properties.headers)
         tag = method.delivery_tag
         if verdict.committed:
             channel.basic_ack(tag)

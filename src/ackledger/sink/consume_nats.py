@@ -23,6 +23,7 @@ from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from .._core.logline import log_event
+from ..envelope.message import CE_PREFIXES
 from .consume import FAILED, REJECTED, Consumer, NatsSource, describe, logger
 
 #: How long one fetch waits for messages: how late an idle consumer sees a stop request.
@@ -177,9 +178,11 @@ async def _loop(
                 return None
             if consumer.inbox.runs_user_code:
                 # A user's handler runs in a worker thread, never on this event loop.
-                verdict = await asyncio.to_thread(consumer.handle, message.data)
+                verdict = await asyncio.to_thread(
+                    consumer.handle, message.data, None, message.headers, CE_PREFIXES
+                )
             else:
-                verdict = consumer.handle(message.data)
+                verdict = consumer.handle(message.data, None, message.headers, CE_PREFIXES)
             if verdict.committed:
                 await message.ack()
             elif verdict.outcome == REJECTED:

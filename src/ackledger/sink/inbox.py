@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from .. import plugins
 from .._core.text import has_control
 from ..envelope import fingerprint_of, validate_encoded
-from ..errors import AckledgerError, NoHandler
+from ..errors import AckledgerError, InvalidEvent, NoHandler
 from ..event_types import EventTypes, check_type_name
 from ..store.borrowed import borrow
 from ..store.borrowed_async import run_borrowed_awaiting
@@ -125,6 +125,14 @@ def check_name(name: object) -> str:
     return name
 
 
+class InvalidItem(InvalidEvent):
+    """An invalid event of a batch, which refuses the batch whole; ``index`` is its place."""
+
+    def __init__(self, index: int, cause: InvalidEvent) -> None:
+        super().__init__(str(cause), field=cause.field)
+        self.index = index
+
+
 class Inbox(Database):
     def __init__(
         self,
@@ -198,14 +206,23 @@ class Inbox(Database):
         return Item(event, fingerprint_of(event, text), handler, (event["source"], event["id"]))
 
     def _prepared(self, events: Sequence[object], awaiting: bool) -> Prepared:
-        """The events before the first invalid or unhandled one, prepared, and its error."""
+        """The events before the first unhandled one, prepared, and its error. The run is
+        validated whole first: one invalid event anywhere refuses all of it (InvalidItem),
+        so nothing of a batch with a malformed item is applied."""
         items: list[Item] = []
-        for obj in events:
+        refused: AckledgerError | None = None
+        for index, obj in enumerate(events):
             try:
-                items.append(self._prepare(obj, awaiting))
+                if refused is None:
+                    items.append(self._prepare(obj, awaiting))
+                else:
+                    validate_encoded(obj, types=self._types)
+            except InvalidEvent as exc:
+                # Alone, the event's own refusal; in a batch, naming its place.
+                return [], exc if len(events) == 1 else InvalidItem(index, exc)
             except AckledgerError as exc:
-                return items, exc
-        return items, None
+                refused = exc
+        return items, refused
 
     def receive(self, event: object, *, using: object = None) -> str:
         """Apply ``event`` once; returns ``"applied"`` or ``"duplicate"``. Raises Conflict,
@@ -263,8 +280,10 @@ class Inbox(Database):
     def receive_batch(self, events: Sequence[object]) -> BatchResult:
         """Apply a list of events in order in ONE transaction, stopping at the first that fails.
 
-        Validation happens before the transaction; the prefix before a failing item is
-        committed, the failing item and everything after it are not applied.
+        All of them are validated before the transaction: an invalid one anywhere is the
+        error (``InvalidItem``, naming its index) and nothing is applied. Otherwise the prefix
+        before a refused or failing item is committed, that item and everything after it are
+        not applied.
         """
         return self.receive_runs([events])[0]
 

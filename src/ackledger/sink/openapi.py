@@ -8,25 +8,48 @@ from typing import Any
 from ..web.openapi import Operation, json_response, problem, replayed_header
 
 MAX_BATCH = 16
-_ID = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"}
+#: Printable text (no control characters) of 1-256 characters: an id, a type, a subject.
+_PRINTABLE = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 256,
+    "pattern": "^[^\\x00-\\x1f\\x7f-\\x9f]+$",
+}
+_ID = _PRINTABLE
 
 EVENT_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "description": "A CloudEvents 1.0 event in structured mode (CONTRACT v2 section 1)",
+    "description": "A CloudEvents 1.0 event in structured mode (CONTRACT sections 1, 13)",
     "required": ["specversion", "id", "source", "type"],
     "properties": {
         "specversion": {"const": "1.0"},
         "id": _ID,
         "source": {"type": "string", "minLength": 1, "maxLength": 256},
-        "type": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$"},
-        "subject": {"type": "string", "minLength": 1, "maxLength": 256},
+        "type": _PRINTABLE,
+        "subject": _PRINTABLE,
         "time": {"type": "string", "format": "date-time"},
-        "datacontenttype": {"const": "application/json"},
+        "datacontenttype": {
+            "type": "string",
+            "description": "any media type, kept as sent: a JSON one carries any JSON value "
+            "in data, any other a string in data or bytes in data_base64",
+        },
+        "dataschema": {"type": "string", "format": "uri", "minLength": 1},
         "data": {},
+        "data_base64": {"type": "string", "contentEncoding": "base64"},
         "partitionkey": {"type": "string", "minLength": 1, "maxLength": 256},
         "traceparent": {"type": "string"},
         "tracestate": {"type": "string"},
     },
+    "additionalProperties": {
+        "description": "extensions: lowercase letters and digits; a string without control "
+        "characters, a boolean or a signed 32-bit integer",
+        "oneOf": [
+            {"type": "string"},
+            {"type": "boolean"},
+            {"type": "integer", "minimum": -(2**31), "maximum": 2**31 - 1},
+        ],
+    },
+    "propertyNames": {"pattern": "^[a-z0-9]+$|^data_base64$"},
 }
 _STATUS = {"enum": ["applied", "duplicate"]}
 _ACK = {
@@ -74,12 +97,14 @@ _TOO_LARGE = problem("a body over 64 KiB (a batch: 16 x 64 KiB); nothing was rea
 POST_EVENT: Operation = {
     "summary": "Apply an event once",
     "description": "Structured mode (application/cloudevents+json) or binary mode (ce-* "
-    "headers with application/json data). Answered only after the commit that applied it.",
+    "headers, percent-encoded; the body is the data, of any media type, which is kept as "
+    "the datacontenttype; a body without a Content-Type is JSON). Answered only after the "
+    "commit that applied it.",
     "requestBody": {
         "required": True,
         "content": {
             "application/cloudevents+json": {"schema": EVENT_SCHEMA},
-            "application/json": {
+            "*/*": {
                 "schema": {"description": "binary mode: the event's data; its attributes "
                            "are ce-* headers"},
             },
@@ -87,8 +112,11 @@ POST_EVENT: Operation = {
     },
     "responses": {
         "200": json_response("the ACK: applied, or a duplicate", _ACK, headers=replayed_header()),
-        "400": problem("invalid JSON or event, or another content type; nothing changed"),
+        "400": problem("invalid JSON or event, or a malformed Content-Type; nothing changed"),
         "413": _TOO_LARGE,
+        "415": problem("another event format (application/cloudevents+avro, ...), a charset "
+                       "other than UTF-8 for JSON, or a body without ce-* headers that is no "
+                       "structured event; nothing changed"),
         "422": problem("same identity with other content, no handler, or the handler "
                        "rejected it (the problem's type says which); nothing changed"),
         "503": _UNAVAILABLE,
@@ -96,7 +124,11 @@ POST_EVENT: Operation = {
 }  # fmt: skip
 
 POST_BATCH: Operation = {
-    "summary": f"Apply 1-{MAX_BATCH} events in order",
+    "summary": f"Apply 0-{MAX_BATCH} events in order",
+    "description": "Every item is validated before any is applied: an invalid one refuses "
+    "the batch (400, nothing applied). Then the items are applied in order up to the first "
+    "one refused or failed (its problem is the answer's error). An empty batch is 200 with "
+    "no ACKs.",
     "requestBody": {
         "required": True,
         "content": {
@@ -104,7 +136,7 @@ POST_BATCH: Operation = {
                 "schema": {
                     "type": "array",
                     "items": EVENT_SCHEMA,
-                    "minItems": 1,
+                    "minItems": 0,
                     "maxItems": MAX_BATCH,
                 }
             }
@@ -119,8 +151,12 @@ POST_BATCH: Operation = {
                 "properties": {"acks": {"type": "array", "items": _ACK}, "error": _BATCH_ERROR},
             },
         ),
-        "400": problem(f"not a JSON list of 1-{MAX_BATCH} valid events; nothing applied"),
+        "400": problem(
+            f"not a JSON list of 0-{MAX_BATCH} valid events (the problem's index "
+            "names the invalid item); nothing applied"
+        ),
         "413": _TOO_LARGE,
+        "415": problem("not application/cloudevents-batch+json; nothing applied"),
         "503": _UNAVAILABLE,
     },
 }

@@ -72,7 +72,7 @@ def replay(
             refused_no, REFUSED_AGAIN, f"only {len(row['message'])} of its "
             f"{row['message_bytes']} bytes were kept; it cannot be replayed from here",
         )  # fmt: skip
-    verdict = judge(inbox, row["message"], row["content_type"], receive)
+    verdict = judge(inbox, row["message"], row["content_type"], receive=receive)
     if verdict.committed:
         with inbox.backend.write() as tx:
             tx.refused_delete(refused_no)

@@ -20,10 +20,9 @@ from .. import plugins
 from .._core.duration import MAX_SECONDS
 from .._core.exact import is_int, is_number
 from .._core.idempotency import Outcome
-from .._core.identifier import check_identifier
 from .._core.telemetry import with_trace_context
 from .._core.text import breaks_line, has_control
-from ..envelope import fingerprint_of, validate_cloudevent, validate_encoded
+from ..envelope import check_event_id, fingerprint_of, validate_cloudevent, validate_encoded
 from ..errors import Conflict, InvalidEvent
 from ..event_types import EventTypes
 from ..store import Tx
@@ -104,7 +103,7 @@ REORDER_IDS_KEPT = 1000  # the reorder record names this many overtaking ids, th
 
 
 def _check_event_id(event_id: object) -> str:
-    return check_identifier(event_id, "event_id", 128)
+    return check_event_id(event_id, "event_id")
 
 
 MAX_REASON = 2000

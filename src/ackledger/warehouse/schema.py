@@ -54,9 +54,15 @@ def check_data(data: Any) -> dict[str, Any]:
 
 def event(id: str, sku: str, qty: int, *, source: str = SOURCE) -> dict[str, Any]:
     """A validated ``warehouse.stock.added`` event; its subject and partitionkey are the sku,
-    so one sku's events keep their order and other skus' events need not wait for them."""
+    so one sku's events keep their order and other skus' events need not wait for them.
+    Its id keeps v1's identifier rule (the lab's orders are v1's)."""
     return new_event(
-        TYPE, {"sku": sku, "qty": qty}, source=source, id=id, subject=sku, partitionkey=sku
+        TYPE,
+        {"sku": sku, "qty": qty},
+        source=source,
+        id=check_identifier(id, "id", 128),
+        subject=sku,
+        partitionkey=sku,
     )
 
 

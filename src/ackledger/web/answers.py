@@ -14,6 +14,7 @@ from typing import Any
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from ..envelope.message import UnsupportedMedia
 from ..errors import InvalidEvent
 from .bodies import MAX_BODY_BYTES, BodyTooLarge
 
@@ -89,6 +90,17 @@ def invalid_answer(detail: str, field: str | None, **extra: Any) -> Answer:
     if field:
         extra["field"] = field
     return problem_answer(400, "invalid", "Invalid request", detail, **extra)
+
+
+def refused_message(exc: InvalidEvent, **extra: Any) -> Answer:
+    """The answer to a message that cannot be read: 415 for a media type that is not taken
+    (``UnsupportedMedia``), else 400 naming the field."""
+    if isinstance(exc, UnsupportedMedia):
+        detail = str(exc)
+        return problem_answer(
+            415, "unsupported-media-type", "Unsupported media type", detail, field=exc.field
+        )
+    return invalid_answer(str(exc), exc.field, **extra)
 
 
 def bad_input(exc: BodyTooLarge | ValueError, **extra: Any) -> Answer:

@@ -31,6 +31,7 @@ from pika import spec
 from pika.adapters.select_connection import SelectConnection
 
 from ..envelope import canonical_json, validate_cloudevent
+from ..envelope.message import NOT_BINARY_HEADERS, binary_body
 from ..errors import NotAcknowledged
 from .amqp_target import AmqpTarget, check_amqp_target
 from .sender import Refusal
@@ -47,8 +48,8 @@ _BROKEN_CLOSE_WAIT_S = 0.2
 _MAX_LONG = 2**63 - 1
 
 #: Not attributes of an event: its data is the body, and the outbox's ``seq`` is its own.
-_NOT_HEADERS = frozenset({"data", "seq"})
-_DATA = frozenset({"data"})
+_NOT_HEADERS = frozenset({"data", "data_base64", "seq"})
+_DATA = frozenset({"data", "data_base64"})
 #: (routing key, body, properties, message id): one message ready to publish.
 Message = tuple[str, bytes, Any, str]
 
@@ -447,6 +448,10 @@ class AmqpSender:
         """The message of a valid event whose JSON is ``body``; ``skip``: the names that
         are not headers (a stored event's ``seq`` is the outbox's, a given one's is an
         attribute)."""
+        content_type: str | None = CONTENT_TYPE
+        if self.target.binary:
+            content_type, body = binary_body(event)
+            skip = skip | NOT_BINARY_HEADERS
         headers = {
             f"cloudEvents:{name}": _header_value(value)
             for name, value in event.items()
@@ -457,7 +462,7 @@ class AmqpSender:
             if name in event:
                 headers[name] = event[name]
         props = pika.BasicProperties(
-            content_type=CONTENT_TYPE,
+            content_type=content_type,
             delivery_mode=2,
             message_id=event["id"],
             type=event["type"],

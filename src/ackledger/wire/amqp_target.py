@@ -1,4 +1,5 @@
-"""Where an AMQP publish may go: ``amqp://USER:PASS@HOST:PORT/VHOST?exchange=E[&routing_key=K]``.
+"""Where an AMQP publish may go:
+``amqp://USER:PASS@HOST:PORT/VHOST?exchange=E[&routing_key=K][&mode=binary]``.
 
 Parsed and checked against the allow-list before any connection or name look-up, like every
 target (``targets``). The password is kept apart from everything that may be printed: the
@@ -15,7 +16,9 @@ from ..errors import UnsafeTarget
 from .targets import check_host, split_url
 
 DEFAULT_PORT = 5672
-_QUERY_KEYS = ("exchange", "routing_key")
+_QUERY_KEYS = ("exchange", "routing_key", "mode")
+#: The content modes a sender can publish in: structured (the default) or binary.
+MODES = ("structured", "binary")
 # AMQP 0-9-1 short strings (exchange, routing key, vhost) are at most 255 bytes.
 _MAX_SHORT = 255
 
@@ -30,6 +33,8 @@ class AmqpTarget:
     exchange: str
     #: None: each event's type is its routing key.
     routing_key: str | None
+    #: Binary content mode: the body is the event's data, its attributes headers.
+    binary: bool = False
 
     @property
     def shown(self) -> str:
@@ -38,6 +43,8 @@ class AmqpTarget:
         query = f"exchange={self.exchange}"
         if self.routing_key is not None:
             query += f"&routing_key={self.routing_key}"
+        if self.binary:
+            query += "&mode=binary"
         vhost = "%2F" if self.vhost == "/" else self.vhost
         return f"amqp://{self.user}:***@{host}:{self.port}/{vhost}?{query}"
 
@@ -78,7 +85,16 @@ def check_amqp_target(url: object, allowed_hosts: Iterable[str] | None = None) -
         password=unquote(parts.password) if parts.password is not None else "guest",
         exchange=exchange,
         routing_key=routing_key,
+        binary=content_mode(query) == "binary",
     )
+
+
+def content_mode(query: dict[str, str]) -> str:
+    """The ``mode`` query parameter of a broker target: structured (the default) or binary."""
+    mode = query.get("mode", "structured")
+    if mode not in MODES:
+        raise UnsafeTarget(f"url: mode must be structured or binary, got {mode!r}")
+    return mode
 
 
 def _query(text: str) -> dict[str, str]:
@@ -91,7 +107,7 @@ def _query(text: str) -> dict[str, str]:
     unknown = sorted(set(pairs) - set(_QUERY_KEYS))
     if unknown:
         raise UnsafeTarget(
-            f"url: unknown query parameter {unknown[0]!r} (known: exchange, routing_key)"
+            f"url: unknown query parameter {unknown[0]!r} (known: exchange, routing_key, mode)"
         )
     found: dict[str, str] = {}
     for name, values in pairs.items():

@@ -28,15 +28,16 @@ import itertools
 import json
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._core.extras import needing_extra
 from ..envelope import canonical_json, validate_cloudevent
+from ..envelope.message import binary_body
 from ..errors import AckledgerError, NotAcknowledged
 from .loop_thread import LoopThread
-from .nats_target import STORED_SKIP, check_nats_target, headers_of, subject_of
+from .nats_target import GIVEN_SKIP, STORED_SKIP, check_nats_target, headers_of, subject_of
 from .sender import Refusal
 from .stored import Stored
 from .targets import check_timeout
@@ -204,16 +205,19 @@ class NatsSender:
         self._loop.stop()
 
     def _stored_message(self, event: Stored) -> Message:
-        attributes = event.attributes
-        return (
-            subject_of(self.target.prefix, attributes),
-            event.text.encode(),
-            headers_of(attributes, self.target.stream, STORED_SKIP),
-        )
+        return self._of(event.attributes, event.text, STORED_SKIP)
 
     def _message(self, event: dict[str, Any]) -> Message:
+        return self._of(event, canonical_json(event), GIVEN_SKIP)
+
+    def _of(self, event: Mapping[str, Any], text: str, skip: frozenset[str]) -> Message:
+        """The message of a valid event whose canonical JSON is ``text``: structured, or
+        binary (the data as the body) when the target says so."""
         subject = subject_of(self.target.prefix, event)
-        return subject, canonical_json(event).encode(), headers_of(event, self.target.stream)
+        if self.target.binary:
+            content_type, body = binary_body(event)
+            return subject, body, headers_of(event, self.target.stream, skip, content_type)
+        return subject, text.encode(), headers_of(event, self.target.stream, skip)
 
     async def _round(self, messages: list[Message]) -> list[BaseException | None]:
         """Publish in order, then wait for the PubAcks together: per message, None for an

@@ -1,9 +1,11 @@
 """Where a ``nats://`` URL sends an event, and what the message carries.
 
-``nats://[USER:PASS@]HOST:PORT?subject=PREFIX[&stream=S]`` is checked before any connection
-or name look-up (loopback, or a host given explicitly); the password is kept apart from the
-URL that is shown. An event goes to ``PREFIX.<type>``, its CloudEvents attributes as ``ce-``
-headers and ``Nats-Msg-Id = "<source> <id>"`` (JetStream's duplicate window drops a re-send).
+``nats://[USER:PASS@]HOST:PORT?subject=PREFIX[&stream=S][&mode=binary]`` is checked before
+any connection or name look-up (loopback, or a host given explicitly); the password is kept
+apart from the URL that is shown. An event goes to ``PREFIX.<type>``, its CloudEvents
+attributes as ``ce-`` headers (percent-encoded as the HTTP binding says) and
+``Nats-Msg-Id = "<source> <id>"`` (JetStream's duplicate window drops a re-send); the body
+is the structured event, or in binary mode its data, with its media type as ``content-type``.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
+from ..envelope.message import NOT_BINARY_HEADERS
 from ..errors import InvalidEvent, UnsafeTarget
+from .amqp_target import content_mode
 from .targets import check_host, split_url
 
 DEFAULT_PORT = 4222
@@ -25,9 +29,11 @@ STRUCTURED = "application/cloudevents+json"
 _TOKEN = re.compile(r"[!-~]+")
 _STREAM = re.compile(r"[!-~]{1,255}")
 _NOT_IN_STREAM_NAME = frozenset(".*>/\\")
-# Header values: printable ASCII but '%' and '"', as the CloudEvents HTTP binding keeps them;
-# everything else is percent-encoded (a CR or LF would end the header block).
-_HEADER_SAFE = frozenset(chr(c) for c in range(0x20, 0x7F)) - {"%", '"'}
+# Header values: printable ASCII but space, '%' and '"', as the CloudEvents HTTP binding keeps
+# them; everything else is percent-encoded (a CR or LF would end the header block).
+_HEADER_SAFE = frozenset(chr(c) for c in range(0x21, 0x7F)) - {"%", '"'}
+# The dedup id keeps its space: it is no attribute, and a re-send must carry the same id.
+_MSG_ID_SAFE = _HEADER_SAFE | {" "}
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,8 @@ class NatsTarget:
     # Never shown: repr and messages name the host only.
     user: str | None = field(default=None, repr=False)
     password: str | None = field(default=None, repr=False)
+    #: Binary content mode: the body is the event's data, its attributes headers.
+    binary: bool = False
 
     @property
     def server(self) -> str:
@@ -63,10 +71,10 @@ def check_nats_target(url: object, allowed_hosts: Iterable[str] | None = None) -
         raise _refuse(f"a nats:// URL has no path, got {parts.path!r}")
     if parts.fragment:
         raise _refuse("a fragment is not allowed")
-    prefix, stream = _query(parts.query)
+    prefix, stream, binary = _query(parts.query)
     user = unquote(parts.username) if parts.username is not None else None
     password = unquote(parts.password) if parts.password is not None else None
-    return NatsTarget(host, port or DEFAULT_PORT, prefix, stream, user, password)
+    return NatsTarget(host, port or DEFAULT_PORT, prefix, stream, user, password, binary)
 
 
 def _hosts(allowed_hosts: Iterable[str] | None) -> tuple[str, ...]:
@@ -77,14 +85,14 @@ def _hosts(allowed_hosts: Iterable[str] | None) -> tuple[str, ...]:
     return hosts
 
 
-def _query(query: str) -> tuple[str, str | None]:
+def _query(query: str) -> tuple[str, str | None, bool]:
     try:
         fields = parse_qs(query, keep_blank_values=True, strict_parsing=bool(query))
     except ValueError:
         raise _refuse("the query cannot be parsed; give ?subject=PREFIX[&stream=S]") from None
-    unknown = sorted(set(fields) - {"subject", "stream"})
+    unknown = sorted(set(fields) - {"subject", "stream", "mode"})
     if unknown:
-        raise _refuse(f"unknown query parameter {unknown[0]!r} (only subject and stream)")
+        raise _refuse(f"unknown query parameter {unknown[0]!r} (only subject, stream and mode)")
     for name, values in fields.items():
         if len(values) > 1:
             raise _refuse(f"{name} is given {len(values)} times")
@@ -104,7 +112,8 @@ def _query(query: str) -> tuple[str, str | None]:
         raise _refuse(
             f"stream {stream!r} is not a stream name (1-255 printable characters, no . * > / \\)"
         )
-    return prefix, stream
+    mode = content_mode({name: values[0] for name, values in fields.items()})
+    return prefix, stream, mode == "binary"
 
 
 def subject_of(prefix: str, event: Mapping[str, Any]) -> str:
@@ -115,35 +124,39 @@ def subject_of(prefix: str, event: Mapping[str, Any]) -> str:
     return f"{prefix}.{kind}"
 
 
-def _header_value(value: object) -> str:
+def _header_value(value: object, safe: frozenset[str] = _HEADER_SAFE) -> str:
     if isinstance(value, bool):
         text = "true" if value else "false"
     elif isinstance(value, str):
         text = value
     else:
         text = str(value)
-    if all(ch in _HEADER_SAFE for ch in text):
+    if all(ch in safe for ch in text):
         return text
     return "".join(
-        ch if ch in _HEADER_SAFE else "".join(f"%{b:02X}" for b in ch.encode("utf-8"))
-        for ch in text
+        ch if ch in safe else "".join(f"%{b:02X}" for b in ch.encode("utf-8")) for ch in text
     )
 
 
 #: The names of a given event that are not ``ce-`` headers; a stored one has the outbox's
 #: ``seq`` besides (``wire/stored.py``).
-GIVEN_SKIP = frozenset({"data"})
-STORED_SKIP = frozenset({"data", "seq"})
+GIVEN_SKIP = frozenset({"data", "data_base64"})
+STORED_SKIP = frozenset({"data", "data_base64", "seq"})
 
 
 def headers_of(
-    event: Mapping[str, Any], stream: str | None = None, skip: frozenset[str] = GIVEN_SKIP
+    event: Mapping[str, Any],
+    stream: str | None = None,
+    skip: frozenset[str] = GIVEN_SKIP,
+    content_type: str | None = STRUCTURED,
 ) -> dict[str, str]:
-    """The message headers: the dedup id, the content type, and every attribute as ``ce-``."""
-    headers = {
-        "Nats-Msg-Id": _header_value(f"{event['source']} {event['id']}"),
-        "content-type": STRUCTURED,
-    }
+    """The message headers: the dedup id, the content type (binary mode: the data's, if
+    any), and every attribute as ``ce-``."""
+    headers = {"Nats-Msg-Id": _header_value(f"{event['source']} {event['id']}", _MSG_ID_SAFE)}
+    if content_type is not None:
+        headers["content-type"] = content_type
+    if content_type != STRUCTURED:
+        skip = skip | NOT_BINARY_HEADERS
     for name, value in event.items():
         if name not in skip:
             headers[f"ce-{name}"] = _header_value(value)

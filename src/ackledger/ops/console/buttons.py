@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from ..._core.identifier import check_identifier
+from ...envelope import check_event_id
 from ...errors import AckledgerError, InvalidEvent
 from ..listings import quarantined_text, requeued_lines
 from .writes import Refused, authorized_form, same_origin
@@ -31,7 +31,7 @@ async def _authorized_form(console: Console, request: Request) -> dict[str, str]
 def _event_id(form: dict[str, str]) -> str:
     event_id = form.get("id", "")
     try:
-        return check_identifier(event_id, "id", 128)
+        return check_event_id(event_id)
     except (ValueError, AckledgerError) as exc:
         raise Refused(400, str(exc)) from None
 

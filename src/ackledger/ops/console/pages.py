@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from ..._core.identifier import check_identifier
+from ...envelope import check_event_id
 from ...errors import AckledgerError, InvalidEvent
 from ...ledger.pages import page_from_query
 from ...relay.leases import lease_words
@@ -101,7 +101,7 @@ async def trace_page(console: Console, request: Request) -> Response:
         return console.message(400, "trace", "give one event id: /trace?id=EVENT_ID")
     event_id = values[0]
     try:
-        check_identifier(event_id, "id", 128)
+        check_event_id(event_id)
     except (ValueError, AckledgerError) as exc:
         return console.message(404, "trace", f"no such event: {exc}")
     report = await run_in_threadpool(
