@@ -99,7 +99,7 @@ def test_amqp_records_each_refusal_then_dead_letters_it(
     reasons = [str(row["reason"]) for row in rows]
     assert reasons[0] == "Rejected: this event can never be applied"
     assert reasons[1].startswith("NoHandler: ")
-    assert reasons[2].startswith("body: not JSON")
+    assert reasons[2].startswith("body: not valid JSON")
     assert reasons[3].startswith("Conflict: ")
     assert rows[2]["message"] == "not json"
     assert rows[1]["message"] == body(late).decode()
@@ -183,7 +183,7 @@ def test_replay_applies_once_the_cause_is_fixed_and_refuses_again_what_still_fai
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     again = run_cli("refused", "replay", str(bad_no), "--db", str(db), env=env)
     assert again.returncode == 1, again.stderr
-    assert f"refused message {bad_no}: refused again: body: not JSON" in again.stdout
+    assert f"refused message {bad_no}: refused again: body: not valid JSON" in again.stdout
     fixed = run_cli("refused", "replay", "--all", "--db", str(db),
                     "--handlers", "fixed_events:HANDLERS", env=env)  # fmt: skip
     assert fixed.returncode == 1, fixed.stderr  # the unreadable one is refused again
