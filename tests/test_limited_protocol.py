@@ -9,21 +9,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
-import functools
 import json
 import socket
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
 
 import pytest
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ackledger import Inbox
-from ackledger.web.limited_protocol import LimitedHttpTools
 from ackledger.web.limits import Limits
 from ackledger.web.server import bind
 from tests.events import lab
@@ -33,14 +30,11 @@ IDLE = 1
 
 
 @contextlib.contextmanager
-def _served(app: ASGIApp, limits: Limits, protocol: Any = None) -> Iterator[int]:
-    """``app`` served by uvicorn with ``limits`` (as ``web.server`` serves it, or with the
-    protocol class ``protocol``) on a free loopback port, in a thread."""
+def _served(app: ASGIApp, limits: Limits) -> Iterator[int]:
+    """``app`` served by uvicorn with ``limits`` (as ``web.server`` serves it) on a free
+    loopback port, in a thread."""
     sock = bind("127.0.0.1", 0)
-    options = limits.uvicorn_options()
-    if protocol is not None:
-        options["http"] = protocol
-    config = uvicorn.Config(app, log_config=None, lifespan="off", **options)
+    config = uvicorn.Config(app, log_config=None, lifespan="off", **limits.uvicorn_options())
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -135,48 +129,6 @@ def test_a_connection_used_within_the_idle_limit_is_kept(port: int) -> None:
             number += 1
             time.sleep(IDLE * 0.4)
         assert number >= 5
-
-
-class _CountedSends:
-    """A connection's socket transport that counts the sends asked of it."""
-
-    def __init__(self, real: asyncio.Transport) -> None:
-        self.real = real
-        self.sends = 0
-
-    def write(self, data: bytes) -> None:
-        self.sends += 1
-        self.real.write(data)
-
-    def writelines(self, parts: Iterable[bytes]) -> None:
-        self.sends += 1
-        self.real.writelines(parts)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.real, name)
-
-
-def test_each_answer_leaves_in_one_send(tmp_path: Path) -> None:
-    """uvicorn writes an answer's head and body apart; the socket gets them in one send (one
-    TCP segment for the client, one system call for the server)."""
-    connections: list[_CountedSends] = []
-
-    class Counted(LimitedHttpTools):
-        def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            connections.append(_CountedSends(cast(asyncio.Transport, transport)))
-            super().connection_made(cast(asyncio.Transport, connections[-1]))
-
-    limits = Limits()
-    protocol = functools.partial(Counted, limits=limits)
-    with (
-        Inbox(tmp_path / "sink.db") as inbox,
-        _served(inbox.asgi(), limits, protocol) as served_port,
-        socket.create_connection(("127.0.0.1", served_port)) as sock,
-    ):
-        sock.settimeout(20)
-        for number in range(3):
-            assert _post(sock, served_port, f"one-send-{number}").startswith(b"HTTP/1.1 20")
-        assert [c.sends for c in connections] == [3]
 
 
 def test_an_answer_completed_in_a_later_turn_has_its_head_sent_meanwhile() -> None:

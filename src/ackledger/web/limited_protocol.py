@@ -4,10 +4,10 @@ uvicorn's httptools protocol has no cap on a request's head and no time-out on r
 it gathers a header of any size (joining its pieces costs time that grows faster than its
 length: 128 MiB took 25 s of CPU and stalled every other request), and a connection that
 sends a head or a body a byte at a time is never closed (its keep-alive timer is armed only
-after an answer). ``LimitedHttpTools`` adds both (and sends each answer in one write, below):
-every request still goes through uvicorn's own request cycle, which answers it, keeps
-pipelined answers in order, keeps idle connections alive for ``timeout_keep_alive`` and
-answers 503 past ``limit_concurrency`` (both set from ``Limits`` by ``web.server``).
+after an answer). ``LimitedHttpTools`` adds both, and nothing else: every request still goes
+through uvicorn's own request cycle, which answers it, keeps pipelined answers in order,
+keeps idle connections alive for ``timeout_keep_alive`` and answers 503 past
+``limit_concurrency`` (both set from ``Limits`` by ``web.server``).
 
 - The head cap: past ``head_bytes`` the request gets 431 and the connection is closed; the
   request never reaches the app. A head is measured two ways, each never more than its true
@@ -19,12 +19,6 @@ answers 503 past ``limit_concurrency`` (both set from ``Limits`` by ``web.server
   the connection is closed. A client is not late while an answer ahead of it is being made or
   while reading is paused (uvicorn pauses a pipelined request's connection).
 
-An answer goes out in one transport write: uvicorn's request cycle writes an answer's head
-and its body separately, so the transport it is given (``_OneWrite``) holds the head of an
-answer to a request that is all read and sends it with the body's first bytes, or at the end
-of the event loop's turn if the body is not written in it (a streamed answer): one send and
-one TCP segment, not two.
-
 Each connection holds one deadline and at most one timer, which on firing closes the
 connection if the deadline has passed and otherwise re-arms itself, for the deadline or one
 ``_tick`` (the shorter time-out), whichever comes first: per request this costs a few
@@ -34,16 +28,14 @@ It subclasses uvicorn's protocol and uses only what is stable there: its constru
 through), the ``asyncio.Protocol`` methods, the httptools parser callbacks (``on_url``,
 ``on_header``, ...; their names are httptools' contract), each of which calls uvicorn's own,
 ``on_response_complete``, the hook uvicorn's protocols call when an answer is done, and
-``send_400_response``, its answer to bytes the parser refuses; uvicorn writes only to the
-transport ``connection_made`` hands it. It reads none of uvicorn's attributes. Checked
-against the uvicorn versions pyproject admits.
+``send_400_response``, its answer to bytes the parser refuses. It reads none of uvicorn's
+attributes. Checked against the uvicorn versions pyproject admits.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
-from typing import Any, cast
+from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -66,97 +58,12 @@ def _too_large_answer(cap: int) -> bytes:
     return _TOO_LARGE % (len(body), body)
 
 
-class _OneWrite(asyncio.Transport):
-    """The connection's transport as uvicorn sees it: a write made while ``holding()`` is
-    held and sent with the next write, or at the end of the loop's turn, or before closing."""
-
-    __slots__ = ("_held", "_holding", "_loop", "_real")
-
-    def __init__(
-        self,
-        real: asyncio.Transport,
-        holding: Callable[[], bool],
-        loop: asyncio.AbstractEventLoop,
-    ) -> None:
-        self._real = real
-        self._holding = holding
-        self._held: bytes | None = None
-        self._loop = loop
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        held = self._held
-        if held is not None:
-            self._held = None
-            self._real.writelines((held, data))
-        elif self._holding():
-            self._held = bytes(data)
-            self._loop.call_soon(self.flush)
-        else:
-            self._real.write(data)
-
-    def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
-        self.write(b"".join(list_of_data))
-
-    def flush(self) -> None:
-        held = self._held
-        if held is not None:
-            self._held = None
-            self._real.write(held)
-
-    def close(self) -> None:
-        self.flush()
-        self._real.close()
-
-    def abort(self) -> None:
-        self._held = None
-        self._real.abort()
-
-    def is_closing(self) -> bool:
-        return self._real.is_closing()
-
-    def pause_reading(self) -> None:
-        self._real.pause_reading()
-
-    def resume_reading(self) -> None:
-        self._real.resume_reading()
-
-    def is_reading(self) -> bool:
-        return self._real.is_reading()
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return self._real.get_extra_info(name, default)
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        self._real.set_write_buffer_limits(high, low)
-
-    def get_write_buffer_size(self) -> int:
-        return self._real.get_write_buffer_size() + len(self._held or b"")
-
-    def get_write_buffer_limits(self) -> tuple[int, int]:
-        return self._real.get_write_buffer_limits()
-
-    def can_write_eof(self) -> bool:
-        return self._real.can_write_eof()
-
-    def write_eof(self) -> None:
-        self.flush()
-        self._real.write_eof()
-
-    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
-        self._real.set_protocol(protocol)
-
-    def get_protocol(self) -> asyncio.BaseProtocol:
-        return self._real.get_protocol()
-
-
 class LimitedHttpTools(HttpToolsProtocol):
     def __init__(self, *args: Any, limits: Limits, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._limits = limits
         self._cap = limits.head_bytes
         self._transport: asyncio.Transport | None = None
-        #: The transport uvicorn writes to (set with the connection).
-        self._one_write: _OneWrite
         self._loop: asyncio.AbstractEventLoop | None = None
         #: A head has begun (its first byte parsed) and is not complete yet.
         self._in_head = False
@@ -186,11 +93,9 @@ class LimitedHttpTools(HttpToolsProtocol):
     # asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        real = cast(asyncio.Transport, transport)  # uvloop's is one without subclassing it
+        super().connection_made(transport)  # type: ignore[arg-type]
+        self._transport = transport  # type: ignore[assignment]
         self._loop = asyncio.get_running_loop()
-        self._one_write = _OneWrite(real, self._answer_is_next, self._loop)
-        super().connection_made(self._one_write)
-        self._transport = real
         self._set_deadline(self._limits.read_timeout)  # the first head's clock
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -282,11 +187,6 @@ class LimitedHttpTools(HttpToolsProtocol):
             self._set_deadline(self._limits.read_timeout)  # the read's clock from reading on
 
     # The limits
-
-    def _answer_is_next(self) -> bool:
-        """Whether a write now is an answer's head: a request is all read and not answered
-        (while a body is read, a write may be "100 Continue", which the client awaits)."""
-        return self._unanswered > 0 and not self._in_body
 
     def _closing(self) -> bool:
         return self._transport is None or self._transport.is_closing()
