@@ -68,6 +68,25 @@ def test_fast_copies_plain_data_as_the_full_rules_do(data: Any) -> None:
             assert quick["data"] is not data  # a copy, never the caller's object
 
 
+flat_values = st.none() | st.booleans() | st.integers() | texts | st.integers(2**52, 2**60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(texts, flat_values, max_size=6))
+def test_flat_data_is_written_as_the_sorting_encoder_writes_it(data: dict[str, Any]) -> None:
+    """Flat data (text, integers, booleans, nulls) has its text written by the fast path
+    itself: byte for byte the canonical JSON, so fingerprints do not change."""
+    obj = {"specversion": "1.0", "id": "e-1", "source": "/s", "type": "t", "data": data}
+    quick = fast_encoded(obj, TYPES)
+    if quick is None:
+        assert full(obj) is None
+        return
+    assert quick[0] == full(obj)
+    assert list(quick[0]["data"]) == list(data)  # the members in the order given
+    assert quick[0]["data"] is not data
+    assert quick[1] == canonical_json(quick[0])
+
+
 @pytest.mark.parametrize(
     ("data", "accepted"),
     [
