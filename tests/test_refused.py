@@ -308,3 +308,41 @@ def test_a_message_kept_cut_is_never_replayed_as_its_first_bytes(tmp_path: Path)
     assert done.returncode == 1
     assert f"only 65536 of its {len(huge)} bytes were kept" in done.stdout
     assert inbox_ids(db) == [] and [r["refusals"] for r in listed(db)] == [1]
+
+
+def test_a_binary_mode_refusal_is_kept_whole_and_replays(
+    tmp_path: Path,
+    rabbit: Rabbit,  # noqa: F811
+    start_consumer: Callable[..., ConsumerProcess],  # noqa: F811
+) -> None:
+    import pika
+
+    db = tmp_path / "inbox.db"
+    headers = {
+        "cloudEvents:specversion": "1.0",
+        "cloudEvents:type": "com.example.late",
+        "cloudEvents:source": "/shop",
+        "cloudEvents:id": "b-1",
+    }
+    properties = pika.BasicProperties(
+        content_type="application/json", headers=headers, delivery_mode=2
+    )
+    rabbit.channel.basic_publish("", rabbit.queue, b'{"n":1}', properties)
+    consumer = start_consumer("--from", rabbit.url, "--db", str(db))
+    eventually(lambda: len(refused_rows(db)) == 1, "the binary-mode message refused")
+    assert consumer.stop() == 0
+    (row,) = listed(db)
+    # Its body alone is only the data: the event is kept whole, in structured mode.
+    kept = json.loads(str(row["message"]))
+    assert (kept["id"], kept["type"], kept["data"]) == ("b-1", "com.example.late", {"n": 1})
+    (tmp_path / "fixed_events.py").write_text(FIXED, encoding="utf-8")
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE applied (id TEXT)")
+    conn.commit()
+    conn.close()
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    replayed = run_cli("refused", "replay", str(row["refused_no"]), "--db", str(db),
+                       "--handlers", "fixed_events:HANDLERS", env=env)  # fmt: skip
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert raw_rows(db, "SELECT id FROM applied") == [("b-1",)]
+    assert listed(db) == []

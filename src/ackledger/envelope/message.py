@@ -36,6 +36,7 @@ __all__ = [
     "BATCH",
     "BINARY",
     "STRUCTURED",
+    "STRUCTURED_MEDIA",
     "UnsupportedMedia",
     "attribute_headers",
     "binary_body",
@@ -50,7 +51,7 @@ STRUCTURED = "structured"
 BINARY = "binary"
 BATCH = "batch"
 
-_STRUCTURED_MEDIA = "application/cloudevents+json"
+STRUCTURED_MEDIA = "application/cloudevents+json"
 _BATCH_MEDIA = "application/cloudevents-batch+json"
 #: Attributes a header may not carry in binary mode: its data is the body, and its media type
 #: the content type ("a ce-datacontenttype header MUST NOT also be present").
@@ -97,9 +98,9 @@ def content_mode(content_type: str | None, has_attributes: bool) -> str:
             f"content-type: {content_type!r} is not a media type", field="content-type"
         )
     _check_parameters(content_type)
-    if media in (_STRUCTURED_MEDIA, _BATCH_MEDIA):
+    if media in (STRUCTURED_MEDIA, _BATCH_MEDIA):
         _utf8_only(content_type)
-        return STRUCTURED if media == _STRUCTURED_MEDIA else BATCH
+        return STRUCTURED if media == STRUCTURED_MEDIA else BATCH
     if media.startswith("application/cloudevents"):
         raise UnsupportedMedia(
             f"{media} is an event format this receiver does not read; send "
@@ -185,7 +186,7 @@ def decode_broker_message(
     if not attributes and (content_type is None or essence(content_type) == "application/json"):
         # JSON with no attribute headers: the JSON format's event, as publishers of
         # structured mode have long sent it without naming the format.
-        content_type = _STRUCTURED_MEDIA
+        content_type = STRUCTURED_MEDIA
     return decode_message(content_type, attributes, body)
 
 

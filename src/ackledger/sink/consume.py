@@ -13,6 +13,7 @@ are extras, imported only for their scheme (``consume_amqp``, ``consume_nats``).
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import signal
@@ -27,7 +28,12 @@ from .._core.backoff import Backoff
 from .._core.failures import TRANSIENT, kind_of_error
 from .._core.logline import log_event
 from ..envelope import MAX_EVENT_BYTES
-from ..envelope.message import AMQP_PREFIXES, decode_broker_message
+from ..envelope.message import (
+    AMQP_PREFIXES,
+    STRUCTURED_MEDIA,
+    attribute_headers,
+    decode_broker_message,
+)
 from ..errors import InvalidEvent, UnsafeTarget
 from ..store import database_errors
 from ..store.refused import refusal_key
@@ -184,6 +190,9 @@ class Verdict:
     reason: str = ""
     event_id: str | None = None
     source: str | None = None
+    #: What to keep of a refused message whose body is not the whole event (binary mode: its
+    #: attributes are headers): the event read from it, in structured mode, and that type.
+    kept: tuple[bytes, str] | None = None
 
     @property
     def committed(self) -> bool:
@@ -210,6 +219,10 @@ def judge(
     except InvalidEvent as exc:
         return Verdict(REJECTED, str(exc))
     event_id, source = _identity(obj)
+    kept = None
+    if attribute_headers(list((headers or {}).items()), prefixes):
+        # Binary mode: the body is only the data, so a replay needs the event whole.
+        kept = (json.dumps(obj, ensure_ascii=False).encode(), STRUCTURED_MEDIA)
     try:
         # ``awaiting``: an async handler is awaited here, in the consumer's own thread,
         # inside the receipt's transaction (never left as a coroutine nobody runs).
@@ -222,7 +235,7 @@ def judge(
             status = result.statuses[0]
     except Exception as exc:  # a handler's error or the database's: transient by contract
         outcome = FAILED if kind_of_error(exc) == TRANSIENT else REJECTED
-        return Verdict(outcome, f"{type(exc).__name__}: {exc}", event_id, source)
+        return Verdict(outcome, f"{type(exc).__name__}: {exc}", event_id, source, kept)
     return Verdict(status, "", event_id, source)
 
 
@@ -319,7 +332,8 @@ class Consumer:
         verdict = judge(self.inbox, body, content_type, headers, prefixes)
         if verdict.outcome == REJECTED:
             try:
-                record_refusal(self.inbox, verdict, body, content_type)
+                message, media = verdict.kept or (body, content_type)
+                record_refusal(self.inbox, verdict, message, media)
             except database_errors() as exc:
                 # Not recorded, so not rejected: it comes back, to be recorded then.
                 verdict = Verdict(
