@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import plugins
-from .._core.text import has_control
+from .._core.printable import has_control
 from ..envelope import fingerprint_of, validate_encoded
 from ..errors import AckledgerError, InvalidEvent, NoHandler
 from ..event_types import EventTypes, check_type_name

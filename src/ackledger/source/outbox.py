@@ -20,8 +20,8 @@ from .. import plugins
 from .._core.duration import MAX_SECONDS
 from .._core.exact import is_int, is_number
 from .._core.idempotency import Outcome
+from .._core.printable import breaks_line, has_control
 from .._core.telemetry import with_trace_context
-from .._core.text import breaks_line, has_control
 from ..envelope import check_event_id, fingerprint_of, validate_cloudevent, validate_encoded
 from ..errors import Conflict, InvalidEvent
 from ..event_types import EventTypes
