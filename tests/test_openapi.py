@@ -266,3 +266,57 @@ def test_the_consoles_answers_are_the_ones_it_declares(console: ConsoleUnderTest
     assert answered == [200, 200, 400, 404, 404, 200, 400, 403, 404, 415, 400]
     status, _, body = console.client.request("GET", "/samples.json")
     _checker(spec, "/samples.json", "get", status).validate(json.loads(body))
+
+
+#: Values tried in every field of the ledger's request bodies: each edge of what its checks
+#: allow (bounds, integers as floats, nulls, lengths, characters).
+_TRIED: list[Any] = [
+    None, True, 0, 1, -1, 1.0, 2.5, 255, 256, -256, 86400, 86400.5, 1e300, 2**70,
+    "", "a", "x" * 129, "é", "0" * 32, [], {}, {"n": 1},
+]  # fmt: skip
+
+
+def _request_schema(spec: Spec, path: str) -> Draft202012Validator:
+    body = spec["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    return Draft202012Validator(body)
+
+
+def test_the_ledger_accepts_exactly_the_bodies_its_document_allows(tmp_path: Path) -> None:
+    """Each field of each POST body, set to each of ``_TRIED`` or left out: the document allows
+    it if and only if the ledger does not answer 400 (a 404, 409 or 422 judges the state)."""
+    with Ledger(tmp_path / "l.db") as ledger, InProcess(create_ledger_app(ledger)) as app:
+        spec = _spec(app)
+        claim = app.deliver(case_id="c", work_id="w", claim_ttl=30)[2]["claim"]["token"]
+        bases = {
+            "/deliveries": {"case_id": "c", "work_id": "w", "pod_uid": "p", "mode": "control"},
+            "/deliveries/complete": {"case_id": "c", "work_id": "w"},
+            "/deliveries/release": {"case_id": "c", "work_id": "w", "claim": claim},
+        }
+        disagree = []
+        for path, base in bases.items():
+            schema = _request_schema(spec, path)
+            fields = schema.schema["properties"]
+            bodies = [{k: v for k, v in base.items() if k != name} for name in fields]
+            bodies += [{**base, name: value} for name in fields for value in _TRIED]
+            for body in bodies:
+                status = app.call("POST", path, json.dumps(body).encode())[0]
+                if (status != 400) != schema.is_valid(body):
+                    disagree.append((path, body, status))
+    assert disagree == [], "\n".join(map(str, disagree))
+
+
+@pytest.mark.parametrize("path", ["/deliveries", "/attempts"])
+def test_the_ledgers_listings_take_exactly_the_query_their_document_allows(
+    tmp_path: Path, path: str
+) -> None:
+    with Ledger(tmp_path / "l.db") as ledger, InProcess(create_ledger_app(ledger)) as app:
+        spec = _spec(app)
+        declared = {p["name"]: p["schema"] for p in spec["paths"][path]["get"]["parameters"]}
+        assert set(declared) == {"case_id", "after", "limit"}
+        tried = ["0", "1", "10000", "10001", "-1", "1.0", "x", str(2**63 - 1), str(2**63)]
+        for name in ("after", "limit"):
+            check = Draft202012Validator(declared[name])
+            for text in tried:
+                allowed = text.lstrip("-").isdigit() and check.is_valid(int(text))
+                status = app.call("GET", f"{path}?{name}={text}")[0]
+                assert (status == 200) == allowed, (name, text, status)

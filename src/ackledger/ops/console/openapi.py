@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...ledger.pages import MAX_PAGE
+from ...ledger.openapi import PAGE_QUERY
 from ...web.openapi import Operation, json_response
 from .writes import MAX_FORM_BYTES
 
@@ -94,20 +94,7 @@ LEDGER = {
         _400="after or limit is not a whole number in range, or given twice",
         _404="the console was started without --ledger",
     ),
-    "parameters": [
-        {
-            "name": "after",
-            "in": "query",
-            "required": False,
-            "schema": {"type": "integer", "minimum": 0},
-        },
-        {
-            "name": "limit",
-            "in": "query",
-            "required": False,
-            "schema": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE},
-        },
-    ],
+    "parameters": PAGE_QUERY,
 }
 HEALTHZ: Operation = {
     "summary": "Liveness",
