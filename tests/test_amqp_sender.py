@@ -469,20 +469,37 @@ def test_a_connection_the_broker_closed_between_sends_is_replaced_before_publish
     assert broker.ids() == ["s-1", "s-2"]
 
 
-def test_a_channel_error_raises_and_a_later_send_succeeds(
+def test_a_missing_exchange_is_permanent_and_named_and_a_later_send_succeeds(
     broker: Broker, closing: list[Sender]
 ) -> None:
     sender = amqp(broker.url(), closing)
     assert sender.send(lab("h-1", "s", 1)) is True
     broker.channel.exchange_delete(broker.exchange)
-    # RabbitMQ closes the channel (404 NOT_FOUND): no confirm, so no ACK; transient.
-    with pytest.raises(ConnectionError, match="NOT_FOUND") as caught:
+    # RabbitMQ closes the channel (404 NOT_FOUND): no confirm, so no ACK; and nothing sent
+    # there can be routed until the exchange exists again, so it is not retried as transient.
+    named = f"no exchange '{broker.exchange}' in vhost '/'"
+    with pytest.raises(NotAcknowledged, match=named) as caught:
         sender.send(lab("h-2", "s", 1))
-    assert failure_of(caught.value, None, "h-2").kind == TRANSIENT
+    assert caught.value.permanent
+    assert failure_of(caught.value, None, "h-2").kind == PERMANENT
     broker.channel.exchange_declare(broker.exchange, "direct", durable=True)
     broker.channel.queue_bind(broker.queue, broker.exchange, TYPE)
     assert sender.send(lab("h-3", "s", 1)) is True
     assert broker.ids() == ["h-1", "h-3"]
+
+
+def test_the_relay_stops_on_a_missing_exchange_naming_it(tmp_path: Path) -> None:
+    source = tmp_path / "source.db"
+    _publish(source, lab("m-1", "s", 1))
+    exchange = f"no-such-exchange-{uuid.uuid4().hex[:8]}"
+    url = f"amqp://guest:guest@127.0.0.1:{BROKER_PORT}/%2F?exchange={exchange}"
+    args = ["relay", "--source", str(source), "--to", url, "--on-poison", "stop"]
+    done = run_cli(*args, "--max-backoff", "0.2", timeout=30)
+    assert done.returncode == 3, done.stderr  # a poison event, not a retry for ever
+    assert f"no exchange '{exchange}' in vhost '/'" in done.stderr.splitlines()[-1]
+    assert "failure_class=transient" not in done.stderr
+    with Outbox(source) as outbox:
+        assert [e["id"] for e in outbox.pending()] == ["m-1"]
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from jsonschema import Draft202012Validator
@@ -16,14 +16,17 @@ from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
-from ackledger import new_event
+from ackledger import Outbox, new_event
 from ackledger.ledger.app import create_ledger_app
 from ackledger.ledger.ledger import Ledger
+from ackledger.ops.console.app import Console, create_console_app
 from ackledger.sink.app import create_sink_app
 from ackledger.sink.inbox import Inbox
+from ackledger.web.guard import Guard
 from ackledger.web.openapi import DocumentedRoute, openapi_document
+from ackledger.wire.token import Token
 
 from .inprocess import InProcess
 
@@ -192,3 +195,128 @@ def test_a_route_without_an_operation_still_appears_and_a_wrong_parameter_is_ref
     )  # fmt: skip
     with pytest.raises(ValueError, match="'id' is not in the path"):
         openapi_document("t", "1", "d", [wrong])
+
+
+class ConsoleUnderTest(NamedTuple):
+    client: InProcess
+    routes: list[BaseRoute]  #: the console app's own routes
+
+
+@pytest.fixture
+def console(tmp_path: Path) -> Iterator[ConsoleUnderTest]:
+    """The console as the command serves it (the app checking its token) with a ledger and
+    no sink."""
+    with Outbox(tmp_path / "source.db") as outbox, Ledger(tmp_path / "ledger.db") as ledger:
+        given = Console(
+            str(tmp_path / "source.db"), outbox, ledger=ledger, token=Token("console-token-1")
+        )
+        app = create_console_app(given)
+        with InProcess(Guard(app, loopback=False)) as client:
+            yield ConsoleUnderTest(client, app.routes)
+
+
+def test_the_console_documents_every_route_and_its_token_as_it_checks_it(
+    console: ConsoleUnderTest,
+) -> None:
+    spec = _spec(console.client)
+    validate(spec)
+    served = {
+        (route.path, method.lower())
+        for route in console.routes
+        if isinstance(route, Route)
+        for method in route.methods or ()
+        if method != "HEAD"
+    }
+    assert served == {(path, method) for path, method, _ in _operations(spec)}
+    # No token guards the whole console: pages are read without one, and a button refused
+    # for its token is a 403 page, never the services' 401.
+    assert "security" not in spec
+    for path, method, operation in _operations(spec):
+        assert "401" not in operation["responses"], (path, method)
+        if method == "post":
+            assert operation["security"] == [{"bearer": []}, {}]
+            form = operation["requestBody"]["content"]["application/x-www-form-urlencoded"]
+            assert "token" in form["schema"]["properties"]
+    status, _, page = console.client.request("GET", "/docs")
+    assert status == 200 and b"every route but the probes" not in page
+
+
+def test_the_consoles_answers_are_the_ones_it_declares(console: ConsoleUnderTest) -> None:
+    spec = _spec(console.client)
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    asked = [
+        ("/", "get", None, {}),
+        ("/events", "get", None, {}),
+        ("/trace", "get", None, {}),
+        ("/trace?id=never", "get", None, {}),
+        ("/reconcile", "get", None, {}),
+        ("/ledger", "get", None, {}),
+        ("/ledger?limit=0", "get", None, {}),
+        ("/quarantine", "post", b"id=a&reason=r", form),
+        ("/quarantine", "post", b"id=a&reason=r&token=console-token-1", form),
+        ("/requeue", "post", b"id=a", {"Content-Type": "text/plain"}),
+        ("/requeue-group", "post", b"token=console-token-1", form),
+    ]
+    answered = []
+    for target, method, body, headers in asked:
+        status, _, _ = console.client.request(method.upper(), target, body, headers)
+        path = target.partition("?")[0]
+        assert str(status) in spec["paths"][path][method]["responses"], (target, status)
+        answered.append(status)
+    assert answered == [200, 200, 400, 404, 404, 200, 400, 403, 404, 415, 400]
+    status, _, body = console.client.request("GET", "/samples.json")
+    _checker(spec, "/samples.json", "get", status).validate(json.loads(body))
+
+
+#: Values tried in every field of the ledger's request bodies: each edge of what its checks
+#: allow (bounds, integers as floats, nulls, lengths, characters).
+_TRIED: list[Any] = [
+    None, True, 0, 1, -1, 1.0, 2.5, 255, 256, -256, 86400, 86400.5, 1e300, 2**70,
+    "", "a", "x" * 129, "é", "0" * 32, [], {}, {"n": 1},
+]  # fmt: skip
+
+
+def _request_schema(spec: Spec, path: str) -> Draft202012Validator:
+    body = spec["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    return Draft202012Validator(body)
+
+
+def test_the_ledger_accepts_exactly_the_bodies_its_document_allows(tmp_path: Path) -> None:
+    """Each field of each POST body, set to each of ``_TRIED`` or left out: the document allows
+    it if and only if the ledger does not answer 400 (a 404, 409 or 422 judges the state)."""
+    with Ledger(tmp_path / "l.db") as ledger, InProcess(create_ledger_app(ledger)) as app:
+        spec = _spec(app)
+        claim = app.deliver(case_id="c", work_id="w", claim_ttl=30)[2]["claim"]["token"]
+        bases = {
+            "/deliveries": {"case_id": "c", "work_id": "w", "pod_uid": "p", "mode": "control"},
+            "/deliveries/complete": {"case_id": "c", "work_id": "w"},
+            "/deliveries/release": {"case_id": "c", "work_id": "w", "claim": claim},
+        }
+        disagree = []
+        for path, base in bases.items():
+            schema = _request_schema(spec, path)
+            fields = schema.schema["properties"]
+            bodies = [{k: v for k, v in base.items() if k != name} for name in fields]
+            bodies += [{**base, name: value} for name in fields for value in _TRIED]
+            for body in bodies:
+                status = app.call("POST", path, json.dumps(body).encode())[0]
+                if (status != 400) != schema.is_valid(body):
+                    disagree.append((path, body, status))
+    assert disagree == [], "\n".join(map(str, disagree))
+
+
+@pytest.mark.parametrize("path", ["/deliveries", "/attempts"])
+def test_the_ledgers_listings_take_exactly_the_query_their_document_allows(
+    tmp_path: Path, path: str
+) -> None:
+    with Ledger(tmp_path / "l.db") as ledger, InProcess(create_ledger_app(ledger)) as app:
+        spec = _spec(app)
+        declared = {p["name"]: p["schema"] for p in spec["paths"][path]["get"]["parameters"]}
+        assert set(declared) == {"case_id", "after", "limit"}
+        tried = ["0", "1", "10000", "10001", "-1", "1.0", "x", str(2**63 - 1), str(2**63)]
+        for name in ("after", "limit"):
+            check = Draft202012Validator(declared[name])
+            for text in tried:
+                allowed = text.lstrip("-").isdigit() and check.is_valid(int(text))
+                status = app.call("GET", f"{path}?{name}={text}")[0]
+                assert (status == 200) == allowed, (name, text, status)

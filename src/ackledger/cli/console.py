@@ -21,7 +21,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "reconcile's result (with --sink) and the ledger's keys with their attempts (with "
         "--ledger). The buttons (POST) need the token of --token-file, typed into the page; "
         "the pages are read without it, and without --token-file the console is read-only. "
-        "Prints 'listening on URL' once bound.",
+        "/openapi.json and /docs describe its routes. Prints 'listening on URL' once bound.",
     )
     console.add_argument(
         "--source", required=True, metavar="PATH_OR_URL",

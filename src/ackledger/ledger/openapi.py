@@ -7,6 +7,8 @@ from typing import Any
 
 from ..web.openapi import Operation, json_response, problem, replayed_header
 from .ledger import MAX_KEY_LEN, REQUIRED_FIELDS
+from .outcomes import MAX_CLAIM_TTL
+from .pages import MAX_NUMBER, MAX_PAGE
 
 _KEY = {"type": "string", "pattern": f"^[A-Za-z0-9][A-Za-z0-9._:-]{{0,{MAX_KEY_LEN - 1}}}$"}
 _MODE = {"enum": ["idempotent", "control"]}
@@ -67,7 +69,27 @@ _ATTEMPT = {
         "at": {"type": "number", "description": "Unix time, seconds"},
     },
 }
-_CASE_QUERY = [{"name": "case_id", "in": "query", "required": False, "schema": _KEY}]
+#: A listing's page: the same two parameters wherever the ledger's rows are paged.
+PAGE_QUERY = [
+    {
+        "name": "after",
+        "in": "query",
+        "required": False,
+        "description": "the page after this number (the Link header's next page sets it)",
+        "schema": {"type": "integer", "minimum": 0, "maximum": MAX_NUMBER},
+    },
+    {
+        "name": "limit",
+        "in": "query",
+        "required": False,
+        "description": "at most this many rows",
+        "schema": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE},
+    },
+]
+_CASE_QUERY = [
+    {"name": "case_id", "in": "query", "required": False, "schema": _KEY},
+    *PAGE_QUERY,
+]
 _UNAVAILABLE: dict[str, Any] = {
     **problem("the database failed; nothing was recorded, the same request again is safe"),
     "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "seconds"}},
@@ -90,10 +112,11 @@ POST_DELIVERY: Operation = {
                         "mode": _MODE,
                         "payload": {"type": ["object", "null"]},
                         "claim_ttl": {
-                            "type": "number",
+                            "type": ["number", "null"],
                             "exclusiveMinimum": 0,
+                            "maximum": MAX_CLAIM_TTL,
                             "description": "claim the work: a live claim younger than this "
-                            "is answered 409",
+                            "is answered 409 (seconds; null: no claim)",
                         },
                     },
                 }

@@ -148,14 +148,17 @@ OUTCOME_OPENAPI_PATHS: dict[str, Any] = {
         "The work of the key's delivery finished (the first completion wins)",
         {
             "result": {"description": "any JSON value, replayed to every later request"},
-            "pod_uid": {"type": "string", "pattern": "^[ -~]{1,128}$"},
-            "claim": _CLAIM,
+            "pod_uid": {"type": ["string", "null"], "pattern": "^[ -~]{1,128}$"},
+            "claim": {**_CLAIM, "type": ["string", "null"]},
         },
         ["case_id", "work_id"],
     ),
     "/deliveries/release": _report_path(
         "The work failed: give the claim back, the delivery stays in progress",
-        {"claim": _CLAIM, "exit_status": {"type": "integer", "minimum": -255, "maximum": 255}},
+        {
+            "claim": _CLAIM,
+            "exit_status": {"type": ["integer", "null"], "minimum": -255, "maximum": 255},
+        },
         ["case_id", "work_id", "claim"],
     ),
 }

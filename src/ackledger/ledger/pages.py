@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 DEFAULT_PAGE = 1000
 MAX_PAGE = 10000
 #: Row numbers are SQL integers (64-bit on both databases).
-_MAX_NUMBER = 2**63 - 1
+MAX_NUMBER = 2**63 - 1
 
 
 def _whole(value: object, name: str, low: int, high: int) -> int:
@@ -33,7 +33,7 @@ def _whole(value: object, name: str, low: int, high: int) -> int:
 def check_page(after: object, limit: object) -> tuple[int | None, int | None]:
     """``(after, limit)`` as given, each None or a whole number in range (InvalidEvent)."""
     return (
-        None if after is None else _whole(after, "after", 0, _MAX_NUMBER),
+        None if after is None else _whole(after, "after", 0, MAX_NUMBER),
         None if limit is None else _whole(limit, "limit", 1, MAX_PAGE),
     )
 

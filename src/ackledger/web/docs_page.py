@@ -27,9 +27,15 @@ _STYLE = (
 
 
 def api_routes(
-    prefix: str, title: str, description: str, routes: Sequence[BaseRoute]
+    prefix: str,
+    title: str,
+    description: str,
+    routes: Sequence[BaseRoute],
+    *,
+    guarded: bool = True,
 ) -> list[DocumentedRoute]:
-    """The two routes that describe ``routes`` and themselves."""
+    """The two routes that describe ``routes`` and themselves (``guarded``: as in
+    ``openapi_document``)."""
 
     async def openapi(request: Request) -> Answer:
         return document
@@ -43,7 +49,7 @@ def api_routes(
         ),
         DocumentedRoute(prefix + "/docs", docs, methods=["GET"], operations={"GET": DOCS}),
     ]
-    spec = openapi_document(title, version(), description, [*routes, *own])
+    spec = openapi_document(title, version(), description, [*routes, *own], guarded=guarded)
     document = json_answer(spec)
     page = Answer(200, render(spec).encode(), "text/html; charset=utf-8")
     return own
@@ -56,10 +62,15 @@ def render(spec: dict[str, Any]) -> str:
         f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{esc(info['title'])}"
         f"</title><style>{_STYLE}</style></head><body><h1>{esc(info['title'])}</h1>"
         f"<p>{esc(info['description'])} Version {esc(info['version'])}. The machine-readable "
-        "form is <a href=openapi.json>openapi.json</a> (OpenAPI 3.1). Where the service has a "
-        "token (<code>--token-file</code>), every route but the probes <code>/healthz</code> and "
-        "<code>/readyz</code> needs <code>Authorization: Bearer TOKEN</code>.</p><ul>"
+        "form is <a href=openapi.json>openapi.json</a> (OpenAPI 3.1)."
     ]
+    if "security" in spec:
+        parts.append(
+            " Where the service has a token (<code>--token-file</code>), every route but the "
+            "probes <code>/healthz</code> and <code>/readyz</code> needs "
+            "<code>Authorization: Bearer TOKEN</code>."
+        )
+    parts.append("</p><ul>")
     operations = [
         (path, method, op) for path, item in spec["paths"].items() for method, op in item.items()
     ]

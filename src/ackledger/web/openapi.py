@@ -91,8 +91,15 @@ def replayed_header() -> dict[str, Any]:
 
 
 def openapi_document(
-    title: str, version: str, description: str, routes: Iterable[BaseRoute]
+    title: str,
+    version: str,
+    description: str,
+    routes: Iterable[BaseRoute],
+    *,
+    guarded: bool = True,
 ) -> dict[str, Any]:
+    """``guarded``: the service's token guards every route but the public ones (401 without
+    it); else each operation says what it needs (the console checks its own token)."""
     paths: dict[str, dict[str, Any]] = {}
     for route in routes:
         if not isinstance(route, Route):
@@ -104,11 +111,11 @@ def openapi_document(
             if method == "head" and "head" not in declared:
                 continue  # Starlette's implied HEAD of every GET
             operation = copy.deepcopy(declared.get(method)) or _bare(route)
-            item[method] = _completed(operation, route, public=public)
+            item[method] = _completed(operation, route, public=public, guarded=guarded)
     return {
         "openapi": "3.1.0",
         "info": {"title": title, "version": version, "description": description},
-        "security": [{"bearer": []}],
+        **({"security": [{"bearer": []}]} if guarded else {}),
         "paths": paths,
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
@@ -131,7 +138,7 @@ def _bare(route: Route) -> Operation:
     return {"summary": summary, "responses": {"200": {"description": "OK"}}}
 
 
-def _completed(operation: Operation, route: Route, *, public: bool) -> Operation:
+def _completed(operation: Operation, route: Route, *, public: bool, guarded: bool) -> Operation:
     """``operation`` with its path parameters taken from the template, and the answers every
     operation shares."""
     given = {p["name"]: p for p in operation.get("parameters", []) if p.get("in") == "path"}
@@ -149,7 +156,7 @@ def _completed(operation: Operation, route: Route, *, public: bool) -> Operation
     responses.setdefault("421", {"$ref": "#/components/responses/MisdirectedRequest"})
     if public:
         operation["security"] = []
-    else:
+    elif guarded:
         responses.setdefault("401", {"$ref": "#/components/responses/Unauthorized"})
     return operation
 

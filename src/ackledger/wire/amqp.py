@@ -4,8 +4,10 @@ A publish is persistent (``delivery_mode=2``) and ``mandatory`` on a confirm cha
 the ``basic.ack`` for its delivery tag with no ``basic.return`` before it (RabbitMQ sends the
 return of an unroutable message before its ack). A return is permanent: the broker can route
 the message nowhere as it is, so the refusal says so (``permanent=True``) and the relay's poison
-policy takes it. A nack is a transient refusal; a channel or connection error, or no confirm
-within the time-out, raises (an ``OSError``).
+policy takes it, and so is a missing exchange (the broker closes the channel with 404
+NOT_FOUND): nothing published to it can ever be routed until it is declared. A nack is a
+transient refusal; any other channel or connection error, or no confirm within the time-out,
+raises (an ``OSError``).
 
 pika's asynchronous ``SelectConnection`` is driven here only while a send waits, with one
 deadline per send: a batch's publishes are all written before the first confirm is awaited,
@@ -29,6 +31,7 @@ from typing import Any
 import pika
 from pika import spec
 from pika.adapters.select_connection import SelectConnection
+from pika.exceptions import ChannelClosedByBroker
 
 from ..envelope import canonical_json, validate_cloudevent
 from ..envelope.message import NOT_BINARY_HEADERS, binary_body
@@ -403,6 +406,8 @@ class AmqpSender:
             if publishes[0].outcome is None:
                 if isinstance(failure, TimeoutError):
                     raise failure
+                if _no_exchange(failure):
+                    raise NotAcknowledged(self._missing_exchange(), permanent=True) from None
                 raise ConnectionError(self._lost(failure)) from None
             for publish in publishes:
                 if publish.outcome is None:
@@ -483,6 +488,13 @@ class AmqpSender:
     def _describe_failure(self, failure: BaseException) -> str:
         return str(failure) if isinstance(failure, TimeoutError) else self._lost(failure)
 
+    def _missing_exchange(self) -> str:
+        target = self.target
+        return (
+            f"amqp {target.shown}: no exchange {target.exchange!r} in vhost {target.vhost!r}"
+            " (404 NOT_FOUND): declare it, or name an existing one with ?exchange="
+        )
+
     def _lost(self, failure: BaseException) -> str:
         return f"amqp {self.target.shown}: channel or connection lost: {self._describe(failure)}"
 
@@ -494,6 +506,12 @@ class AmqpSender:
         """Whatever a broker or pika says, the password is not repeated."""
         password = self.target.password
         return text.replace(password, "***") if password else text
+
+
+def _no_exchange(failure: BaseException) -> bool:
+    """The broker closed the channel because the exchange published to does not exist: a
+    publish is the only thing this sender does that RabbitMQ answers with 404 NOT_FOUND."""
+    return isinstance(failure, ChannelClosedByBroker) and failure.reply_code == 404
 
 
 def _header_value(value: object) -> object:

@@ -11,10 +11,11 @@ from urllib.parse import quote
 import jinja2
 from starlette.applications import Starlette
 from starlette.responses import HTMLResponse
-from starlette.routing import Route
 
 from ..._core.timestamps import utc_timestamp
 from ...sink.inbox import DEFAULT_NAME
+from ...web.docs_page import api_routes
+from ...web.openapi import DocumentedRoute, Operation
 from .samples import Samples
 
 if TYPE_CHECKING:
@@ -98,16 +99,34 @@ def create_console_app(console: Console) -> Starlette:
 
         return endpoint
 
+    from . import openapi as api
+
+    def get(path: str, handler: Any, operation: Operation) -> DocumentedRoute:
+        return DocumentedRoute(path, bind(handler), methods=["GET"], operations={"GET": operation})
+
+    def post(path: str, handler: Any, operation: Operation) -> DocumentedRoute:
+        return DocumentedRoute(
+            path, bind(handler), methods=["POST"], operations={"POST": operation}
+        )
+
     routes = [
-        Route("/", bind(pages.overview)),
-        Route("/samples.json", bind(pages.samples)),
-        Route("/events", bind(pages.events)),
-        Route("/trace", bind(pages.trace_page)),
-        Route("/reconcile", bind(pages.reconcile_page)),
-        Route("/ledger", bind(pages.ledger_page)),
-        Route("/healthz", bind(pages.healthz)),
-        Route("/quarantine", bind(buttons.quarantine), methods=["POST"]),
-        Route("/requeue", bind(buttons.requeue), methods=["POST"]),
-        Route("/requeue-group", bind(buttons.requeue_group), methods=["POST"]),
+        get("/", pages.overview, api.OVERVIEW),
+        get("/samples.json", pages.samples, api.SAMPLES),
+        get("/events", pages.events, api.EVENTS),
+        get("/trace", pages.trace_page, api.TRACE),
+        get("/reconcile", pages.reconcile_page, api.RECONCILE),
+        get("/ledger", pages.ledger_page, api.LEDGER),
+        get("/healthz", pages.healthz, api.HEALTHZ),
+        post("/quarantine", buttons.quarantine, api.QUARANTINE),
+        post("/requeue", buttons.requeue, api.REQUEUE),
+        post("/requeue-group", buttons.requeue_group, api.REQUEUE_GROUP),
     ]
-    return Starlette(routes=routes)
+    routes += api_routes("", "ackledger console", _DESCRIPTION, routes, guarded=False)
+    return Starlette(routes=list(routes))
+
+
+_DESCRIPTION = (
+    "The operator's page: status figures, pending and quarantined events, traces, reconcile and "
+    "the ledger's keys. The pages are read without a token; the buttons (POST) need the "
+    "console's token (--token-file), in the form's token field or as Authorization: Bearer."
+)
