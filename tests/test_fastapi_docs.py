@@ -1,8 +1,10 @@
 """docs/integrations/fastapi.md as a project: its files are written from the page's Python
 blocks (each names its file on its first line) and its shell commands run as written, on free
-ports instead of the page's 8001 and 8002: a line ending in ``&`` is a process kept running
-(two uvicorn apps and a relay), any other runs to its end and must exit 0. The databases are
-then read back on connections of the test's own."""
+ports instead of the page's 8001 to 8003, PostgreSQL databases of the test's own instead of
+the page's ``orders`` and ``shipping``, and an exchange and a queue of its own on the shared
+RabbitMQ: a line ending in ``&`` is a process kept running (uvicorn apps, relays, a
+consumer), an ``export`` line sets the environment of the lines after it, any other runs to
+its end and must exit 0. The databases are then read back on connections of the test's own."""
 
 from __future__ import annotations
 
@@ -12,17 +14,22 @@ import shlex
 import socket
 import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests import pg
 from tests.conftest import raw_rows
 from tests.opshelp import free_port, wait_until
 
 pytestmark = pytest.mark.slow
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "integrations" / "fastapi.md"
-PAGE_PORTS = ("8001", "8002")
+PAGE_PORTS = ("8001", "8002", "8003")
+PAGE_DATABASE = "postgresql://postgres@127.0.0.1:5432/"
+PAGE_BROKER_NAMES = ("orders-events", "shipping-orders")
 
 
 def _blocks(language: str) -> list[str]:
@@ -38,12 +45,49 @@ def _listening(port: int) -> bool:
     return True
 
 
-def test_every_block_of_the_page_runs_as_a_project(tmp_path: Path) -> None:
+@pytest.fixture
+def databases() -> Iterator[dict[str, str]]:
+    """The page's two PostgreSQL databases: the test's own, dropped at the end."""
+    pg.require_postgres()
+    made = {name: pg.create_database() for name in ("orders", "shipping")}
+    try:
+        yield {name: pg.url_for(made_name) for name, made_name in made.items()}
+    finally:
+        for made_name in made.values():
+            pg.drop_database(made_name)
+
+
+@pytest.fixture
+def broker_names() -> Iterator[dict[str, str]]:
+    """The page's exchange and queue under names of the test's own, deleted at the end."""
+    import pika
+
+    from tests.rabbit import BROKER
+
+    tag = uuid.uuid4().hex[:12]
+    names = {page: f"{page}-{tag}" for page in PAGE_BROKER_NAMES}
+    yield names
+    connection = pika.BlockingConnection(pika.URLParameters(BROKER))
+    try:
+        channel = connection.channel()
+        channel.queue_delete(names["shipping-orders"])
+        channel.exchange_delete(names["orders-events"])
+    finally:
+        connection.close()
+
+
+def test_every_block_of_the_page_runs_as_a_project(
+    tmp_path: Path, databases: dict[str, str], broker_names: dict[str, str]
+) -> None:
     ports = {page: str(free_port()) for page in PAGE_PORTS}
 
     def local(text: str) -> str:
         for page, port in ports.items():
             text = text.replace(f":{page}", f":{port}").replace(f"--port {page}", f"--port {port}")
+        for name, url in databases.items():
+            text = text.replace(PAGE_DATABASE + name, url)
+        for page, own in broker_names.items():
+            text = text.replace(page, own)
         return text
 
     for block in _blocks("python"):
@@ -59,6 +103,11 @@ def test_every_block_of_the_page_runs_as_a_project(tmp_path: Path) -> None:
                 if not line.strip() or line.startswith(("#", "pip install")):
                     continue
                 command = local(line)
+                if command.startswith("export "):
+                    for item in shlex.split(command)[1:]:
+                        name, _, value = item.partition("=")
+                        env[name] = value
+                    continue
                 if command.endswith("&"):
                     running.append(_start(command.removesuffix("&").strip(), tmp_path, env))
                     continue
@@ -95,15 +144,27 @@ def test_every_block_of_the_page_runs_as_a_project(tmp_path: Path) -> None:
     assert raw_rows(tmp_path / "billing.db", "SELECT order_id, total FROM invoices") == [
         ("o-1", 30)
     ]
+    # Over RabbitMQ: the same, on PostgreSQL, each Shipment written by the ORM handler once.
+    orders, shipping = databases["orders"], databases["shipping"]
+    assert pg.rows(orders, "SELECT id FROM shop_orders ORDER BY id") == [
+        ("o-1",), ("o-2",), ("o-3",),
+    ]  # fmt: skip
+    assert pg.rows(orders, events) == [("o-1", True), ("o-2", True), ("o-3", True)]
+    assert pg.rows(shipping, receipts) == [("o-1", 1), ("o-2", 1), ("o-3", 1)]
+    assert pg.rows(shipping, "SELECT order_id, total FROM shipments ORDER BY order_id") == [
+        ("o-1", 30), ("o-2", 12), ("o-3", 7),
+    ]  # fmt: skip
 
 
 def _start(command: str, cwd: Path, env: dict[str, str]) -> tuple[str, subprocess.Popen[bytes]]:
     """``command`` kept running, its output in a log of its own; a server is waited for."""
     number = len(list(cwd.glob("process-*.log")))
     with (cwd / f"process-{number}.log").open("wb") as log:
+        # Through the shell, as the page's reader runs it: "$ORDERS_DB" is expanded.
         process = subprocess.Popen(
-            shlex.split(command), cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT
-        )
+            ["bash", "-c", f"exec {command}"], cwd=cwd, env=env, stdout=log,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
     found = re.search(r"--port (\d+)", command)
     if found is not None:
         port = int(found.group(1))
