@@ -388,7 +388,8 @@ def _users_code(page: Page, results: Results) -> list[str]:
          f"{page.cell('user.sink.c1.rps')} / {page.cell('user.sink.c8.rps')}"),
         ("`Inbox.asgi()` in Starlette under uvicorn, 1 / 8 clients, events/s",
          f"{page.cell('user.asgi.c1.rps')} / {page.cell('user.asgi.c8.rps')}"),
-        ("bare endpoint under uvicorn, requests/s", page.cell("idem_mw.bare.rps", spread=True)),
+        ("bare endpoint under uvicorn (one FULL commit), requests/s",
+         page.cell("idem_mw.bare.rps", spread=True)),
         ("`IdempotencyMiddleware`, a replay each request, requests/s",
          page.cell("idem_mw.replay.rps", spread=True)),
         ("`IdempotencyMiddleware`, a new key each request, requests/s",
@@ -405,9 +406,9 @@ def _users_code(page: Page, results: Results) -> list[str]:
         "`publish_async` in the user's `AsyncSession` against the same session's plain row "
         "(`bench/asyncpublish.py`); `Inbox.asgi()` mounted in a Starlette app under uvicorn "
         "against `serve sink` on the same SQLite files (`bench/asgiload.py`); and "
-        "`IdempotencyMiddleware` with its ledger on SQLite in front of an endpoint against "
-        "the bare endpoint, one client (`bench/idemmiddleware.py`; a replay counts only if the "
-        "endpoint did not run again).",
+        "`IdempotencyMiddleware` with its ledger on SQLite in front of an endpoint whose "
+        "effect is one one-row FULL commit, against the bare endpoint, one client "
+        "(`bench/idemmiddleware.py`; a replay counts only if the endpoint did not run again).",
         "",
         *_table("workload | median (lowest to highest)", rows),
         "",

@@ -77,13 +77,14 @@ def test_the_page_shows_each_users_code_figure_and_its_ratio_beside_its_goal(
 
 def test_a_replay_counts_only_if_the_endpoint_did_not_run_again(tmp_path: Path) -> None:
     ledger = str(tmp_path / "ledger.db")
-    with served("idempotent_app", tmp_path, BENCH_LEDGER_DB=ledger) as base:
+    orders = str(tmp_path / "orders.db")
+    with served("idempotent_app", tmp_path, BENCH_LEDGER_DB=ledger, BENCH_ORDERS_DB=orders) as base:
         replay = _load(base, "replay", "t", 0.3)
         first = _load(base, "first", "t", 0.3)
     assert replay.requests > 3 and replay.all_expected, replay.wrong
     assert first.requests > 3 and first.all_expected, first.wrong
     # Without the middleware every "replay" runs the endpoint: refused, never a rate.
-    with served("bare_app", tmp_path) as base:
+    with served("bare_app", tmp_path, BENCH_ORDERS_DB=orders) as base:
         bare = _load(base, "replay", "t", 0.3)
     assert bare.requests > 3 and not bare.all_expected
     assert any("the endpoint ran" in why for why in bare.wrong)
