@@ -36,7 +36,9 @@ def measure(plan: Plan, results: Results) -> None:
     print("Inbox.asgi() under uvicorn against serve sink", flush=True)
     with scratch("asgi") as folder:
         for rep in range(plan.reps):
-            for who, words in WORDS.items():
+            # Each goes first in turn: the shared machine's speed drifts within a run.
+            order = list(WORDS.items())
+            for who, words in order if rep % 2 == 0 else order[::-1]:
                 with _server(who, folder, f"{who}-{rep}") as base:
                     for clients in CLIENT_COUNTS:
 
