@@ -16,13 +16,17 @@ from collections.abc import Callable
 from typing import Any
 
 from . import (
+    asgiload,
+    asyncpublish,
     brokers,
     drills,
     floors,
     growth,
+    idemmiddleware,
     idempotent,
     ledger,
     machine,
+    ormconsume,
     postgres,
     relay,
     report,
@@ -50,6 +54,14 @@ SECTIONS: dict[str, Section] = {
     "drills": drills.measure,
     # PostgreSQL outbox -> RabbitMQ / NATS against faststream-outbox and the raw floors.
     "brokers": brokers.measure,
+    # The user's own code: an ORM handler under `consume --session` against a hand-written one.
+    "orm-consume": ormconsume.measure,
+    # Outbox.publish_async in the user's AsyncSession against the session's plain row.
+    "publish-async": asyncpublish.measure,
+    # receive_async through Inbox.asgi() in the user's app under uvicorn against serve sink.
+    "asgi": asgiload.measure,
+    # IdempotencyMiddleware: a replay and a first request against the bare endpoint.
+    "idem-middleware": idemmiddleware.measure,
 }
 
 

@@ -82,6 +82,8 @@ class Route:
     path: str
     content_type: str
     check: AnswerCheck
+    #: Header lines (each ending in CRLF) a request adds for its body, e.g. its own key.
+    headers: Callable[[dict[str, Any]], str] | None = None
 
 
 EVENTS = Route("/events", "application/cloudevents+json", event_ack)
@@ -143,7 +145,9 @@ async def _client(
             body = json.dumps(sent, separators=(",", ":")).encode()
             sequence += 1
             start = time.perf_counter()
-            writer.write(f"{prefix}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            extra = route.headers(sent) if route.headers is not None else ""
+            head = f"{prefix}{extra}Content-Length: {len(body)}\r\n\r\n"
+            writer.write(head.encode() + body)
             status, content_type, answer = await _read_answer(reader)
             result.latencies.append(time.perf_counter() - start)
             result.statuses[status] += 1

@@ -72,6 +72,23 @@ RATIOS = (
 )  # fmt: skip
 
 
+#: The user's own code against what the user would write or run without ackledger.
+USER_RATIOS = (
+    Ratio("`consume --session` (ORM handler) / hand-written pika + SQLAlchemy consumer",
+          "consume.session", "consume.hand", "at least", 0.8),
+    Ratio("a transaction with `publish_async` / the same with a plain row, in time",
+          "publish_async.plain", "publish_async.ours", "at most", 1.5),
+    Ratio("`Inbox.asgi()` under uvicorn / `serve sink`, 1 client", "user.asgi.c1.rps",
+          "user.sink.c1.rps", "at least", 0.8),
+    Ratio("`Inbox.asgi()` under uvicorn / `serve sink`, 8 clients", "user.asgi.c8.rps",
+          "user.sink.c8.rps", "at least", 0.8),
+    Ratio("`IdempotencyMiddleware` replay / the bare endpoint", "idem_mw.replay.rps",
+          "idem_mw.bare.rps", "at least", 1.0),
+    Ratio("`IdempotencyMiddleware` first request / the bare endpoint", "idem_mw.first.rps",
+          "idem_mw.bare.rps"),
+)  # fmt: skip
+
+
 def _num(value: float | None) -> str:
     if value is None or math.isnan(value):
         return NOT_MEASURED
@@ -330,13 +347,6 @@ def _floors(page: Page, results: Results) -> list[str]:
         ("raw round trip + FULL commit", "floor.step_new", "µs"),
         ("raw round trip + read by key", "floor.step_dup", "µs"),
     ]  # fmt: skip
-    ratio_rows = []
-    for ratio in RATIOS:
-        value = ratio.value(results)
-        goal = f"{'≥' if ratio.kind == 'at least' else '≤'} {ratio.goal:g}" if ratio.kind else "—"
-        met = {True: "yes", False: "**no**", None: ""}[ratio.met(results)]
-        shown = NOT_MEASURED if value is None else f"{value:.2f} x"
-        ratio_rows.append((ratio.label, shown, goal, met))
     return [
         "## Floors and ratios",
         "",
@@ -349,7 +359,60 @@ def _floors(page: Page, results: Results) -> list[str]:
             [(words, page.cell(key, spread=True), unit) for words, key, unit in floors],
         ),
         "",
-        *_table("ratio | measured | goal | met", ratio_rows),
+        *_ratio_table(RATIOS, results),
+    ]
+
+
+def _ratio_table(ratios: Iterable[Ratio], results: Results) -> list[str]:
+    rows = []
+    for ratio in ratios:
+        value = ratio.value(results)
+        goal = f"{'≥' if ratio.kind == 'at least' else '≤'} {ratio.goal:g}" if ratio.kind else "—"
+        met = {True: "yes", False: "**no**", None: ""}[ratio.met(results)]
+        shown = NOT_MEASURED if value is None else f"{value:.2f} x"
+        rows.append((ratio.label, shown, goal, met))
+    return _table("ratio | measured | goal | met", rows)
+
+
+def _users_code(page: Page, results: Results) -> list[str]:
+    rows = [
+        ("hand-written pika + SQLAlchemy consumer (PostgreSQL, RabbitMQ), events/s",
+         page.cell("consume.hand", spread=True)),
+        ("`consume --session`, SQLAlchemy ORM handler, events/s",
+         page.cell("consume.session", spread=True)),
+        ("AsyncSession (asyncpg), one plain row a transaction, /s",
+         page.cell("publish_async.plain", spread=True)),
+        ("the same + `publish_async(event, using=session)`, /s",
+         page.cell("publish_async.ours", spread=True)),
+        ("`serve sink` /events, 1 / 8 clients, events/s",
+         f"{page.cell('user.sink.c1.rps')} / {page.cell('user.sink.c8.rps')}"),
+        ("`Inbox.asgi()` in Starlette under uvicorn, 1 / 8 clients, events/s",
+         f"{page.cell('user.asgi.c1.rps')} / {page.cell('user.asgi.c8.rps')}"),
+        ("bare endpoint under uvicorn (one FULL commit), requests/s",
+         page.cell("idem_mw.bare.rps", spread=True)),
+        ("`IdempotencyMiddleware`, a replay each request, requests/s",
+         page.cell("idem_mw.replay.rps", spread=True)),
+        ("`IdempotencyMiddleware`, a new key each request, requests/s",
+         page.cell("idem_mw.first.rps", spread=True)),
+        ("a first request's extra time, in one-row FULL commits (goal ≤ 1)",
+         page.cell("idem_mw.extra", spread=True)),
+    ]  # fmt: skip
+    return [
+        "## The user's own code",
+        "",
+        "ackledger running the user's code against what the user would write or run without "
+        "it, in one run: an ORM handler under `consume --session` against a hand-written "
+        "consumer with the same guarantees and prefetch (`bench/ormconsume.py`); "
+        "`publish_async` in the user's `AsyncSession` against the same session's plain row "
+        "(`bench/asyncpublish.py`); `Inbox.asgi()` mounted in a Starlette app under uvicorn "
+        "against `serve sink` on the same SQLite files (`bench/asgiload.py`); and "
+        "`IdempotencyMiddleware` with its ledger on SQLite in front of an endpoint whose "
+        "effect is one one-row FULL commit, against the bare endpoint, one client "
+        "(`bench/idemmiddleware.py`; a replay counts only if the endpoint did not run again).",
+        "",
+        *_table("workload | median (lowest to highest)", rows),
+        "",
+        *_ratio_table(USER_RATIOS, results),
     ]
 
 
@@ -440,6 +503,8 @@ def render(sections: dict[str, dict[str, Any]], order: list[str]) -> str:
         *_idempotent_peer(page, results),
         "",
         *_broker_peer(page, results),
+        "",
+        *_users_code(page, results),
         "",
         *_floors(page, results),
         "",

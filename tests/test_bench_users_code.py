@@ -1,0 +1,90 @@
+"""The user's-code rows of the benchmark page, and the middleware workload's own checks.
+
+The page is rendered from a stored JSON file of those sections; the middleware workload runs
+against the real apps under uvicorn on loopback (its ledger a real SQLite file): a replay
+counts only when the endpoint did not run again, so the bare endpoint's "replays" are refused.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bench import report, store
+from bench.__main__ import SECTIONS
+from bench.idemmiddleware import _load
+from bench.userapps import served
+
+from .test_bench_report import ABOUT
+
+MACHINE = {**ABOUT, "load_before": "0 0 0", "load_after": "0 0 0"}
+
+
+def _figure(key: str, *samples: float) -> dict[str, Any]:
+    median = samples[len(samples) // 2]
+    return {"key": key, "label": key, "unit": "/s", "median": median, "min": min(samples),
+            "max": max(samples), "samples": list(samples), "note": ""}  # fmt: skip
+
+
+def _section(*figures: dict[str, Any]) -> dict[str, Any]:
+    return {"plan": "quick", "command": "python -m bench --quick", "started": "2026-01-01 00:00",
+            "seconds": 1.0, "machine": MACHINE, "figures": list(figures), "refused": {},
+            "skipped": {}, "notes": []}  # fmt: skip
+
+
+def test_the_page_shows_each_users_code_figure_and_its_ratio_beside_its_goal(
+    tmp_path: Path,
+) -> None:
+    sections = {
+        "orm-consume": _section(_figure("consume.hand", 200), _figure("consume.session", 180)),
+        "publish-async": _section(
+            _figure("publish_async.plain", 300), _figure("publish_async.ours", 150)
+        ),
+        "asgi": _section(
+            _figure("user.sink.c1.rps", 1000),
+            _figure("user.asgi.c1.rps", 500),
+            _figure("user.sink.c8.rps", 2000),
+            _figure("user.asgi.c8.rps", 1800),
+        ),
+        "idem-middleware": _section(
+            _figure("idem_mw.bare.rps", 900, 1000, 1100),
+            _figure("idem_mw.replay.rps", 1200),
+            _figure("idem_mw.first.rps", 400),
+            _figure("idem_mw.extra", 0.5),
+        ),
+    }
+    path = tmp_path / "benchmarks.json"
+    store.save(sections, path)
+    page = report.render(store.load(path), list(SECTIONS))
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in page.splitlines()}
+
+    def row(start: str) -> str:
+        return next(line for label, line in rows.items() if label.startswith(start))
+
+    assert "| 0.90 x | ≥ 0.8 | yes |" in row("`consume --session` (ORM handler) /")
+    assert "| 2.00 x | ≤ 1.5 | **no** |" in row("a transaction with `publish_async`")
+    assert "| 0.50 x | ≥ 0.8 | **no** |" in row("`Inbox.asgi()` under uvicorn / `serve sink`, 1")
+    assert "| 0.90 x | ≥ 0.8 | yes |" in row("`Inbox.asgi()` under uvicorn / `serve sink`, 8")
+    assert "| 1.20 x | ≥ 1 | yes |" in row("`IdempotencyMiddleware` replay /")
+    assert "| 0.40 x | — |" in row("`IdempotencyMiddleware` first request /")
+    assert "| 1,000 (900 to 1,100) |" in row("bare endpoint under uvicorn")
+    assert "| 1,000 / 2,000 |" in row("`serve sink` /events, 1 / 8")
+    assert "| 0.50 |" in row("a first request's extra time")
+    assert page.index("## The user's own code") < page.index("## Floors and ratios")
+    assert json.loads(path.read_text())["sections"]["asgi"]["plan"] == "quick"
+
+
+def test_a_replay_counts_only_if_the_endpoint_did_not_run_again(tmp_path: Path) -> None:
+    ledger = str(tmp_path / "ledger.db")
+    orders = str(tmp_path / "orders.db")
+    with served("idempotent_app", tmp_path, BENCH_LEDGER_DB=ledger, BENCH_ORDERS_DB=orders) as base:
+        replay = _load(base, "replay", "t", 0.3)
+        first = _load(base, "first", "t", 0.3)
+    assert replay.requests > 3 and replay.all_expected, replay.wrong
+    assert first.requests > 3 and first.all_expected, first.wrong
+    # Without the middleware every "replay" runs the endpoint: refused, never a rate.
+    with served("bare_app", tmp_path, BENCH_ORDERS_DB=orders) as base:
+        bare = _load(base, "replay", "t", 0.3)
+    assert bare.requests > 3 and not bare.all_expected
+    assert any("the endpoint ran" in why for why in bare.wrong)
