@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from .djangohelp import KINDS, Project, free_port, project_on
+from .djangohelp import KINDS, Project, free_port, pair_on
 
 pytestmark = pytest.mark.slow
 
@@ -25,12 +25,7 @@ ORDERS = 40
 
 @pytest.fixture(params=KINDS)
 def pair(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Project, Project]]:
-    shop_dir, warehouse_dir = tmp_path / "shop", tmp_path / "warehouse"
-    shop_dir.mkdir()
-    warehouse_dir.mkdir()
-    for shop in project_on(request.param, shop_dir):
-        for warehouse in project_on(request.param, warehouse_dir):
-            yield shop, warehouse
+    yield from pair_on(request.param, tmp_path)
 
 
 def _until(check: object, timeout: float = 90) -> None:
@@ -49,15 +44,7 @@ def test_every_order_is_shipped_once_across_a_kill_of_the_sink(
     shop, warehouse = pair
     shop.manage("migrate")
     warehouse.manage("migrate")
-    shop.shell(
-        "import json\n"
-        "from django.test import Client\n"
-        "client = Client()\n"
-        f"for number in range({ORDERS}):\n"
-        "    body = json.dumps({'number': str(number), 'sku': 'tea', 'qty': 1})\n"
-        "    assert client.post('/orders', body, content_type='application/json')"
-        ".status_code == 201\n"
-    )
+    shop.place_orders(ORDERS)
     port = free_port()
     server = warehouse.runserver(port)
     relay = shop.start(
