@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from .djangohelp import KINDS, Project, free_port, pair_on
+from .opshelp import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -26,15 +26,6 @@ ORDERS = 40
 @pytest.fixture(params=KINDS)
 def pair(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Project, Project]]:
     yield from pair_on(request.param, tmp_path)
-
-
-def _until(check: object, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():  # type: ignore[operator]
-            return
-        time.sleep(0.05)
-    raise AssertionError("timed out")
 
 
 @pytest.mark.parametrize("batch", [False, True], ids=["one-by-one", "batch"])
@@ -56,13 +47,17 @@ def test_every_order_is_shipped_once_across_a_kill_of_the_sink(
         def shipped() -> int:
             return int(warehouse.rows("SELECT count(*) FROM shop_shipment")[0][0])
 
-        _until(lambda: shipped() >= 5)
+        wait_until(lambda: shipped() >= 5, "five shipments")
         server.send_signal(signal.SIGKILL)
         server.wait(10)
         killed_at = shipped()
         assert killed_at < ORDERS, "the kill came too late to prove anything"
         server = warehouse.runserver(port)
-        _until(lambda: shop.rows("SELECT count(*) FROM ackledger_outbox WHERE sent = 0")[0][0] == 0)
+        wait_until(
+            lambda: shop.rows("SELECT count(*) FROM ackledger_outbox WHERE sent = 0")[0][0] == 0,
+            "the outbox all sent",
+            timeout=90,
+        )
         relay.send_signal(signal.SIGTERM)
         out, _ = relay.communicate(timeout=30)
         assert relay.returncode == 0, out
