@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from ackledger.ops.processes import Service, start_listener
+
 from . import pg
 
 PROJECT = Path(__file__).parent / "django_project"
@@ -65,9 +67,17 @@ class Project:
             raise AssertionError(f"manage.py {' '.join(args)}: {done.returncode}\n{done.stderr}")
         return done
 
-    def start(self, *args: str, output: bool = True) -> subprocess.Popen[str]:
+    def start(
+        self, *args: str, output: bool = True, log: Path | None = None
+    ) -> subprocess.Popen[str]:
         """``manage.py ARGS`` as a running process; its output (stdout and stderr together)
-        readable unless ``output`` is False."""
+        readable unless ``output`` is False, or appended to ``log``."""
+        if log is not None:
+            with log.open("ab") as out:
+                return subprocess.Popen(
+                    self.manage_command(*args), env=self.env, cwd=PROJECT,
+                    stdout=out, stderr=subprocess.STDOUT, text=True,
+                )  # fmt: skip
         return subprocess.Popen(
             self.manage_command(*args),
             env=self.env,
@@ -75,6 +85,25 @@ class Project:
             stdout=subprocess.PIPE if output else subprocess.DEVNULL,
             stderr=subprocess.STDOUT if output else subprocess.DEVNULL,
             text=True,
+        )
+
+    def serve_sink(self, port: int, log: Path, env: dict[str, str] | None = None) -> Service:
+        """``manage.py ackledger serve sink`` on loopback ``port``, once it says it listens;
+        its stderr appended to ``log``."""
+        command = self.manage_command("ackledger", "serve", "sink", "--port", str(port))
+        return start_listener(command, env=self.env_with(env), stderr_path=log, timeout=60)
+
+    def place_orders(self, count: int) -> None:
+        """Orders ``0`` .. ``count - 1`` placed through the shop's view, each in its own
+        request: the order row and its event committed together."""
+        self.shell(
+            "import json\n"
+            "from django.test import Client\n"
+            "client = Client()\n"
+            f"for number in range({count}):\n"
+            "    body = json.dumps({'number': str(number), 'sku': 'tea', 'qty': 1})\n"
+            "    assert client.post('/orders', body, content_type='application/json')"
+            ".status_code == 201\n"
         )
 
     def runserver(self, port: int, *options: str) -> subprocess.Popen[str]:
@@ -126,6 +155,16 @@ def project_on(kind: str, tmp_path: Path) -> Iterator[Project]:
         yield Project(pg.url_for(name))
     finally:
         pg.drop_database(name)
+
+
+def pair_on(kind: str, tmp_path: Path) -> Iterator[tuple[Project, Project]]:
+    """Two projects on databases of their own: the shop (A) and the warehouse (B)."""
+    shop_dir, warehouse_dir = tmp_path / "shop", tmp_path / "warehouse"
+    shop_dir.mkdir()
+    warehouse_dir.mkdir()
+    for shop in project_on(kind, shop_dir):
+        for warehouse in project_on(kind, warehouse_dir):
+            yield shop, warehouse
 
 
 def _shipped(tx: Any, event: dict[str, Any]) -> None:

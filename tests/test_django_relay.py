@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from .djangohelp import KINDS, Project, free_port, project_on
+from .djangohelp import KINDS, Project, free_port, pair_on
+from .opshelp import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -25,21 +25,7 @@ ORDERS = 40
 
 @pytest.fixture(params=KINDS)
 def pair(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Project, Project]]:
-    shop_dir, warehouse_dir = tmp_path / "shop", tmp_path / "warehouse"
-    shop_dir.mkdir()
-    warehouse_dir.mkdir()
-    for shop in project_on(request.param, shop_dir):
-        for warehouse in project_on(request.param, warehouse_dir):
-            yield shop, warehouse
-
-
-def _until(check: object, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():  # type: ignore[operator]
-            return
-        time.sleep(0.05)
-    raise AssertionError("timed out")
+    yield from pair_on(request.param, tmp_path)
 
 
 @pytest.mark.parametrize("batch", [False, True], ids=["one-by-one", "batch"])
@@ -49,15 +35,7 @@ def test_every_order_is_shipped_once_across_a_kill_of_the_sink(
     shop, warehouse = pair
     shop.manage("migrate")
     warehouse.manage("migrate")
-    shop.shell(
-        "import json\n"
-        "from django.test import Client\n"
-        "client = Client()\n"
-        f"for number in range({ORDERS}):\n"
-        "    body = json.dumps({'number': str(number), 'sku': 'tea', 'qty': 1})\n"
-        "    assert client.post('/orders', body, content_type='application/json')"
-        ".status_code == 201\n"
-    )
+    shop.place_orders(ORDERS)
     port = free_port()
     server = warehouse.runserver(port)
     relay = shop.start(
@@ -69,13 +47,17 @@ def test_every_order_is_shipped_once_across_a_kill_of_the_sink(
         def shipped() -> int:
             return int(warehouse.rows("SELECT count(*) FROM shop_shipment")[0][0])
 
-        _until(lambda: shipped() >= 5)
+        wait_until(lambda: shipped() >= 5, "five shipments")
         server.send_signal(signal.SIGKILL)
         server.wait(10)
         killed_at = shipped()
         assert killed_at < ORDERS, "the kill came too late to prove anything"
         server = warehouse.runserver(port)
-        _until(lambda: shop.rows("SELECT count(*) FROM ackledger_outbox WHERE sent = 0")[0][0] == 0)
+        wait_until(
+            lambda: shop.rows("SELECT count(*) FROM ackledger_outbox WHERE sent = 0")[0][0] == 0,
+            "the outbox all sent",
+            timeout=90,
+        )
         relay.send_signal(signal.SIGTERM)
         out, _ = relay.communicate(timeout=30)
         assert relay.returncode == 0, out

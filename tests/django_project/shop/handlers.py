@@ -18,6 +18,9 @@ class OutOfStockError(Exception):
 def ship(connection: Any, event: dict[str, Any]) -> None:
     data = event["data"]
     Shipment.objects.create(order_number=data["order"], sku=data["sku"], qty=data["qty"])
+    # SHOP_SHIP_SECONDS: every shipment holds its transaction open that long, so that a kill
+    # -9 at a random moment often finds one written and not yet committed.
+    time.sleep(float(os.environ.get("SHOP_SHIP_SECONDS", "0")))
     # For the tests of two receivers at once: say the shipment is written, then hold the
     # transaction open a while, and (SHOP_FAIL_AFTER_PAUSE) fail at its end.
     pause = float(data.get("pause", 0))
