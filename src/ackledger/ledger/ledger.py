@@ -249,9 +249,12 @@ def complete_from_json(obj: object) -> Report:
 def release_from_json(obj: object) -> Report:
     """A ``POST /deliveries/release`` body."""
     body = _body_fields(obj, RELEASE_FIELDS, RELEASE_FIELDS[:3])
-    return check_report(
-        body["case_id"], body["work_id"], claim=body["claim"], exit_status=body.get("exit_status")
-    )
+    status = body.get("exit_status")
+    if type(status) is float and status.is_integer():
+        # JSON's 3.0 is the number 3 (JSON Schema's "integer" takes it); Python callers
+        # of ``Ledger.release`` still pass an int.
+        status = int(status)
+    return check_report(body["case_id"], body["work_id"], claim=body["claim"], exit_status=status)
 
 
 def request_from_json(obj: object) -> LedgerRequest:

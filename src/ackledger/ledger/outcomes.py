@@ -92,9 +92,6 @@ def check_token(value: object) -> str:
 def check_exit_status(value: object) -> int | None:
     if value is None:
         return None
-    if type(value) is float and value.is_integer():
-        # 1.0 is the JSON number 1 (JSON Schema's "integer" takes it): the same exit status.
-        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidEvent(
             f"exit_status: must be a whole number, got {value!r}", field="exit_status"
