@@ -72,6 +72,17 @@ def listed(db: Path) -> list[dict[str, object]]:
     return found
 
 
+def _fixed_handlers(tmp_path: Path, db: Path) -> dict[str, str]:
+    """The cause fixed: a module ``fixed_events`` with a handler for ``com.example.late`` (it
+    writes table ``applied``, made here in ``db``); returns the environment that finds it."""
+    (tmp_path / "fixed_events.py").write_text(FIXED, encoding="utf-8")
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE applied (id TEXT)")
+    conn.commit()
+    conn.close()
+    return {**os.environ, "PYTHONPATH": str(tmp_path)}
+
+
 def test_amqp_records_each_refusal_then_dead_letters_it(
     tmp_path: Path,
     rabbit: Rabbit,  # noqa: F811
@@ -175,12 +186,7 @@ def test_replay_applies_once_the_cause_is_fixed_and_refuses_again_what_still_fai
     assert consumer.stop() == 0
     late_no, bad_no = (int(str(row["refused_no"])) for row in listed(db))
 
-    (tmp_path / "fixed_events.py").write_text(FIXED, encoding="utf-8")
-    conn = sqlite3.connect(db)
-    conn.execute("CREATE TABLE applied (id TEXT)")
-    conn.commit()
-    conn.close()
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    env = _fixed_handlers(tmp_path, db)
     again = run_cli("refused", "replay", str(bad_no), "--db", str(db), env=env)
     assert again.returncode == 1, again.stderr
     assert f"refused message {bad_no}: refused again: body: not valid JSON" in again.stdout
@@ -335,12 +341,7 @@ def test_a_binary_mode_refusal_is_kept_whole_and_replays(
     # Its body alone is only the data: the event is kept whole, in structured mode.
     kept = json.loads(str(row["message"]))
     assert (kept["id"], kept["type"], kept["data"]) == ("b-1", "com.example.late", {"n": 1})
-    (tmp_path / "fixed_events.py").write_text(FIXED, encoding="utf-8")
-    conn = sqlite3.connect(db)
-    conn.execute("CREATE TABLE applied (id TEXT)")
-    conn.commit()
-    conn.close()
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    env = _fixed_handlers(tmp_path, db)
     replayed = run_cli("refused", "replay", str(row["refused_no"]), "--db", str(db),
                        "--handlers", "fixed_events:HANDLERS", env=env)  # fmt: skip
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
