@@ -49,10 +49,27 @@ def workload(count: int, seed: int = 7) -> list[int]:
 
 
 def _timed(request: Request, case_id: str, keys: list[int]) -> float:
+    """Calls/s of ``request`` over ``keys``; raises when an answer is not the workload's (a
+    repeat must answer its key's first delivery, a new key a delivery of its own)."""
+    answers = []
     start = time.perf_counter()
     for key in keys:
-        request(case_id, f"work-{key}")
-    return rate(len(keys), time.perf_counter() - start)
+        answers.append(request(case_id, f"work-{key}"))
+    seconds = time.perf_counter() - start
+    check_answers(keys, answers)
+    return rate(len(keys), seconds)
+
+
+def check_answers(keys: list[int], answers: list[object]) -> None:
+    """Each key's answers name one delivery, and no two keys share one: else the run did the
+    work twice (or answered another key's), and its rate counts for nothing."""
+    first: dict[int, object] = {}
+    for key, answer in zip(keys, answers, strict=True):
+        delivery = answer.get("delivery_no") if isinstance(answer, dict) else None
+        if delivery is None or first.setdefault(key, delivery) != delivery:
+            raise ValueError(f"key {key}: answered {answer!r}, first {first.get(key)!r}")
+    if len(set(first.values())) != len(first):
+        raise ValueError("two keys were answered with one delivery")
 
 
 def ledger_class() -> Any | None:

@@ -16,7 +16,7 @@ import pytest
 from bench import report
 from bench.common import Results
 from bench.fill import lab_event
-from bench.ledger import delivery_requests
+from bench.ledger import check_answers, delivery_requests
 from bench.load import DELIVERIES, EVENTS, LoadResult, Route, delivery, record, run_load
 
 from ackledger.ops.processes import Service, start_listener, start_service
@@ -124,3 +124,11 @@ def test_one_refused_repetition_refuses_the_figure_for_the_whole_run() -> None:
     record(results, "ledger.http", "ledger", good)
     assert results.get("ledger.http.rps") is None
     assert "503: 5" in results.refused["ledger.http.rps"]["why"]
+
+
+def test_a_ledger_run_whose_repeats_did_the_work_again_is_refused() -> None:
+    check_answers([0, 1, 0], [{"delivery_no": 1}, {"delivery_no": 2}, {"delivery_no": 1}])
+    with pytest.raises(ValueError, match="key 0"):  # the repeat ran the work a second time
+        check_answers([0, 1, 0], [{"delivery_no": 1}, {"delivery_no": 2}, {"delivery_no": 3}])
+    with pytest.raises(ValueError, match="one delivery"):  # another key's answer replayed
+        check_answers([0, 1], [{"delivery_no": 1}, {"delivery_no": 1}])
