@@ -1,4 +1,5 @@
-"""Canonical JSON of any value and its fingerprint: the ledger's requests, v1's events."""
+"""Canonical JSON of any value and its fingerprint: one text for events, ledger requests and
+v1's events alike."""
 
 from __future__ import annotations
 
@@ -7,8 +8,20 @@ import json
 
 
 def canonical_json(obj: object) -> str:
-    """JSON with sorted keys and no whitespace: equal content, equal text."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """JSON with sorted keys, no whitespace and numbers as ``json.dumps`` writes them: equal
+    content, equal text.
+
+    Non-ASCII text is written as itself (``ensure_ascii=False``), not as ``\\u`` escapes: the
+    text is smaller, a size limit counts the bytes a reader really gets, and it is the choice
+    v1's canonical JSON made. NaN and infinities raise ValueError: they are not JSON.
+    """
+    return _ENCODER.encode(obj)
+
+
+# One encoder for every call: json.dumps with these options builds a new one each time.
+_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
 
 
 def fingerprint(obj: object) -> str:

@@ -4,14 +4,9 @@ The outbox, the inbox and every sender speak it; ``ackledger.event`` keeps only 
 of the lab's flat form and the small checks they share.
 """
 
+from .._core.canonical import canonical_json
 from .build import new_event
-from .content import (
-    MAX_EVENT_BYTES,
-    canonical_json,
-    content_fingerprint,
-    fingerprint_of,
-    identity,
-)
+from .content import MAX_EVENT_BYTES, content_fingerprint, fingerprint_of, identity
 from .validate import check_event_id, check_source, validate_cloudevent, validate_encoded
 
 __all__ = [

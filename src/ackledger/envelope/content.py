@@ -1,11 +1,13 @@
-"""An event's canonical text, its identity and the fingerprint of its content."""
+"""An event's identity and the fingerprint of its content (its canonical text is
+``_core/canonical.py``'s, re-exported here)."""
 
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping
 from typing import Any
+
+from .._core.canonical import canonical_json
 
 #: The largest canonical JSON of an event, in UTF-8 bytes.
 MAX_EVENT_BYTES = 64 * 1024
@@ -13,22 +15,6 @@ MAX_EVENT_BYTES = 64 * 1024
 #: Attributes that describe one delivery rather than the event: a re-send of the same
 #: event may carry another time or trace, and is still the same content.
 NOT_CONTENT = frozenset({"time", "traceparent", "tracestate"})
-
-
-def canonical_json(event: object) -> str:
-    """JSON with sorted keys, no whitespace and numbers as ``json.dumps`` writes them.
-
-    Non-ASCII text is written as itself (``ensure_ascii=False``), not as ``\\u`` escapes: the
-    text is smaller, MAX_EVENT_BYTES counts the bytes a reader really gets, and it is the
-    choice v1's canonical JSON made. NaN and infinities raise ValueError: they are not JSON.
-    """
-    return _ENCODER.encode(event)
-
-
-# One encoder for every call: json.dumps with these options builds a new one each time.
-_ENCODER = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-)
 
 
 def identity(event: Mapping[str, Any]) -> tuple[str, str]:

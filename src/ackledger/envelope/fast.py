@@ -16,11 +16,11 @@ import re
 from json.encoder import encode_basestring
 from typing import Any
 
+from .._core.canonical import canonical_json
 from .._core.identifier import IDENTIFIER
 from .._core.printable import is_printable
 from ..errors import InvalidEvent
 from ..event_types import EventTypes
-from .content import canonical_json
 from .json_value import _SURROGATE, MAX_DEPTH, SAFE_INT_BITS
 from .uri_reference import is_uri_reference
 

@@ -27,9 +27,9 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .._core.canonical import canonical_json
 from .._core.strict_json import parse_strict_json
 from ..errors import InvalidEvent
-from .content import canonical_json
 from .media_type import essence, is_json_media_type, is_media_type, parameter
 
 __all__ = [

@@ -15,10 +15,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from .._core.canonical import canonical_json
 from .._core.printable import CONTROL, is_printable
 from ..errors import InvalidEvent
 from ..event_types import MAX_NAME, EventTypes, check_type_name
-from .content import MAX_EVENT_BYTES, canonical_json
+from .content import MAX_EVENT_BYTES
 from .fast import fast_encoded
 from .json_value import check_text, copy_json, shown_name
 from .media_type import is_json_media_type, is_media_type
