@@ -16,7 +16,9 @@ from .base import Backend, Tx, check_synchronous, migrate
 __all__ = [
     "Backend",
     "Tx",
+    "borrow_at",
     "database_errors",
+    "is_database_url",
     "open_backend",
     "target_dialect",
     "unreachable_errors",
@@ -28,6 +30,13 @@ POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 def is_postgres(target: object) -> TypeGuard[str]:
     return isinstance(target, str) and target.startswith(POSTGRES_SCHEMES)
+
+
+def is_database_url(target: object) -> TypeGuard[str]:
+    """A URL that names a database server (``postgresql://``), not a SQLite file's path nor a
+    service's ``http(s)://`` address. Relays on several hosts can share such a database, so
+    they take partition leases in it."""
+    return is_postgres(target)
 
 
 def without_password(target: str | os.PathLike[str]) -> str:
@@ -67,6 +76,14 @@ def target_dialect(target: object) -> str:
     """The dialect a target names, ``"sqlite"`` or ``"postgres"``, told from the target alone
     (nothing is opened, created or connected); ValueError or TypeError for what names neither."""
     return _classify(target)[0]
+
+
+def borrow_at(target: object, using: object) -> Tx:
+    """``Backend.borrow`` of the database ``target`` names, without opening it: for a caller
+    that holds a connection to it (Django's) but no backend of its own."""
+    from .borrowed import borrow
+
+    return borrow(using, target_dialect(target))
 
 
 def _classify(target: object) -> tuple[str, str]:

@@ -15,7 +15,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...store import is_postgres
+from ...store import is_database_url
 
 PREFIX = "ackledger_verify_"
 
@@ -34,7 +34,7 @@ def scratch(source: str | None, own_sink: bool) -> Iterator[Databases]:
     with ExitStack() as stack:
         folder = Path(tempfile.mkdtemp(prefix="ackledger-verify-", dir=_folder(source)))
         stack.callback(shutil.rmtree, folder, ignore_errors=True)
-        if is_postgres(source):
+        if is_database_url(source):
             names = [_database(stack, source) for _ in range(2 if own_sink else 1)]
             yield Databases(names[0], names[1] if own_sink else None, folder)
         else:
@@ -43,7 +43,7 @@ def scratch(source: str | None, own_sink: bool) -> Iterator[Databases]:
 
 
 def _folder(source: str | None) -> str | None:
-    return None if source is None or is_postgres(source) else source
+    return None if source is None or is_database_url(source) else source
 
 
 def _database(stack: ExitStack, server: str) -> str:
