@@ -40,11 +40,6 @@ ALLOWED: frozenset[tuple[str, str]] = frozenset(
         ("cli/migrate.py", ".dialect"),
         # The optional extras are named after what they install; this maps modules to them.
         ("_core/extras.py", "'postgres'"),
-        # Opening a file that is not ackledger's would migrate it; the check is SQLite's own
-        # and reads the file without opening a backend.
-        ("ops/databases.py", "from store.sqlite"),
-        # verify's scratch databases are made and dropped on a server, as PostgreSQL does it.
-        ("ops/verify/scratch.py", "from store.postgres.scratch"),
     }
 )
 

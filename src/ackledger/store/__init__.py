@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import sys
+from contextlib import AbstractContextManager
 from typing import TypeGuard
 
 from .base import Backend, Tx, check_synchronous, migrate
@@ -19,7 +20,9 @@ __all__ = [
     "borrow_at",
     "database_errors",
     "is_database_url",
+    "not_existing",
     "open_backend",
+    "scratch_database",
     "target_dialect",
     "unreachable_errors",
     "without_password",
@@ -70,6 +73,28 @@ def unreachable_errors() -> tuple[type[Exception], ...]:
     if psycopg is not None:
         found.append(psycopg.OperationalError)
     return tuple(found)
+
+
+def not_existing(path: str) -> str | None:
+    """Why the database file ``path`` is missing or not ackledger's (another program's
+    SQLite file), or None when it is one: told without creating, opening as a backend or
+    migrating anything, for commands that only read or operate."""
+    if not os.path.isfile(path):
+        return f"no database at {path!r}"
+    from .sqlite import foreign_file
+
+    return foreign_file(path)
+
+
+def scratch_database(server: str, prefix: str) -> AbstractContextManager[str]:
+    """A new empty database on the server that the database URL ``server`` names (its name
+    ``prefix`` and a random part), the block given its URL; dropped when the block ends,
+    also after an error or Ctrl-C."""
+    if not is_database_url(server):
+        raise ValueError(f"server: must be a database URL, got {without_password(server)!r}")
+    from .postgres.scratch import scratch_database as on_postgres
+
+    return on_postgres(server, prefix)
 
 
 def target_dialect(target: object) -> str:
