@@ -75,7 +75,7 @@ def names_outside_store() -> set[tuple[str, str]]:
 
 
 def test_there_are_dialects_to_check() -> None:
-    assert DIALECTS == ["postgres", "sqlite"]
+    assert {"postgres", "sqlite"} <= set(DIALECTS)
 
 
 def test_nothing_outside_the_store_names_the_database() -> None:
@@ -120,6 +120,12 @@ def test_each_dialect_implements_every_abstract_operation(dialect: str) -> None:
         # Written in the dialect's own module, not inherited from the other dialect's Tx.
         owner = next(cls for cls in tx.__mro__ if name in vars(cls))
         assert owner.__module__.startswith(f"ackledger.store.{dialect}."), (name, owner)
+        # Called by keyword too: the same parameters, by name, as the operation declares.
+        declared = inspect.signature(getattr(Tx, name)).parameters
+        assert list(inspect.signature(getattr(tx, name)).parameters) == list(declared), name
+    # Nothing a caller could reach past Tx: a dialect's extra operation would be a branch.
+    extra = {name for name in vars(tx) if not name.startswith("_") and not hasattr(Tx, name)}
+    assert extra == _declared_only(), f"{tx.__name__}: operations Tx does not declare"
     # The expressions the shared SQL is rendered with (declared, never given, by Tx's bases).
     for name in _declared_only():
         assert getattr(tx, name) == getattr(_queries(dialect), name), name
