@@ -1,6 +1,8 @@
 """The store as one typed interface, read from the source: every dialect implements each
-operation of ``Tx`` and ``Backend``, a dialect's SQL stays in its own ``queries.py``, and no
-module outside ``store/`` asks which database it is talking to.
+operation of ``Tx`` and ``Backend`` and offers no other, its ``queries.py`` supplies what the
+shared SQL is rendered with and holds no statement it never runs (the two dialects' statements
+differ, so their names do too), and no module outside ``store/`` asks which database it is
+talking to.
 
 The checks find the dialects by their packages under ``store/`` (a package with ``tx.py``
 and ``queries.py``), so a third dialect is held to the same rules without editing this file.
