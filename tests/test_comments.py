@@ -1,5 +1,6 @@
-"""The code's comments and docstrings give their reasons in place: none sends a reader to a
-log of past changes or to a ticket number, which the reader of the package does not have."""
+"""The code's comments and docstrings, and the documents, give their reasons in place: none
+sends a reader to a log of past changes or to a ticket number, which the reader of the
+package does not have."""
 
 from __future__ import annotations
 
@@ -19,6 +20,10 @@ def citing() -> set[str]:
         for path in (ROOT / top).rglob("*"):
             if path.suffix in SUFFIXES and CITATION.search(path.read_text(encoding="utf-8")):
                 found.add(path.relative_to(ROOT).as_posix())
+    # The documents a user reads speak of ackledger as it is, too.
+    for path in [*(ROOT / "docs").rglob("*.md"), ROOT / "README.md", ROOT / "CHANGELOG.md"]:
+        if CITATION.search(path.read_text(encoding="utf-8")):
+            found.add(path.relative_to(ROOT).as_posix())
     return found - CHECKERS
 
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from ackledger import EventTypes, InvalidEvent, warehouse
 from ackledger.envelope import canonical_json, validate
-from ackledger.envelope.fast import fast_encoded, fast_event
+from ackledger.envelope.fast import fast_encoded
 from ackledger.envelope.validate import _validate_fully
 
 TYPES = EventTypes()
@@ -61,11 +61,11 @@ def test_fast_never_accepts_what_the_full_rules_refuse(
 @given(json_values)
 def test_fast_copies_plain_data_as_the_full_rules_do(data: Any) -> None:
     obj = {"specversion": "1.0", "id": "e-1", "source": "/s", "type": "t", "data": data}
-    quick = fast_event(obj, TYPES)
+    quick = fast_encoded(obj, TYPES)
     if quick is not None:
-        assert quick == full(obj)
+        assert quick[0] == full(obj)
         if isinstance(data, dict | list):
-            assert quick["data"] is not data  # a copy, never the caller's object
+            assert quick[0]["data"] is not data  # a copy, never the caller's object
 
 
 flat_values = st.none() | st.booleans() | st.integers() | texts | st.integers(2**52, 2**60)
@@ -136,9 +136,9 @@ def test_a_subclass_or_a_null_member_goes_the_full_way() -> None:
         pass
 
     base = {"specversion": "1.0", "id": "e-1", "source": "/s", "type": "t"}
-    assert fast_event({**base, "id": Text("e-1")}, TYPES) is None
-    assert fast_event({**base, "subject": None}, TYPES) is None
-    assert fast_event({**base, "time": "2026-12-01T00:00:00Z"}, TYPES) is None
+    assert fast_encoded({**base, "id": Text("e-1")}, TYPES) is None
+    assert fast_encoded({**base, "subject": None}, TYPES) is None
+    assert fast_encoded({**base, "time": "2026-12-01T00:00:00Z"}, TYPES) is None
 
 
 class _TwoFaced(dict[str, Any]):

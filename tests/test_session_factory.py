@@ -18,12 +18,8 @@ from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 from ackledger import Inbox, new_event
-from ackledger.sink.session_factory import (
-    SessionInbox,
-    SqlAlchemySessions,
-    place_of_target,
-    place_of_url,
-)
+from ackledger.sink.session_factory import SessionInbox, SqlAlchemySessions
+from ackledger.store.place import place_of_target, place_of_url
 
 TYPE = "com.example.shipment.requested"
 
@@ -90,7 +86,7 @@ def test_a_session_commits_the_rows_with_their_receipts_and_keeps_the_prefix_rul
     db = tmp_path / "shipping.db"
     Inbox(db).close()
     Base.metadata.create_all(create_engine(f"sqlite:///{db}"))
-    sessions = SqlAlchemySessions(factory(db), "sqlite")
+    sessions = SqlAlchemySessions(factory(db))
     sessions.check(str(db))
     with SessionInbox(db, transactions=sessions, handlers={TYPE: handler}) as inbox:
         (alone,) = inbox.receive_runs([[requested("s-1")]], awaiting=True)
@@ -129,5 +125,5 @@ def test_a_session_is_told_by_its_database_not_by_how_it_is_written(tmp_path: Pa
 def test_a_session_on_another_file_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     db, other = tmp_path / "shipping.db", tmp_path / "other.db"
     with pytest.raises(ValueError, match="reaches another database than --db: SQLite file"):
-        SqlAlchemySessions(sync_factory(other), "sqlite").check(str(db))
+        SqlAlchemySessions(sync_factory(other)).check(str(db))
     assert not db.exists()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..ops.databases import is_url
-from ..store import is_postgres
+from ..store import is_database_url
 from .arguments import add_inbox_name, existing_target, open_outbox, port_arg
 from .exposure import add_exposure, guarded
 
@@ -51,7 +51,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def _check_sink(sink: str) -> str:
     from ..wire.targets import check_service_url
 
-    if is_postgres(sink):
+    if is_database_url(sink):
         return sink
     if is_url(sink):
         check_service_url(sink)
@@ -72,7 +72,7 @@ def cmd_console(args: argparse.Namespace) -> int:
     source = existing_target(args.source)
     sink = None if args.sink is None else _check_sink(args.sink)
     ledger_db = None if args.ledger is None else existing_target(args.ledger, "ledger")
-    if ledger_db is not None and is_url(ledger_db) and not is_postgres(ledger_db):
+    if ledger_db is not None and is_url(ledger_db) and not is_database_url(ledger_db):
         raise UsageError(
             "--ledger: give the ledger's database (a SQLite file or postgresql:// URL)"
         )

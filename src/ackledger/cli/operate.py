@@ -18,7 +18,7 @@ from ..ops.listings import quarantined_table, quarantined_text, requeued_lines
 from ..ops.reconcile import reconcile, reconcile_text
 from ..ops.status import is_service, read_status, service_url
 from ..ops.trace import trace, trace_text
-from ..store import is_postgres
+from ..store import is_database_url
 from ..wire.targets import check_service_url
 from .arguments import (
     add_http_client,
@@ -181,7 +181,7 @@ def _service_arg(name: str, url: str, hosts: list[str]) -> None:
 
 def cmd_trace(args: argparse.Namespace) -> int:
     check_event_id(args.event_id, "EVENT_ID")
-    if args.sink is not None and is_url(args.sink) and not is_postgres(args.sink):
+    if args.sink is not None and is_url(args.sink) and not is_database_url(args.sink):
         check_service_url(args.sink, allowed_hosts=args.allow_host)
     report = trace(
         args.event_id,
@@ -209,7 +209,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
 def cmd_reconcile(args: argparse.Namespace) -> int:
     if not 0 <= args.max_ids <= 10_000:
         raise ValueError(f"--max-ids: must be an integer from 0 to 10000, got {args.max_ids}")
-    if is_url(args.sink) and not is_postgres(args.sink):
+    if is_url(args.sink) and not is_database_url(args.sink):
         check_service_url(args.sink)
     report = reconcile(
         existing_target(args.source), args.sink, max_ids=args.max_ids, inbox_name=args.inbox_name

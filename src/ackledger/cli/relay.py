@@ -11,7 +11,7 @@ from ..relay.policy import DEFAULT_ON_POISON, POISON_POLICIES
 from ..relay.settings import RelaySettings
 from ..source.inflight import MAX_INFLIGHT
 from ..source.marking import MARK_SYNCS
-from ..store import is_postgres
+from ..store import is_database_url
 from ..wire.sender import is_broker
 from .arguments import (
     TO_HELP,
@@ -162,7 +162,7 @@ def cmd_relay(args: argparse.Namespace) -> int:
         )
     # A name given is checked even where it is not used (a SQLite source, --single).
     owner = check_owner(args.owner) if args.owner is not None else None
-    leasing = is_postgres(args.source) and not args.single
+    leasing = is_database_url(args.source) and not args.single
     settings = RelaySettings(
         url=args.to,
         batch=args.batch,

@@ -57,9 +57,8 @@ def open_inbox(args: argparse.Namespace) -> Inbox:
     if getattr(args, "session", None) is None:
         return Inbox(args.db, handlers=args.handlers, synchronous=args.synchronous)
     from ..sink.session_factory import SessionInbox, SqlAlchemySessions
-    from ..store import target_dialect
 
-    sessions = SqlAlchemySessions(args.session, target_dialect(args.db))
+    sessions = SqlAlchemySessions(args.session)
     try:
         sessions.check(args.db)
     except (TypeError, ValueError) as exc:

@@ -7,7 +7,7 @@ import os
 import secrets
 import sys
 
-from ..store import is_postgres
+from ..store import is_database_url
 from .arguments import whole_arg
 from .exits import EXIT_OK, EXIT_STOPPED
 
@@ -80,7 +80,7 @@ def _check(args: argparse.Namespace) -> list[str]:
     from . import UsageError
     from .arguments import on_import_path
 
-    if args.source is not None and not is_postgres(args.source):
+    if args.source is not None and not is_database_url(args.source):
         if "://" in args.source:
             raise UsageError(f"--source: a folder or a postgresql:// server, got {args.source!r}")
         if not os.path.isdir(args.source):
@@ -117,7 +117,6 @@ def _check_session(spec: str, sink_db: str | None) -> None:
     """The session factory loads, and its session reaches ``--sink-db``."""
     from ..sink.handlers import HandlerSpecError
     from ..sink.session_factory import SqlAlchemySessions, load_session_factory
-    from ..store import target_dialect
     from . import UsageError
     from .arguments import on_import_path
 
@@ -125,7 +124,7 @@ def _check_session(spec: str, sink_db: str | None) -> None:
         raise UsageError("--session: needs --sink-db, the database your session factory reaches")
     on_import_path()
     try:
-        sessions = SqlAlchemySessions(load_session_factory(spec), target_dialect(sink_db))
+        sessions = SqlAlchemySessions(load_session_factory(spec))
         sessions.check(sink_db)
     except (HandlerSpecError, TypeError, ValueError) as exc:
         raise UsageError(f"--session: {exc}") from None

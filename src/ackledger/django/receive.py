@@ -7,7 +7,7 @@ from typing import Any
 
 from ..sink.receive_using import receive_using
 from ..source.outbox import Outbox
-from ..store.borrowed import borrow
+from ..store import borrow_at
 from .config import alias, handlers
 from .target import database_target
 
@@ -71,9 +71,5 @@ def receive(event: object, *, handlers_by_type: dict[str, Any] | None = None) ->
     found = handlers() if handlers_by_type is None else handlers_by_type
     connection = connections[name]
     with transaction.atomic(using=name):
-        tx = borrow(connection, _dialect(connection.vendor))
+        tx = borrow_at(database_target(name), connection)
         return receive_using(tx, connection, event, found)
-
-
-def _dialect(vendor: str) -> str:
-    return "postgres" if vendor == "postgresql" else vendor

@@ -9,15 +9,8 @@ import functools
 import os
 from typing import Any
 
-from ..sink.session_factory import (
-    Savepoint,
-    SessionInbox,
-    Work,
-    check_same_database,
-    place_of_target,
-)
-from ..store import target_dialect
-from ..store.borrowed import borrow
+from ..sink.session_factory import Savepoint, SessionInbox, Work
+from ..store.place import check_same_place, place_of_target
 from .config import alias, handlers
 from .target import database_target
 
@@ -26,9 +19,8 @@ class DjangoTransactions:
     """One ``transaction.atomic()`` on the alias per transaction; handlers get its
     connection (each thread has its own, as Django gives one per thread)."""
 
-    def __init__(self, name: str, dialect: str) -> None:
+    def __init__(self, name: str) -> None:
         self._name = name
-        self._dialect = dialect
 
     def run(self, work: Work, awaiter: Any) -> Any:
         from django.db import close_old_connections, connections, transaction
@@ -40,7 +32,7 @@ class DjangoTransactions:
         connection = connections[name]
         savepoint: Savepoint = functools.partial(transaction.atomic, using=name)
         with transaction.atomic(using=name):
-            return work(borrow(connection, self._dialect), connection, awaiter, savepoint)
+            return work(connection, connection, awaiter, savepoint)
 
     def close(self) -> None:
         from django.db import connections
@@ -62,12 +54,12 @@ def django_inbox(
         django.setup()
     name = alias()
     target = database_target(name)
-    check_same_database(
+    check_same_place(
         place_of_target(target), f"Django's database {name!r} (settings.ACKLEDGER)", db
     )
     return SessionInbox(
         db,
-        transactions=DjangoTransactions(name, target_dialect(db)),
+        transactions=DjangoTransactions(name),
         handlers=given if given is not None else handlers(),
         synchronous=synchronous,
     )

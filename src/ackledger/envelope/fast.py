@@ -38,12 +38,6 @@ class _Slow(Exception):
     """Not the common case: take the full way."""
 
 
-def fast_event(obj: dict[str, Any], types: EventTypes) -> dict[str, Any] | None:
-    """The validated event, or None when ``obj`` is not the common case (or is refused)."""
-    found = fast_encoded(obj, types)
-    return None if found is None else found[0]
-
-
 def fast_encoded(obj: dict[str, Any], types: EventTypes) -> tuple[dict[str, Any], str] | None:
     """The validated event and its canonical JSON, made in the same pass, or None when
     ``obj`` is not the common case (or is refused)."""

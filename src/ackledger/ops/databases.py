@@ -6,9 +6,7 @@ database, nor may our schema be added to another program's SQLite file.
 
 from __future__ import annotations
 
-import os
-
-from ..store.sqlite import foreign_file
+from ..store import not_existing
 
 
 def is_url(target: str) -> bool:
@@ -16,12 +14,9 @@ def is_url(target: str) -> bool:
 
 
 def existing_database(target: str, flag: str) -> str:
-    """``target`` if it is a URL or ackledger's SQLite file, else ValueError naming ``--flag``."""
-    if is_url(target):
-        return target
-    if not os.path.isfile(target):
-        raise ValueError(f"--{flag}: no database at {target!r}")
-    problem = foreign_file(target)
+    """``target`` if it is a URL or an existing ackledger database, else ValueError naming
+    ``--flag``."""
+    problem = None if is_url(target) else not_existing(target)
     if problem is not None:
         raise ValueError(f"--{flag}: {problem}")
     return target

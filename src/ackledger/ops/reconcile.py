@@ -16,7 +16,7 @@ from typing import Any
 
 from ..sink.inbox import DEFAULT_NAME, Inbox
 from ..source.outbox import Outbox
-from ..store import is_postgres
+from ..store import is_database_url
 from ..wire.targets import base_url
 from .databases import existing_database, is_url
 from .probe import sink_receipt
@@ -94,13 +94,13 @@ def reconcile(
         raise ValueError(f"max_ids: must be an integer from 0 to 10000, got {max_ids!r}")
     with Outbox(source) as outbox:
         tally = Tally(max_ids, {outbox.source})
-        if is_url(sink) and not is_postgres(sink):
+        if is_url(sink) and not is_database_url(sink):
             where = f"GET {base_url(sink)}/events/{{id}}"
             lookup = _service_lookup(sink)
             _walk_outbox(outbox, lookup, tally)
             receipts_checked = False
         else:
-            database = sink if is_postgres(sink) else existing_database(sink, "sink")
+            database = sink if is_database_url(sink) else existing_database(sink, "sink")
             with Inbox(database, name=inbox_name) as inbox:
                 where = f"table ackledger_inbox in {inbox.backend.location}"
                 _walk_outbox(outbox, _inbox_lookup(inbox), tally, _refused_lookup(inbox))

@@ -18,7 +18,7 @@ from ..errors import AckledgerError
 from ..relay.leases import lease_words
 from ..sink.inbox import Inbox
 from ..source.outbox import Outbox
-from ..store import database_errors, is_postgres, without_password
+from ..store import database_errors, is_database_url, without_password
 from ..wire.targets import ANY_PATH, base_url, check_target
 from ..wire.token import Token
 from .ack_kinds import STATUS_ACK
@@ -66,7 +66,7 @@ def inbox_counters(target: str) -> dict[str, Any]:
 
 def is_service(target: str) -> bool:
     """A sink named by its service's URL, rather than by its inbox database."""
-    return is_url(target) and not is_postgres(target)
+    return is_url(target) and not is_database_url(target)
 
 
 def service_counters(

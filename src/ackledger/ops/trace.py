@@ -18,7 +18,7 @@ from ..errors import AckledgerError
 from ..relay.leases import lease_words
 from ..sink.inbox import DEFAULT_NAME, Inbox
 from ..source.outbox import Outbox
-from ..store import is_postgres, without_password
+from ..store import is_database_url, without_password
 from ..warehouse import TYPE as LAB_TYPE
 from ..wire.targets import base_url
 from ..wire.token import Token
@@ -65,7 +65,7 @@ def read_receipt(
     """(receipt or None, where it was looked for): the receipt of the event's identity when
     its ``source`` is known (of the inbox ``inbox_name``, in an inbox database); raises
     OSError/AckledgerError if the sink cannot be asked."""
-    if is_postgres(sink):
+    if is_database_url(sink):
         with Inbox(sink, name=inbox_name) as inbox:
             found = inbox.receipt(event_id, source=source)
             return found, f"table ackledger_inbox in {inbox.backend.location}"
@@ -82,9 +82,9 @@ def read_receipt(
 def read_refused(event_id: str, sink: str, source: str | None) -> dict[str, Any] | None:
     """The newest refusal of the event kept in the inbox database ``sink`` (a service URL
     keeps none: the sink answers its refusals to the sender, who keeps the event)."""
-    if is_url(sink) and not is_postgres(sink):
+    if is_url(sink) and not is_database_url(sink):
         return None
-    with Inbox(sink if is_postgres(sink) else existing_database(sink, "sink")) as inbox:
+    with Inbox(sink if is_database_url(sink) else existing_database(sink, "sink")) as inbox:
         with inbox.backend.read() as tx:
             found = tx.refused_of(event_id, source)
         location = inbox.backend.location

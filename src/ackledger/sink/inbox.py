@@ -30,8 +30,6 @@ from .._core.printable import has_control
 from ..envelope import fingerprint_of, validate_encoded
 from ..errors import AckledgerError, InvalidEvent, NoHandler
 from ..event_types import EventTypes, check_type_name
-from ..store.borrowed import borrow
-from ..store.borrowed_async import run_borrowed_awaiting
 from ..store.database import Database
 from .apply import (
     COUNTER_PREFIX,
@@ -237,7 +235,7 @@ class Inbox(Database):
         caller's commit keeps the receipt and the handler's writes together, and its rollback
         (after an error here, too) removes both."""
         if using is not None:
-            tx = borrow(using, self._db.dialect)
+            tx = self._db.borrow(using)
             return receive_using(
                 tx, using, event, self._handlers, types=self._types, name=self._name
             )
@@ -263,9 +261,8 @@ class Inbox(Database):
             if result.error is not None:
                 raise result.error
             return result.statuses[0]
-        return await run_borrowed_awaiting(
+        return await self._db.run_borrowed(
             using,
-            self._db.dialect,
             lambda tx, awaiter: receive_using(
                 tx,
                 using,

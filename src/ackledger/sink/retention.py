@@ -113,10 +113,10 @@ class _Span:
             began = time.monotonic()
             with self._backend.write() as tx:
                 self.deleted += tx.inbox_purge_delete(self._name, self.start, end, self._cutoff)
-            # SQLite has one writer, and a waiting one sleeps between its tries (up to 100
-            # ms): taking the lock again at once would starve it for many windows, so the
-            # purge leaves the lock free for as long as it held it (bench/inbox_purge.py).
-            if self._backend.dialect == "sqlite":
+            # A waiting writer sleeps between its tries (SQLite: up to 100 ms): taking the
+            # lock again at once would starve it for many windows, so the purge leaves the
+            # lock free for as long as it held it (tests/backends/test_inbox_purge_windows.py).
+            if self._backend.polling_writers:
                 time.sleep(time.monotonic() - began)
         if end is not None:
             self.start = end

@@ -19,12 +19,9 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import parse_qs, urlsplit
 
-from ..store import Tx, is_postgres
-from ..store.borrowed import borrow
+from ..store.place import check_same_place, place_of_url
 from .apply import BatchResult, Item, apply_runs
 from .handler_call import Awaiter, call_handler
 from .handler_tx import Handler, HandlerTransaction
@@ -35,7 +32,6 @@ __all__ = [
     "SessionInbox",
     "SqlAlchemySessions",
     "Transactions",
-    "check_same_database",
     "load_session_factory",
 ]
 
@@ -46,8 +42,9 @@ _FORM = (
 
 #: A savepoint of the session's own around one handler.
 Savepoint = Callable[[], AbstractContextManager[Any]]
-#: What runs inside one session: ``work(tx, session, awaiter, savepoint)``.
-Work = Callable[[Tx, object, Awaiter | None, Savepoint], list[BatchResult]]
+#: What runs inside one session: ``work(using, session, awaiter, savepoint)``, ``using`` the
+#: connection the inbox's transaction is borrowed from (``Backend.borrow``).
+Work = Callable[[object, object, Awaiter | None, Savepoint], list[BatchResult]]
 
 
 class Transactions(Protocol):
@@ -88,49 +85,6 @@ def _url_of(made: object) -> Any:
     )
 
 
-def _loopback(host: str) -> str:
-    host = host.lower().strip("[]")
-    return "127.0.0.1" if host in ("", "localhost", "::1") else host
-
-
-def place_of_target(target: str | os.PathLike[str]) -> tuple[str, ...]:
-    """What identifies a database named as ackledger names it (``--db``)."""
-    if is_postgres(target):
-        parts = urlsplit(target)
-        socket_host = parse_qs(parts.query).get("host", [""])[0]
-        host = socket_host or _loopback(parts.hostname or "")
-        return ("postgres", host, str(parts.port or 5432), parts.path.lstrip("/"))
-    return ("sqlite", str(Path(target).resolve()))
-
-
-def place_of_url(url: Any) -> tuple[str, ...]:
-    if url.get_backend_name() == "sqlite":
-        return ("sqlite", str(Path(url.database or "").resolve()))
-    if url.get_backend_name() == "postgresql":
-        socket_host = url.query.get("host", "")
-        host = socket_host or _loopback(url.host or "")
-        return ("postgres", host, str(url.port or 5432), url.database or "")
-    return (url.get_backend_name(), url.render_as_string(hide_password=True))
-
-
-def check_same_database(found: tuple[str, ...], what: str, target: str) -> None:
-    """Refuse a session (``what``) that reaches another database than the inbox's."""
-    expected = place_of_target(target)
-    if found != expected:
-        raise ValueError(
-            f"{what} reaches another database than --db: {_shown(found)}, not "
-            f"{_shown(expected)}; the receipt and the handler's rows must commit together"
-        )
-
-
-def _shown(place: tuple[str, ...]) -> str:
-    if place[0] == "postgres":
-        return f"PostgreSQL database {place[3]!r} on {place[1]}:{place[2]}"
-    if place[0] == "sqlite":
-        return f"SQLite file {place[1]}"
-    return f"{place[0]} ({place[1]})"
-
-
 class SqlAlchemySessions:
     """One session (or connection) from the user's factory per transaction.
 
@@ -141,9 +95,8 @@ class SqlAlchemySessions:
     connections belong to the loop that opened them.
     """
 
-    def __init__(self, factory: Callable[[], object], dialect: str) -> None:
+    def __init__(self, factory: Callable[[], object]) -> None:
         self._factory = factory
-        self._dialect = dialect
         self._loop: asyncio.AbstractEventLoop | None = None
         #: The async engines of the sessions run on ``_loop``: their pooled connections
         #: belong to it, so they are disposed there before it closes.
@@ -153,8 +106,7 @@ class SqlAlchemySessions:
         """Open one session and refuse it if it reaches another database than ``target``."""
         made = self._factory()
         try:
-            found = place_of_url(_url_of(made))
-            check_same_database(found, "the factory's session", target)
+            check_same_place(place_of_url(_url_of(made)), "the factory's session", target)
         finally:
             if _is_async(made):
                 self._on_loop(made.close())  # type: ignore[attr-defined]
@@ -167,7 +119,7 @@ class SqlAlchemySessions:
             found: list[BatchResult] = self._on_loop(self._run_async(made, work))
             return found
         try:
-            results = work(borrow(made, self._dialect), made, awaiter, made.begin_nested)
+            results = work(made, made, awaiter, made.begin_nested)
             made.commit()
         except BaseException:
             made.rollback()
@@ -184,7 +136,7 @@ class SqlAlchemySessions:
             self._engines.setdefault(id(engine), engine)
 
         def inside(sync: Any) -> list[BatchResult]:
-            return work(borrow(sync, self._dialect), made, await_only, sync.begin_nested)
+            return work(sync, made, await_only, sync.begin_nested)
 
         try:
             results: list[BatchResult] = await made.run_sync(inside)
@@ -246,8 +198,9 @@ class SessionInbox(Inbox):
 
     def _apply(self, runs: Sequence[Sequence[Item]], awaiter: Awaiter | None) -> list[BatchResult]:
         def work(
-            tx: Tx, session: object, awaiter: Awaiter | None, savepoint: Savepoint
+            using: object, session: object, awaiter: Awaiter | None, savepoint: Savepoint
         ) -> list[BatchResult]:
+            tx = self._db.borrow(using)
             # A plug-in's handler (the lab's) writes SQL: it gets the transaction as always.
             sql = HandlerTransaction(tx)
             plugin = self.plugin_types

@@ -26,8 +26,7 @@ from ..envelope import check_event_id, fingerprint_of, validate_cloudevent, vali
 from ..errors import Conflict, InvalidEvent
 from ..event_types import EventTypes
 from ..store import Tx
-from ..store.borrowed import borrow, same_database
-from ..store.borrowed_async import run_borrowed
+from ..store.borrowed import same_database
 from ..store.database import Database
 from ..store.outbox import MARK_CHUNK, SOURCE_KEY, STATUS_ACK_NOTE, TARGET_KEY
 from ..store.pending import PendingRow, pending_events
@@ -217,7 +216,7 @@ class Outbox(Database):
         if using is None:
             with self._db.write() as tx:
                 return _publish(tx, event, self.source, self.types, None)
-        return self._publish_borrowed(borrow(using, self._db.dialect), event)
+        return self._publish_borrowed(self._db.borrow(using), event)
 
     async def publish_async(self, event: object, *, using: object = None) -> int:
         """``publish`` for asyncio code; returns the event's seq. With ``using`` (a SQLAlchemy
@@ -228,9 +227,7 @@ class Outbox(Database):
         event loop runs on while the database works."""
         if using is None:
             return await asyncio.to_thread(self.publish, event)
-        return await run_borrowed(
-            using, self._db.dialect, lambda tx: self._publish_borrowed(tx, event)
-        )
+        return await self._db.run_borrowed(using, lambda tx, _: self._publish_borrowed(tx, event))
 
     def _publish_borrowed(self, tx: Tx, event: object) -> int:
         """The publish of ``event`` on a transaction borrowed from the caller."""

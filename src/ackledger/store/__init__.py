@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import sys
+from contextlib import AbstractContextManager
 from typing import TypeGuard
 
 from .base import Backend, Tx, check_synchronous, migrate
@@ -16,8 +17,12 @@ from .base import Backend, Tx, check_synchronous, migrate
 __all__ = [
     "Backend",
     "Tx",
+    "borrow_at",
     "database_errors",
+    "is_database_url",
+    "not_existing",
     "open_backend",
+    "scratch_database",
     "target_dialect",
     "unreachable_errors",
     "without_password",
@@ -28,6 +33,13 @@ POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 def is_postgres(target: object) -> TypeGuard[str]:
     return isinstance(target, str) and target.startswith(POSTGRES_SCHEMES)
+
+
+def is_database_url(target: object) -> TypeGuard[str]:
+    """A URL that names a database server (``postgresql://``), not a SQLite file's path nor a
+    service's ``http(s)://`` address. Relays on several hosts can share such a database, so
+    they take partition leases in it."""
+    return is_postgres(target)
 
 
 def without_password(target: str | os.PathLike[str]) -> str:
@@ -63,10 +75,40 @@ def unreachable_errors() -> tuple[type[Exception], ...]:
     return tuple(found)
 
 
+def not_existing(path: str) -> str | None:
+    """Why the database file ``path`` is missing or not ackledger's (another program's
+    SQLite file), or None when it is one: told without creating, opening as a backend or
+    migrating anything, for commands that only read or operate."""
+    if not os.path.isfile(path):
+        return f"no database at {path!r}"
+    from .sqlite import foreign_file
+
+    return foreign_file(path)
+
+
+def scratch_database(server: str, prefix: str) -> AbstractContextManager[str]:
+    """A new empty database on the server that the database URL ``server`` names (its name
+    ``prefix`` and a random part), the block given its URL; dropped when the block ends,
+    also after an error or Ctrl-C."""
+    if not is_database_url(server):
+        raise ValueError(f"server: must be a database URL, got {without_password(server)!r}")
+    from .postgres.scratch import scratch_database as on_postgres
+
+    return on_postgres(server, prefix)
+
+
 def target_dialect(target: object) -> str:
     """The dialect a target names, ``"sqlite"`` or ``"postgres"``, told from the target alone
     (nothing is opened, created or connected); ValueError or TypeError for what names neither."""
     return _classify(target)[0]
+
+
+def borrow_at(target: object, using: object) -> Tx:
+    """``Backend.borrow`` of the database ``target`` names, without opening it: for a caller
+    that holds a connection to it (Django's) but no backend of its own."""
+    from .borrowed import borrow
+
+    return borrow(using, target_dialect(target))
 
 
 def _classify(target: object) -> tuple[str, str]:

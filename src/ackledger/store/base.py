@@ -12,10 +12,10 @@ import abc
 import sqlite3
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from importlib import resources
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from .executor import Params, Row
 from .inbox import InboxQueries
@@ -25,6 +25,9 @@ from .outbox import OutboxQueries
 from .reconcile import ReconcileQueries
 from .refused import RefusedQueries
 from .verify import VerifyQueries
+
+if TYPE_CHECKING:
+    from .borrowed_async import AwaitOnLoop
 
 __all__ = [
     "Backend",
@@ -38,6 +41,8 @@ __all__ = [
 ]
 
 SYNCHRONOUS_MODES = ("FULL", "NORMAL")
+
+T = TypeVar("T")
 
 
 def check_synchronous(value: object) -> str:
@@ -80,6 +85,10 @@ class Backend(abc.ABC):
     #: a connection pool; 1: one connection). Services run up to this many database calls on
     #: worker threads at a time.
     concurrency: int = 1
+    #: Whether writers take turns on one lock and a waiting one sleeps between its tries
+    #: (SQLite): a long run of write transactions then pauses between them, or it starves
+    #: every other writer. False where writers wait in a queue (PostgreSQL's row locks).
+    polling_writers: bool = False
     #: The plug-in types whose tables ``ensure_plugin`` has made sure of through this object.
     _plugins_ready: frozenset[str] = frozenset()
 
@@ -149,6 +158,14 @@ class Backend(abc.ABC):
         from . import borrowed
 
         return borrowed.borrow(using, self.dialect)
+
+    async def run_borrowed(self, using: object, work: Callable[[Tx, AwaitOnLoop], T]) -> T:
+        """``borrow`` for the caller's asyncio connection ``using`` (``publish_async`` and
+        ``receive_async`` with ``using=``): ``work(tx, await_on_loop)`` on it, inside the
+        caller's transaction, without blocking the event loop (``store.borrowed_async``)."""
+        from . import borrowed_async
+
+        return await borrowed_async.run_borrowed_awaiting(using, self.dialect, work)
 
     def published_listener(self) -> Listener | None:
         """A new listener that wakes when an outbox event is published and committed in this

@@ -16,7 +16,7 @@ from ...ledger.pages import page_from_query
 from ...relay.leases import lease_words
 from ...sink.inbox import Inbox
 from ...sink.refused import listing
-from ...store import is_postgres
+from ...store import is_database_url
 from ..databases import is_url
 from ..reconcile import reconcile
 from ..trace import trace
@@ -69,7 +69,7 @@ def group_by_reason(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def refused_at_sink(sink: str | None) -> tuple[list[dict[str, Any]], int] | None:
     """The messages the sink's consumer refused (the first ``REFUSED_SHOWN``) and how many
     there are; None when the sink is not an inbox database (a service keeps none)."""
-    if sink is None or (is_url(sink) and not is_postgres(sink)):
+    if sink is None or (is_url(sink) and not is_database_url(sink)):
         return None
     with Inbox(sink) as inbox:
         with inbox.backend.read() as tx:

@@ -69,14 +69,14 @@ class Setup:
         return self.own_sink and self.sink_db is None
 
     def kinds(self) -> tuple[str, ...]:
-        from ...store import is_postgres
+        from ...store import is_database_url
 
         upstream = self.upstream()
         return s.kinds_for(
             own_sink=self.own_sink,
             http=upstream is not None and upstream.scheme == "http",
             cut=upstream is not None,
-            partitioned=is_postgres(self.source),
+            partitioned=is_database_url(self.source),
         )
 
     def upstream(self) -> Upstream | None:

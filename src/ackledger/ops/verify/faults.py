@@ -15,7 +15,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from ..._core.closing import Closing
-from ...store import is_postgres
+from ...store import is_database_url
 from ..faultproxy import FaultProxy
 from ..processes import Child, Service, start_service
 
@@ -108,7 +108,7 @@ class Relays(Closing):
         self.args = ["relay", "--source", source, "--to", to, "--batch",
                      "--limit", "4", "--poll-interval", "0.05", "--timeout", "2",
                      "--base-backoff", "0.05", "--max-backoff", "0.5"]  # fmt: skip
-        self.leasing = is_postgres(source)
+        self.leasing = is_database_url(source)
         self.logs = logs
         self._starts = itertools.count()
         self.running: list[Child] = []

@@ -15,7 +15,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...store import is_postgres
+from ...store import is_database_url, scratch_database
 
 PREFIX = "ackledger_verify_"
 
@@ -34,8 +34,9 @@ def scratch(source: str | None, own_sink: bool) -> Iterator[Databases]:
     with ExitStack() as stack:
         folder = Path(tempfile.mkdtemp(prefix="ackledger-verify-", dir=_folder(source)))
         stack.callback(shutil.rmtree, folder, ignore_errors=True)
-        if is_postgres(source):
-            names = [_database(stack, source) for _ in range(2 if own_sink else 1)]
+        if is_database_url(source):
+            made = (scratch_database(source, PREFIX) for _ in range(2 if own_sink else 1))
+            names = [stack.enter_context(database) for database in made]
             yield Databases(names[0], names[1] if own_sink else None, folder)
         else:
             sink = str(folder / "sink.db") if own_sink else None
@@ -43,15 +44,4 @@ def scratch(source: str | None, own_sink: bool) -> Iterator[Databases]:
 
 
 def _folder(source: str | None) -> str | None:
-    return None if source is None or is_postgres(source) else source
-
-
-def _database(stack: ExitStack, server: str) -> str:
-    from ...store.postgres.scratch import create_scratch, database_url, drop_scratch, scratch_name
-
-    name = scratch_name(PREFIX)
-    # The drop is arranged before the CREATE: a Ctrl-C while the server creates it must not
-    # leave the database behind (DROP ... IF EXISTS is harmless if it never came to be).
-    stack.callback(drop_scratch, server, name)
-    create_scratch(server, name)
-    return database_url(server, name)
+    return None if source is None or is_database_url(source) else source

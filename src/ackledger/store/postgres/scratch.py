@@ -4,6 +4,8 @@ with ``FORCE`` so that a killed process's leftover connections cannot keep one a
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -40,6 +42,19 @@ def create_scratch(server: str, name: str) -> None:
 def drop_scratch(server: str, name: str) -> None:
     with _admin(server) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def scratch_database(server: str, prefix: str) -> Iterator[str]:
+    """A new empty database ``prefix`` + a random part, its URL for the block, dropped when
+    the block ends. The drop is armed before the CREATE: a Ctrl-C while the server creates
+    it must not leave it behind (DROP ... IF EXISTS is harmless if it never came to be)."""
+    name = scratch_name(prefix)
+    try:
+        create_scratch(server, name)
+        yield database_url(server, name)
+    finally:
+        drop_scratch(server, name)
 
 
 def scratch_names(server: str, prefix: str) -> list[str]:

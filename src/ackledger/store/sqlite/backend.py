@@ -127,6 +127,7 @@ class _Autocommit(AbstractContextManager[Tx]):
 
 class SqliteBackend(Backend):
     dialect = "sqlite"
+    polling_writers = True
 
     def __init__(self, path: str | os.PathLike[str], synchronous: str = "FULL") -> None:
         mode = check_synchronous(synchronous)
