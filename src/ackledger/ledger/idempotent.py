@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 from ..errors import Conflict, InFlight
 from ..store import Backend, Tx
 from ..store.idempotency_keys import Found, KeyClaim, claim_key, complete_key, release_key
-from .key_lease import LeaseKeeper, as_seconds, new_token, retry_after
+from .key_lease import OwnKeys, as_seconds, new_token, retry_after
 from .key_outcomes import KeyOutcomes
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -132,6 +132,7 @@ class _Call:
         self.sig = sig
         self.name = f"{fn.__module__}.{fn.__qualname__}"
         self.scope = f"fn:{self.name}"
+        self.own = OwnKeys(settings.db, self.scope, lease=settings.lease, ttl=settings.ttl)
 
     # --- what a call is ---------------------------------------------------------------------
 
@@ -156,10 +157,6 @@ class _Call:
         return claim_key(
             tx, self.scope, key, fp, token=token, now=time.time(), lease=s.lease, ttl=s.ttl
         )
-
-    def own_claim(self, key: str, fp: str, token: str) -> KeyClaim:
-        with self.s.db.write() as tx:
-            return self.claim(tx, key, fp, token)
 
     def settle(self, found: KeyClaim, key: str, deadline: float) -> tuple[bool, Any]:
         """(done, the stored result) for a claim that did not take the key; raises Conflict,
@@ -186,7 +183,7 @@ class _Call:
 
         def claim() -> KeyClaim:
             if using is None:
-                return self.own_claim(key, fp, token)
+                return self.own.claim(key, fp, token)
             return self.claim(self.s.db.borrow(using), key, fp, token)
 
         while (found := claim()).found is not Found.CLAIMED:
@@ -197,15 +194,15 @@ class _Call:
         self.s.outcomes.add("claimed")
         if using is not None:
             return self._run_borrowed(self.s.db.borrow(using), key, token, args, kwargs)
-        keeper = LeaseKeeper(self.s.db, self.scope, key, token, self.s.lease).start()
+        held = self.own.hold(key, token)
         try:
             result = self.fn(*args, **kwargs)
             text = result_json(result, self.name)
         except BaseException:
-            keeper.stop()
-            self._own_release(key, token)
+            held.stop()
+            self.own.release(key, token)
             raise
-        keeper.stop()
+        held.stop()
         self._own_complete(key, token, text)
         return result
 
@@ -238,7 +235,7 @@ class _Call:
 
         async def claim() -> KeyClaim:
             if using is None:
-                return await asyncio.to_thread(self.own_claim, key, fp, token)
+                return await asyncio.to_thread(self.own.claim, key, fp, token)
             found: KeyClaim = await self._on(using, lambda tx: self.claim(tx, key, fp, token))
             return found
 
@@ -250,26 +247,20 @@ class _Call:
         self.s.outcomes.add("claimed")
         if using is not None:
             return await self._run_borrowed_async(using, key, token, args, kwargs)
-        keeper = LeaseKeeper(self.s.db, self.scope, key, token, self.s.lease).start()
+        held = self.own.hold(key, token)
         try:
             result = await self.fn(*args, **kwargs)
             text = result_json(result, self.name)
         except BaseException:
-            await asyncio.to_thread(keeper.stop)
-            await asyncio.to_thread(self._own_release, key, token)
+            held.stop()
+            await asyncio.to_thread(self.own.release, key, token)
             raise
-        await asyncio.to_thread(keeper.stop)
+        held.stop()
         await asyncio.to_thread(self._own_complete, key, token, text)
         return result
 
-    def _own_release(self, key: str, token: str) -> None:
-        with self.s.db.write() as tx:
-            release_key(tx, self.scope, key, token)
-
     def _own_complete(self, key: str, token: str, text: str) -> None:
-        with self.s.db.write() as tx:
-            done = complete_key(tx, self.scope, key, token, result=text, body=None, now=time.time())
-        if done:  # not when its lease was taken over meanwhile
+        if self.own.complete(key, token, text, None):  # not when its lease was taken over meanwhile
             self.s.outcomes.add("completed")
 
     async def _run_borrowed_async(
