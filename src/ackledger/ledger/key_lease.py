@@ -106,19 +106,26 @@ class _Keeper:
         self._cond = threading.Condition()
         self._held: dict[Held, None] = {}
         self._thread: threading.Thread | None = None
-        #: When the thread wakes next (inf: it waits for a first key). A new key wakes it only
-        #: if due earlier, so a run of short calls does not wake it once per call.
+        #: When the thread wakes next (inf: it waits for a key). A new key wakes it only if due
+        #: earlier: waking it is a switch of threads, as costly as the rest of a short call.
         self._wake_at = math.inf
+        #: The shortest time between renewals of the keys held so far. With no key held the
+        #: thread still wakes after it once, so that a run of short calls (each gone before the
+        #: thread looks) finds it due to wake anyway instead of waking it once per call.
+        self._every = math.inf
+        self._idle = False
 
     def hold(self, held: Held) -> Held:
         with self._cond:
             self._held[held] = None
+            self._every = min(self._every, held.keys.lease / 3)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="ackledger-leases", daemon=True
                 )
                 self._thread.start()
             if held.due < self._wake_at:
+                self._idle = False
                 self._cond.notify()
         return held
 
@@ -132,7 +139,11 @@ class _Keeper:
                 now = time.monotonic()
                 due = [held for held in self._held if held.due <= now]
                 if not due:
-                    self._wake_at = min((held.due for held in self._held), default=math.inf)
+                    if self._held:
+                        self._wake_at, self._idle = min(held.due for held in self._held), False
+                    else:  # once more after a while, then (still idle) until a key comes
+                        self._wake_at = math.inf if self._idle else now + self._every
+                        self._idle = True
                     self._cond.wait(None if self._wake_at == math.inf else self._wake_at - now)
                     continue
                 self._wake_at = now  # renewing: the loop looks again before it waits
