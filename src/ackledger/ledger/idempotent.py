@@ -7,8 +7,9 @@ call with the same key and arguments returns the stored result without running i
 Two ways of holding a key:
 
 - on ackledger's own connection: the claim commits at once (others see the key in progress and
-  get :class:`InFlight`), a thread renews its lease while the function runs, and the result
-  commits when it returns;
+  get :class:`InFlight`), the process's lease keeper renews its lease while the function runs,
+  and the result commits durably when it returns (``key_lease.OwnKeys`` says what waits for
+  the disk);
 - with ``using_arg``: on the caller's connection or session, inside the caller's transaction,
   so the key, its result and the function's own writes commit (or roll back) together. Another
   transaction claiming the same key meanwhile waits on the database's row lock and then finds
