@@ -141,21 +141,14 @@ class _Call:
         self.name = f"{fn.__module__}.{fn.__qualname__}"
         self.scope = f"fn:{self.name}"
         self.own = OwnKeys(settings.db, self.scope, lease=settings.lease, ttl=settings.ttl)
-        plain = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-        params = sig.parameters.values()
-        #: The parameters' names when every one can be given by position (no ``*args``,
-        #: ``**kwargs`` or keyword-only ones), with their defaults: a call by position is then
-        #: bound by a zip, without ``Signature.bind`` (a tenth of a call's own Python).
-        self._by_position: tuple[str, ...] | None = (
-            tuple(p.name for p in params) if all(p.kind in plain for p in params) else None
-        )
-        self._defaults = {p.name: p.default for p in params if p.default is not p.empty}
 
     # --- what a call is ---------------------------------------------------------------------
 
     def identify(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, str, object]:
         """(key, fingerprint, the caller's connection or None); nothing is written yet."""
-        arguments = self._bind(args, kwargs)
+        bound = self.sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        arguments = dict(bound.arguments)
         using = None
         if self.s.using_arg is not None:
             using = arguments.pop(self.s.using_arg)
@@ -164,21 +157,6 @@ class _Call:
         key = check_function_key(self.s.key(*args, **kwargs), self.name)
         text = _ARGUMENTS.encode(arguments)
         return key, hashlib.sha256(text.encode("utf-8")).hexdigest(), using
-
-    def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        """Every parameter's value, defaults included, as ``Signature.bind`` gives them."""
-        names = self._by_position
-        if names is not None and not kwargs and len(args) <= len(names):
-            arguments = dict(zip(names, args, strict=False))
-            for name in names[len(args) :]:
-                if name not in self._defaults:
-                    break  # a missing argument: bind's TypeError says which
-                arguments[name] = self._defaults[name]
-            else:
-                return arguments
-        bound = self.sig.bind(*args, **kwargs)
-        bound.apply_defaults()
-        return dict(bound.arguments)
 
     def claim(self, tx: Tx, key: str, fp: str, token: str) -> KeyClaim:
         s = self.s
