@@ -9,9 +9,10 @@ commit with the caller's own commit (SQLite FULL and PostgreSQL). Each is a rati
 
     python -m bench.idempotent [--calls N]
 
-prints the same figures without touching docs/. Ours holds each new key durably: a claim, the
-function, a completion (two commits, or the caller's one with ``using_arg``); Powertools writes
-its in-progress and completed records to Redis (two round trips, nothing durable).
+prints the same figures without touching docs/. Ours holds each new key: a claim, the function,
+a durable completion (two commits, or the caller's one with ``using_arg``; on SQLite the claim
+skips the fsync, on PostgreSQL both are durable); Powertools writes its in-progress and
+completed records to Redis (two round trips, nothing durable).
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ def _handler() -> Callable[..., dict[str, int]]:
 
 @contextmanager
 def ours(target: str | Path, synchronous: str = "FULL") -> Iterator[Request]:
-    """The decorator on its own connection: a durable claim, then a durable completion."""
+    """The decorator on its own connection: a claim (durable on PostgreSQL), then a durable
+    completion."""
     with Ledger(target, synchronous=synchronous) as ledger:
         handle = _handler()
 

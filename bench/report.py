@@ -281,7 +281,8 @@ def _idempotent_peer(page: Page, results: Results) -> list[str]:
         "In one process, one run, the same calls (every other one a repeat of an earlier key) "
         "through the decorator and through Powertools' `@idempotent_function` with its Redis "
         "persistence layer on the local Redis (which keeps nothing on disk; `bench/idempotent.py`"
-        "). A new key costs the decorator two durable commits (the claim, then the result); "
+        "). A new key costs the decorator a claim and a durable result (on SQLite the claim "
+        "skips the fsync: one fsync a key; on PostgreSQL two durable commits); "
         "with `using_arg` the key and the result are written in the caller's transaction and "
         "cost only the caller's one commit.",
         "",

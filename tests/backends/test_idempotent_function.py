@@ -146,6 +146,33 @@ def test_in_flight_while_the_holder_runs(ledger: Ledger) -> None:
     assert slow() == "done"
 
 
+def test_keys_held_at_once_are_each_renewed(ledger: Ledger) -> None:
+    """A key with a short lease taken while one with a long lease runs is renewed on time
+    (the process renews every held key's lease, each on its own schedule)."""
+    started = {"long": threading.Event(), "short": threading.Event()}
+    go = threading.Event()
+
+    def body(name: str) -> str:
+        started[name].set()
+        go.wait(30)
+        return name
+
+    long = ledger.idempotent(key=lambda name: name, lease=60)(body)
+    short = ledger.idempotent(key=lambda name: name, lease=1)(body)
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(long, "long")
+        assert started["long"].wait(30)
+        second = pool.submit(short, "short")
+        assert started["short"].wait(30)
+        time.sleep(2.5)
+        # Past twice its lease the short one is still held, and the long one too.
+        for call, name in ((short, "short"), (long, "long")):
+            with pytest.raises(InFlight):
+                call(name)
+        go.set()
+        assert (first.result(30), second.result(30)) == ("long", "short")
+
+
 def test_a_waiting_call_gets_the_result(ledger: Ledger) -> None:
     started, go = threading.Event(), threading.Event()
     runs = []

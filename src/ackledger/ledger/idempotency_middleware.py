@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..store import Backend, Tx
-from ..store.idempotency_keys import Found, KeyClaim, claim_key, complete_key, release_key
+from ..store.idempotency_keys import Found, KeyClaim, complete_key
 from .idempotent import on_callers_connection
-from .key_lease import LeaseKeeper, as_seconds, new_token, retry_after
+from .key_lease import OwnKeys, as_seconds, new_token, retry_after
 from .key_outcomes import KeyOutcomes
 from .ledger import Ledger
 
@@ -225,6 +225,7 @@ class IdempotencyMiddleware:
         self._owned = not isinstance(ledger, Ledger)
         self.ledger = ledger if isinstance(ledger, Ledger) else Ledger(ledger)
         self._db = self.ledger.backend
+        self._keys = OwnKeys(self._db, HTTP_SCOPE, lease=self.lease, ttl=self.ttl)
 
     def metrics_collector(self) -> Collector:
         """The keys' metrics (``ackledger_idempotency_*``: docs/operations.md) as a Prometheus
@@ -297,7 +298,7 @@ class IdempotencyMiddleware:
             return
         fingerprint = self._fingerprint(scope, method, body)
         token = new_token()
-        found = await asyncio.to_thread(self._claim, key, fingerprint, token)
+        found = await asyncio.to_thread(self._keys.claim, key, fingerprint, token)
         self.ledger.key_outcomes.found(found.found)
         if found.found is not Found.CLAIMED:
             await send_answer(send, *_refusal(found, key))
@@ -322,47 +323,28 @@ class IdempotencyMiddleware:
         ]
         return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
-    def _claim(self, key: str, fingerprint: str, token: str) -> KeyClaim:
-        with self._db.write() as tx:
-            return claim_key(
-                tx,
-                HTTP_SCOPE,
-                key,
-                fingerprint,
-                token=token,
-                now=time.time(),
-                lease=self.lease,
-                ttl=self.ttl,
-            )
-
     def _complete(self, key: str, token: str, result: str, body: bytes | None) -> None:
-        with self._db.write() as tx:
-            done = complete_key(
-                tx, HTTP_SCOPE, key, token, result=result, body=body, now=time.time()
-            )
-        if done:  # not when the endpoint stored it first (HeldKey.complete counted that)
+        if self._keys.complete(
+            key, token, result, body
+        ):  # not when the endpoint stored it first (HeldKey.complete counted that)
             self.ledger.key_outcomes.add("completed")
-
-    def _release(self, key: str, token: str) -> None:
-        with self._db.write() as tx:
-            release_key(tx, HTTP_SCOPE, key, token)
 
     async def _run(self, scope: Scope, receive: Receive, send: Send, held: HeldKey) -> None:
         key, token, body = held.key, held._token, held.body
         inner = {**scope, "state": {**scope.get("state", {}), STATE_NAME: held}}
         answer = _Recorder(send)
-        keeper = LeaseKeeper(self._db, HTTP_SCOPE, key, token, self.lease).start()
+        renewing = self._keys.hold(key, token)
         try:
             await self.app(inner, _replaying(body, receive), answer.send)
         except BaseException:
-            await asyncio.to_thread(keeper.stop)
-            await asyncio.to_thread(self._release, key, token)
+            renewing.stop()
+            await asyncio.to_thread(self._keys.release, key, token)
             raise
-        await asyncio.to_thread(keeper.stop)
+        renewing.stop()
         status = answer.status
         if status is None or status >= 500:
             # A server error, or no answer at all: the next request with the key runs again.
-            await asyncio.to_thread(self._release, key, token)
+            await asyncio.to_thread(self._keys.release, key, token)
             await answer.flush()
             return
         if answer.unstorable is not None:

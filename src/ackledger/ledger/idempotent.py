@@ -7,8 +7,9 @@ call with the same key and arguments returns the stored result without running i
 Two ways of holding a key:
 
 - on ackledger's own connection: the claim commits at once (others see the key in progress and
-  get :class:`InFlight`), a thread renews its lease while the function runs, and the result
-  commits when it returns;
+  get :class:`InFlight`), the process's lease keeper renews its lease while the function runs,
+  and the result commits durably when it returns (``key_lease.OwnKeys`` says what waits for
+  the disk);
 - with ``using_arg``: on the caller's connection or session, inside the caller's transaction,
   so the key, its result and the function's own writes commit (or roll back) together. Another
   transaction claiming the same key meanwhile waits on the database's row lock and then finds
@@ -31,7 +32,7 @@ from typing import Any, TypeVar
 from ..errors import Conflict, InFlight
 from ..store import Backend, Tx
 from ..store.idempotency_keys import Found, KeyClaim, claim_key, complete_key, release_key
-from .key_lease import LeaseKeeper, as_seconds, new_token, retry_after
+from .key_lease import OwnKeys, as_seconds, new_token, retry_after
 from .key_outcomes import KeyOutcomes
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -48,10 +49,17 @@ def check_function_key(value: object, name: str) -> str:
     return value
 
 
+#: json.dumps with options builds an encoder per call; these are built once (same output).
+_RESULT = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+# Arguments compare by their JSON text; other objects by repr (give them one that names their
+# content).
+_ARGUMENTS = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=repr)
+
+
 def result_json(value: object, name: str) -> str:
     """The stored form of a result; TypeError for what JSON cannot hold exactly."""
     try:
-        return json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+        return _RESULT.encode(value)
     except (TypeError, ValueError) as exc:
         raise TypeError(
             f"{name}: an idempotent function must return a JSON value (dict, list, str, int, "
@@ -132,6 +140,7 @@ class _Call:
         self.sig = sig
         self.name = f"{fn.__module__}.{fn.__qualname__}"
         self.scope = f"fn:{self.name}"
+        self.own = OwnKeys(settings.db, self.scope, lease=settings.lease, ttl=settings.ttl)
 
     # --- what a call is ---------------------------------------------------------------------
 
@@ -139,16 +148,14 @@ class _Call:
         """(key, fingerprint, the caller's connection or None); nothing is written yet."""
         bound = self.sig.bind(*args, **kwargs)
         bound.apply_defaults()
-        using = None
         arguments = dict(bound.arguments)
+        using = None
         if self.s.using_arg is not None:
             using = arguments.pop(self.s.using_arg)
             if using is None:
                 raise TypeError(f"{self.name}: {self.s.using_arg} must be a connection or session")
         key = check_function_key(self.s.key(*args, **kwargs), self.name)
-        # Arguments compare by their JSON text; other objects by repr (give them one that
-        # names their content).
-        text = json.dumps(arguments, sort_keys=True, separators=(",", ":"), default=repr)
+        text = _ARGUMENTS.encode(arguments)
         return key, hashlib.sha256(text.encode("utf-8")).hexdigest(), using
 
     def claim(self, tx: Tx, key: str, fp: str, token: str) -> KeyClaim:
@@ -156,10 +163,6 @@ class _Call:
         return claim_key(
             tx, self.scope, key, fp, token=token, now=time.time(), lease=s.lease, ttl=s.ttl
         )
-
-    def own_claim(self, key: str, fp: str, token: str) -> KeyClaim:
-        with self.s.db.write() as tx:
-            return self.claim(tx, key, fp, token)
 
     def settle(self, found: KeyClaim, key: str, deadline: float) -> tuple[bool, Any]:
         """(done, the stored result) for a claim that did not take the key; raises Conflict,
@@ -186,7 +189,7 @@ class _Call:
 
         def claim() -> KeyClaim:
             if using is None:
-                return self.own_claim(key, fp, token)
+                return self.own.claim(key, fp, token)
             return self.claim(self.s.db.borrow(using), key, fp, token)
 
         while (found := claim()).found is not Found.CLAIMED:
@@ -197,15 +200,15 @@ class _Call:
         self.s.outcomes.add("claimed")
         if using is not None:
             return self._run_borrowed(self.s.db.borrow(using), key, token, args, kwargs)
-        keeper = LeaseKeeper(self.s.db, self.scope, key, token, self.s.lease).start()
+        held = self.own.hold(key, token)
         try:
             result = self.fn(*args, **kwargs)
             text = result_json(result, self.name)
         except BaseException:
-            keeper.stop()
-            self._own_release(key, token)
+            held.stop()
+            self.own.release(key, token)
             raise
-        keeper.stop()
+        held.stop()
         self._own_complete(key, token, text)
         return result
 
@@ -238,7 +241,7 @@ class _Call:
 
         async def claim() -> KeyClaim:
             if using is None:
-                return await asyncio.to_thread(self.own_claim, key, fp, token)
+                return await asyncio.to_thread(self.own.claim, key, fp, token)
             found: KeyClaim = await self._on(using, lambda tx: self.claim(tx, key, fp, token))
             return found
 
@@ -250,26 +253,20 @@ class _Call:
         self.s.outcomes.add("claimed")
         if using is not None:
             return await self._run_borrowed_async(using, key, token, args, kwargs)
-        keeper = LeaseKeeper(self.s.db, self.scope, key, token, self.s.lease).start()
+        held = self.own.hold(key, token)
         try:
             result = await self.fn(*args, **kwargs)
             text = result_json(result, self.name)
         except BaseException:
-            await asyncio.to_thread(keeper.stop)
-            await asyncio.to_thread(self._own_release, key, token)
+            held.stop()
+            await asyncio.to_thread(self.own.release, key, token)
             raise
-        await asyncio.to_thread(keeper.stop)
+        held.stop()
         await asyncio.to_thread(self._own_complete, key, token, text)
         return result
 
-    def _own_release(self, key: str, token: str) -> None:
-        with self.s.db.write() as tx:
-            release_key(tx, self.scope, key, token)
-
     def _own_complete(self, key: str, token: str, text: str) -> None:
-        with self.s.db.write() as tx:
-            done = complete_key(tx, self.scope, key, token, result=text, body=None, now=time.time())
-        if done:  # not when its lease was taken over meanwhile
+        if self.own.complete(key, token, text, None):  # not when its lease was taken over meanwhile
             self.s.outcomes.add("completed")
 
     async def _run_borrowed_async(

@@ -89,6 +89,12 @@ class Backend(abc.ABC):
     #: (SQLite): a long run of write transactions then pauses between them, or it starves
     #: every other writer. False where writers wait in a queue (PostgreSQL's row locks).
     polling_writers: bool = False
+    #: Whether a ``write(durable=False)`` commit can be lost only together with every process
+    #: that could have read it, never while its writer runs on. A database server can crash and
+    #: come back without the commit while its client lives (PostgreSQL: no); an embedded file
+    #: cannot (see SqliteBackend). Callers whose write only says "a live process holds this"
+    #: may then skip the fsync: losing it is that holder's death, which they already survive.
+    relaxed_lost_only_with_writers: bool = False
     #: The plug-in types whose tables ``ensure_plugin`` has made sure of through this object.
     _plugins_ready: frozenset[str] = frozenset()
 

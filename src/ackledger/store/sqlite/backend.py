@@ -128,6 +128,10 @@ class _Autocommit(AbstractContextManager[Tx]):
 class SqliteBackend(Backend):
     dialect = "sqlite"
     polling_writers = True
+    #: A committed WAL transaction is in the host's page cache and survives any process's
+    #: crash; only the host going down loses it unsynced, and every process that uses the file
+    #: is on that host (WAL needs shared memory), so it goes down with them.
+    relaxed_lost_only_with_writers = True
 
     def __init__(self, path: str | os.PathLike[str], synchronous: str = "FULL") -> None:
         mode = check_synchronous(synchronous)
