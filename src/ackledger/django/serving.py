@@ -14,6 +14,7 @@ from ..sink.session_factory import (
     SessionInbox,
     Work,
     check_same_database,
+    no_flush,
     place_of_target,
 )
 from ..store import target_dialect
@@ -40,7 +41,9 @@ class DjangoTransactions:
         connection = connections[name]
         savepoint: Savepoint = functools.partial(transaction.atomic, using=name)
         with transaction.atomic(using=name):
-            return work(borrow(connection, self._dialect), connection, awaiter, savepoint)
+            # Django's ORM writes as each call runs: nothing is left pending to flush.
+            tx = borrow(connection, self._dialect)
+            return work(tx, connection, awaiter, savepoint, no_flush)
 
     def close(self) -> None:
         from django.db import connections
