@@ -120,7 +120,7 @@ def test_only_a_lone_event_goes_without_a_savepoint_and_its_rows_fail_as_its_own
 
     @event.listens_for(engine, "before_cursor_execute")
     def statement(conn: Any, cursor: Any, sql: str, *rest: Any) -> None:
-        seen.append(sql.split()[0].upper())
+        seen.append(sql.split(maxsplit=1)[0].upper())
 
     sessions = SqlAlchemySessions(sessionmaker(engine), "sqlite")
     with SessionInbox(db, transactions=sessions, handlers={TYPE: ship}) as inbox:
