@@ -4,7 +4,9 @@ against a hand-written pika + SQLAlchemy consumer with the same guarantees
 
 A fresh durable queue is filled with persistent events, the consumer is started, and the rate
 is read from the effect rows' own ``done_at`` marks (first to last), so start-up is not counted;
-every event must have made exactly one row.
+every event must have made exactly one row. The two run back to back in each round, each
+first in turn, and each round's own ratio is kept (``consume.paired``): the shared machine's
+speed drifts between rounds far more than within one.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from .postgres import available, database
 from .usershop import SHIPMENTS, TYPE
 
 PREFETCH = 16
+#: At least this many rounds: the ratio is their median.
+MIN_ROUNDS = 5
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -90,9 +94,10 @@ def measure(plan: Plan, results: Results) -> None:
     events = max(300, plan.relay_events // 2)
     results.notes.append(f"orm-consume: {events:,} events a run, prefetch {PREFETCH}")
     with scratch("orm-consume") as folder:
-        for rep in range(plan.reps):
+        for rep in range(max(plan.reps, MIN_ROUNDS)):
             # Each goes first in turn: the shared machine's speed drifts within a run.
             keys = ["consume.hand", "consume.session"]
+            rates: dict[str, float] = {}
             for key in keys if rep % 2 == 0 else keys[::-1]:
                 with database() as db, _queue(events) as queue:
                     _rows_commit(db, SHIPMENTS, RECEIPTS)
@@ -108,7 +113,12 @@ def measure(plan: Plan, results: Results) -> None:
                         label = f"`consume --session`, SQLAlchemy ORM handler, prefetch {PREFETCH}"
                     value = _drain(command, db, events, folder)
                 results.add(key, label, "/s", value)
+                rates[key] = value
                 print(f"  {label}: {value:,.0f}/s", flush=True)
+            paired = rates["consume.session"] / rates["consume.hand"]
+            results.add("consume.paired", "`consume --session` / hand-written, one round", "x",
+                        paired)  # fmt: skip
+            print(f"  this round: {paired:.2f} x", flush=True)
 
 
 def _rows_commit(url: str, *statements: str) -> None:

@@ -75,6 +75,21 @@ def test_the_page_shows_each_users_code_figure_and_its_ratio_beside_its_goal(
     assert json.loads(path.read_text())["sections"]["asgi"]["plan"] == "quick"
 
 
+def test_the_consumers_ratio_is_the_median_of_each_rounds_own(tmp_path: Path) -> None:
+    """Medians of 200 and 180 would say 0.90: the rounds' own ratios say 0.75."""
+    section = _section(
+        _figure("consume.hand", 150, 200, 250),
+        _figure("consume.session", 120, 180, 190),
+        _figure("consume.paired", 0.7, 0.75, 0.8),
+    )
+    path = tmp_path / "benchmarks.json"
+    store.save({"orm-consume": section}, path)
+    page = report.render(store.load(path), list(SECTIONS))
+    (ratio,) = [line for line in page.splitlines() if "`consume --session` (ORM handler) /" in line]
+    assert "| 0.75 x | ≥ 0.8 | **no** |" in ratio
+    assert "| 0.75 (0.70 to 0.80) |" in page
+
+
 def test_a_replay_counts_only_if_the_endpoint_did_not_run_again(tmp_path: Path) -> None:
     ledger = str(tmp_path / "ledger.db")
     orders = str(tmp_path / "orders.db")

@@ -4,8 +4,9 @@ trace, with the outcome of each call checked too.
 Every group is one write transaction: the arrival numbers, ONE claim of every identity, each
 new event's handler in a savepoint of its own (none for a transaction's only event: its
 failure undoes the whole transaction), the counts in one upsert. A lone event is read
-by key first, and a lone re-send is answered from that read and noted in one write
-transaction, with no write attempt rolled back. A run stopped by a conflict gives back the
+by key first (not a consumer's message: its claim tells a redelivery), and a lone re-send is
+answered from that read and noted in one write transaction, with no write attempt rolled
+back. A run stopped by a conflict gives back the
 claims made beyond its stop, and the runs after it are claimed again."""
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ from typing import Any
 import pytest
 
 from ackledger import Inbox, new_event, warehouse
+from ackledger.envelope import canonical_json
+from ackledger.envelope.message import STRUCTURED_MEDIA
 from ackledger.errors import Conflict
+from ackledger.sink.consume import judge
 from ackledger.sink.handler_tx import HandlerTransaction
 from tests.conftest import raw_rows
 
@@ -125,6 +129,23 @@ def test_a_lone_resend_is_answered_from_a_read(
         ("d-1",),
     )
     assert rows == [(2, 1, 2)]
+
+
+def test_a_consumers_message_goes_straight_to_the_write_and_its_claim_tells_a_redelivery(
+    traced: tuple[Inbox, list[str]], tmp_path: Path
+) -> None:
+    """A broker's message is new but for a rare redelivery: no read by key before it."""
+    inbox, seen = traced
+    body = canonical_json(_event("m-1", qty=2)).encode()
+    assert judge(inbox, body, STRUCTURED_MEDIA).outcome == "applied"
+    assert _verbs(seen) == ["BEGIN", "SELECT", "INSERT", "INSERT", "INSERT", "COMMIT"]
+    seen.clear()
+    assert judge(inbox, body, STRUCTURED_MEDIA).outcome == "duplicate"
+    assert _verbs(seen)[0] == "BEGIN"
+    assert inbox.stock("tea") == 2
+    assert inbox.counters() == {"applied": 1, "duplicate": 1, "conflict": 0}
+    query = "SELECT receipts, arrival, last_arrival FROM ackledger_inbox WHERE id = ?"
+    assert raw_rows(tmp_path / "inbox.db", query, ("m-1",)) == [(2, 1, 2)]
 
 
 def test_a_lone_resend_with_other_content_is_still_refused(

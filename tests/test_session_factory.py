@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import String, create_engine, text
+from sqlalchemy import String, create_engine, event, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
@@ -34,7 +35,7 @@ class Shipment(Base):
 
 
 def ship(session: Any, event: dict[str, Any]) -> None:
-    session.add(Shipment(id=event["id"]))
+    session.add(Shipment(id=event["data"].get("row", event["id"])))
     if event["data"].get("fail"):
         raise RuntimeError("the carrier is down")  # after the add: its row must go too
 
@@ -102,6 +103,36 @@ def test_a_session_commits_the_rows_with_their_receipts_and_keeps_the_prefix_rul
         assert failed.statuses == [] and isinstance(failed.error, RuntimeError)
         assert inbox.receipt("s-3") is None and inbox.receipt("s-6") is None
     assert shipped(db) == ["s-1", "s-2", "s-5"]
+
+
+def test_only_a_lone_event_goes_without_a_savepoint_and_its_rows_fail_as_its_own(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "shipping.db"
+    Inbox(db).close()
+    engine = create_engine(f"sqlite:///{db}")
+    Base.metadata.create_all(engine)
+    seen: list[str] = []
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def statement(conn: Any, cursor: Any, sql: str, *rest: Any) -> None:
+        seen.append(sql.split(maxsplit=1)[0].upper())
+
+    sessions = SqlAlchemySessions(sessionmaker(engine))
+    with SessionInbox(db, transactions=sessions, handlers={TYPE: ship}) as inbox:
+        (alone,) = inbox.receive_runs([[requested("s-1")]], awaiting=True)
+        assert alone.statuses == ["applied"] and seen == ["INSERT"]
+        seen.clear()
+        (batch,) = inbox.receive_runs([[requested("s-2"), requested("s-3")]], awaiting=True)
+        assert batch.statuses == ["applied", "applied"]
+        assert seen == ["SAVEPOINT", "INSERT", "RELEASE"] * 2
+        # Its row, still pending when the handler returned, breaks the key: the handler's
+        # error (flushed in its call, not at the commit), and nothing of it stays.
+        (clash,) = inbox.receive_runs([[requested("s-4", row="s-1")]], awaiting=True)
+        assert clash.statuses == [] and isinstance(clash.error, IntegrityError)
+        assert inbox.receipt("s-4") is None
+        assert inbox.counters()["applied"] == 3
+    assert shipped(db) == ["s-1", "s-2", "s-3"]
 
 
 def test_a_session_is_told_by_its_database_not_by_how_it_is_written(tmp_path: Path) -> None:

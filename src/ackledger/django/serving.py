@@ -9,7 +9,7 @@ import functools
 import os
 from typing import Any
 
-from ..sink.session_factory import Savepoint, SessionInbox, Work
+from ..sink.session_factory import Savepoint, SessionInbox, Work, no_flush
 from ..store.place import check_same_place, place_of_target
 from .config import alias, handlers
 from .target import database_target
@@ -32,7 +32,8 @@ class DjangoTransactions:
         connection = connections[name]
         savepoint: Savepoint = functools.partial(transaction.atomic, using=name)
         with transaction.atomic(using=name):
-            return work(connection, connection, awaiter, savepoint)
+            # Django's ORM writes as each call runs: nothing is left pending to flush.
+            return work(connection, connection, awaiter, savepoint, no_flush)
 
     def close(self) -> None:
         from django.db import connections

@@ -229,7 +229,9 @@ def judge(
         if receive is not None:
             status = receive(obj)
         else:
-            (result,) = inbox.receive_runs([[obj]], awaiting=True)
+            # A broker redelivers only what was not acked (a crash, a lost connection): the
+            # read by key would be a round trip before nearly every write, for nothing.
+            (result,) = inbox.receive_runs([[obj]], awaiting=True, read_first=False)
             if result.error is not None:
                 raise result.error
             status = result.statuses[0]

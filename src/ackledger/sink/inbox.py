@@ -285,7 +285,7 @@ class Inbox(Database):
         return self.receive_runs([events])[0]
 
     def receive_runs(
-        self, runs: Sequence[Sequence[object]], *, awaiting: bool = False
+        self, runs: Sequence[Sequence[object]], *, awaiting: bool = False, read_first: bool = True
     ) -> list[BatchResult]:
         """Apply several independent runs of events in ONE transaction (a group commit).
 
@@ -298,12 +298,16 @@ class Inbox(Database):
         With ``awaiting``, an awaitable a handler returns is awaited in this thread, inside
         the transaction (``HandlerAwaiter``): the services call it so, from a worker thread.
         Without it, an ``async def`` handler raises ``TypeError`` before anything is written.
+
+        ``read_first=False`` sends a lone event straight to the write, without the read by key
+        that answers a re-send: for callers whose events are new but for a rare redelivery.
         """
         prepared = [self._prepared(run, awaiting) for run in runs]
         # One event alone: a re-send is answered from a read by key (``noted_resend``).
         items, refused = prepared[0] if len(prepared) == 1 else ((), None)
         if (
-            len(items) == 1
+            read_first
+            and len(items) == 1
             and refused is None
             and noted_resend(self._db, items[0], name=self._name)
         ):

@@ -10,15 +10,19 @@ rolls it back, so the receipt and the handler's ORM rows are durable together or
 Each handler runs inside a savepoint of the session's own (``begin_nested``): its pending
 ORM objects are flushed there, so a failing handler's rows (even unflushed ones) are undone
 with its receipt, and a constraint its rows break is that handler's error, not the group's.
+The only event of a transaction needs no savepoint (its failure rolls the whole transaction
+back, as ``apply_runs`` does with its own): its handler's pending objects are flushed right
+after it, so such a constraint is still the handler's error.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
 from ..store.place import check_same_place, place_of_url
@@ -42,9 +46,11 @@ _FORM = (
 
 #: A savepoint of the session's own around one handler.
 Savepoint = Callable[[], AbstractContextManager[Any]]
-#: What runs inside one session: ``work(using, session, awaiter, savepoint)``, ``using`` the
-#: connection the inbox's transaction is borrowed from (``Backend.borrow``).
-Work = Callable[[object, object, Awaiter | None, Savepoint], list[BatchResult]]
+#: Sends the session's pending ORM objects to the database (nothing to do for a connection).
+Flush = Callable[[], object]
+#: What runs inside one session: ``work(using, session, awaiter, savepoint, flush)``, ``using``
+#: the connection the inbox's transaction is borrowed from (``Backend.borrow``).
+Work = Callable[[object, object, Awaiter | None, Savepoint, Flush], list[BatchResult]]
 
 
 class Transactions(Protocol):
@@ -119,7 +125,7 @@ class SqlAlchemySessions:
             found: list[BatchResult] = self._on_loop(self._run_async(made, work))
             return found
         try:
-            results = work(made, made, awaiter, made.begin_nested)
+            results = work(made, made, awaiter, made.begin_nested, _flush_of(made))
             made.commit()
         except BaseException:
             made.rollback()
@@ -136,7 +142,7 @@ class SqlAlchemySessions:
             self._engines.setdefault(id(engine), engine)
 
         def inside(sync: Any) -> list[BatchResult]:
-            return work(sync, made, await_only, sync.begin_nested)
+            return work(sync, made, await_only, sync.begin_nested, _flush_of(sync))
 
         try:
             results: list[BatchResult] = await made.run_sync(inside)
@@ -164,14 +170,30 @@ class SqlAlchemySessions:
                 loop.close()
 
 
-def _held(item: Item, savepoint: Savepoint, awaiter: Awaiter | None, own: object) -> Item:
-    """``item`` with its handler run inside a savepoint of the session's own; ``own`` (a
-    ``HandlerTransaction``, for a plug-in's handler, which writes SQL) or else the session
-    is its first argument."""
+def no_flush() -> None:
+    """The flush of what has no pending objects (a ``Connection``, Django's connection)."""
+
+
+def _flush_of(made: object) -> Flush:
+    from sqlalchemy.orm import Session
+
+    return made.flush if isinstance(made, Session) else no_flush
+
+
+@contextmanager
+def _flushed(flush: Flush) -> Iterator[None]:
+    yield
+    flush()
+
+
+def _held(item: Item, hold: Savepoint, awaiter: Awaiter | None, own: object) -> Item:
+    """``item`` with its handler run inside ``hold`` (a savepoint of the session's own, or a
+    flush after it); ``own`` (a ``HandlerTransaction``, for a plug-in's handler, which writes
+    SQL) or else the session is its first argument."""
     handler = item.handler
 
     def run(session: Any, event: dict[str, Any]) -> None:
-        with savepoint():
+        with hold():
             call_handler(handler, session if own is None else own, event, awaiter)
 
     return item._replace(handler=run)
@@ -198,14 +220,21 @@ class SessionInbox(Inbox):
 
     def _apply(self, runs: Sequence[Sequence[Item]], awaiter: Awaiter | None) -> list[BatchResult]:
         def work(
-            using: object, session: object, awaiter: Awaiter | None, savepoint: Savepoint
+            using: object,
+            session: object,
+            awaiter: Awaiter | None,
+            savepoint: Savepoint,
+            flush: Flush,
         ) -> list[BatchResult]:
             tx = self._db.borrow(using)
             # A plug-in's handler (the lab's) writes SQL: it gets the transaction as always.
             sql = HandlerTransaction(tx)
             plugin = self.plugin_types
+            # The only event needs no savepoint (two round trips on a server database):
+            # apply_runs rolls everything back when its handler fails (LoneFailed).
+            hold = savepoint if sum(map(len, runs)) > 1 else functools.partial(_flushed, flush)
             held = [
-                [_held(item, savepoint, awaiter, sql if item.event["type"] in plugin else None)
+                [_held(item, hold, awaiter, sql if item.event["type"] in plugin else None)
                  for item in run]
                 for run in runs
             ]  # fmt: skip
