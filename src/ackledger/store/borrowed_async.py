@@ -33,6 +33,7 @@ from .base import Params, Row, Tx
 from .borrowed import (
     NOT_IN_TRANSACTION,
     POSTGRES,
+    OnDriver,
     _check_psycopg,
     _describe,
     _same_dialect,
@@ -111,6 +112,10 @@ class _Statements(Protocol):
 
     async def many(self, sql: str, params: Sequence[Params]) -> None: ...
 
+    @property
+    def conn(self) -> object:
+        """The caller's connection the statements run on."""
+
 
 def _psycopg(conn: Any, dialect: str) -> _Statements:
     import psycopg
@@ -142,33 +147,33 @@ class _PsycopgStatements:
     def __init__(self, conn: Any) -> None:
         from psycopg.rows import tuple_row
 
-        self._conn = conn
+        self.conn = conn
         self._tuple_row = tuple_row
 
     async def rows(self, sql: str, params: Params) -> list[Row]:
         # Plain tuples whatever row factory the caller set on the connection.
-        async with self._conn.cursor(row_factory=self._tuple_row) as cursor:
+        async with self.conn.cursor(row_factory=self._tuple_row) as cursor:
             await cursor.execute(to_pyformat(sql), tuple(params))
             return list(await cursor.fetchall()) if cursor.description is not None else []
 
     async def many(self, sql: str, params: Sequence[Params]) -> None:
-        async with self._conn.cursor(row_factory=self._tuple_row) as cursor:
+        async with self.conn.cursor(row_factory=self._tuple_row) as cursor:
             await cursor.executemany(to_pyformat(sql), [tuple(p) for p in params])
 
 
 class _AsyncpgStatements:
     def __init__(self, conn: Any) -> None:
-        self._conn = conn
+        self.conn = conn
 
     async def rows(self, sql: str, params: Params) -> list[Row]:
-        found = await self._conn.fetch(to_numeric_dollar(sql), *params)
+        found = await self.conn.fetch(to_numeric_dollar(sql), *params)
         return [tuple(record) for record in found]
 
     async def many(self, sql: str, params: Sequence[Params]) -> None:
-        await self._conn.executemany(to_numeric_dollar(sql), [tuple(p) for p in params])
+        await self.conn.executemany(to_numeric_dollar(sql), [tuple(p) for p in params])
 
 
-class _LoopPostgresTx(PostgresTx):
+class _LoopPostgresTx(PostgresTx, OnDriver):
     """PostgreSQL's operations, called from a worker thread, each statement awaited on the
     event loop that owns the caller's connection."""
 
@@ -176,6 +181,7 @@ class _LoopPostgresTx(PostgresTx):
         super().__init__(cast(Any, None))  # no sync connection: every statement comes here
         self._statements = statements
         self._loop = loop
+        self.driver = statements.conn
 
     def await_on_loop(self, step: Awaitable[T]) -> T:
         return asyncio.run_coroutine_threadsafe(_awaited(step), self._loop).result()
