@@ -239,7 +239,8 @@ def test_after_the_first_publish_on_a_connection_each_runs_one_statement(
             caller.commit()
         # The first checks the schema and the source, then claims; the others only claim.
         assert [len(statements) for statements in per_transaction] == [3, 1, 1, 1]
-        assert per_transaction[1] == per_transaction[0][-1:]
+        assert per_transaction[1] == per_transaction[2] == per_transaction[3]
+        assert "INSERT INTO" in per_transaction[1][0]
         assert [event["id"] for event in outbox.pending()] == ["o-0", "o-1", "o-2", "o-3"]
 
 

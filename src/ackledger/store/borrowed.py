@@ -153,7 +153,11 @@ class BorrowedOutbox:
         self._tx = tx
         self._source = source
         self._key = tx.driver if isinstance(tx, OnDriver) else None
-        self._place = self._known() or self._check()
+        # A kept finding guards the claim; one made just now, with nothing of the caller's
+        # run since, needs no guard (``place`` None).
+        self._place = self._known()
+        if self._place is None:
+            self._check()
 
     def enqueue(
         self, event: dict[str, Any], text: str, fingerprint: str, partition_key: str, now: float
