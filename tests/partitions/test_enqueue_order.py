@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
+import psycopg
 import pytest
 
 from ackledger import Outbox
@@ -24,6 +25,14 @@ def waiting_on_advisory_lock(url: str) -> bool:
         "WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = current_database()",
     )
     return int(rows[0][0]) > 0
+
+
+def until_it_waits(url: str, thread: threading.Thread) -> None:
+    """Return once ``thread`` waits for an advisory lock (failing if it ends or never does)."""
+    deadline = time.monotonic() + 60
+    while not waiting_on_advisory_lock(url):
+        assert time.monotonic() < deadline and thread.is_alive(), "it did not wait"
+        time.sleep(0.02)
 
 
 def test_a_later_enqueue_into_the_same_partition_waits_for_the_earlier_commit(
@@ -49,10 +58,7 @@ def test_a_later_enqueue_into_the_same_partition_waits_for_the_earlier_commit(
         assert first_open.wait(timeout=60)
         two = threading.Thread(target=second)
         two.start()
-        deadline = time.monotonic() + 60
-        while not waiting_on_advisory_lock(pg_url):
-            assert time.monotonic() < deadline and two.is_alive(), "second did not wait"
-            time.sleep(0.02)
+        until_it_waits(pg_url, two)
         # While the first is open, the second has not even taken its seq, so a relay sees
         # neither: never the later one alone.
         assert "second" not in seqs
@@ -63,3 +69,40 @@ def test_a_later_enqueue_into_the_same_partition_waits_for_the_earlier_commit(
         items = PartitionLeases(ob, "observer").pending_in_partition("p")
     assert [item["id"] for item in items] == ["first", "second"]
     assert seqs["first"] < seqs["second"]
+
+
+@pytest.mark.parametrize("using", [False, True], ids=["own", "using"])
+def test_an_enqueue_that_waited_for_its_partition_draws_its_seq_after_the_wait(
+    pg_url: str, using: bool
+) -> None:
+    # The partition's lock and the claim are one statement: the seq must still be drawn
+    # only once the lock is held, so an event of another partition published during the
+    # wait gets the lower seq.
+    from ackledger.store.postgres import queries
+
+    holder = psycopg.connect(pg_url)
+    caller = psycopg.connect(pg_url)
+    seqs: dict[str, int] = {}
+    try:
+        holder.execute(
+            queries.LOCK_PARTITION.replace("?", "%s"), (queries.PARTITION_LOCK_CLASS, "p")
+        )
+        with Outbox(pg_url) as ob:
+
+            def waiting() -> None:
+                if using:
+                    seqs["waited"] = ob.publish(lab("waited", "p", 1), using=caller)
+                    caller.commit()
+                else:
+                    seqs["waited"] = ob.publish(lab("waited", "p", 1))
+
+            one = threading.Thread(target=waiting)
+            one.start()
+            until_it_waits(pg_url, one)
+            seqs["meanwhile"] = ob.publish(lab("meanwhile", "q", 1))
+            holder.rollback()
+            one.join(timeout=60)
+    finally:
+        holder.close()
+        caller.close()
+    assert seqs["meanwhile"] < seqs["waited"]

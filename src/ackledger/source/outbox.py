@@ -26,7 +26,7 @@ from ..envelope import check_event_id, fingerprint_of, validate_cloudevent, vali
 from ..errors import Conflict, InvalidEvent
 from ..event_types import EventTypes
 from ..store import Tx
-from ..store.borrowed import same_database
+from ..store.borrowed import BorrowedOutbox
 from ..store.database import Database
 from ..store.outbox import MARK_CHUNK, SOURCE_KEY, STATUS_ACK_NOTE, TARGET_KEY
 from ..store.pending import PendingRow, pending_events
@@ -56,9 +56,12 @@ def _publish(
     default_source: str,
     types: EventTypes,
     business: BusinessWrite | None = None,
+    *,
+    borrowed: BorrowedOutbox | None = None,
 ) -> int:
     """Validate ``given`` (``specversion`` and ``source`` filled in if missing) and claim its
-    id in the outbox, running ``business`` too when the event is new; returns its seq."""
+    id in the outbox, running ``business`` too when the event is new; returns its seq. On a
+    caller's transaction, ``borrowed`` says where the outbox's tables are."""
     if type(given) is dict:
         # The active span's context, unless the event names its own (CONTRACT §10).
         given = with_trace_context(given)
@@ -75,19 +78,17 @@ def _publish(
         )
     fp = fingerprint_of(event, text)
     partition_key = event.get("partitionkey", SHARED_PARTITION)
-    tx.outbox_lock_partition(partition_key)
     now = time.time()
-    claim = tx.outbox_claim(event, text, fp, partition_key, now)
+    enqueue = tx.outbox_enqueue if borrowed is None else borrowed.enqueue
+    claim = enqueue(event, text, fp, partition_key, now)
+    if claim is None:  # pragma: no cover - only a claim given a place can come back without one
+        raise RuntimeError("the outbox's tables moved while its event was claimed")
     outcome = claim.outcome
     if outcome is Outcome.CONFLICT:
         legacy = plugins.former_fingerprint(event)
         if legacy is None or legacy != tx.outbox_fingerprint(event["id"]):
             raise Conflict(f"event {event['id']!r} is already in the outbox with other content")
         outcome = Outcome.DUPLICATE
-    if outcome is Outcome.APPLIED:
-        # A new pending event: idle relays may look now instead of at their next poll (on
-        # PostgreSQL, once this transaction commits; a rollback wakes nobody).
-        tx.outbox_wake()
     if outcome is Outcome.APPLIED and business is not None:
         business(tx, now)
     return int(claim.ref)
@@ -231,8 +232,9 @@ class Outbox(Database):
 
     def _publish_borrowed(self, tx: Tx, event: object) -> int:
         """The publish of ``event`` on a transaction borrowed from the caller."""
-        same_database(tx, self.source)
-        return _publish(tx, event, self.source, self.types, None)
+        return _publish(
+            tx, event, self.source, self.types, borrowed=BorrowedOutbox(tx, self.source)
+        )
 
     def accept(self, order: object) -> int:
         """The reference domain (CONTRACT section 3): the order's event and its business row

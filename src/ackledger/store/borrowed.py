@@ -16,13 +16,17 @@ when the object comes from them, so the core still needs nothing but the standar
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sqlite3
+import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .._core.idempotency import Claim
 from .base import Params, Row, Tx
 from .inbox import InboxQueries
+from .outbox import Place
 from .postgres.tx import PostgresTx, to_pyformat
 from .sqlite.tx import SqliteTx
 
@@ -30,7 +34,15 @@ if TYPE_CHECKING:
     import psycopg
     from sqlalchemy.engine import Connection as SqlAlchemyConnection
 
-__all__ = ["META_TABLE", "SOURCE_KEY", "borrow", "has_schema", "same_database"]
+__all__ = [
+    "META_TABLE",
+    "SOURCE_KEY",
+    "BorrowedOutbox",
+    "OnDriver",
+    "borrow",
+    "has_schema",
+    "same_database",
+]
 
 SQLITE = "sqlite"
 POSTGRES = "postgres"
@@ -51,10 +63,6 @@ NOT_IN_TRANSACTION = (
 #: The table of the outbox's facts that never change, and the row naming its source.
 META_TABLE = "ackledger_meta"
 SOURCE_KEY = "outbox.source"
-_META_EXISTS_SQLITE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ackledger_meta'"
-# to_regclass answers NULL for a missing table where a SELECT from it would fail, and a failed
-# statement would abort the caller's PostgreSQL transaction.
-_META_EXISTS_POSTGRES = "SELECT 1 WHERE to_regclass('ackledger_meta') IS NOT NULL"
 _READ_SOURCE = "SELECT value FROM ackledger_meta WHERE name = ?"
 
 
@@ -80,14 +88,15 @@ def borrow(using: object, dialect: str) -> Tx:
     raise _not_accepted(using)
 
 
-def same_database(tx: Tx, expected_source: str) -> None:
+def same_database(tx: Tx, expected_source: str) -> Place:
     """Check that ``tx`` (a borrowed one) reaches the outbox's database: the one whose
-    ``ackledger_meta`` names ``expected_source`` as the outbox's CloudEvents source.
+    ``ackledger_meta`` names ``expected_source`` as the outbox's CloudEvents source; returns
+    where the outbox's tables are.
 
     Only reads, and never a statement that could fail: on PostgreSQL a failed statement would
     abort the caller's transaction.
     """
-    has_schema(tx)
+    place = has_schema(tx)
     row = tx.one(_READ_SOURCE, (SOURCE_KEY,))
     found = None if row is None else row[0]
     if found != expected_source:
@@ -95,17 +104,93 @@ def same_database(tx: Tx, expected_source: str) -> None:
             "using: the connection reaches another database than the outbox's (its "
             f"{SOURCE_KEY} is {found!r}, the outbox's is {expected_source!r})"
         )
+    if place.outbox is None:
+        raise _no_schema()
+    return place
 
 
-def has_schema(tx: Tx) -> None:
+def has_schema(tx: Tx) -> Place:
     """Check that ``tx`` (a borrowed one) reaches a database ackledger migrated, by a read
-    that cannot fail (a failed statement would abort the caller's PostgreSQL transaction)."""
-    exists = _META_EXISTS_SQLITE if isinstance(tx, SqliteTx) else _META_EXISTS_POSTGRES
-    if tx.one(exists) is None:
-        raise ValueError(
-            "using: the database has no ackledger schema: run ackledger migrate or apply "
-            "ackledger migrate --sql"
-        )
+    that cannot fail (a failed statement would abort the caller's PostgreSQL transaction);
+    returns where ackledger's tables are."""
+    place = tx.outbox_place()
+    if place is None:
+        raise _no_schema()
+    return place
+
+
+def _no_schema() -> ValueError:
+    return ValueError(
+        "using: the database has no ackledger schema: run ackledger migrate or apply "
+        "ackledger migrate --sql"
+    )
+
+
+class OnDriver:
+    """A transaction on a caller's connection; ``driver`` is the driver's own connection
+    that its statements run on, whoever wraps it (SQLAlchemy, Django)."""
+
+    driver: object
+
+
+#: Per driver connection: the outbox source its database was found to hold, and where the
+#: outbox's tables were then. Weak keys: a finding goes with its connection.
+_FOUND: weakref.WeakKeyDictionary[Any, tuple[str, Place]] = weakref.WeakKeyDictionary()
+
+
+class BorrowedOutbox:
+    """The outbox's tables on a borrowed transaction (``Outbox.publish(using=)``).
+
+    ``same_database`` costs two statements, so its finding is kept per driver connection and
+    later publishes on it run none: ``enqueue`` hands the kept ``Place`` to the claim, which
+    writes only while the connection's names still resolve there (a changed search path, a
+    schema dropped and made again). When they do not, the connection is checked again, with
+    the clear error of ``same_database`` if it no longer reaches the outbox, and a claim that
+    failed forgets the finding, so that the next transaction checks afresh.
+    """
+
+    def __init__(self, tx: Tx, source: str) -> None:
+        self._tx = tx
+        self._source = source
+        self._key = tx.driver if isinstance(tx, OnDriver) else None
+        # A kept finding guards the claim; one made just now, with nothing of the caller's
+        # run since, needs no guard (``place`` None).
+        self._place = self._known()
+        if self._place is None:
+            self._check()
+
+    def enqueue(
+        self, event: dict[str, Any], text: str, fingerprint: str, partition_key: str, now: float
+    ) -> Claim | None:
+        """``Tx.outbox_enqueue`` where the outbox was found, or where it is found now."""
+        claim_args = (event, text, fingerprint, partition_key, now)
+        try:
+            claim = self._tx.outbox_enqueue(*claim_args, place=self._place)
+            if claim is None:
+                claim = self._tx.outbox_enqueue(*claim_args, place=self._check())
+        except BaseException:
+            self._forget()
+            raise
+        return claim
+
+    def _known(self) -> Place | None:
+        try:
+            found = _FOUND.get(self._key)
+        except TypeError:  # None, or a connection that takes no weak reference (sqlite3's)
+            return None
+        return found[1] if found is not None and found[0] == self._source else None
+
+    def _check(self) -> Place:
+        self._forget()
+        place = same_database(self._tx, self._source)
+        # sqlite3's connections take no weak reference: checked each time, by in-process reads.
+        with contextlib.suppress(TypeError):
+            _FOUND[self._key] = (self._source, place)
+        return place
+
+    def _forget(self) -> None:
+        with contextlib.suppress(TypeError):
+            _FOUND.pop(self._key, None)
 
 
 # --- what the caller may hand over ---------------------------------------------------------
@@ -232,7 +317,7 @@ def _on_sqlalchemy_connection(conn: SqlAlchemyConnection, dialect: str) -> Tx:
             # The session of AsyncSession.run_sync: SQLAlchemy's DB-API facade over the async
             # driver runs each statement to its end from this (greenlet) side.
             _check_psycopg(driver.info.transaction_status, autocommit=bool(adapted.autocommit))
-            tx = _AdaptedPostgresTx(adapted, to_pyformat)
+            tx = _AdaptedPostgresTx(adapted, driver, to_pyformat)
         else:
             raise _unsupported_driver(driver_name, driver)
     elif "asyncpg" in roots:
@@ -242,7 +327,7 @@ def _on_sqlalchemy_connection(conn: SqlAlchemyConnection, dialect: str) -> Tx:
         # the connection is in AUTOCOMMIT.
         if bool(adapted.autocommit) and not driver.is_in_transaction():
             raise ValueError(NOT_IN_TRANSACTION)
-        tx = _AdaptedPostgresTx(adapted, to_numeric_dollar)
+        tx = _AdaptedPostgresTx(adapted, driver, to_numeric_dollar)
     elif "aiosqlite" in roots:
         tx = _on_aiosqlite(driver, adapted)
     else:
@@ -295,7 +380,7 @@ def _on_django(using: object, dialect: str) -> Tx:
 # --- transactions on the caller's connection -----------------------------------------------
 
 
-class _CallerSqliteTx(SqliteTx):
+class _CallerSqliteTx(SqliteTx, OnDriver):
     """SQLite's operations on the caller's sqlite3 connection.
 
     Rows are read through a cursor of our own, as plain tuples whatever ``row_factory`` the
@@ -305,6 +390,10 @@ class _CallerSqliteTx(SqliteTx):
     is not a SELECT, outside a transaction, we issue the BEGIN the module would have: it is
     the caller's transaction from then on, ended by the caller's commit() or rollback().
     """
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        super().__init__(conn)
+        self.driver = conn
 
     def _cursor(self, sql: str) -> sqlite3.Cursor:
         conn = self._conn
@@ -334,7 +423,7 @@ class _CallerSqliteTx(SqliteTx):
             cursor.close()
 
 
-class _CallerPostgresTx(PostgresTx):
+class _CallerPostgresTx(PostgresTx, OnDriver):
     """PostgreSQL's operations on the caller's psycopg connection, read as plain tuples
     whatever row factory or cursor class the caller (or Django) set on it."""
 
@@ -343,6 +432,7 @@ class _CallerPostgresTx(PostgresTx):
 
         super().__init__(conn)
         self._caller_conn = conn
+        self.driver = conn
         self._tuple_row = tuple_row
 
     def execute(self, sql: str, params: Params = ()) -> list[Row]:
@@ -362,15 +452,16 @@ def to_numeric_dollar(sql: str) -> str:
     return parts[0] + "".join(f"${n}{part}" for n, part in enumerate(parts[1:], start=1))
 
 
-class _AdaptedPostgresTx(PostgresTx):
+class _AdaptedPostgresTx(PostgresTx, OnDriver):
     """PostgreSQL's operations through SQLAlchemy's DB-API facade of an asyncio driver
     (psycopg's AsyncConnection or asyncpg), the connection of the sync session that
     ``AsyncSession.run_sync`` passes. SQLAlchemy keeps the driver's rows as tuples (psycopg)
     or records (asyncpg); both become plain tuples here."""
 
-    def __init__(self, adapted: Any, placeholders: Callable[[str], str]) -> None:
+    def __init__(self, adapted: Any, driver: object, placeholders: Callable[[str], str]) -> None:
         super().__init__(adapted)
         self._adapted = adapted
+        self.driver = driver
         self._placeholders = placeholders
 
     def execute(self, sql: str, params: Params = ()) -> list[Row]:
@@ -399,6 +490,7 @@ class _AdaptedSqliteTx(_CallerSqliteTx):
     def __init__(self, adapted: Any, driver: Any) -> None:
         super().__init__(adapted)
         self._driver = driver
+        self.driver = driver
 
     def _cursor(self, sql: str) -> Any:
         conn: Any = self._conn

@@ -6,7 +6,7 @@ connection not in a transaction refused, the database checked to be the outbox's
 
 How the logic stays written once. The publish logic (validate, read-or-insert, the conflict
 check) and its statements are the synchronous ones: a function of a :class:`Tx`. What differs
-is only how a statement reaches an asyncio driver, and :func:`run_borrowed` supplies that:
+is only how a statement reaches an asyncio driver, and :func:`run_borrowed_awaiting` supplies that:
 
 - a SQLAlchemy ``AsyncSession`` or ``AsyncConnection`` (asyncpg, psycopg or aiosqlite) runs
   the function through its own ``run_sync``, with the sync session or connection it hands
@@ -33,6 +33,7 @@ from .base import Params, Row, Tx
 from .borrowed import (
     NOT_IN_TRANSACTION,
     POSTGRES,
+    OnDriver,
     _check_psycopg,
     _describe,
     _same_dialect,
@@ -41,7 +42,7 @@ from .borrowed import (
 )
 from .postgres.tx import PostgresTx, to_pyformat
 
-__all__ = ["ASYNC_ACCEPTED", "AwaitOnLoop", "run_borrowed", "run_borrowed_awaiting"]
+__all__ = ["ASYNC_ACCEPTED", "AwaitOnLoop", "run_borrowed_awaiting"]
 
 T = TypeVar("T")
 
@@ -56,19 +57,15 @@ ASYNC_ACCEPTED = (
 AwaitOnLoop = Callable[[Awaitable[Any]], Any]
 
 
-async def run_borrowed(using: object, dialect: str, work: Callable[[Tx], T]) -> T:
-    """``work(tx)`` with ``tx`` on the caller's async connection ``using``, inside the caller's
-    transaction, without blocking the event loop; the errors of ``borrow`` for what cannot
-    be used (``TypeError`` for an object of another kind, ``ValueError`` for a connection of
-    the other database or not in a transaction), raised before anything is written."""
-    return await run_borrowed_awaiting(using, dialect, lambda tx, _: work(tx))
-
-
 async def run_borrowed_awaiting(
     using: object, dialect: str, work: Callable[[Tx, AwaitOnLoop], T]
 ) -> T:
-    """``run_borrowed`` for work that may await the caller's own coroutines on the way (the
-    inbox's async handlers, which use ``using`` themselves): ``work(tx, await_on_loop)``."""
+    """``work(tx, await_on_loop)`` with ``tx`` on the caller's async connection ``using``,
+    inside the caller's transaction, without blocking the event loop; ``await_on_loop`` awaits
+    the caller's own coroutines on the way (the inbox's async handlers, which use ``using``
+    themselves). The errors of ``borrow`` for what cannot be used (``TypeError`` for an object
+    of another kind, ``ValueError`` for a connection of the other database or not in a
+    transaction) are raised before anything is written."""
     names = {cls.__name__ for cls in type(using).__mro__}
     roots = {(cls.__module__ or "").partition(".")[0] for cls in type(using).__mro__}
     if "sqlalchemy" in roots and names & {"AsyncSession", "AsyncConnection"}:
@@ -111,6 +108,10 @@ class _Statements(Protocol):
 
     async def many(self, sql: str, params: Sequence[Params]) -> None: ...
 
+    @property
+    def conn(self) -> object:
+        """The caller's connection the statements run on."""
+
 
 def _psycopg(conn: Any, dialect: str) -> _Statements:
     import psycopg
@@ -142,33 +143,33 @@ class _PsycopgStatements:
     def __init__(self, conn: Any) -> None:
         from psycopg.rows import tuple_row
 
-        self._conn = conn
+        self.conn = conn
         self._tuple_row = tuple_row
 
     async def rows(self, sql: str, params: Params) -> list[Row]:
         # Plain tuples whatever row factory the caller set on the connection.
-        async with self._conn.cursor(row_factory=self._tuple_row) as cursor:
+        async with self.conn.cursor(row_factory=self._tuple_row) as cursor:
             await cursor.execute(to_pyformat(sql), tuple(params))
             return list(await cursor.fetchall()) if cursor.description is not None else []
 
     async def many(self, sql: str, params: Sequence[Params]) -> None:
-        async with self._conn.cursor(row_factory=self._tuple_row) as cursor:
+        async with self.conn.cursor(row_factory=self._tuple_row) as cursor:
             await cursor.executemany(to_pyformat(sql), [tuple(p) for p in params])
 
 
 class _AsyncpgStatements:
     def __init__(self, conn: Any) -> None:
-        self._conn = conn
+        self.conn = conn
 
     async def rows(self, sql: str, params: Params) -> list[Row]:
-        found = await self._conn.fetch(to_numeric_dollar(sql), *params)
+        found = await self.conn.fetch(to_numeric_dollar(sql), *params)
         return [tuple(record) for record in found]
 
     async def many(self, sql: str, params: Sequence[Params]) -> None:
-        await self._conn.executemany(to_numeric_dollar(sql), [tuple(p) for p in params])
+        await self.conn.executemany(to_numeric_dollar(sql), [tuple(p) for p in params])
 
 
-class _LoopPostgresTx(PostgresTx):
+class _LoopPostgresTx(PostgresTx, OnDriver):
     """PostgreSQL's operations, called from a worker thread, each statement awaited on the
     event loop that owns the caller's connection."""
 
@@ -176,6 +177,7 @@ class _LoopPostgresTx(PostgresTx):
         super().__init__(cast(Any, None))  # no sync connection: every statement comes here
         self._statements = statements
         self._loop = loop
+        self.driver = statements.conn
 
     def await_on_loop(self, step: Awaitable[T]) -> T:
         return asyncio.run_coroutine_threadsafe(_awaited(step), self._loop).result()

@@ -9,6 +9,7 @@ one atomic statement backed by a unique constraint, never a read followed by an 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from .._core.idempotency import Claim, Outcome
 from .executor import Executor, Params
@@ -16,7 +17,12 @@ from .keys import KeySpace
 
 
 def claim_once(tx: Executor, space: KeySpace, key: Params, fingerprint: str, rest: Params) -> Claim:
-    ref = space.claim(tx, key, fingerprint, rest)
+    return claimed(tx, space, key, fingerprint, space.claim(tx, key, fingerprint, rest))
+
+
+def claimed(tx: Executor, space: KeySpace, key: Params, fingerprint: str, ref: Any) -> Claim:
+    """The outcome of a claim of ``key`` that returned ``ref`` (None: the key was there), for
+    a dialect that ran the claim's INSERT inside a statement of its own."""
     if ref is not None:
         return Claim(Outcome.APPLIED, ref)
     found = space.find(tx, key)

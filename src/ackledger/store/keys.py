@@ -39,13 +39,18 @@ class KeySpace:
         return None if row is None else (str(row[0]), row[1])
 
 
+#: The columns an outbox claim writes, in the order of its parameters.
+OUTBOX_COLUMNS = (
+    "id, fingerprint, source, type, subject, partitionkey, partition_key, data, event, created_at"
+)
+#: What follows the claim's row: the key is the event's id, the reference its seq.
+OUTBOX_ON_CONFLICT = "ON CONFLICT (id) DO NOTHING RETURNING seq"
+
 OUTBOX = KeySpace(
     name="outbox",
     claim_sql=(
-        "INSERT INTO ackledger_outbox (id, fingerprint, source, type, subject, partitionkey, "
-        "partition_key, "
-        "data, event, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-        "ON CONFLICT (id) DO NOTHING RETURNING seq"
+        f"INSERT INTO ackledger_outbox ({OUTBOX_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        + OUTBOX_ON_CONFLICT
     ),
     find_sql="SELECT fingerprint, seq FROM ackledger_outbox WHERE id = ?",
 )

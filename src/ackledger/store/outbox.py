@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .._core.idempotency import Claim
 from ..envelope import canonical_json
-from .claims import claim_once
 from .counters import CounterQueries
-from .keys import OUTBOX
 from .pending import PENDING_SELECT, PendingRow, pending_rows
 
 EVENT_COLUMNS = (
@@ -59,34 +58,42 @@ _MARK_ONE = MARK_ONE + " RETURNING id"
 SENT_BEFORE = "WHERE sent = 1 AND sent_at < ?"
 
 
+@dataclass(frozen=True)
+class Place:
+    """Where ackledger's unqualified table names resolve on a connection: the objects that
+    ``ackledger_meta`` and ``ackledger_outbox`` name there (the dialect's own identities),
+    and the outbox's schema as SQL may name it."""
+
+    meta: Any
+    outbox: Any
+    schema: str
+
+
 class OutboxQueries(CounterQueries):
     @abc.abstractmethod
-    def outbox_lock_partition(self, partition_key: str) -> None:
-        """Make enqueues into one partition commit in seq order (a database that hands out
-        ``seq`` at insert, not at commit, takes a lock held until commit here)."""
+    def outbox_place(self) -> Place | None:
+        """Where ackledger's tables are on this connection now (None for a missing
+        ``ackledger_meta``; ``Place.outbox`` None for a missing outbox), by a read that
+        cannot fail: a failed statement would abort a caller's PostgreSQL transaction."""
 
     @abc.abstractmethod
-    def outbox_wake(self) -> None:
-        """Tell idle relays, once this transaction commits, that an event was published (a
-        database that cannot tell anyone does nothing; its relays poll)."""
-
-    def outbox_claim(
-        self, event: dict[str, Any], text: str, fingerprint: str, partition_key: str, now: float
-    ) -> Claim:
+    def outbox_enqueue(
+        self,
+        event: dict[str, Any],
+        text: str,
+        fingerprint: str,
+        partition_key: str,
+        now: float,
+        *,
+        place: Place | None = None,
+    ) -> Claim | None:
         """Claim the id of a validated ``event`` whose canonical JSON is ``text``
-        (``keys.OUTBOX``); the reference is the event's seq."""
-        data = event.get("data")
-        rest = (
-            event["source"],
-            event["type"],
-            event.get("subject"),
-            event.get("partitionkey"),
-            partition_key,
-            None if data is None else canonical_json(data),
-            text,
-            now,
-        )
-        return claim_once(self, OUTBOX, (event["id"],), fingerprint, rest)
+        (``keys.OUTBOX``; the reference is its seq), so that enqueues into one partition
+        commit in seq order, and tell idle relays of a new event once this transaction
+        commits (where the database can).
+
+        With ``place`` (an earlier ``outbox_place``): only while ackledger's names still
+        resolve there; None, with nothing written, when they do not."""
 
     def outbox_fingerprint(self, event_id: str) -> str | None:
         found = self.scalar("SELECT fingerprint FROM ackledger_outbox WHERE id = ?", (event_id,))
@@ -303,6 +310,25 @@ class OutboxQueries(CounterQueries):
     def _delete_sent_before(self, cutoff: float) -> tuple[int, int]:
         """Delete the rows ``SENT_BEFORE`` selects; returns (rows, their attempts), counted
         so that two purges at once never count the same row."""
+
+
+def outbox_claim_row(
+    event: dict[str, Any], text: str, fingerprint: str, partition_key: str, now: float
+) -> tuple[Any, ...]:
+    """The parameters of an outbox claim (``keys.OUTBOX_COLUMNS``) of a validated event."""
+    data = event.get("data")
+    return (
+        event["id"],
+        fingerprint,
+        event["source"],
+        event["type"],
+        event.get("subject"),
+        event.get("partitionkey"),
+        partition_key,
+        None if data is None else canonical_json(data),
+        text,
+        now,
+    )
 
 
 def mark_one_params(event_id: str, attempted: bool, now: float) -> tuple[Any, ...]:

@@ -16,7 +16,6 @@ if TYPE_CHECKING:
 
 #: The channel of the outbox's "an event was published" notification (per database).
 CHANNEL = "ackledger_outbox"
-NOTIFY_PUBLISHED = f"NOTIFY {CHANNEL}"
 LISTEN_PUBLISHED = f"LISTEN {CHANNEL}"
 #: The listening connection's name in pg_stat_activity (operators, and tests that cut it).
 APPLICATION_NAME = "ackledger-listen"

@@ -4,8 +4,12 @@ SQLite gets from its one writer, these get from advisory locks and single statem
 
 from __future__ import annotations
 
+import functools
+
+from ..keys import OUTBOX_COLUMNS, OUTBOX_ON_CONFLICT
 from ..ledger import INSERT_ATTEMPT
 from ..outbox import SENT_BEFORE, SENT_UNLESS_HELD
+from .notify import CHANNEL
 
 #: The database's clock, in seconds since the epoch. ``clock_timestamp()`` (not ``now()``,
 #: which is the transaction's start) so that a statement that waited for a lock judges expiry
@@ -60,6 +64,51 @@ KNOWN_IDS = "SELECT id FROM ackledger_outbox WHERE id = ANY(?::text[])"
 #: The first key of the advisory locks that serialise enqueues per partition.
 PARTITION_LOCK_CLASS = 0x6F627078  # "obpx"
 LOCK_PARTITION = "SELECT pg_advisory_xact_lock(?, hashtext(?))"
+
+#: What ackledger's names resolve to on this connection's search_path (``outbox_place``): no
+#: statement that could fail, to_regclass answers NULL for a missing table.
+OUTBOX_PLACE = (
+    "SELECT to_regclass('ackledger_meta')::oid::bigint, "
+    "to_regclass('ackledger_outbox')::oid::bigint, "
+    "(SELECT relnamespace::regnamespace::text FROM pg_class "
+    "WHERE oid = to_regclass('ackledger_outbox'))"
+)
+
+
+@functools.lru_cache(maxsize=64)
+def enqueue_sql(schema: str | None) -> str:
+    """The outbox's enqueue in one round trip (``PostgresTx.outbox_enqueue``): the partition's
+    lock, the claim, and the relays' wake-up when the row is new. Its row is
+    ``(took its turn, seq or NULL)``; its parameters the lock's two, then with ``schema`` the
+    two table identities of a ``Place``, then the claim's row.
+
+    With ``schema`` (the outbox's, as ``OUTBOX_PLACE`` named it) the row goes into that
+    schema's table, and only while this connection's unqualified names still resolve to the
+    same two tables: otherwise nothing is locked or written and the first column is false.
+    Naming the schema keeps the statement valid when the search path no longer reaches it."""
+    here = ""
+    guard = ""
+    table = "ackledger_outbox"
+    if schema is not None:
+        here = (
+            "here AS MATERIALIZED (SELECT to_regclass('ackledger_meta')::oid::bigint AS meta, "
+            "to_regclass('ackledger_outbox')::oid::bigint AS outbox), "
+        )
+        guard = " FROM here WHERE meta = ? AND outbox = ?"
+        table = f"{schema}.{table}"
+    marks = ", ".join("?" * len(OUTBOX_COLUMNS.split(",")))
+    # MATERIALIZED: the lock runs once, and the INSERT reads its row from it, so the row's
+    # seq is drawn only once the lock is held.
+    return (
+        f"WITH {here}turn AS MATERIALIZED (SELECT {LOCK_PARTITION[len('SELECT ') :]} AS held"
+        f"{guard}), "
+        f"claimed AS (INSERT INTO {table} ({OUTBOX_COLUMNS}) SELECT {marks} FROM turn "
+        f"{OUTBOX_ON_CONFLICT}) "
+        "SELECT EXISTS (SELECT FROM turn), claimed.seq, "
+        f"CASE WHEN claimed.seq IS NOT NULL THEN pg_notify('{CHANNEL}', '')::text END "
+        "FROM (SELECT) AS one LEFT JOIN claimed ON true"
+    )
+
 
 # Counted from the rows this DELETE removed: two purges at once (two replicas' cron jobs) each
 # count only their own deletions; a count read before the DELETE would let both add the same

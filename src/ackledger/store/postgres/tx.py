@@ -11,13 +11,13 @@ import functools
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..._core.idempotency import Outcome
+from ..._core.idempotency import Claim, Outcome
 from ..base import Params, Row, Tx
-from ..claims import claim_once
-from ..keys import DELIVERIES
+from ..claims import claim_once, claimed
+from ..keys import DELIVERIES, OUTBOX
 from ..ledger import INSERT_CONTROL, PURGE_CHUNK
+from ..outbox import Place, outbox_claim_row
 from . import queries as q
-from .notify import NOTIFY_PUBLISHED
 
 if TYPE_CHECKING:
     import psycopg
@@ -54,17 +54,36 @@ class PostgresTx(Tx):
 
     # --- outbox ----------------------------------------------------------------------------
 
-    def outbox_lock_partition(self, partition_key: str) -> None:
-        # PostgreSQL hands out ``seq`` when a row is inserted, not when it commits: without
-        # this, a transaction could take seq 6, another seq 7 and commit first, and a relay
-        # would send 7 before 6 of the same partition. Held until commit, the lock makes the
-        # second enqueue into a partition take its seq after the first one's commit.
-        self.execute(q.LOCK_PARTITION, (q.PARTITION_LOCK_CLASS, partition_key))
+    def outbox_place(self) -> Place | None:
+        meta, outbox, schema = self.execute(q.OUTBOX_PLACE)[0]
+        return None if meta is None else Place(meta, outbox, schema or "")
 
-    def outbox_wake(self) -> None:
-        # Delivered at commit only (store/postgres/notify.py); on a caller's connection
-        # (publish using=) it rides in the caller's transaction like the event's row.
-        self.execute(NOTIFY_PUBLISHED)
+    def outbox_enqueue(
+        self,
+        event: dict[str, Any],
+        text: str,
+        fingerprint: str,
+        partition_key: str,
+        now: float,
+        *,
+        place: Place | None = None,
+    ) -> Claim | None:
+        # PostgreSQL hands out ``seq`` when a row is inserted, not when it commits: without
+        # the partition's lock, a transaction could take seq 6, another seq 7 and commit
+        # first, and a relay would send 7 before 6 of the same partition. Held until commit,
+        # the lock makes the second enqueue into a partition draw its seq after the first one
+        # committed; it is taken inside the statement, before the row's seq is drawn. The
+        # wake-up is delivered at commit only (store/postgres/notify.py); on a caller's
+        # connection it rides in the caller's transaction like the event's row.
+        row = outbox_claim_row(event, text, fingerprint, partition_key, now)
+        guard = () if place is None else (place.meta, place.outbox)
+        sql = q.enqueue_sql(None if place is None else place.schema)
+        took_turn, seq, _ = self.execute(
+            sql, (q.PARTITION_LOCK_CLASS, partition_key, *guard, *row)
+        )[0]
+        if not took_turn:
+            return None
+        return claimed(self, OUTBOX, row[:1], fingerprint, seq)
 
     def outbox_mark_sent_whole(self, ids: Sequence[str], attempted: bool, now: float) -> list[str]:
         unique = list(dict.fromkeys(ids))

@@ -10,6 +10,13 @@ from ..outbox import SENT_BEFORE, SENT_UNLESS_HELD
 #: The database's clock, in seconds since the epoch.
 CLOCK = "((julianday('now') - 2440587.5) * 86400.0)"
 #: A new lease's token: the counter ``lease.token`` plus one, stored back by STORE_FENCE.
+#: The schema's version and whether ackledger's meta and outbox tables are in it
+#: (``SqliteTx.outbox_place``).
+OUTBOX_PLACE = (
+    "SELECT (SELECT schema_version FROM pragma_schema_version), "
+    "EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ackledger_meta'), "
+    "EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ackledger_outbox')"
+)
 NEXT_FENCE = "COALESCE((SELECT value FROM ackledger_counters WHERE name = 'lease.token'), 0) + 1"
 STORE_FENCE = (
     "INSERT INTO ackledger_counters (name, value) VALUES ('lease.token', ?) "

@@ -11,13 +11,14 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..._core.idempotency import Outcome
+from ..._core.idempotency import Claim, Outcome
 from ..base import Params, Row, Tx
+from ..claims import claim_once
 from ..counters import BUMP_TWO
 from ..inbox import ARRIVAL, INBOX_FINGERPRINT
-from ..keys import DELIVERIES, MANY, inbox_claim_rows_sql
+from ..keys import DELIVERIES, MANY, OUTBOX, inbox_claim_rows_sql
 from ..ledger import INSERT_CONTROL, PURGE_CHUNK
-from ..outbox import MARK_ONE, mark_one_params
+from ..outbox import MARK_ONE, Place, mark_one_params, outbox_claim_row
 from . import queries as q
 
 _OUTCOMES = {outcome.value: outcome for outcome in Outcome}
@@ -54,11 +55,28 @@ class SqliteTx(Tx):
 
     # --- outbox ----------------------------------------------------------------------------
 
-    def outbox_lock_partition(self, partition_key: str) -> None:
-        """Nothing to take: the one writer's inserts commit in seq order already."""
+    def outbox_place(self) -> Place | None:
+        # A table has no identity of its own here (a recreated one may get the same root
+        # page): the schema's version, which any change of it bumps, stands for it.
+        version, meta, outbox = self.execute(q.OUTBOX_PLACE)[0]
+        return Place(version, version if outbox else None, "main") if meta else None
 
-    def outbox_wake(self) -> None:
-        """Nothing to send: SQLite has no notifications between processes; relays poll."""
+    def outbox_enqueue(
+        self,
+        event: dict[str, Any],
+        text: str,
+        fingerprint: str,
+        partition_key: str,
+        now: float,
+        *,
+        place: Place | None = None,
+    ) -> Claim | None:
+        # Nothing to lock: the one writer's inserts commit in seq order already; nothing to
+        # send: SQLite has no notifications between processes, relays poll.
+        if place is not None and self.outbox_place() != place:
+            return None
+        row = outbox_claim_row(event, text, fingerprint, partition_key, now)
+        return claim_once(self, OUTBOX, row[:1], fingerprint, row[2:])
 
     def outbox_mark_one(self, event_id: str, attempted: bool, now: float) -> bool:
         # The row count instead of RETURNING: ~25k instructions fewer per mark (a bare
