@@ -22,15 +22,10 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from .. import plugins
-from .._core.printable import has_control
-from ..envelope import fingerprint_of, validate_encoded
-from ..errors import AckledgerError, InvalidEvent, NoHandler
-from ..event_types import EventTypes, check_type_name
-from ..store.database import Database
 from .apply import (
     COUNTER_PREFIX,
     DEFAULT_NAME,
@@ -42,21 +37,17 @@ from .apply import (
     noted_resend,
     take_arrival,
 )
-from .handler_call import Awaiter, HandlerAwaiter, async_refused, check_handler, is_async_handler
+from .handler_call import Awaiter, HandlerAwaiter
 from .handler_tx import Handler
+from .inbox_records import COUNTER_NAMES, InboxRecords
+from .prepare import MAX_NAME_LENGTH, InvalidItem, Prepared, Preparer, UsersHandler, check_name
 from .receive_using import receive_using
-from .retention import (
-    DEFAULT_RETENTION_SECONDS,
-    MIN_RETENTION_SECONDS,
-    PURGE_CHUNK,
-    OldestReceipt,
-    purge,
-    report,
-)
+from .retention import DEFAULT_RETENTION_SECONDS, MIN_RETENTION_SECONDS, PURGE_CHUNK
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
+    from ..event_types import EventTypes
     from ..wire.token import Token
 
 __all__ = [
@@ -69,21 +60,9 @@ __all__ = [
     "PURGE_CHUNK",
     "BatchResult",
     "Inbox",
+    "InvalidItem",
+    "check_name",
 ]
-
-#: The durable counters ``counters()`` reports; they never go down, whatever is purged.
-COUNTER_NAMES = ("applied", "duplicate", "conflict")
-
-#: What ``handlers=`` takes: ``handler(tx, event)``, or ``handler(conn, event)`` with the
-#: caller's own object for ``receive(event, using=conn)``; an ``async def`` one too.
-UsersHandler = Callable[[Any, dict[str, Any]], object]
-
-#: The longest inbox name.
-MAX_NAME_LENGTH = 64
-
-#: A prepared run: its events up to the first refused one, and that refusal.
-Prepared = tuple[Sequence[Item], Exception | None]
-
 
 #: No awaiter (a ``nullcontext`` holds nothing, so one serves every call).
 _NO_AWAITER: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
@@ -94,44 +73,7 @@ def _awaiter(awaiting: bool) -> contextlib.AbstractContextManager[Awaiter | None
     return HandlerAwaiter() if awaiting else _NO_AWAITER
 
 
-def _check_handlers(handlers: object) -> dict[str, Handler]:
-    """The plug-ins' handlers (the lab's), replaced by the user's for the types they name."""
-    found: dict[str, Handler] = plugins.handlers()
-    if handlers is None:
-        return found
-    if not isinstance(handlers, Mapping):
-        raise TypeError(
-            f"handlers: must be a mapping of event type to handler, got {type(handlers).__name__}"
-        )
-    for name, handler in handlers.items():
-        check_type_name(name, "handlers")
-        check_handler(handler, f"handlers[{name!r}]")
-        found[name] = handler
-    return found
-
-
-def check_name(name: object) -> str:
-    """An inbox's name as given, or a clear error saying what is wrong with it."""
-    if not isinstance(name, str):
-        raise TypeError(f"name: must be a str, got {type(name).__name__}")
-    if not name:
-        raise ValueError("name: must not be empty")
-    if len(name) > MAX_NAME_LENGTH:
-        raise ValueError(f"name: at most {MAX_NAME_LENGTH} characters, got {len(name)}")
-    if has_control(name):
-        raise ValueError(f"name: must not hold control characters, got {name!r}")
-    return name
-
-
-class InvalidItem(InvalidEvent):
-    """An invalid event of a batch, which refuses the batch whole; ``index`` is its place."""
-
-    def __init__(self, index: int, cause: InvalidEvent) -> None:
-        super().__init__(str(cause), field=cause.field)
-        self.index = index
-
-
-class Inbox(Database):
+class Inbox(InboxRecords):
     def __init__(
         self,
         target: str | os.PathLike[str],
@@ -142,85 +84,29 @@ class Inbox(Database):
         synchronous: str = "FULL",
         schema: str | None = None,
     ) -> None:
-        self._name = check_name(name)
-        if types is not None and not isinstance(types, EventTypes):
-            raise TypeError(f"types: must be an EventTypes, got {type(types).__name__}")
-        self._handlers = _check_handlers(handlers)
-        #: The types whose handler is ``async def``: refused where nothing can await them.
-        self._async_types = frozenset(
-            name for name, handler in self._handlers.items() if is_async_handler(handler)
-        )
-        built_in = plugins.handlers()
-        #: Whether a handler is the user's (not a plug-in's, which never blocks for long).
-        self._runs_user_code = any(
-            handler is not built_in.get(name) for name, handler in self._handlers.items()
-        )
-        self._types = types if types is not None else EventTypes()
-        self._oldest = OldestReceipt(self._name)
-        #: The types a plug-in's own handler applies: its tables are made by its first event.
-        self._plugin_types = frozenset(
-            name for name, handler in self._handlers.items() if handler is built_in.get(name)
-        )
-        super().__init__(target, synchronous=synchronous, schema=schema)
-
-    @property
-    def name(self) -> str:
-        """The inbox's name: its receipts are its own, whatever else shares the database."""
-        return self._name
+        self._prep = Preparer(handlers, types)
+        super().__init__(target, check_name(name), synchronous=synchronous, schema=schema)
 
     @property
     def handlers(self) -> dict[str, Handler]:
-        return dict(self._handlers)
+        return dict(self._prep.handlers)
 
     @property
     def runs_user_code(self) -> bool:
         """True when a handler other than the plug-ins' is registered: the services then
         call this inbox from a worker thread, never on their event loop."""
-        return self._runs_user_code
+        return self._prep.runs_user_code
 
     @property
     def plugin_types(self) -> frozenset[str]:
         """The event types a plug-in's own handler applies (the lab's, unless replaced)."""
-        return self._plugin_types
+        return self._prep.plugin_types
 
     @property
     def async_types(self) -> frozenset[str]:
         """The event types whose handler is ``async def`` (awaited by the services, the
         consumers and ``asgi()``; refused by the sync ``receive``)."""
-        return self._async_types
-
-    def _prepare(self, obj: object, awaiting: bool) -> Item:
-        """Validate ``obj`` and find its handler (InvalidEvent, NoHandler; an async handler
-        where nothing awaits raises ``NotAwaited`` for the whole call)."""
-        event, text = validate_encoded(obj, types=self._types)
-        handler = self._handlers.get(event["type"])
-        if handler is None:
-            raise NoHandler(f"type: no handler for event type {event['type']!r} at this inbox")
-        if not awaiting and event["type"] in self._async_types:
-            raise async_refused(handler, event["type"])
-        if event["type"] in self._plugin_types:
-            # A plug-in's tables: made by its first event, not by opening.
-            self._db.ensure_plugin(event["type"])
-        return Item(event, fingerprint_of(event, text), handler, (event["source"], event["id"]))
-
-    def _prepared(self, events: Sequence[object], awaiting: bool) -> Prepared:
-        """The events before the first unhandled one, prepared, and its error. The run is
-        validated whole first: one invalid event anywhere refuses all of it (InvalidItem),
-        so nothing of a batch with a malformed item is applied."""
-        items: list[Item] = []
-        refused: AckledgerError | None = None
-        for index, obj in enumerate(events):
-            try:
-                if refused is None:
-                    items.append(self._prepare(obj, awaiting))
-                else:
-                    validate_encoded(obj, types=self._types)
-            except InvalidEvent as exc:
-                # Alone, the event's own refusal; in a batch, naming its place.
-                return [], exc if len(events) == 1 else InvalidItem(index, exc)
-            except AckledgerError as exc:
-                refused = exc
-        return items, refused
+        return self._prep.async_types
 
     def receive(self, event: object, *, using: object = None) -> str:
         """Apply ``event`` once; returns ``"applied"`` or ``"duplicate"``. Raises Conflict,
@@ -237,7 +123,7 @@ class Inbox(Database):
         if using is not None:
             tx = self._db.borrow(using)
             return receive_using(
-                tx, using, event, self._handlers, types=self._types, name=self._name
+                tx, using, event, self._prep.handlers, types=self._prep.types, name=self._name
             )
         (result,) = self.receive_runs([[event]])
         # A conflict's count is committed; a failing handler's arrival number is too.
@@ -267,8 +153,8 @@ class Inbox(Database):
                 tx,
                 using,
                 event,
-                self._handlers,
-                types=self._types,
+                self._prep.handlers,
+                types=self._prep.types,
                 awaiter=awaiter,
                 name=self._name,
             ),
@@ -302,7 +188,7 @@ class Inbox(Database):
         ``read_first=False`` sends a lone event straight to the write, without the read by key
         that answers a re-send: for callers whose events are new but for a rare redelivery.
         """
-        prepared = [self._prepared(run, awaiting) for run in runs]
+        prepared = [self._prep.run(self._db, run, awaiting) for run in runs]
         # One event alone: a re-send is answered from a read by key (``noted_resend``).
         items, refused = prepared[0] if len(prepared) == 1 else ((), None)
         if (
@@ -320,7 +206,7 @@ class Inbox(Database):
         re-send noted as ``receive`` notes it. Returns ``"duplicate"`` for a re-send,
         answered now; else the event prepared, a run of its own for ``receive_group``.
         Raises InvalidEvent or NoHandler (nothing recorded), or the database's error."""
-        item = self._prepare(event, True)
+        item = self._prep.item(self._db, event, True)
         return DUPLICATE if noted_resend(self._db, item, name=self._name) else item
 
     def receive_group(
@@ -333,11 +219,9 @@ class Inbox(Database):
         prepared: list[Prepared] = []
         for run in runs:
             if isinstance(run, Item):
-                if not awaiting and run.event["type"] in self._async_types:
-                    raise async_refused(run.handler, run.event["type"])
-                prepared.append(([run], None))
+                prepared.append(self._prep.prepared_item(run, awaiting))
             else:
-                prepared.append(self._prepared(run, awaiting))
+                prepared.append(self._prep.run(self._db, run, awaiting))
         return self._commit(prepared, awaiting)
 
     def _commit(self, prepared: Sequence[Prepared], awaiting: bool) -> list[BatchResult]:
@@ -372,49 +256,6 @@ class Inbox(Database):
         """The reference domain's stock of ``sku`` (0 for an unknown one): the plug-in that
         registers ``stock`` reads it, from its own tables."""
         return int(plugins.call("stock")(self._db, sku))
-
-    def receipt(self, event_id: str, *, source: str | None = None) -> dict[str, Any] | None:
-        """The inbox row of one event (when, how often), or None if it never arrived.
-        Without ``source``, the oldest receipt of any source with this id."""
-        with self._db.read() as tx:
-            found = tx.inbox_receipts(self._name, event_id, source)
-        return found[0] if found else None
-
-    def receipts(self, event_id: str) -> list[dict[str, Any]]:
-        """Every receipt with this id (one per source), oldest first."""
-        with self._db.read() as tx:
-            return tx.inbox_receipts(self._name, event_id)
-
-    def counters(self) -> dict[str, int]:
-        """Durable totals that never go down: applied, duplicate, conflict (a purge deletes
-        receipts, never counts)."""
-        with self._db.read() as tx:
-            found = tx.counters_read(COUNTER_PREFIX)
-        return {name: found.get(name, 0) for name in COUNTER_NAMES}
-
-    def purge(
-        self,
-        older_than_seconds: float = DEFAULT_RETENTION_SECONDS,
-        *,
-        chunk: int = PURGE_CHUNK,
-        force: bool = False,
-    ) -> int:
-        """Delete the receipts first received more than ``older_than_seconds`` ago; returns
-        how many.
-
-        A re-send that arrives after its receipt is gone is applied again, so the horizon must
-        be longer than any event can stay unmarked at its source (docs/postgres.md, "Inbox
-        retention"); below one hour it is refused unless ``force``. The counters do not
-        change; ``retention()["purged"]`` grows. ``retention.purge_windows`` says how."""
-        return purge(self._db, self._name, older_than_seconds, chunk, force)
-
-    def retention(self) -> dict[str, Any]:
-        """``purged``: receipts deleted by ``purge`` over the database's life, by any process
-        (a durable counter); ``oldest_receipt_age_s``: seconds since the oldest receipt kept
-        by the last purge first arrived (before any purge, the first receipt), None for an
-        empty inbox. Receipts deleted since by hand, or by a purge that stopped half-way, are
-        not seen: the age is then too old, never too young (``retention.OldestReceipt``)."""
-        return report(self._db, self._oldest)
 
     def asgi(
         self,
