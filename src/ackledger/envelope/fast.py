@@ -124,8 +124,9 @@ def fast_encoded(obj: dict[str, Any], types: EventTypes) -> tuple[dict[str, Any]
                 raise _Slow  # a null member is absent: the full way says what that means
             if schema is not None:
                 # A schema is given a copy, and may hold on to what it returned, so that is
-                # copied too (below).
-                data = types.check(kind, _copy(data, 0))
+                # copied too (below). Called as it is: a refusal goes the full way, which
+                # restates it for the whole event.
+                data = schema(_copy(data, 0))
             event["data"], data_text = _copied_text(data)
             data_part = '"data":' + data_text + ","
         elif schema is not None:
@@ -218,7 +219,18 @@ def _copy(value: Any, depth: int) -> Any:
         for key, item in value.items():
             if type(key) is not str or (not key.isascii() and _SURROGATE.search(key)):
                 raise _Slow
-            out[key] = _copy(item, depth + 1)
+            # ASCII text, a safe integer, a boolean or null is its own copy without a call
+            # (most members).
+            member = type(item)
+            if (
+                (member is str and item.isascii())
+                or (member is int and item.bit_length() <= SAFE_INT_BITS)
+                or member is bool
+                or item is None
+            ):
+                out[key] = item
+            else:
+                out[key] = _copy(item, depth + 1)
         return out
     if kind is list:
         return [_copy(item, depth + 1) for item in value]
