@@ -12,6 +12,7 @@ this path accepts nothing the full one refuses and returns the same event
 from __future__ import annotations
 
 import math
+import operator
 import re
 from json.encoder import encode_basestring
 from typing import Any
@@ -118,8 +119,9 @@ def fast_encoded(obj: dict[str, Any], types: EventTypes) -> tuple[dict[str, Any]
                 raise _Slow  # a null member is absent: the full way says what that means
             if schema is not None:
                 # A schema is given a copy, and may hold on to what it returned, so that is
-                # copied too (below).
-                data = types.check(kind, _copy(data, 0))
+                # copied too (below). Called as it is: a refusal goes the full way, which
+                # restates it for the whole event.
+                data = schema(_copy(data, 0))
             event["data"], data_text = _copied_text(data)
             data_part = '"data":' + data_text + ","
         elif schema is not None:
@@ -149,6 +151,10 @@ def _printable(text: object) -> str:
 #: and a nested value whole.
 _QUOTE = encode_basestring
 _ENCODE = canonical_json
+
+
+#: A member's text in ``_copied_text``'s pairs (``map`` over it: no Python frame per call).
+_MEMBER_TEXT = operator.itemgetter(1)
 
 
 def _copied_text(value: Any) -> tuple[Any, str]:
@@ -183,7 +189,7 @@ def _copied_text(value: Any) -> tuple[Any, str]:
             members.append((key, _QUOTE(key) + ":" + text))
         else:
             members.sort()  # by key, as ``sort_keys``: the keys are distinct
-            return copied, "{" + ",".join([member for _, member in members]) + "}"
+            return copied, "{" + ",".join(map(_MEMBER_TEXT, members)) + "}"
     copied_value = _copy(value, 0)
     return copied_value, _ENCODE(copied_value)
 
@@ -212,7 +218,18 @@ def _copy(value: Any, depth: int) -> Any:
         for key, item in value.items():
             if type(key) is not str or (not key.isascii() and _SURROGATE.search(key)):
                 raise _Slow
-            out[key] = _copy(item, depth + 1)
+            # ASCII text, a safe integer, a boolean or null is its own copy without a call
+            # (most members).
+            member = type(item)
+            if (
+                (member is str and item.isascii())
+                or (member is int and item.bit_length() <= SAFE_INT_BITS)
+                or member is bool
+                or item is None
+            ):
+                out[key] = item
+            else:
+                out[key] = _copy(item, depth + 1)
         return out
     if kind is list:
         return [_copy(item, depth + 1) for item in value]

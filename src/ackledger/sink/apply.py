@@ -125,12 +125,12 @@ def apply_runs(
         tx, now, awaiter, before + 1, guarded=total > 1, handler_arg=handler_arg, name=name
     )
     results: list[BatchResult] = []
-    start = 0
-    while start < len(runs):
+    left = runs
+    while left:
         # Claim all that is left; ``walk.runs`` answers how many runs it walked: all, or up
         # to one that stopped and gave claims back (the rest is claimed again).
-        walk.claim(runs[start:])
-        start += walk.runs(runs[start:], results)
+        walk.claim(left)
+        left = left[walk.runs(left, results) :]
     tx.counters_bump({**owed, **walk.tally})
     return results
 
@@ -171,16 +171,18 @@ class _Walk:
         rows: list[tuple[Any, ...]] = []
         firsts: list[Item] = []
         seen: set[Identity] = set()
-        arrival = self.arrival
+        arrival, name, now = self.arrival, self.name, self.now
         for run in runs:
             for item in run:
-                if item.identity not in seen:
-                    seen.add(item.identity)
+                identity = item.identity
+                if identity not in seen:
+                    seen.add(identity)
                     firsts.append(item)
-                    kind, now = item.event["type"], self.now
-                    source, event_id = item.identity
-                    fp = item.fingerprint
-                    rows.append((self.name, source, event_id, fp, kind, now, now, arrival, arrival))
+                    source, event_id = identity
+                    kind = item.event["type"]
+                    rows.append(
+                        (name, source, event_id, item.fingerprint, kind, now, now, arrival, arrival)
+                    )
                 arrival += 1
         self.fresh = set()
         self.stored = {}

@@ -20,14 +20,19 @@ _BUMP = (
 
 
 @functools.lru_cache(maxsize=16)
-def _bump_sql(count: int) -> str:
+def bump_sql(count: int) -> str:
     # One multi-row upsert: the names of one bump are distinct (a mapping's keys), which is
     # what PostgreSQL needs of the rows of one ON CONFLICT DO UPDATE.
     return _BUMP.format(rows=", ".join(["(?, ?)"] * count))
 
 
+def bump_statement(counts: Mapping[str, int]) -> tuple[str, tuple[str | int, ...]]:
+    """The one upsert that adds each ``counts[name]`` to its counter, and its parameters."""
+    return bump_sql(len(counts)), tuple(itertools.chain.from_iterable(counts.items()))
+
+
 #: The bump of two counters at once (an outcome's and the arrival numbers'), bound once.
-BUMP_TWO = _bump_sql(2)
+BUMP_TWO = bump_sql(2)
 
 
 class CounterQueries(Executor):
@@ -37,9 +42,7 @@ class CounterQueries(Executor):
     def counters_bump(self, counts: Mapping[str, int]) -> None:
         """Add each ``counts[name]`` to its counter, all in one statement."""
         if counts:
-            self.execute(
-                _bump_sql(len(counts)), tuple(itertools.chain.from_iterable(counts.items()))
-            )
+            self.execute(*bump_statement(counts))
 
     @abc.abstractmethod
     def counter_bump_spread(self, name: str) -> None:

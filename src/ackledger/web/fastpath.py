@@ -43,25 +43,24 @@ class PostRoute:
 
     async def respond(self, scope: Scope, receive: Receive, send: Send) -> int:
         """Answer the request; returns the status sent (0: the client left, none was)."""
-        answer = await self._read_and_answer(scope, receive)
-        if answer is None:
-            return 0
-        await answer.send(send)
-        return answer.status
-
-    async def _read_and_answer(self, scope: Scope, receive: Receive) -> Answer | None:
-        # The body is read before its Content-Type is judged: the CloudEvents binding's
-        # rules need the headers and the body together (``web.cloudevents_http``).
+        # One coroutine from reading to sending: every level of them is resumed again when
+        # the group commit answers. The body is read before its Content-Type is judged: the
+        # CloudEvents binding's rules need the headers and the body together
+        # (``web.cloudevents_http``).
         body: bytes | None
+        answer: Answer | None = None
         try:
             body = await read_body(scope, receive, self.cap, check_type=None)
         except BodyTooLarge:
             body = None
         except ClientGone:
-            return None
+            return 0
         except InvalidEvent as exc:  # a second Content-Type
-            return invalid_answer(str(exc), exc.field)
-        return await self.answer(scope["headers"], body)
+            answer = invalid_answer(str(exc), exc.field)
+        if answer is None:
+            answer = await self.answer(scope["headers"], body)
+        await answer.send(send)
+        return answer.status
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.respond(scope, receive, send)

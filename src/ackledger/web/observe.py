@@ -116,7 +116,17 @@ class Observed:
         if scope["method"] == "POST" and not scope.get("root_path"):
             route = self._direct.get(scope["path"])
             if route is not None:
-                await self._respond(route, scope, receive, send, started)
+                # Called here rather than in a coroutine of its own: each level is resumed
+                # again when the group commit answers.
+                answered = 0
+                try:
+                    answered = await route.respond(scope, receive, send)
+                except BaseException:
+                    answered = 500  # what uvicorn answers for an app that raised before its answer
+                    raise
+                finally:
+                    if answered:
+                        self.observe_direct(scope["path"], answered, started)
                 return
         status = 0
 
@@ -136,19 +146,6 @@ class Observed:
                 method, path = scope["method"], scope["path"]
                 seconds = time.perf_counter() - started
                 self._observe(method, path, self.template(scope), status, seconds)
-
-    async def _respond(
-        self, route: PostRoute, scope: Scope, receive: Receive, send: Send, started: float
-    ) -> None:
-        status = 0
-        try:
-            status = await route.respond(scope, receive, send)
-        except BaseException:
-            status = 500  # what uvicorn answers for an app that raised before its answer
-            raise
-        finally:
-            if status:
-                self.observe_direct(scope["path"], status, started)
 
     def observe_direct(self, path: str, status: int, started: float) -> None:
         """Time (and log) a POST answered by one of the routes called here."""

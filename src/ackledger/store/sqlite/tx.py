@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import itertools
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..._core.idempotency import Claim, Outcome
 from ..base import Params, Row, Tx
 from ..claims import claim_once
-from ..counters import BUMP_TWO
+from ..counters import BUMP_TWO, bump_statement
 from ..inbox import ARRIVAL, INBOX_FINGERPRINT
 from ..keys import DELIVERIES, MANY, OUTBOX, inbox_claim_rows_sql
 from ..ledger import INSERT_CONTROL, PURGE_CHUNK
@@ -136,10 +136,16 @@ class SqliteTx(Tx):
         """The counter as it stands, and its bump left to the caller's ``counters_bump``: the
         transaction holds the one writer's lock from its BEGIN IMMEDIATE, so nothing else
         takes these numbers before it commits (or rolls back, taking none)."""
-        found = self.scalar(q.ARRIVALS_TAKEN)
-        return (0 if found is None else int(found)), {ARRIVAL: count}
+        found = self._conn.execute(q.ARRIVALS_TAKEN).fetchone()
+        return (0 if found is None else int(found[0])), {ARRIVAL: count}
 
     # --- counters --------------------------------------------------------------------------
+
+    def counters_bump(self, counts: Mapping[str, int]) -> None:
+        """``CounterQueries.counters_bump`` on the connection itself, its row count unread:
+        every write transaction of the sink ends with one."""
+        if counts:
+            self._conn.execute(*bump_statement(counts))
 
     def counter_bump_spread(self, name: str) -> None:
         self.counter_bump(name)  # one writer at a time anyway: one row
