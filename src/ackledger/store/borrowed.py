@@ -20,7 +20,7 @@ import contextlib
 import functools
 import sqlite3
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._core.idempotency import Claim
@@ -410,10 +410,12 @@ class _CallerSqliteTx(SqliteTx, OnDriver):
         finally:
             cursor.close()
 
-    def inbox_reserve_arrivals(self, count: int) -> tuple[int, dict[str, int]]:
+    def inbox_reserve_arrivals(
+        self, count: int, ahead: Mapping[str, int] | None = None
+    ) -> tuple[int, dict[str, int]]:
         # SQLite's own transactions read the counter under the lock their BEGIN IMMEDIATE
         # took; the caller's may not hold it yet, so the numbers are taken by a write.
-        return InboxQueries.inbox_reserve_arrivals(self, count)
+        return InboxQueries.inbox_reserve_arrivals(self, count, ahead)
 
     def executemany(self, sql: str, params: Sequence[Params]) -> None:
         cursor = self._cursor(sql)

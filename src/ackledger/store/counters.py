@@ -31,6 +31,14 @@ def bump_statement(counts: Mapping[str, int]) -> tuple[str, tuple[str | int, ...
     return bump_sql(len(counts)), tuple(itertools.chain.from_iterable(counts.items()))
 
 
+def bump_returning_statement(
+    counts: Mapping[str, int],
+) -> tuple[str, tuple[str | int, ...]]:
+    """``bump_statement`` that also returns each counter's new ``(name, value)``."""
+    sql, params = bump_statement(counts)
+    return sql + " RETURNING name, value", params
+
+
 #: The bump of two counters at once (an outcome's and the arrival numbers'), bound once.
 BUMP_TWO = bump_sql(2)
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from .._core.idempotency import Outcome
 from .claims import claim_all
-from .counters import CounterQueries
+from .counters import CounterQueries, bump_returning_statement
 from .executor import Params
 from .keys import INBOX
 
@@ -109,13 +109,23 @@ class InboxQueries(CounterQueries):
         found = self.scalar(INBOX_FINGERPRINT, (name, source, event_id))
         return None if found is None else str(found)
 
-    def inbox_reserve_arrivals(self, count: int) -> tuple[int, dict[str, int]]:
+    def inbox_reserve_arrivals(
+        self, count: int, ahead: Mapping[str, int] | None = None
+    ) -> tuple[int, dict[str, int]]:
         """Take ``count`` numbers of the sink's arrival sequence; returns the one before the
         first, and the counts the caller's ``counters_bump`` in this same transaction must
         add (none here: this statement took them; SQLite's reads the counter and leaves the
         bump to that statement, ``sqlite.tx``). The counter row stays locked until the
-        transaction ends, so the numbers follow commit order on every backend."""
-        return int(self.scalar(_RESERVE, (count,))) - count, {}
+        transaction ends, so the numbers follow commit order on every backend.
+
+        ``ahead``: counts the caller adds now, before it knows its outcomes, and corrects by
+        its last bump; here they ride the same statement, one round trip for both."""
+        if not ahead:
+            return int(self.scalar(_RESERVE, (count,))) - count, {}
+        # The arrival row first: every transaction locks the counters in the same order.
+        rows = self.execute(*bump_returning_statement({ARRIVAL: count, **ahead}))
+        taken = next(int(value) for name, value in rows if name == ARRIVAL)
+        return taken - count, {}
 
     def inbox_note_receipts(
         self, name: str, identities: Sequence[tuple[str, str]], now: float

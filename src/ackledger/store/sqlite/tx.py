@@ -132,12 +132,16 @@ class SqliteTx(Tx):
         """``InboxQueries.inbox_note_lone``'s two statements on the connection itself."""
         note_lone(self._conn, source, event_id, now, counted, name=name)
 
-    def inbox_reserve_arrivals(self, count: int) -> tuple[int, dict[str, int]]:
-        """The counter as it stands, and its bump left to the caller's ``counters_bump``: the
-        transaction holds the one writer's lock from its BEGIN IMMEDIATE, so nothing else
-        takes these numbers before it commits (or rolls back, taking none)."""
+    def inbox_reserve_arrivals(
+        self, count: int, ahead: Mapping[str, int] | None = None
+    ) -> tuple[int, dict[str, int]]:
+        """The counter as it stands, and its bump (with ``ahead``) left to the caller's
+        ``counters_bump``: the transaction holds the one writer's lock from its BEGIN
+        IMMEDIATE, so nothing else takes these numbers before it commits (or rolls back,
+        taking none)."""
         found = self._conn.execute(q.ARRIVALS_TAKEN).fetchone()
-        return (0 if found is None else int(found[0])), {ARRIVAL: count}
+        owed = {ARRIVAL: count, **ahead} if ahead else {ARRIVAL: count}
+        return (0 if found is None else int(found[0])), owed
 
     # --- counters --------------------------------------------------------------------------
 
