@@ -1,7 +1,7 @@
 """``sink.session_factory`` on real SQLite files: the inbox's transactions held in a
 SQLAlchemy ``Session``, an aiosqlite ``AsyncSession`` or a ``Connection``, the batch's prefix
 rule kept, a failing handler's rows gone with its receipt; and how a session's database is
-told from ``--db``.
+told from ``--db``; and on PostgreSQL, what one consumed message costs in statements.
 """
 
 from __future__ import annotations
@@ -158,3 +158,45 @@ def test_a_session_on_another_file_is_refused_before_anything_is_written(tmp_pat
     with pytest.raises(ValueError, match="reaches another database than --db: SQLite file"):
         SqlAlchemySessions(sync_factory(other)).check(str(db))
     assert not db.exists()
+
+
+def test_a_consumed_message_on_postgresql_is_one_transaction_of_four_statements(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import psycopg
+
+    from ackledger._core.backoff import Backoff
+    from ackledger.envelope import canonical_json
+    from ackledger.sink.consume import Consumer
+
+    engine = create_engine(pg_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    Base.metadata.create_all(engine)
+    commits: list[object] = []
+    event.listen(engine, "commit", commits.append)
+    # Each statement is a loopback round trip the consumer waits for: they, not the Python
+    # around them, set its pace. Every psycopg connection is counted (the session's and the
+    # inbox's own), so a read by key first or a second transaction shows as well.
+    sent: list[str] = []
+    execute = psycopg.Cursor.execute
+
+    def counted(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append(str(query).split(maxsplit=1)[0].upper())
+        return execute(cursor, query, *args, **kwargs)
+
+    sessions = SqlAlchemySessions(sessionmaker(engine))
+    with SessionInbox(pg_url, transactions=sessions, handlers={TYPE: ship}) as inbox:
+        consumer = Consumer(inbox, Backoff(0.1, 1.0))
+        with monkeypatch.context() as patch:
+            patch.setattr(psycopg.Cursor, "execute", counted)
+            for number in range(3):
+                body = canonical_json(requested(f"s-{number}")).encode()
+                verdict = consumer.handle(body, "application/cloudevents+json")
+                assert verdict.outcome == "applied"
+        # The arrival number, the receipt's claim, the handler's row, the outcome's count.
+        assert sent == ["INSERT"] * 4 * 3
+        assert len(commits) == 3
+        assert inbox.counters()["applied"] == 3
+    engine.dispose()
+    with psycopg.connect(pg_url) as conn:
+        rows = conn.execute("SELECT id FROM shipments ORDER BY id").fetchall()
+    assert [row[0] for row in rows] == ["s-0", "s-1", "s-2"]
