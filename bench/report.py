@@ -124,7 +124,7 @@ class Page:
         return text
 
     def latency(self, prefix: str, *, why: bool = False) -> str:
-        """ "p50 / p99"; a refused one as "refused", or with its reason if ``why``."""
+        """The cell "p50 / p99"; a refused one as "refused", or with its reason if ``why``."""
         p50, p99 = self.cell(f"{prefix}.p50"), self.cell(f"{prefix}.p99")
         if p50 == NOT_MEASURED and p99 == NOT_MEASURED:
             return NOT_MEASURED
@@ -204,7 +204,7 @@ def _headline(page: Page) -> list[str]:
         "first mark to the last of a drain). p50 / p99 is what one event waits, in ms: from "
         "its publish (`created_at`, taken in its transaction just before the commit) to its "
         "mark as sent (`sent_at`, taken after the ACK or the broker's confirm), with one "
-        f"`ackledger relay` running at its defaults while events are published one a "
+        f"`ackledger relay` running at its defaults while events are published one per "
         f"transaction at {latency.RATE:g}/s, far below every rate here. At its default "
         "`--poll-interval` of 0.5 s an idle relay on SQLite looks for new events twice a second, "
         "which is most of its wait (a smaller one shortens it); on PostgreSQL it wakes on the "
