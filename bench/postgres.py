@@ -24,7 +24,7 @@ from typing import Any
 from ackledger import Outbox
 from ackledger.ops.processes import Service, cli_command, start_service
 
-from . import fill
+from . import fill, latency
 from .common import Plan, Results, marks_rate, scratch
 from .ledger import delivery_requests
 from .load import DELIVERIES, EVENTS, record, run_load
@@ -111,6 +111,20 @@ def relay_rate(source: str, sink_url: str, relays: int, total: int, batch: bool)
             process.wait(60)
 
 
+def _latencies(plan: Plan, results: Results, folder: Path) -> None:
+    """The headline's p50/p99 of one relay, per item and batched, into a PostgreSQL sink."""
+    for mode, flags in latency.HTTP_MODES:
+        with database() as source, database() as sink_db:
+            sink = _serve("sink", sink_db, folder)
+            try:
+                label = latency.http_label("pg", flags)
+                latency.run_row(results, f"latency.pg.http.{mode}", label, source,
+                                sink.base_url + "/events", *flags,
+                                count=latency.events_for(plan))  # fmt: skip
+            finally:
+                sink.stop()
+
+
 def measure(plan: Plan, results: Results) -> None:
     print("PostgreSQL", flush=True)
     why = available()
@@ -139,6 +153,7 @@ def measure(plan: Plan, results: Results) -> None:
                         value,
                     )
                     print(f"  relay {kind} x{relays}: {value:,.0f}/s", flush=True)
+        _latencies(plan, results, folder)
         with database() as sink_db:
             sink = _serve("sink", sink_db, folder)
             try:

@@ -22,7 +22,7 @@ from ackledger.source.dispatch import dispatch, dispatch_batch
 from ackledger.source.marking import MarksBehind
 from ackledger.wire.http import close_connections, send_http, send_http_batch
 
-from . import fill
+from . import fill, latency
 from .common import Plan, Results, cpu_seconds, marks_rate, rate, scratch
 from .floors import Probe, handover_floor
 
@@ -352,6 +352,13 @@ def measure_relay(plan: Plan, results: Results) -> None:
                 )
                 for path in folder.glob("*-[0-9]*.db*"):
                     os.unlink(path)
+            count = latency.events_for(plan)
+            for mode, flags in latency.HTTP_MODES:
+                key, label = f"latency.sqlite.http.{mode}", latency.http_label("sqlite", flags)
+                url = sink.base_url + "/events"
+                latency.run_row(
+                    results, key, label, folder / f"{mode}.db", url, *flags, count=count
+                )
         finally:
             sink.stop()
     item = results.get("relay.item")

@@ -12,12 +12,13 @@ and the delivery mode of the messages each one left in its queue.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from .. import fill
-from ..common import Plan, Results
+from .. import fill, latency
+from ..common import Plan, Results, scratch
 from ..postgres import available as postgres_available
 from ..postgres import database
 from . import jetstream, ours, peer, rabbit
@@ -105,6 +106,10 @@ def measure(plan: Plan, results: Results, events: int | None = None) -> None:
     else:
         for rep in range(reps):
             _nats_round(results, rep, counts)
+    brokers = ["rabbit"] if why_nats is not None else ["rabbit", "nats"]
+    for rep in range(reps):
+        _sqlite_round(results, rep, counts, brokers)
+    _latencies(plan, results, brokers)
     _print_ratios(results)
 
 
@@ -233,6 +238,74 @@ def _nats_round(results: Results, rep: int, counts: Counts) -> None:
              value)  # fmt: skip
         if stored < total:
             results.notes.append(f"NATS {kind}: the stream holds {stored} of {total} messages")
+
+
+#: The headline's two modes to a broker: the key's last part, and the run of ``FLAGS``.
+MODES = (("item", "item"), ("batch", "default"))
+
+
+#: The brokers of the headline, by the name in its figures' keys.
+BROKER_NAMES = {"rabbit": "RabbitMQ", "nats": "NATS JetStream"}
+
+
+@contextmanager
+def _receiver(broker: str, tag: str) -> Iterator[tuple[str, Callable[[], int]]]:
+    """A fresh queue or stream: our relay's URL to it, and how many messages it holds."""
+    if broker == "rabbit":
+        with rabbit.route(tag) as where:
+            yield where.url(), lambda: rabbit.facts(where.queue).messages
+    else:
+        with jetstream.stream(tag) as stream:
+            yield stream.url(), lambda: jetstream.messages(stream)
+
+
+def _sqlite_round(results: Results, rep: int, counts: Counts, brokers: list[str]) -> None:
+    """A SQLite outbox (a file, as a SQLite user has it) to each broker, both modes."""
+    with scratch("brokers-sqlite") as folder:
+        for _, kind in MODES:
+            total = counts.item if kind == "item" else counts.batch
+            for broker in brokers:
+                source = str(folder / f"{broker}-{kind}.db")
+                with _receiver(broker, f"sqlite{kind}") as (url, held):
+                    fill.pending_events(source, f"s{broker}{rep}{kind}", total, _event)
+                    value = ours.rate(source, url, total, *FLAGS[kind])
+                    stored = held()
+                label = f"ours, SQLite outbox: `{shown(kind)}` -> {BROKER_NAMES[broker]}"
+                key = f"broker.sqlite.{broker}.{kind}"
+                _delivered(results, key, label, value, stored=stored, total=total)
+
+
+def _delivered(
+    results: Results, key: str, label: str, value: float, *, stored: int, total: int
+) -> None:
+    """The rate, or refused unless every event was marked sent (``value`` is NaN otherwise)
+    and the broker holds every one of them."""
+    if math.isnan(value) or stored < total:
+        why = f"{stored} of {total} events in the broker" if stored < total else "not all sent"
+        results.refuse(key, label, "/s", why)
+        print(f"  REFUSED {label}: {why}", flush=True)
+        return
+    _add(results, key, label, value)
+
+
+def _latencies(plan: Plan, results: Results, brokers: list[str]) -> None:
+    """The headline's p50/p99 of each outbox to each broker, both modes (``bench.latency``)."""
+    count = latency.events_for(plan)
+    with scratch("brokers-latency") as folder:
+        for outbox in ("sqlite", "pg"):
+            for mode, kind in MODES:
+                for broker in brokers:
+                    key = f"latency.{outbox}.{broker}.{mode}"
+                    label = f"{outbox} -> {BROKER_NAMES[broker]}, `{shown(kind)}`"
+                    with _receiver(broker, f"lat{outbox}{kind}") as (url, _):
+                        if outbox == "sqlite":
+                            source = folder / f"{broker}-{kind}.db"
+                            latency.run_row(results, key, label, source, url, *FLAGS[kind],
+                                            count=count)  # fmt: skip
+                            continue
+                        with database() as db:
+                            latency.run_row(results, key, label, db, url, *FLAGS[kind],
+                                            count=count)  # fmt: skip
 
 
 #: The numerator of the ratios of ours at its best: the fastest of the ``BEST`` runs.

@@ -23,10 +23,14 @@ from .stopping import terminate
 
 
 @contextmanager
-def relay(source: str, url: str, *extra: str) -> Iterator[subprocess.Popen[bytes]]:
-    """An ``ackledger relay`` process to ``url``; SIGTERM (it finishes its send) on the way out."""
+def relay(
+    source: str, url: str, *extra: str, poll: str | None = "0.05"
+) -> Iterator[subprocess.Popen[bytes]]:
+    """An ``ackledger relay`` process to ``url``; SIGTERM (it finishes its send) on the way out.
+    ``poll``: its ``--poll-interval`` (None: the default, as an operator runs it)."""
+    polling = () if poll is None else ("--poll-interval", poll)
     process = subprocess.Popen(
-        cli_command("relay", "--source", source, "--to", url, "--poll-interval", "0.05", *extra),
+        cli_command("relay", "--source", source, "--to", url, *polling, *extra),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
