@@ -7,12 +7,11 @@ query, body, and ``scope(request)``) gets that answer again with ``Idempotent-Re
 and the app does not run. Keys live in ``ackledger_idempotency_keys`` under the scope ``http``.
 
 Plain ASGI and the standard library only, so it wraps any framework's app without pulling one
-in. Database calls run on worker threads; the event loop never waits on the database.
+in. Database calls run on worker threads of its own; the event loop never waits on the database.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import os
@@ -27,6 +26,7 @@ from .idempotent import on_callers_connection
 from .key_lease import OwnKeys, as_seconds, new_token, retry_after
 from .key_outcomes import KeyOutcomes
 from .ledger import Ledger
+from .warm_threads import WarmThreads
 
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
@@ -226,6 +226,9 @@ class IdempotencyMiddleware:
         self.ledger = ledger if isinstance(ledger, Ledger) else Ledger(ledger)
         self._db = self.ledger.backend
         self._keys = OwnKeys(self._db, HTTP_SCOPE, lease=self.lease, ttl=self.ttl)
+        # Every database call of a request (claim, completion, release) goes to these threads:
+        # as many as the database takes transactions at once.
+        self._calls = WarmThreads(self._db.concurrency, "ackledger-idempotency")
 
     def metrics_collector(self) -> Collector:
         """The keys' metrics (``ackledger_idempotency_*``: docs/operations.md) as a Prometheus
@@ -237,7 +240,9 @@ class IdempotencyMiddleware:
         return KeyMetrics(self.ledger.key_outcomes, self.ledger.key_counts)
 
     def close(self) -> None:
-        """Close the ledger, if the middleware opened it."""
+        """Stop the middleware's database threads, and close the ledger if the middleware
+        opened it."""
+        self._calls.close()
         if self._owned:
             self.ledger.close()
 
@@ -298,7 +303,7 @@ class IdempotencyMiddleware:
             return
         fingerprint = self._fingerprint(scope, method, body)
         token = new_token()
-        found = await asyncio.to_thread(self._keys.claim, key, fingerprint, token)
+        found = await self._calls.call(self._keys.claim, key, fingerprint, token)
         self.ledger.key_outcomes.found(found.found)
         if found.found is not Found.CLAIMED:
             await send_answer(send, *_refusal(found, key))
@@ -338,24 +343,24 @@ class IdempotencyMiddleware:
             await self.app(inner, _replaying(body, receive), answer.send)
         except BaseException:
             renewing.stop()
-            await asyncio.to_thread(self._keys.release, key, token)
+            await self._calls.call(self._keys.release, key, token)
             raise
         renewing.stop()
         status = answer.status
         if status is None or status >= 500:
             # A server error, or no answer at all: the next request with the key runs again.
-            await asyncio.to_thread(self._keys.release, key, token)
+            await self._calls.call(self._keys.release, key, token)
             await answer.flush()
             return
         if answer.unstorable is not None:
             stored = json.dumps({"status": status, "unstorable": answer.unstorable})
-            await asyncio.to_thread(self._complete, key, token, stored, None)
+            await self._calls.call(self._complete, key, token, stored, None)
             await answer.flush()
             return
         stored = json.dumps({"status": status, "headers": answer.kept_headers()})
         # Stored before the last byte is sent: a client never holds an answer a repeat of its
         # request would not get again.
-        await asyncio.to_thread(self._complete, key, token, stored, answer.body())
+        await self._calls.call(self._complete, key, token, stored, answer.body())
         await answer.flush()
 
 
