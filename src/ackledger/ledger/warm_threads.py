@@ -2,9 +2,8 @@
 
 ``asyncio.to_thread`` goes through the loop's default executor: a context copy, a
 ``concurrent.futures.Future`` chained to an asyncio one, the executor's locks. For a call that
-is itself a short SQLite transaction that machinery is a large share of the whole (a no-op
-call: ~110 µs against ~35 µs here). Here a call is a queue entry, and its outcome goes straight
-to the waiting asyncio future.
+is itself a short SQLite transaction that machinery is a large share of the whole. Here a call
+is a queue entry, and its outcome goes straight to the waiting asyncio future.
 """
 
 from __future__ import annotations
