@@ -105,8 +105,7 @@ class Preparer:
         handler = self.handlers.get(event["type"])
         if handler is None:
             raise NoHandler(f"type: no handler for event type {event['type']!r} at this inbox")
-        if not awaiting and event["type"] in self.async_types:
-            raise async_refused(handler, event["type"])
+        self._check_awaited(handler, event["type"], awaiting)
         if event["type"] in self.plugin_types:
             # A plug-in's tables: made by its first event, not by opening.
             db.ensure_plugin(event["type"])
@@ -133,6 +132,10 @@ class Preparer:
 
     def prepared_item(self, item: Item, awaiting: bool) -> Prepared:
         """An event ``Inbox.read_lone`` prepared, as a run of its own."""
-        if not awaiting and item.event["type"] in self.async_types:
-            raise async_refused(item.handler, item.event["type"])
+        self._check_awaited(item.handler, item.event["type"], awaiting)
         return [item], None
+
+    def _check_awaited(self, handler: Handler, event_type: str, awaiting: bool) -> None:
+        """An ``async def`` handler where nothing awaits: ``NotAwaited`` for the whole call."""
+        if not awaiting and event_type in self.async_types:
+            raise async_refused(handler, event_type)
