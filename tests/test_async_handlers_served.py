@@ -137,7 +137,7 @@ def test_serve_sink_awaits_an_async_handler_and_runs_a_plain_one_off_the_loop(
         for _ in range(2):  # a send and a re-send
             assert send_http(placed("o-1"), url) is True
             assert send_http(placed("n-1", PLAIN), url) is True
-    assert shop.shipments() == [("n-1", "thread ackledger-inbox_0"), ("o-1", "async")]
+    assert shop.shipments() == [("n-1", "thread ackledger-inbox-0"), ("o-1", "async")]
     said = err.read_text()
     assert f"{TYPE} (async)" in said and f"{PLAIN} (plain)" in said
     assert "never awaited" not in said
@@ -253,7 +253,7 @@ def test_a_mounted_inbox_awaits_async_handlers_and_never_blocks_the_hosts_loop(
             assert answer.read() == b"pong"
         assert time.monotonic() - started < 0.75
         assert slow.wait(30) == 0
-    assert shop.shipments() == [("n-1", "thread ackledger-inbox_0"), ("o-1", "async")]
+    assert shop.shipments() == [("n-1", "thread ackledger-inbox-0"), ("o-1", "async")]
 
 
 def _in_flight(shop: Shop) -> bool:

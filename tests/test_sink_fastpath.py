@@ -11,13 +11,13 @@ import http.client
 import json
 import threading
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ackledger import MAX_EVENT_BYTES
+from ackledger._core.warm_threads import WarmThreads
 from ackledger.envelope import canonical_json
 from ackledger.ops.processes import Service
 from ackledger.web.bodies import MAX_BATCH_BODY_BYTES
@@ -347,7 +347,8 @@ def test_group_commit_in_a_thread_forms_the_next_group_meanwhile() -> None:
         return [item * 10 for item in items]
 
     async def scenario() -> list[int]:
-        with ThreadPoolExecutor(max_workers=1) as pool:
+        pool = WarmThreads(1, "test-group")
+        try:
             group: GroupCommit[int, int] = GroupCommit(apply_all, thread=pool)
             first = asyncio.ensure_future(group.submit(1))
             while not started.is_set():
@@ -357,6 +358,8 @@ def test_group_commit_in_a_thread_forms_the_next_group_meanwhile() -> None:
             assert not first.done() and not any(task.done() for task in later)
             release.set()
             return [await first, *[await task for task in later]]
+        finally:
+            pool.close()
 
     assert asyncio.run(scenario()) == [10, 20, 30]
     assert calls == [([1], True), ([2, 3], True)]

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from ackledger.ledger.warm_threads import WarmThreads
+from ackledger._core.warm_threads import WarmThreads
 
 
 def test_a_call_runs_off_the_loop_and_hands_back_its_result_or_error() -> None:

@@ -20,13 +20,13 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMappi
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .._core.warm_threads import WarmThreads
 from ..store import Backend, Tx
 from ..store.idempotency_keys import Found, KeyClaim, complete_key
 from .idempotent import on_callers_connection
 from .key_lease import OwnKeys, as_seconds, new_token, retry_after
 from .key_outcomes import KeyOutcomes
 from .ledger import Ledger
-from .warm_threads import WarmThreads
 
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector

@@ -8,12 +8,10 @@ write of its own: ``POST /events`` answers it from its read by key, in the reque
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from json.encoder import encode_basestring_ascii
 from typing import Any
 
@@ -21,6 +19,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp
 
 from .._core.failures import refusal_of
+from .._core.warm_threads import WarmThreads
 from ..envelope import check_event_id, check_source
 from ..errors import AckledgerError, InvalidEvent
 from ..store import database_errors
@@ -192,7 +191,7 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "", own_thread: bool = False)
     serialises them anyway, and a thread hop per group would only add latency."""
     thread = None
     if own_thread or inbox.runs_user_code:
-        thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ackledger-inbox")
+        thread = WarmThreads(1, "ackledger-inbox")
     service_metrics = ServiceMetrics("sink", lambda: _sink_counts(inbox), SINK_COUNTERS)
     service_metrics.registry.register(RetentionMetrics(inbox.retention))
     started_at = time.time()
@@ -205,7 +204,7 @@ def create_sink_app(inbox: Inbox, *, prefix: str = "", own_thread: bool = False)
         """A database read, in the inbox's thread when it has one (queued behind a group)."""
         if thread is None:
             return call()
-        return await asyncio.get_running_loop().run_in_executor(thread, call)
+        return await thread.call(call)
 
     async def event_answer(headers: Headers, body: bytes | None) -> Answer:
         # ``_decoded``'s steps without its frame: this runs for every event.

@@ -14,13 +14,13 @@ commit that made it durable.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 from collections.abc import Awaitable, Callable, Sequence
-from concurrent.futures import Executor, Future
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from starlette.types import Receive, Scope, Send
 
+from .._core.warm_threads import WarmThreads
 from ..errors import InvalidEvent
 from .answers import Answer, invalid_answer
 from .bodies import MAX_BODY_BYTES, BodyTooLarge, ClientGone, read_body
@@ -80,8 +80,8 @@ class GroupCommit(Generic[Item, Result]):
     ``apply_all`` raises, nothing was committed and every item of the group raises that
     exception.
 
-    With a ``thread`` (an executor of one worker), ``apply_all`` runs there, off the event
-    loop: a user's handler never blocks the loop it is served from. One group is in the
+    With a ``thread`` (``WarmThreads`` of one thread), ``apply_all`` runs there, off the
+    event loop: a user's handler never blocks the loop it is served from. One group is in the
     thread at a time; the requests that arrive meanwhile wait and form the next group.
     """
 
@@ -89,7 +89,7 @@ class GroupCommit(Generic[Item, Result]):
         self,
         apply_all: Callable[[Sequence[Item]], list[Result]],
         *,
-        thread: Executor | None = None,
+        thread: WarmThreads | None = None,
     ) -> None:
         self._apply_all = apply_all
         self._thread_pool = thread
@@ -126,12 +126,8 @@ class GroupCommit(Generic[Item, Result]):
         items = [item for item, _ in waiting]
         if self._thread_pool is not None:
             self._busy = True
-            loop = self._flush_loop
-            assert loop is not None
-            applied = self._thread_pool.submit(self._apply_all, items)
-            applied.add_done_callback(
-                lambda applied: _on_loop(loop, self._settle_thread, waiting, applied)
-            )
+            applied = self._thread_pool.start(self._apply_all, items)
+            applied.add_done_callback(functools.partial(self._settle_thread, waiting))
             return
         try:
             outcome: list[Result] | BaseException = self._apply_all(items)
@@ -140,7 +136,9 @@ class GroupCommit(Generic[Item, Result]):
         _settle(waiting, outcome)
 
     def _settle_thread(
-        self, waiting: list[tuple[Item, asyncio.Future[Result]]], applied: Future[list[Result]]
+        self,
+        waiting: list[tuple[Item, asyncio.Future[Result]]],
+        applied: asyncio.Future[list[Result]],
     ) -> None:
         """On the loop: answer a group the thread applied, then flush what waited for it."""
         self._busy = False
@@ -167,10 +165,3 @@ def _settle(
             done.set_exception(outcome)
         else:
             done.set_result(outcome[number])
-
-
-def _on_loop(loop: asyncio.AbstractEventLoop, call: Callable[..., object], *args: Any) -> None:
-    """``call(*args)`` on ``loop``, from another thread; nothing if the loop has closed (a
-    server stopped mid-group: its requests were never answered, their senders send again)."""
-    with contextlib.suppress(RuntimeError):
-        loop.call_soon_threadsafe(call, *args)

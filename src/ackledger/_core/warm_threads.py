@@ -1,4 +1,4 @@
-"""Database calls of an ``async`` caller on a few worker threads that stay up between calls.
+"""Blocking calls of an ``async`` caller on a few worker threads that stay up between calls.
 
 ``asyncio.to_thread`` goes through the loop's default executor: a context copy, a
 ``concurrent.futures.Future`` chained to an asyncio one, the executor's locks. For a call that
@@ -13,6 +13,7 @@ import contextlib
 import os
 import queue
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -37,12 +38,16 @@ class WarmThreads:
         self._closed = False
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self.start(fn, *args)
+
+    def start(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """``fn(*args)`` queued for the threads; the future of its outcome, on the running
+        loop (for a caller that is not a coroutine itself, such as a scheduled callback)."""
         if self._started_in != os.getpid():
             self._start()
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[T] = loop.create_future()
-        self._jobs.put((loop, done, fn, args))
-        return await done
+        done: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._jobs.put((done.get_loop(), done, fn, args))
+        return done
 
     def _start(self) -> None:
         with self._lock:
@@ -56,6 +61,8 @@ class WarmThreads:
                 threading.Thread(
                     target=self._work, args=(self._jobs,), name=name, daemon=True
                 ).start()
+            # The threads hold the queue, not this object: once it is gone they end too.
+            weakref.finalize(self, _stop, self._jobs, self._count)
             self._started_in = os.getpid()
 
     @staticmethod
@@ -76,9 +83,13 @@ class WarmThreads:
         with self._lock:
             self._closed = True
             if self._started_in == os.getpid():
-                for _ in range(self._count):
-                    self._jobs.put(None)
+                _stop(self._jobs, self._count)
             self._started_in = None  # a later call is refused, not queued for no thread
+
+
+def _stop(jobs: queue.SimpleQueue[_Job | None], count: int) -> None:
+    for _ in range(count):
+        jobs.put(None)
 
 
 def _settle(done: asyncio.Future[Any], result: Any) -> None:
