@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         "--against",
         metavar="REV",
         help="measure the sections shared with git revision REV in both trees, alternately, "
-        f"and list the figures that lost more than {moved.THRESHOLD:.0%} "
+        f"and list the figures that lost more than {moved.THRESHOLD * 100:.0f}%% "
         "(REV gets a worktree and venv of its own under .bench-against/)",
     )
     args = parser.parse_args(argv)

@@ -13,8 +13,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+import pytest
 from bench import moved, report, store
-from bench.__main__ import SECTIONS, measure
+from bench.__main__ import SECTIONS, main, measure
 from bench.against import read_figures
 from bench.common import QUICK
 
@@ -156,3 +157,10 @@ def test_this_suites_json_file_holds_the_chosen_sections_figures(tmp_path: Path)
     figures = read_figures(out)
     assert set(figures) == {"accept.full", "accept.normal"}
     assert all(figures[key]["unit"] == "/s" and figures[key]["median"] > 0 for key in figures)
+
+
+def test_the_help_names_the_option_and_its_threshold(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0
+    assert "--against REV" in capsys.readouterr().out
