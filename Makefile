@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-stamp
 BENCH_STAMP := $(VENV)/.bench-stamp
 DEMO_STAMP  := $(VENV)/.demo-stamp
 
-.PHONY: demo test lint typecheck unit bench bench-quick clean
+.PHONY: demo test lint typecheck unit bench bench-quick bench-against clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,12 @@ bench: $(BENCH_STAMP)
 
 bench-quick: $(BENCH_STAMP)
 	$(BIN)/python -m bench --quick
+
+# The quick run's figures against revision REV's, both measured in one run
+# (make bench-against REV=5e5ad69 ONLY=floors,steps; ONLY is optional).
+bench-against: $(BENCH_STAMP)
+	$(if $(REV),,$(error bench-against needs REV=<git revision>, e.g. REV=5e5ad69))
+	$(BIN)/python -m bench --quick --against $(REV) $(if $(ONLY),--only $(ONLY))
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

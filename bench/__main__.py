@@ -2,20 +2,23 @@
 
 The figures go to docs/benchmarks.json by section (``--only`` replaces the sections it names
 and keeps the others), and docs/benchmarks.md is rendered from that file by ``bench.report``
-(``python -m bench --render`` renders it again without measuring).
+(``python -m bench --render`` renders it again without measuring). ``--against REV`` measures
+the sections this tree shares with revision REV in both trees, one right after the other, and
+stores which figures moved (bench/against.py); the sections stored before are kept.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import os
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from . import (
+    against,
     asgiload,
     asyncpublish,
     brokers,
@@ -26,6 +29,7 @@ from . import (
     idempotent,
     ledger,
     machine,
+    moved,
     ormconsume,
     postgres,
     relay,
@@ -65,11 +69,6 @@ SECTIONS: dict[str, Section] = {
 }
 
 
-def _load_line() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
-
-
 def measure(
     chosen: list[str],
     plan: Plan,
@@ -88,14 +87,14 @@ def measure(
     for name in chosen:
         before = store.snapshot(results)
         started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-        load_before, section_clock = _load_line(), time.perf_counter()
+        load_before, section_clock = machine.load_line(), time.perf_counter()
         SECTIONS[name](plan, results)
         stored[name] = {
             "plan": plan.name,
             "command": command,
             "started": started,
             "seconds": round(time.perf_counter() - section_clock, 1),
-            "machine": {**about, "load_before": load_before, "load_after": _load_line()},
+            "machine": {**about, "load_before": load_before, "load_after": machine.load_line()},
             **store.section_part(results, before),
         }
         if save is not None:
@@ -117,9 +116,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-docs", action="store_true", help="print the figures, leave docs/ alone"
     )
+    parser.add_argument(
+        "--json", metavar="PATH", help="also write the figures this run measured to PATH"
+    )
+    parser.add_argument(
+        "--against",
+        metavar="REV",
+        help="measure the sections shared with git revision REV in both trees, alternately, "
+        f"and list the figures that lost more than {moved.THRESHOLD * 100:.0f}%% "
+        "(REV gets a worktree and venv of its own under .bench-against/)",
+    )
     args = parser.parse_args(argv)
     if args.render:
-        print(f"wrote {report.write(store.load(), list(SECTIONS))}")
+        if args.against:
+            parser.error("--against measures: use it with --quick or --full")
+        print(f"wrote {report.write(store.load(), list(SECTIONS), store.load_against())}")
         return 0
     plan = QUICK if args.quick else FULL
     chosen = [name for name in args.only.split(",") if name] or list(SECTIONS)
@@ -129,15 +140,26 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
     about = machine.describe()
     print(f"{command}: {about['cores']} cores, Python {about['python']}, SQLite {about['sqlite']}")
+    if args.against:
+        flag = "--quick" if args.quick else "--full"
+        only = [name for name in args.only.split(",") if name]
+        comparison = against.compare(args.against, flag, only, command=command.strip(), about=about)
+        print("\n".join(against.summary(comparison)))
+        if not args.no_docs:
+            store.save_against(comparison)
+            print(f"wrote {report.write(store.load(), list(SECTIONS), comparison)}")
+        return 0
     stored = {} if args.no_docs else store.load()
     clock = time.perf_counter()
     results = measure(chosen, plan, stored, command=command.strip(), about=about,
                       save=None if args.no_docs else store.save)  # fmt: skip
     print(f"measured in {time.perf_counter() - clock:.0f} s")
+    if args.json:
+        store.write_run(stored, chosen, Path(args.json))
     for key, refused in results.refused.items():
         print(f"  REFUSED {refused['label']} ({key}): {refused['why']}")
     if not args.no_docs:
-        print(f"wrote {report.write(stored, list(SECTIONS))}")
+        print(f"wrote {report.write(stored, list(SECTIONS), store.load_against())}")
     return 0
 
 

@@ -49,8 +49,12 @@ def _version(name: str) -> str:
         return "not installed"
 
 
+def load_line() -> str:
+    """The load average over 1, 5 and 15 minutes, as the run lines show it."""
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
 def describe() -> dict[str, str]:
-    load = os.getloadavg()
     return {
         "cores": str(os.cpu_count()),
         "cpu": _cpu_model(),
@@ -59,5 +63,5 @@ def describe() -> dict[str, str]:
         "sqlite": sqlite3.sqlite_version,
         "postgresql": postgres_version(),
         "libraries": ", ".join(f"{name} {_version(name)}" for name in LIBRARIES),
-        "load_before": f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}",
+        "load_before": load_line(),
     }

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import idempotent, latency, store
+from . import idempotent, latency, moved, store
 from .brokers import INFLIGHT, ratios
 from .common import Results
 
@@ -499,7 +499,71 @@ def _method(plan: str, results: Results) -> list[str]:
     return lines
 
 
-def render(sections: dict[str, dict[str, Any]], order: list[str]) -> str:
+#: At most this many moved figures are listed; the rest are counted (the page stays short).
+MOVED_ROWS = 40
+
+
+def _value(value: float, unit: str) -> str:
+    return f"{_num(value)} {unit}"
+
+
+def _against(against: dict[str, Any]) -> list[str]:
+    rev = f"`{against['rev']}`"
+    comparison = moved.Comparison.from_dict(against["comparison"])
+    worse = sorted(comparison.worse(), key=lambda pair: abs(math.log(pair.ratio or 1e-9)),
+                   reverse=True)  # fmt: skip
+    about = against["machine"]
+    lines = [
+        f"## Against {against['rev']}",
+        "",
+        f"`{against['command']}`, started {against['started']}, {against['seconds']:,.0f} s: "
+        f"the sections both trees have ({', '.join(against['sections']) or 'none'}), each "
+        f"measured by {rev}'s own suite and by this one right after the other, the first "
+        f"turning every section; load average {about['load_before']} before, "
+        f"{about['load_after']} after, on {about['cores']} cores. "
+        f"{len(comparison.pairs)} figures compared; {len(comparison.only_theirs)} only in "
+        f"{rev} and {len(comparison.only_ours)} only here (renamed or new), not compared.",
+    ]
+    if against["sections_only_ours"]:
+        lines[-1] += f" Sections {rev} does not have: {', '.join(against['sections_only_ours'])}."
+    lines.append("")
+    if worse:
+        lines += [
+            f"Moved more than {moved.THRESHOLD:.0%} for the worse (a rate lower, a time or a "
+            "size higher; ratio = here / there):",
+            "",
+            *_table(
+                f"figure | {rev} | here | ratio",
+                [(f"`{p.key}`", _value(p.theirs, p.unit), _value(p.ours, p.unit),
+                  f"{p.ratio:.2f} x") for p in worse[:MOVED_ROWS]],
+            ),
+        ]  # fmt: skip
+        if len(worse) > MOVED_ROWS:
+            lines += ["", f"And {len(worse) - MOVED_ROWS} more (`docs/benchmarks.json`)."]
+        if any(pair.key.startswith("floor.") for pair in worse):
+            lines += [
+                "",
+                "A `floor.` figure runs no ackledger code (`bench/floors.py`): its move is the "
+                "machine's between the two runs, and a measure of their noise.",
+            ]
+    else:
+        lines.append(f"No figure moved more than {moved.THRESHOLD:.0%} for the worse.")
+    facts = [f"`{p.key}` {_num(p.theirs)} there, {_num(p.ours)} here"
+             for p in comparison.changed_facts()]  # fmt: skip
+    failed = [f"{what} ({why})" for what, why in against["failed"].items()]
+    for head, items in (
+        ("Counts and shares that differ", facts),
+        ("Refused or not measured in one of the two", [f"`{k}`" for k in comparison.unmeasured]),
+        ("Failed", failed),
+    ):
+        if items:
+            lines += ["", f"{head}: {'; '.join(items)}."]
+    return lines
+
+
+def render(
+    sections: dict[str, dict[str, Any]], order: list[str], against: dict[str, Any] | None = None
+) -> str:
     results = store.combined(sections, order)
     page = Page(results)
     plans = {part["plan"] for part in sections.values()}
@@ -535,12 +599,15 @@ def render(sections: dict[str, dict[str, Any]], order: list[str]) -> str:
         "",
         *_more(page),
         "",
+        *([*_against(against), ""] if against else []),
         *_method(plan, results),
     ]
     return "\n".join(lines).rstrip() + "\n"
 
 
-def write(sections: dict[str, dict[str, Any]], order: list[str]) -> Path:
+def write(
+    sections: dict[str, dict[str, Any]], order: list[str], against: dict[str, Any] | None = None
+) -> Path:
     out = store.DOCS / "benchmarks.md"
-    out.write_text(render(sections, order), encoding="utf-8")
+    out.write_text(render(sections, order, against), encoding="utf-8")
     return out

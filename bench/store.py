@@ -2,7 +2,8 @@
 
 A run of some sections (``--only``) replaces those sections and keeps the others, so a page
 can be made of sections measured one at a time; each section keeps its own run line (command,
-start, duration, machine and load), and the page shows every run line it draws on.
+start, duration, machine and load), and the page shows every run line it draws on. The last
+comparison with an earlier revision (``--against``) is kept under its own key, ``against``.
 """
 
 from __future__ import annotations
@@ -28,8 +29,36 @@ def load(path: Path = STORE) -> dict[str, dict[str, Any]]:
     return sections
 
 
+def load_against(path: Path = STORE) -> dict[str, Any] | None:
+    """The last comparison with an earlier revision (``--against``), if one was stored."""
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    against = data.get("against") if isinstance(data, dict) else None
+    return against if isinstance(against, dict) else None
+
+
 def save(sections: dict[str, dict[str, Any]], path: Path = STORE) -> None:
-    path.write_text(json.dumps({"sections": sections}, indent=1) + "\n", encoding="utf-8")
+    """Stores ``sections``, keeping the stored comparison: a later run does not measure it."""
+    _write(path, sections, load_against(path))
+
+
+def save_against(against: dict[str, Any], path: Path = STORE) -> None:
+    """Stores the comparison with an earlier revision, keeping the sections."""
+    _write(path, load(path), against)
+
+
+def _write(path: Path, sections: dict[str, dict[str, Any]], against: dict[str, Any] | None) -> None:
+    data: dict[str, Any] = {"sections": sections}
+    if against is not None:
+        data["against"] = against
+    path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+
+
+def write_run(sections: dict[str, dict[str, Any]], chosen: list[str], path: Path) -> None:
+    """Writes the figures of the ``chosen`` sections alone to ``path`` (``--json``)."""
+    measured = combined({name: sections[name] for name in chosen}, chosen)
+    path.write_text(json.dumps(measured.as_dict(), indent=1) + "\n", encoding="utf-8")
 
 
 def combined(sections: dict[str, dict[str, Any]], order: list[str]) -> Results:
