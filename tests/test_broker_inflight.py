@@ -57,6 +57,21 @@ def _stored(events: list[dict[str, Any]]) -> list[Stored]:
     return [Stored(event, canonical_json(event)) for event in events]
 
 
+class _UsersSender:
+    """A user's sender: no split send of its own, so it cannot keep batches in flight."""
+
+    refusal: Refusal | None = None
+
+    def send(self, event: dict[str, Any]) -> bool:
+        return True
+
+    def send_batch(self, events: list[dict[str, Any]]) -> int:
+        return len(events)
+
+    def close(self) -> None:
+        pass
+
+
 def _batches(events: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return [events[n : n + BATCH] for n in range(0, len(events), BATCH)]
 
@@ -421,20 +436,8 @@ def test_the_default_window_is_for_batch_rounds_to_a_broker_only(tmp_path: Path)
     assert RelaySettings(url=amqp, pipeline=True).window == 1
     assert RelaySettings(url="http://127.0.0.1:9/events", batch=True).window == 1
 
-    class Whole:  # a user's sender: no split send of its own, so one batch at a time
-        refusal: Refusal | None = None
-
-        def send(self, event: dict[str, Any]) -> bool:
-            return True
-
-        def send_batch(self, events: list[dict[str, Any]]) -> int:
-            return len(events)
-
-        def close(self) -> None:
-            pass
-
     with Outbox(tmp_path / "o.db") as outbox:
-        Relay(WholeOutbox(outbox, RelaySettings(url=amqp)), wire=Whole())
+        Relay(WholeOutbox(outbox, RelaySettings(url=amqp)), wire=_UsersSender())
 
 
 # -- what is refused ---------------------------------------------------------------------------
@@ -470,17 +473,5 @@ def test_inflight_to_an_http_sink_or_a_users_sender_is_refused(tmp_path: Path) -
     settings = RelaySettings(url="amqp://guest:guest@127.0.0.1:5672/%2F?exchange=x",
                              batch=True, inflight=2)  # fmt: skip
 
-    class Wrapped:  # a user's sender: no split send of its own
-        refusal: Refusal | None = None
-
-        def send(self, event: dict[str, Any]) -> bool:
-            return True
-
-        def send_batch(self, events: list[dict[str, Any]]) -> int:
-            return len(events)
-
-        def close(self) -> None:
-            pass
-
     with Outbox(tmp_path / "o.db") as outbox, pytest.raises(ValueError, match="two halves"):
-        Relay(WholeOutbox(outbox, settings), wire=Wrapped())
+        Relay(WholeOutbox(outbox, settings), wire=_UsersSender())
