@@ -2,12 +2,13 @@
 --broker amqp|nats [--schedules 20] [--events 500] [--first-seed 1] [--seed N]
 [--leased-pipeline | --leased-inflight N]``.
 
-One schedule: a SQLite outbox fed with EVENTS lab orders while ``ackledger relay --batch``
-publishes them to the broker and ``ackledger consume`` applies them into a SQLite inbox; the
-relay, the consumer or both are killed with SIGKILL at the points the seed draws (a consumer
-after a time, a relay after a number of further marks: while it is at work), and started again
-at once. Then both run until the outbox is drained and the inbox holds every event, the
-consumer is stopped with SIGTERM and everything is read back from other connections:
+One schedule: a SQLite outbox fed with EVENTS lab orders while ``ackledger relay --batch
+--inflight 1`` (one batch at a time) publishes them to the broker and ``ackledger consume``
+applies them into a SQLite inbox; the relay, the consumer or both are killed with SIGKILL at the
+points the seed draws (a consumer after a time, a relay after a number of further marks: while
+it is at work), and started again at once. Then both run until the outbox is drained and the
+inbox holds every event, the consumer is stopped with SIGTERM and everything is read back from
+other connections:
 
 - lost: marked sent in the outbox, never applied; stuck: still pending, or left in the broker;
 - double-applied: an order whose stock moved more than once (each order adds 1 to its own sku);
@@ -62,7 +63,7 @@ RELAY_PATIENCE_S = 10.0
 CONSUMING = "INFO    consuming:"
 BACKOFF = ("--base-backoff", "0.05", "--max-backoff", "0.5")
 #: The relay's flags and the most one kill may leave in flight, per kind of relay.
-PLAIN = (("--batch",), LIMIT)
+PLAIN = (("--batch", "--inflight", "1"), LIMIT)
 LEASED_PIPELINE = (("--batch", "--pipeline", "--lease-ttl", "3"), 2 * LIMIT)
 
 

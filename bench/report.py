@@ -216,8 +216,8 @@ def _headline(page: Page) -> list[str]:
             rows,
         ),
         "",
-        f"Batches in flight (`--inflight {INFLIGHT}`): RabbitMQ "
-        f"{page.cell('broker.ours.inflight')}/s, NATS {page.cell('broker.nats.inflight')}/s. "
+        f"One batch at a time (`--inflight {INFLIGHT}`): RabbitMQ "
+        f"{page.cell('broker.ours.onebatch')}/s, NATS {page.cell('broker.nats.onebatch')}/s. "
         f"More relays on PostgreSQL (batched): 2 relays {page.cell('pg.relay.batch.2')}/s, "
         f"4 relays {page.cell('pg.relay.batch.4')}/s.",
     ]
@@ -315,9 +315,10 @@ def _broker_peer(page: Page, results: Results) -> list[str]:
          " / ".join(page.cell(f"broker.floor.rabbit.w{w}") for w in (1, 16, 256))),
         ("faststream-outbox, defaults (not persistent)", page.cell("broker.peer.default")),
         ("faststream-outbox, best settings (persistent)", page.cell("broker.peer.best")),
-        ("ours, `ackledger relay` (no flags: batches of 16)", page.cell("broker.ours.default")),
+        ("ours, `ackledger relay` (no flags: batches of 16, eight in flight)",
+         page.cell("broker.ours.default")),
         ("ours, `ackledger relay --per-item` (one at a time)", page.cell("broker.ours.item")),
-        (f"ours, `--inflight {INFLIGHT}`", page.cell("broker.ours.inflight")),
+        (f"ours, `--inflight {INFLIGHT}` (one batch at a time)", page.cell("broker.ours.onebatch")),
         ("ours, `--pipeline`", page.cell("broker.ours.leased")),
         ("ours, `--single --pipeline`", page.cell("broker.ours.pipeline")),
         ("NATS floor: nats-py publish + PubAck, window 1 / 16 / 256",

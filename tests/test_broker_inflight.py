@@ -57,6 +57,21 @@ def _stored(events: list[dict[str, Any]]) -> list[Stored]:
     return [Stored(event, canonical_json(event)) for event in events]
 
 
+class _UsersSender:
+    """A user's sender: no split send of its own, so it cannot keep batches in flight."""
+
+    refusal: Refusal | None = None
+
+    def send(self, event: dict[str, Any]) -> bool:
+        return True
+
+    def send_batch(self, events: list[dict[str, Any]]) -> int:
+        return len(events)
+
+    def close(self) -> None:
+        pass
+
+
 def _batches(events: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return [events[n : n + BATCH] for n in range(0, len(events), BATCH)]
 
@@ -384,6 +399,47 @@ def test_resends_after_a_kill_are_at_most_the_batches_in_flight(
     assert all(n <= 2 for n in copies.values())
 
 
+def test_at_its_defaults_a_held_poison_event_re_sends_only_its_own_batch(
+    tmp_path: Path,
+    broker: Broker,  # noqa: F811
+) -> None:
+    """No flags: eight batches in flight. The round that meets the poison event had all four
+    batches out; every retry while it is held sends one batch at a time, so only the 15 events
+    behind it in its own batch go again, not the 26 behind it in the window."""
+    db, log = tmp_path / "outbox.db", tmp_path / "relay.log"
+    ids = [f"m-{n:02d}" for n in range(64)]
+    with Outbox(db) as outbox:
+        for event_id in ids:
+            if event_id == "m-37":
+                outbox.publish(_unrouted(event_id))
+            else:
+                outbox.accept({"id": event_id, "sku": f"sku-{event_id}", "qty": 1})
+    relay = Child(["relay", "--source", str(db), "--to", broker.url(), "--poll-interval",
+                   "0.05", "--max-backoff", "0.2"], log)  # fmt: skip
+    try:
+        wait_until(lambda: log.read_text().count("holding-poison") >= 3, "m-37 held, retried")
+    finally:
+        assert relay.stop() == 0
+    assert "inflight=8" in log.read_text().splitlines()[0]
+    assert _sent(db) == ids[:37]
+    queued = broker.channel.queue_declare(broker.queue, passive=True).method.message_count
+    retried = queued - 63  # the first round's 63: every event but m-37
+    assert retried >= 2 * 15 and retried % 15 == 0, f"{queued} messages in the queue"
+
+
+def test_the_default_window_is_for_batch_rounds_to_a_broker_only(tmp_path: Path) -> None:
+    amqp = "amqp://guest:guest@127.0.0.1:5672/%2F?exchange=x"
+    assert RelaySettings(url=amqp).window == 8
+    assert RelaySettings(url="nats://127.0.0.1:4222?subject=s").window == 8
+    assert RelaySettings(url=amqp, inflight=1).window == 1
+    assert RelaySettings(url=amqp, batch=False).window == 1
+    assert RelaySettings(url=amqp, pipeline=True).window == 1
+    assert RelaySettings(url="http://127.0.0.1:9/events", batch=True).window == 1
+
+    with Outbox(tmp_path / "o.db") as outbox:
+        Relay(WholeOutbox(outbox, RelaySettings(url=amqp)), wire=_UsersSender())
+
+
 # -- what is refused ---------------------------------------------------------------------------
 
 
@@ -417,17 +473,5 @@ def test_inflight_to_an_http_sink_or_a_users_sender_is_refused(tmp_path: Path) -
     settings = RelaySettings(url="amqp://guest:guest@127.0.0.1:5672/%2F?exchange=x",
                              batch=True, inflight=2)  # fmt: skip
 
-    class Wrapped:  # a user's sender: no split send of its own
-        refusal: Refusal | None = None
-
-        def send(self, event: dict[str, Any]) -> bool:
-            return True
-
-        def send_batch(self, events: list[dict[str, Any]]) -> int:
-            return len(events)
-
-        def close(self) -> None:
-            pass
-
     with Outbox(tmp_path / "o.db") as outbox, pytest.raises(ValueError, match="two halves"):
-        Relay(WholeOutbox(outbox, settings), wire=Wrapped())
+        Relay(WholeOutbox(outbox, settings), wire=_UsersSender())

@@ -1,10 +1,11 @@
-"""What ``ackledger relay`` does to a broker with no flags: batch rounds; ``--per-item``: one
-event at a time.
+"""What ``ackledger relay`` does to a broker with no flags: batch rounds, several batches in
+flight; ``--inflight 1``: one batch at a time; ``--per-item``: one event at a time.
 
-A batch round marks its confirmed prefix in one transaction, with one time for all of it; a
-per-item round marks each event in a commit of its own, at its own time. So the outbox's
-``sent_at`` column, read afterwards on a connection of the test's own, tells how the relay
-worked: 48 events on one partition are 3 batches of 16, or 48 single marks.
+A batch round marks its confirmed prefix in one transaction, with one time for all of it
+(batches in flight whose confirms are all in share the oldest one's commit); a per-item round
+marks each event in a commit of its own, at its own time. So the outbox's ``sent_at`` column,
+read afterwards on a connection of the test's own, tells how the relay worked: 48 events on
+one partition are whole batches of 16, or 48 single marks.
 """
 
 from __future__ import annotations
@@ -55,7 +56,13 @@ def _relay_all(tmp_path: Path, kind: str, *flags: str) -> list[int]:
 
 @pytest.mark.parametrize("kind", ["amqp", "nats"])
 def test_with_no_flags_the_relay_to_a_broker_marks_whole_batches(tmp_path: Path, kind: str) -> None:
-    assert _relay_all(tmp_path, kind) == [BATCH] * (EVENTS // BATCH)
+    marks = _relay_all(tmp_path, kind)
+    assert sum(marks) == EVENTS and all(count % BATCH == 0 for count in marks), marks
+
+
+@pytest.mark.parametrize("kind", ["amqp", "nats"])
+def test_one_batch_at_a_time_marks_each_batch_on_its_own(tmp_path: Path, kind: str) -> None:
+    assert _relay_all(tmp_path, kind, "--inflight", "1") == [BATCH] * (EVENTS // BATCH)
 
 
 @pytest.mark.parametrize("kind", ["amqp", "nats"])

@@ -8,7 +8,7 @@ from .._core.logline import FORMATS
 from ..relay import runner
 from ..relay.leases import DEFAULT_TTL, check_owner, default_owner
 from ..relay.policy import DEFAULT_ON_POISON, POISON_POLICIES
-from ..relay.settings import RelaySettings
+from ..relay.settings import DEFAULT_INFLIGHT, RelaySettings
 from ..source.inflight import MAX_INFLIGHT
 from ..source.marking import MARK_SYNCS
 from ..store import is_database_url
@@ -47,10 +47,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "permanent one (a 4xx from the sink, but 408, 425 and 429; a broker's return of an "
         "unroutable message) and hold it (retried every --max-backoff seconds), stop (exit 3) "
         "or quarantine it. SIGTERM/SIGINT: finish the send in flight, release any leases, "
-        "exit 0. To amqp:// and nats:// it publishes batches of up to --limit events and "
-        "marks the confirmed prefix: a kill -9 re-sends at most the batch that was not yet "
-        "marked (--per-item: one event). To an HTTP sink it sends one event a request "
-        "unless --batch.",
+        "exit 0. To amqp:// and nats:// it publishes batches of up to --limit events, up to "
+        f"{DEFAULT_INFLIGHT} of them in flight (--inflight), and marks each batch's confirmed "
+        "prefix in order: a kill -9 re-sends at most the batches not yet marked (--per-item: "
+        "one event). To an HTTP sink it sends one event a request unless --batch.",
     )
     add_source(relay)
     relay.add_argument(
@@ -62,7 +62,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--batch", dest="batch", action="store_const", const=True,
         help="send each selection (up to --limit events) in one request and mark its "
         "acknowledged prefix in one transaction; the default to amqp:// and nats://, where a "
-        "kill -9 re-sends at most the batch whose confirms were not yet marked",
+        "kill -9 re-sends at most the batches in flight (see --inflight)",
     )  # fmt: skip
     rounds.add_argument(
         "--per-item", dest="batch", action="store_const", const=False,
@@ -76,11 +76,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "event or batch (a leasing relay's marks still check its lease)",
     )  # fmt: skip
     relay.add_argument(
-        "--inflight", type=_inflight_arg, default=1, metavar="N",
+        "--inflight", type=_inflight_arg, default=None, metavar="N",
         help=f"batch rounds to amqp:// or nats://: publish up to N batches (1-{MAX_INFLIGHT}) "
         "before awaiting the oldest one's confirms; each is marked on its own confirms, in "
-        "order, and the first failure stops. Default 1. A kill -9 re-sends up to N x --limit "
-        "events",
+        f"order, and the first failure stops (then one batch at a time until a round "
+        f"succeeds). Default {DEFAULT_INFLIGHT} there, without --pipeline. A kill -9 re-sends "
+        "up to N x --limit events; --inflight 1 keeps it to one batch",
     )  # fmt: skip
     relay.add_argument("--limit", type=limit_arg, default=16, help="events per round, 1-16")
     relay.add_argument(

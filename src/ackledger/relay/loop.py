@@ -320,11 +320,18 @@ class Relay:
                 ack=settings.ack,
             )
         self._sends = _Sends(wire, self._stopping)
-        if settings.inflight > 1 and self._sends.wire_split is None:
-            raise ValueError(
-                f"inflight: {wire!r} cannot keep batches in flight (only ackledger's own "
-                "amqp:// and nats:// senders publish and confirm in two halves)"
-            )
+        #: Batches in flight per round (1: one batch at a time).
+        self._window = settings.window
+        #: The last round failed: one batch at a time until a round succeeds, so that a held
+        #: poison event's retries re-send its own batch only, not a window of them.
+        self._narrow = False
+        if self._window > 1 and self._sends.wire_split is None:
+            if settings.inflight is not None:
+                raise ValueError(
+                    f"inflight: {wire!r} cannot keep batches in flight (only ackledger's own "
+                    "amqp:// and nats:// senders publish and confirm in two halves)"
+                )
+            self._window = 1  # the default's window, for a sender that cannot keep one
         # ackledger's own senders take the stored text (wire/stored.py); others get copies.
         self._send_stored = None if self._sends.wire_stored is None else self._sends.stored
         self._send_stored_event = (
@@ -358,7 +365,8 @@ class Relay:
         message, fields = self.picker.started()
         self._note(
             logging.INFO, "started", message,
-            batch=settings.batch, limit=settings.limit, on_poison=settings.on_poison, **fields,
+            batch=settings.batch, limit=settings.limit, inflight=self._window,
+            on_poison=settings.on_poison, **fields,
         )  # fmt: skip
         try:
             self.idle.start()
@@ -396,7 +404,7 @@ class Relay:
         busy = False
         try:
             while True:
-                marked = self.step(pick.source)
+                marked = self.step(pick.source, 1 if self._narrow else self._window)
                 if marked:
                     busy = True
                     self._on_success(pick, marked)
@@ -409,6 +417,7 @@ class Relay:
             pick.lost(exc, self._note)
             return True
         except Exception as exc:
+            self._narrow = True
             failure = self.classify(pick.source, exc)
             if failure.kind == PERMANENT:
                 self._on_poison(pick, failure)
@@ -419,16 +428,17 @@ class Relay:
             pick.done()
         return busy
 
-    def step(self, source: RelaySource) -> list[str]:
-        """One dispatch call; returns the ids marked sent, raises what stopped it."""
+    def step(self, source: RelaySource, window: int = 1) -> list[str]:
+        """One dispatch call, with up to ``window`` batches in flight in batch rounds; returns
+        the ids marked sent, raises what stopped it."""
         self._sends.new_round()
         before = self.counts.succeeded
         try:
-            if self.settings.inflight > 1:
+            if window > 1:
                 return dispatch_inflight(
                     source, source.pending_rows, self._sends.publish, self._sends.confirm,
                     self._sends.settled,
-                    limit=self.settings.limit, inflight=self.settings.inflight,
+                    limit=self.settings.limit, inflight=window,
                     batches=BATCHES_PER_STEP,
                     stopping=self._stopping, after_delivery=self._after_batch,
                 )  # fmt: skip
@@ -468,6 +478,7 @@ class Relay:
         return failure
 
     def _on_success(self, pick: Pick, marked: list[str]) -> None:
+        self._narrow = False
         failures = pick.backoff.failures
         if failures:
             self._note(

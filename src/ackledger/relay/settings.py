@@ -23,6 +23,9 @@ from .policy import DEFAULT_ON_POISON, check_on_poison
 
 #: The first backoff ceiling when none is given (smaller if the cap is smaller).
 BASE_BACKOFF_S = 0.1
+#: Batches in flight when none is given, in batch rounds to a broker: the overlap of the
+#: selection, the broker's fsync and the marks' commit is most of a relay's rate there.
+DEFAULT_INFLIGHT = 8
 
 
 @dataclass
@@ -32,7 +35,7 @@ class RelaySettings:
     url: str
     #: Send each selection in one request (True) or one event at a time (False). None: the
     #: target decides, batches to amqp:// and nats:// (each message confirmed on its own, a
-    #: kill -9 re-sends at most the unconfirmed batch), one event a request to HTTP.
+    #: kill -9 re-sends at most the batches in flight), one event a request to HTTP.
     batch: bool | None = None
     limit: int = MAX_BATCH
     #: Seconds to wait when nothing is pending (or no partition can be leased).
@@ -55,9 +58,10 @@ class RelaySettings:
     #: leased partitions, lease-checked). Per item, only with ``mark_sync="each"``.
     pipeline: bool = False
     #: Batch rounds to a broker: publish up to this many batches before awaiting the oldest
-    #: one's ACKs (``source.inflight``); 1 is ``--batch`` as it always was. A kill -9 then
-    #: leaves up to ``inflight * limit`` events sent and unmarked, all re-sent.
-    inflight: int = 1
+    #: one's ACKs (``source.inflight``); 1: each batch waits for the one before it. A kill -9
+    #: then leaves up to ``inflight * limit`` events sent and unmarked, all re-sent. None:
+    #: ``DEFAULT_INFLIGHT`` in batch rounds to amqp:// and nats:// without ``pipeline``, else 1.
+    inflight: int | None = None
     #: After the n-th failure in a row, wait a time drawn from
     #: [0, min(max_backoff, base_backoff * 2**n)]; ``seed`` makes the draws reproducible.
     base_backoff: float | None = None
@@ -71,6 +75,8 @@ class RelaySettings:
     lease_ttl: float = DEFAULT_TTL
     #: The URL as logs and messages may show it (no password); set from ``url``.
     shown_url: str = field(init=False, default="")
+    #: ``inflight`` as the relay uses it (None resolved).
+    window: int = field(init=False, default=1)
 
     def __post_init__(self) -> None:
         self.shown_url = check_url(self.url, self.allowed_hosts)
@@ -85,7 +91,11 @@ class RelaySettings:
                 "pipeline: every mark committed behind the next send is durable; it does not "
                 f"combine with mark_sync {self.mark_sync!r}"
             )
-        if check_inflight(self.inflight) > 1:
+        if self.inflight is None:
+            given = self.batch and is_broker(self.url) and not self.pipeline
+            self.window = DEFAULT_INFLIGHT if given else 1
+        elif check_inflight(self.inflight) > 1:
+            self.window = self.inflight
             if not self.batch:
                 raise ValueError("inflight: only batch rounds have batches in flight (add batch)")
             if self.pipeline:

@@ -1,4 +1,5 @@
-"""Batch rounds with up to N batches in flight to a broker (``relay --batch --inflight N``).
+"""Batch rounds with up to N batches in flight to a broker (``relay --inflight N``; the
+relay's default there is 8).
 
 ``dispatch_batch`` sends a batch, waits for its ACKs, marks them, and only then selects the
 next one; to a broker, each batch then waits in series for the selection, the publish and the
@@ -16,7 +17,7 @@ before the oldest one's ACKs are awaited, with the same rules (CONTRACT sections
 - a stop request publishes nothing more; what is in flight is awaited and marked.
 
 The price is the kill -9 bound: a dead relay leaves up to N batches sent and unmarked, where
-``--batch`` leaves one, and all of them are re-sent. That is why it is an option.
+``--inflight 1`` leaves one, and all of them are re-sent (the inbox absorbs them).
 """
 
 from __future__ import annotations
