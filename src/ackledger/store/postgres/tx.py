@@ -38,6 +38,18 @@ def to_pyformat(sql: str) -> str:
     return sql.replace("%", "%%").replace("?", "%s")
 
 
+#: libpq's PGRES_TUPLES_OK (its ABI): the status of a result that holds rows.
+_TUPLES_OK = 2
+
+
+def has_rows(cursor: Any) -> bool:
+    """Whether the statement a psycopg ``cursor`` just ran returned rows (a SELECT, a
+    RETURNING). Read from its result's status: ``cursor.description`` would first build an
+    object for each column, a share of a statement's client time worth saving."""
+    result = cursor.pgresult
+    return result is not None and result.status == _TUPLES_OK
+
+
 class PostgresTx(Tx):
     CLOCK = q.CLOCK
     NEXT_FENCE = q.NEXT_FENCE
@@ -47,8 +59,8 @@ class PostgresTx(Tx):
 
     def execute(self, sql: str, params: Params = ()) -> list[Row]:
         cursor = self._conn.execute(to_pyformat(sql), tuple(params))
-        # Statements without a result (DDL, UPDATE without RETURNING) have no description.
-        return cursor.fetchall() if cursor.description is not None else []
+        # Statements without a result (DDL, UPDATE without RETURNING) have no rows to fetch.
+        return cursor.fetchall() if has_rows(cursor) else []
 
     def executemany(self, sql: str, params: Sequence[Params]) -> None:
         with self._conn.cursor() as cursor:
