@@ -285,29 +285,11 @@ def _race(target: Target, shop: Inbox, *, first_commits: bool) -> str:
     """The first transaction applies and holds; the second receives the same identity on
     its own connection meanwhile, then the first commits or rolls back. The second's answer."""
     first, second = own_connection(target), _thread_connection(target)
-    answer: list[object] = []
-
-    def receive_second() -> None:
-        try:
-            answer.append(shop.receive(placed("o-10"), using=second))
-            second.commit()
-        except BaseException as exc:  # the test's thread: report, never swallow
-            answer.append(exc)
-            second.rollback()
-
     try:
         assert shop.receive(placed("o-10"), using=first) == "applied"
-        thread = threading.Thread(target=receive_second)
-        thread.start()
         # The second waits on the first's claim of the key (PostgreSQL), or for the one
         # writer's lock (SQLite), until the first ends.
-        if target.dialect == "postgres":
-            deadline = time.monotonic() + 10
-            while not _waits_for_a_lock(target, second) and time.monotonic() < deadline:
-                time.sleep(0.02)
-        else:
-            time.sleep(0.3)
-        assert thread.is_alive() and not answer
+        thread, answer = _waiting(target, shop, second, placed("o-10"))
         if first_commits:
             first.commit()
         else:
@@ -320,6 +302,33 @@ def _race(target: Target, shop: Inbox, *, first_commits: bool) -> str:
     (result,) = answer
     assert isinstance(result, str), result
     return result
+
+
+def _waiting(
+    target: Target, shop: Inbox, conn: Any, event: dict[str, Any]
+) -> tuple[threading.Thread, list[object]]:
+    """Receive ``event`` on ``conn`` and commit, in a thread of its own; returned once it
+    waits for a lock another transaction holds, with the list its answer will be put in."""
+    answer: list[object] = []
+
+    def receive() -> None:
+        try:
+            answer.append(shop.receive(event, using=conn))
+            conn.commit()
+        except BaseException as exc:  # the test's thread: report, never swallow
+            answer.append(exc)
+            conn.rollback()
+
+    thread = threading.Thread(target=receive)
+    thread.start()
+    if target.dialect == "postgres":
+        deadline = time.monotonic() + 10
+        while not _waits_for_a_lock(target, conn) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    else:
+        time.sleep(0.3)
+    assert thread.is_alive() and not answer
+    return thread, answer
 
 
 def _waits_for_a_lock(target: Target, conn: psycopg.Connection[Any]) -> bool:
@@ -372,3 +381,28 @@ def test_sqlite_callers_at_once_take_distinct_arrival_numbers(tmp_path: Any) -> 
         ("o-11", 1),
         ("o-12", 2),
     ]
+
+
+def test_a_waiting_transaction_has_claimed_nothing_and_numbers_follow_the_commits(
+    target: Target, shop: Inbox
+) -> None:
+    """The second transaction waits for the arrival numbers before it claims anything (the
+    counter is locked ahead of every receipt, in the statement that claims them too): the
+    first can still claim the very identity the second is receiving, with no deadlock, and
+    each takes its numbers in the order of the commits."""
+    first, second = own_connection(target), _thread_connection(target)
+    try:
+        assert shop.receive(placed("o-20"), using=first) == "applied"
+        thread, answer = _waiting(target, shop, second, placed("o-21"))
+        assert shop.receive(placed("o-21"), using=first) == "applied"
+        first.commit()
+        thread.join(10)
+        assert not thread.is_alive()
+    finally:
+        first.close()
+        second.close()
+    assert answer == ["duplicate"]
+    rows = target.rows("SELECT id, arrival, last_arrival FROM ackledger_inbox ORDER BY id")
+    assert rows == [("o-20", 1, 1), ("o-21", 2, 3)]
+    assert seen(target)[0] == [("o-20",), ("o-21",)]
+    assert shop.counters() == {"applied": 2, "duplicate": 1, "conflict": 0}

@@ -2,12 +2,12 @@
 
 Every caller (``receive``, ``receive_batch``, ``receive_runs``, the sink's group commit, the
 consumers) hands it runs of validated events whose handlers are found. In order: take one
-block of arrival numbers; claim every identity left in one multi-row statement; walk the
-events, each run stopping at its first conflicting or failing event; count; the caller
-commits. A run that stops gives back the fresh claims made beyond its stop (they were taken
-by the one statement before the walk reached them) and the walk goes on with the next run,
-claiming what is left again: nothing of an abandoned tail stays, and every later event's
-arrival number is the one it would have had if the runs were applied one by one.
+block of arrival numbers and claim every identity, in one call (one statement where the
+dialect can); walk the events, each run stopping at its first conflicting or failing event;
+count; the caller commits. A run that stops gives back the fresh claims made beyond its stop
+(they were taken by the one claim before the walk reached them) and the walk goes on with the
+next run, claiming what is left again: nothing of an abandoned tail stays, and every later
+event's arrival number is the one it would have had if the runs were applied one by one.
 """
 
 from __future__ import annotations
@@ -124,17 +124,17 @@ def apply_runs(
     # the arrival numbers where the dialect can (PostgreSQL: a round trip fewer); the walk's
     # own tally corrects it in the last bump, which a wholly applied run then needs not.
     ahead = {APPLIED_COUNTER: total}
-    before, owed = tx.inbox_reserve_arrivals(total, ahead)
-    walk = _Walk(
-        tx, now, awaiter, before + 1, guarded=total > 1, handler_arg=handler_arg, name=name
-    )
+    walk = _Walk(tx, now, awaiter, guarded=total > 1, handler_arg=handler_arg, name=name)
+    owed = walk.claim(runs, ahead)
     results: list[BatchResult] = []
     left = runs
-    while left:
-        # Claim all that is left; ``walk.runs`` answers how many runs it walked: all, or up
-        # to one that stopped and gave claims back (the rest is claimed again).
-        walk.claim(left)
+    while True:
+        # ``walk.runs`` answers how many runs it walked: all, or up to one that stopped and
+        # gave claims back; all that is left is then claimed again.
         left = left[walk.runs(left, results) :]
+        if not left:
+            break
+        walk.claim(left)
     tx.counters_bump(_owed(owed, walk.tally, ahead))
     return results
 
@@ -160,7 +160,6 @@ class _Walk:
         tx: Tx,
         now: float,
         awaiter: Awaiter | None,
-        arrival: int,
         *,
         guarded: bool,
         handler_arg: object,
@@ -172,8 +171,9 @@ class _Walk:
         self.guarded = guarded
         self.now = now
         self.awaiter = awaiter
-        #: The next event's arrival number.
-        self.arrival = arrival
+        #: The next event's arrival number; before the first claim, counted from the block's
+        #: start (the claim that takes the block makes it the number itself).
+        self.arrival = 1
         self.handler_tx = HandlerTransaction(tx) if handler_arg is None else handler_arg
         self.tally: dict[str, int] = {}
         #: Identities the current statement claimed whose first event the walk has not
@@ -183,8 +183,13 @@ class _Walk:
         #: applied: later events of that identity are told duplicate or conflict by it.
         self.stored: dict[Identity, str | None] = {}
 
-    def claim(self, runs: Sequence[Sequence[Item]]) -> None:
-        """One claim of the first event of each identity in ``runs``, numbered in order."""
+    def claim(
+        self, runs: Sequence[Sequence[Item]], ahead: Mapping[str, int] | None = None
+    ) -> dict[str, int]:
+        """One claim of the first event of each identity in ``runs``, numbered in order. With
+        ``ahead``, the transaction's first: it takes the block of arrival numbers (one for each
+        event of ``runs``) and adds ``ahead``'s counts in the same call, and returns what the
+        last bump owes (``inbox_reserve_arrivals``)."""
         rows: list[tuple[Any, ...]] = []
         firsts: list[Item] = []
         seen: set[Identity] = set()
@@ -203,15 +208,24 @@ class _Walk:
                 arrival += 1
         self.fresh = set()
         self.stored = {}
-        if not rows:
-            return
-        for item, outcome in zip(firsts, self.tx.inbox_claim_all(rows), strict=True):
+        owed: dict[str, int] = {}
+        if ahead is not None:
+            before, owed, outcomes = self.tx.inbox_claim_arriving(
+                rows, arrival - self.arrival, ahead
+            )
+            self.arrival += before
+        elif rows:
+            outcomes = self.tx.inbox_claim_all(rows)
+        else:
+            return owed
+        for item, outcome in zip(firsts, outcomes, strict=True):
             if outcome is Outcome.APPLIED:
                 self.fresh.add(item.identity)
             elif outcome is Outcome.DUPLICATE:
                 self.stored[item.identity] = item.fingerprint
             else:  # read only for a conflict (rare): it may be a former fingerprint's
                 self.stored[item.identity] = self.tx.inbox_fingerprint(self.name, *item.identity)
+        return owed
 
     def runs(self, runs: Sequence[Sequence[Item]], results: list[BatchResult]) -> int:
         """Walk ``runs`` in order; returns how many were walked: all, or up to and with the

@@ -27,7 +27,7 @@ from .._core.idempotency import Claim
 from .base import Params, Row, Tx
 from .inbox import InboxQueries
 from .outbox import Place
-from .postgres.tx import PostgresTx, to_pyformat
+from .postgres.tx import PostgresTx, has_rows, to_pyformat
 from .sqlite.tx import SqliteTx
 
 if TYPE_CHECKING:
@@ -440,7 +440,7 @@ class _CallerPostgresTx(PostgresTx, OnDriver):
     def execute(self, sql: str, params: Params = ()) -> list[Row]:
         with self._caller_conn.cursor(row_factory=self._tuple_row) as cursor:
             cursor.execute(to_pyformat(sql), tuple(params))
-            return cursor.fetchall() if cursor.description is not None else []
+            return cursor.fetchall() if has_rows(cursor) else []
 
     def executemany(self, sql: str, params: Sequence[Params]) -> None:
         with self._caller_conn.cursor(row_factory=self._tuple_row) as cursor:

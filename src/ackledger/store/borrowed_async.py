@@ -40,7 +40,7 @@ from .borrowed import (
     borrow,
     to_numeric_dollar,
 )
-from .postgres.tx import PostgresTx, to_pyformat
+from .postgres.tx import PostgresTx, has_rows, to_pyformat
 
 __all__ = ["ASYNC_ACCEPTED", "AwaitOnLoop", "run_borrowed_awaiting"]
 
@@ -150,7 +150,7 @@ class _PsycopgStatements:
         # Plain tuples whatever row factory the caller set on the connection.
         async with self.conn.cursor(row_factory=self._tuple_row) as cursor:
             await cursor.execute(to_pyformat(sql), tuple(params))
-            return list(await cursor.fetchall()) if cursor.description is not None else []
+            return list(await cursor.fetchall()) if has_rows(cursor) else []
 
     async def many(self, sql: str, params: Sequence[Params]) -> None:
         async with self.conn.cursor(row_factory=self._tuple_row) as cursor:

@@ -8,7 +8,7 @@ one atomic statement backed by a unique constraint, never a read followed by an 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from .._core.idempotency import Claim, Outcome
@@ -41,9 +41,19 @@ def claim_all(tx: Executor, space: KeySpace, rows: Sequence[Params]) -> list[Out
     ``claim_once``, every free key is claimed, those after a conflicting one included: a
     caller that must stop at the first conflict has to undo the rest (roll back).
     """
-    if space.claim_rows is None or space.find_keys is None:
+    if space.claim_rows is None:
         raise ValueError(f"{space.name}: no claim of many keys")
-    claimed = space.claim_rows(tx, rows)
+    return outcomes_of_claim(tx, space, rows, space.claim_rows(tx, rows))
+
+
+def outcomes_of_claim(
+    tx: Executor, space: KeySpace, rows: Sequence[Params], claimed: Collection[tuple[Any, ...]]
+) -> list[Outcome]:
+    """The outcome of each of ``rows`` (as ``claim_all``'s) once the keys ``claimed`` were
+    taken by a statement that claimed them all: for a dialect that ran the claim inside a
+    statement of its own."""
+    if space.find_keys is None:
+        raise ValueError(f"{space.name}: no claim of many keys")
     if len(claimed) == len(rows):
         return [Outcome.APPLIED] * len(rows)
     width = space.key_width

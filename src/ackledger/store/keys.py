@@ -56,14 +56,14 @@ OUTBOX = KeySpace(
 )
 
 # The inbox's key is an event's identity, (source, id), in one inbox's name.
-_INBOX_INSERT = (
+INBOX_INSERT = (
     "INSERT INTO ackledger_inbox (name, source, id, fingerprint, type, first_received_at, "
     "last_received_at, "
     "arrival, last_arrival) VALUES "
 )
 _INBOX_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _INBOX_DO_NOTHING = " ON CONFLICT (id, source, name) DO NOTHING"
-_INBOX_ON_CONFLICT = _INBOX_DO_NOTHING + " RETURNING name, source, id"
+INBOX_ON_CONFLICT = _INBOX_DO_NOTHING + " RETURNING name, source, id"
 
 #: Rows per statement of ``claim_inbox_rows`` and keys per ``find_inbox_keys``: at most 9 * 64
 #: parameters (far below SQLite's and PostgreSQL's limits), and at most 64 statement texts of
@@ -74,8 +74,8 @@ MANY = 64
 @functools.lru_cache(maxsize=2 * MANY)
 def inbox_claim_rows_sql(count: int, returning: bool = True) -> str:
     """The multi-row claim of ``count`` rows; without ``returning``, told by its row count."""
-    end = _INBOX_ON_CONFLICT if returning else _INBOX_DO_NOTHING
-    return _INBOX_INSERT + ", ".join([_INBOX_ROW] * count) + end
+    end = INBOX_ON_CONFLICT if returning else _INBOX_DO_NOTHING
+    return INBOX_INSERT + ", ".join([_INBOX_ROW] * count) + end
 
 
 @functools.lru_cache(maxsize=MANY)
@@ -127,7 +127,7 @@ def find_inbox_keys(tx: Executor, keys: Sequence[Identity]) -> dict[Identity, st
 
 INBOX = KeySpace(
     name="inbox",
-    claim_sql=_INBOX_INSERT + _INBOX_ROW + _INBOX_ON_CONFLICT,
+    claim_sql=INBOX_INSERT + _INBOX_ROW + INBOX_ON_CONFLICT,
     find_sql=(
         "SELECT fingerprint, id FROM ackledger_inbox WHERE name = ? AND source = ? AND id = ?"
     ),

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import functools
 
-from ..keys import OUTBOX_COLUMNS, OUTBOX_ON_CONFLICT
+from ..counters import bump_sql
+from ..inbox import ARRIVAL
+from ..keys import INBOX_INSERT, INBOX_ON_CONFLICT, MANY, OUTBOX_COLUMNS, OUTBOX_ON_CONFLICT
 from ..ledger import INSERT_ATTEMPT
 from ..outbox import SENT_BEFORE, SENT_UNLESS_HELD
 from .notify import CHANNEL
@@ -117,6 +119,25 @@ DELETE_SENT = (
     f"WITH gone AS (DELETE FROM ackledger_outbox {SENT_BEFORE} RETURNING attempts) "
     "SELECT COUNT(*), COALESCE(SUM(attempts), 0) FROM gone"
 )
+
+
+# The sink's arrival numbers and its first claim in one statement (``inbox_claim_arriving``):
+# the counters' upsert, then each receipt numbered from the block it took. The block is an
+# aggregate over every counter the upsert returns, so all of them are locked before any
+# receipt is written (the lock order of every sink transaction: the arrival counter first);
+# its row comes back even when no receipt was claimed.
+@functools.lru_cache(maxsize=4 * MANY)
+def claim_arriving_sql(counters: int, rows: int) -> str:
+    numbered = "(?, ?, ?, ?, ?, ?, ?, (SELECT taken FROM block) + ?, (SELECT taken FROM block) + ?)"
+    return (
+        f"WITH counted AS ({bump_sql(counters)} RETURNING name, value), "
+        f"block AS (SELECT max(value) FILTER (WHERE name = '{ARRIVAL}') - ? AS taken "
+        "FROM counted), "
+        f"claimed AS ({INBOX_INSERT}{', '.join([numbered] * rows)}{INBOX_ON_CONFLICT}) "
+        "SELECT taken, NULL, NULL, NULL FROM block "
+        "UNION ALL SELECT NULL, name, source, id FROM claimed"
+    )
+
 
 #: Rows a spread counter uses at most (see ``PostgresTx.counter_bump_spread``).
 COUNTER_SHARDS = 64

@@ -8,13 +8,15 @@ counters spread over rows, DELETEs that count what they removed.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..._core.idempotency import Claim, Outcome
 from ..base import Params, Row, Tx
-from ..claims import claim_once, claimed
-from ..keys import DELIVERIES, OUTBOX
+from ..claims import claim_once, claimed, outcomes_of_claim
+from ..inbox import ARRIVAL
+from ..keys import DELIVERIES, INBOX, MANY, OUTBOX, claim_inbox_rows
 from ..ledger import INSERT_CONTROL, PURGE_CHUNK
 from ..outbox import Place, outbox_claim_row
 from . import queries as q
@@ -36,6 +38,18 @@ def to_pyformat(sql: str) -> str:
     return sql.replace("%", "%%").replace("?", "%s")
 
 
+#: libpq's PGRES_TUPLES_OK (its ABI): the status of a result that holds rows.
+_TUPLES_OK = 2
+
+
+def has_rows(cursor: Any) -> bool:
+    """Whether the statement a psycopg ``cursor`` just ran returned rows (a SELECT, a
+    RETURNING). Read from its result's status: ``cursor.description`` would first build an
+    object for each column, a share of a statement's client time worth saving."""
+    result = cursor.pgresult
+    return result is not None and result.status == _TUPLES_OK
+
+
 class PostgresTx(Tx):
     CLOCK = q.CLOCK
     NEXT_FENCE = q.NEXT_FENCE
@@ -45,8 +59,8 @@ class PostgresTx(Tx):
 
     def execute(self, sql: str, params: Params = ()) -> list[Row]:
         cursor = self._conn.execute(to_pyformat(sql), tuple(params))
-        # Statements without a result (DDL, UPDATE without RETURNING) have no description.
-        return cursor.fetchall() if cursor.description is not None else []
+        # Statements without a result (DDL, UPDATE without RETURNING) have no rows to fetch.
+        return cursor.fetchall() if has_rows(cursor) else []
 
     def executemany(self, sql: str, params: Sequence[Params]) -> None:
         with self._conn.cursor() as cursor:
@@ -102,6 +116,28 @@ class PostgresTx(Tx):
     def _delete_sent_before(self, cutoff: float) -> tuple[int, int]:
         row = self.one(q.DELETE_SENT, (cutoff,))
         return (0, 0) if row is None else (int(row[0]), int(row[1]))
+
+    # --- inbox -----------------------------------------------------------------------------
+
+    def inbox_claim_arriving(
+        self, rows: Sequence[Params], count: int, ahead: Mapping[str, int]
+    ) -> tuple[int, dict[str, int], list[Outcome]]:
+        """``InboxQueries.inbox_claim_arriving`` in one statement (``q.claim_arriving_sql``)
+        for its first ``MANY`` rows; the rest, numbered by then, are claimed as always."""
+        if not rows:
+            before, owed = self.inbox_reserve_arrivals(count, ahead)
+            return before, owed, []
+        counts = {ARRIVAL: count, **ahead}  # the arrival row first: the lock order
+        head = rows[:MANY]
+        params = [*itertools.chain.from_iterable(counts.items()), count]
+        params.extend(itertools.chain.from_iterable(head))
+        found = self.execute(q.claim_arriving_sql(len(counts), len(head)), params)
+        before = next(int(taken) for taken, *_ in found if taken is not None)
+        claimed = {(name, source, key) for taken, name, source, key in found if taken is None}
+        if len(rows) > MANY:
+            tail = [(*row[:7], before + row[7], before + row[8]) for row in rows[MANY:]]
+            claimed |= claim_inbox_rows(self, tail)
+        return before, {}, outcomes_of_claim(self, INBOX, rows, claimed)
 
     # --- counters --------------------------------------------------------------------------
 
