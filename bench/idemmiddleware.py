@@ -4,9 +4,11 @@ Starlette endpoint under uvicorn, against the bare endpoint, one keep-alive clie
 
 - a replay: every request repeats its client's key, answered from the ledger without running
   the endpoint (checked afterwards: the endpoint ran once per client);
-- a first request: every request a new key, so the middleware claims and completes each.
+- a first request: every request a new key, so the middleware claims and completes each;
+- a first request whose endpoint completes the key itself, in the transaction of its row on
+  the ledger's file (``HeldKey.complete``): the middleware only claims.
 
-The endpoint's effect is one one-row FULL commit (``bench/userapps.py``). The first request's
+The endpoint's effect is one one-row FULL commit (``bench/userapps.py``). Each first request's
 extra time over the bare endpoint is also shown in one-row FULL commits of the same folder,
 measured in the same run.
 """
@@ -39,7 +41,20 @@ WORDS = {
     "bare": "the bare endpoint",
     "first": "`IdempotencyMiddleware`, a new key each request",
     "replay": "`IdempotencyMiddleware`, a replay each request",
+    "in_tx": "`IdempotencyMiddleware`, a new key each request, completed in the endpoint's "
+    "transaction",
 }
+#: Each served app, its workloads, and its ledger's file.
+APPS = (
+    ("bare_app", ("bare",), "ledger"),
+    ("idempotent_app", ("first", "replay"), "ledger"),
+    ("in_transaction_app", ("in_tx",), "ledger-tx"),
+)
+#: The extra time of each mode's first request: (figure, workload, words).
+EXTRAS = (
+    ("idem_mw.extra", "first", "the key completed by the middleware"),
+    ("idem_mw.extra_in_tx", "in_tx", "the key completed in the endpoint's transaction"),
+)
 
 
 def _load(base: str, kind: str, tag: str, seconds: float) -> LoadResult:
@@ -61,11 +76,10 @@ def measure(plan: Plan, results: Results) -> None:
     with scratch("idem-mw") as folder:
         for rep in range(plan.reps):
             rates: dict[str, float] = {}
-            env = {"BENCH_ORDERS_DB": str(folder / f"orders-{rep}.db"),
-                   "BENCH_LEDGER_DB": str(folder / f"ledger-{rep}.db")}  # fmt: skip
-            # Each order in turn goes first: the shared disk's fsync time drifts within a run.
-            apps = [("bare_app", ("bare",)), ("idempotent_app", ("first", "replay"))]
-            for app, kinds in apps if rep % 2 == 0 else apps[::-1]:
+            # Each app in turn goes first: the shared disk's fsync time drifts within a run.
+            for app, kinds, ledger in APPS[rep % 3 :] + APPS[: rep % 3]:
+                env = {"BENCH_ORDERS_DB": str(folder / f"orders-{rep}.db"),
+                       "BENCH_LEDGER_DB": str(folder / f"{ledger}-{rep}.db")}  # fmt: skip
                 with served(app, folder, **env) as base:
                     for kind in kinds:
                         load = _load(base, kind, f"{kind}{rep}", plan.load_seconds)
@@ -73,10 +87,11 @@ def measure(plan: Plan, results: Results) -> None:
             commit = 1e6 / timed_loop(one_row_committer(str(folder / f"floor-{rep}.db")),
                                       plan.floor_seconds)  # fmt: skip
             results.add("idem_mw.commit", "one-row commit, SQLite FULL, same folder", "µs", commit)
-            if all(rates.values()):
-                extra = 1e6 * (1 / rates["first"] - 1 / rates["bare"])
-                results.add("idem_mw.extra", "a first request's time over the bare endpoint's, "
-                            "in FULL commits", "commits", extra / commit)  # fmt: skip
+            for key, kind, words in EXTRAS:
+                if rates[kind] and rates["bare"]:
+                    extra = 1e6 * (1 / rates[kind] - 1 / rates["bare"])
+                    results.add(key, f"a first request's time over the bare endpoint's, {words}, "
+                                "in FULL commits", "commits", extra / commit)  # fmt: skip
 
 
 def _record(results: Results, kind: str, load: LoadResult) -> float:

@@ -23,16 +23,27 @@ ANSWER = (
 )
 
 
-def one_row_committer(path: str) -> Callable[[], None]:
-    """A function that makes one one-row commit in ``path`` (WAL, synchronous=FULL)."""
+#: The one row of a one-row commit, and its statement.
+ONE_ROW = "INSERT INTO t (v) VALUES (?)"
+ROW = ("x" * 40,)
+
+
+def one_row_connection(path: str) -> sqlite3.Connection:
+    """A connection to ``path`` (WAL, synchronous=FULL, autocommit) with the one-row table."""
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("PRAGMA journal_mode = WAL")
     db.execute("PRAGMA synchronous = FULL")
     db.execute("CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
+    return db
+
+
+def one_row_committer(path: str) -> Callable[[], None]:
+    """A function that makes one one-row commit in ``path`` (WAL, synchronous=FULL)."""
+    db = one_row_connection(path)
 
     def commit() -> None:
         db.execute("BEGIN IMMEDIATE")
-        db.execute("INSERT INTO t (v) VALUES (?)", ("x" * 40,))
+        db.execute(ONE_ROW, ROW)
         db.execute("COMMIT")
 
     return commit

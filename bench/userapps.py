@@ -6,7 +6,10 @@ factory reading its database from the environment:
   ``IdempotencyMiddleware`` (``BENCH_LEDGER_DB``). Its effect is one durable commit (a row in
   the SQLite file ``BENCH_ORDERS_DB``, synchronous=FULL), what a real endpoint would at least
   do; it answers the order it was sent and how many times it has run, and ``GET /runs`` tells
-  that count, so a replay that ran it shows.
+  that count, so a replay that ran it shows;
+- ``in_transaction_app``: the same endpoint behind the middleware, writing its row and the
+  key's completion (``request.state.idempotency.complete``) in one transaction on the
+  ledger's own SQLite file (synchronous=FULL): one durable commit for the effect and the key.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -28,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
-from .rawserver import one_row_committer
+from .rawserver import ONE_ROW, ROW, one_row_committer, one_row_connection
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,16 +42,19 @@ def inbox_app() -> Starlette:
     return Starlette(routes=[Mount("/", app=Inbox(os.environ["BENCH_INBOX_DB"]).asgi())])
 
 
-def bare_app() -> Starlette:
+def _shop(effect: Callable[[Request, bytes], None]) -> Starlette:
+    """``POST /orders`` answering ``body`` once ``effect(request, body)`` committed it, and
+    ``GET /runs``."""
     runs = itertools.count(1)
     ran = [0]
-    commit = one_row_committer(os.environ["BENCH_ORDERS_DB"])
 
     async def orders(request: Request) -> Response:
         sent = json.loads(await request.body())
-        commit()  # on the loop: the workloads have one client, so nothing waits behind it
-        ran[0] = next(runs)
-        return JSONResponse({"order": sent["key"], "run": ran[0]}, 201)
+        run = next(runs)
+        body = json.dumps({"order": sent["key"], "run": run}).encode()
+        effect(request, body)  # on the loop: the workloads have one client, so nothing waits
+        ran[0] = run
+        return Response(body, 201, media_type="application/json")
 
     async def count(request: Request) -> Response:
         return JSONResponse({"runs": ran[0]})
@@ -57,10 +63,36 @@ def bare_app() -> Starlette:
                              Route("/runs", count, methods=["GET"])])  # fmt: skip
 
 
+def bare_app() -> Starlette:
+    commit = one_row_committer(os.environ["BENCH_ORDERS_DB"])
+    return _shop(lambda request, body: commit())
+
+
 def idempotent_app() -> Any:
     from ackledger import IdempotencyMiddleware, Ledger
 
     return IdempotencyMiddleware(bare_app(), Ledger(os.environ["BENCH_LEDGER_DB"]))
+
+
+def in_transaction_app() -> Any:
+    from ackledger import IdempotencyMiddleware, Ledger
+
+    ledger = Ledger(os.environ["BENCH_LEDGER_DB"])  # its schema first, then the order table
+    db = one_row_connection(os.environ["BENCH_LEDGER_DB"])
+
+    def effect(request: Request, body: bytes) -> None:
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute(ONE_ROW, ROW)
+            request.state.idempotency.complete(
+                db, status=201, body=body, headers={"Content-Type": "application/json"}
+            )
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    return IdempotencyMiddleware(_shop(effect), ledger)
 
 
 def _get(port: int, path: str) -> bytes:

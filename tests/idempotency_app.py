@@ -83,22 +83,28 @@ def build(
 
     def in_transaction(request: Request) -> Response:
         # The endpoint writes its effect and the key's completion in one transaction of its
-        # own; a rollback (?rollback=1) leaves neither.
+        # own; a rollback (?rollback=1, answered 500; ?rollback=refuse, answered 422) leaves
+        # neither. ?answer=other commits both, then answers other than what it stored.
         held = held_key(request.scope)
         assert held is not None
         answer = json.dumps({"paid": True}).encode()
+        rollback = request.query_params.get("rollback")
         conn = connect(target)
         try:
             conn.execute(insert, ("in_tx", "paid"))
             held.complete(
                 conn, status=201, body=answer, headers={"Content-Type": "application/json"}
             )
-            if request.query_params.get("rollback"):
+            if rollback:
                 conn.rollback()
+                if rollback == "refuse":
+                    return JSONResponse({"error": "refused"}, 422)
                 return JSONResponse({"error": "rolled back"}, 500)
             conn.commit()
         finally:
             conn.close()
+        if request.query_params.get("answer") == "other":
+            return JSONResponse({"paid": "otherwise"}, 200)
         return Response(answer, 201, media_type="application/json")
 
     async def read(request: Request) -> Response:

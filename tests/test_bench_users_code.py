@@ -8,6 +8,7 @@ counts only when the endpoint did not run again, so the bare endpoint's "replays
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,9 @@ def test_the_page_shows_each_users_code_figure_and_its_ratio_beside_its_goal(
             _figure("idem_mw.bare.rps", 900, 1000, 1100),
             _figure("idem_mw.replay.rps", 1200),
             _figure("idem_mw.first.rps", 400),
-            _figure("idem_mw.extra", 0.5),
+            _figure("idem_mw.in_tx.rps", 800),
+            _figure("idem_mw.extra", 1.5),
+            _figure("idem_mw.extra_in_tx", 0.25),
         ),
     }
     path = tmp_path / "benchmarks.json"
@@ -67,10 +70,16 @@ def test_the_page_shows_each_users_code_figure_and_its_ratio_beside_its_goal(
     assert "| 0.50 x | ≥ 0.8 | **no** |" in row("`Inbox.asgi()` under uvicorn / `serve sink`, 1")
     assert "| 0.90 x | ≥ 0.8 | yes |" in row("`Inbox.asgi()` under uvicorn / `serve sink`, 8")
     assert "| 1.20 x | ≥ 1 | yes |" in row("`IdempotencyMiddleware` replay /")
-    assert "| 0.40 x | — |" in row("`IdempotencyMiddleware` first request /")
+    assert "| 0.40 x | — |" in row("`IdempotencyMiddleware` first request (default) /")
+    assert "| 0.80 x | — |" in row("`IdempotencyMiddleware` first request, completed in")
     assert "| 1,000 (900 to 1,100) |" in row("bare endpoint under uvicorn")
     assert "| 1,000 / 2,000 |" in row("`serve sink` /events, 1 / 8")
-    assert "| 0.50 |" in row("a first request's extra time")
+    assert "| 400 |" in row("`IdempotencyMiddleware`, a new key each request, the middleware")
+    assert "| 800 |" in row("`IdempotencyMiddleware`, a new key each request, the endpoint")
+    # The goal stands on the row of the mode that keeps the effect and its key together.
+    default = row("a first request's extra time, the middleware completes the key (default)")
+    assert "| 1.50 |" in default and "goal" not in default
+    assert "(goal ≤ 1) | 0.25 |" in row("a first request's extra time, the key completed in")
     assert page.index("## The user's own code") < page.index("## Floors and ratios")
     assert json.loads(path.read_text())["sections"]["asgi"]["plan"] == "quick"
 
@@ -91,13 +100,21 @@ def test_the_consumers_ratio_is_the_median_of_each_rounds_own(tmp_path: Path) ->
 
 
 def test_a_replay_counts_only_if_the_endpoint_did_not_run_again(tmp_path: Path) -> None:
-    ledger = str(tmp_path / "ledger.db")
     orders = str(tmp_path / "orders.db")
-    with served("idempotent_app", tmp_path, BENCH_LEDGER_DB=ledger, BENCH_ORDERS_DB=orders) as base:
-        replay = _load(base, "replay", "t", 0.3)
-        first = _load(base, "first", "t", 0.3)
-    assert replay.requests > 3 and replay.all_expected, replay.wrong
-    assert first.requests > 3 and first.all_expected, first.wrong
+    for app in ("idempotent_app", "in_transaction_app"):
+        ledger = str(tmp_path / f"{app}.db")
+        with served(app, tmp_path, BENCH_LEDGER_DB=ledger, BENCH_ORDERS_DB=orders) as base:
+            replay = _load(base, "replay", "t", 0.3)
+            first = _load(base, "first", "t", 0.3)
+        assert replay.requests > 3 and replay.all_expected, (app, replay.wrong)
+        assert first.requests > 3 and first.all_expected, (app, first.wrong)
+    # The endpoint wrote its rows and the keys in one file: one row per key it ran for.
+    with sqlite3.connect(ledger) as db:
+        (rows,) = db.execute("SELECT COUNT(*) FROM t").fetchone()
+        (keys,) = db.execute(
+            "SELECT COUNT(*) FROM ackledger_idempotency_keys WHERE state = 'completed'"
+        ).fetchone()
+    assert rows == keys == first.requests + 1
     # Without the middleware every "replay" runs the endpoint: refused, never a rate.
     with served("bare_app", tmp_path, BENCH_ORDERS_DB=orders) as base:
         bare = _load(base, "replay", "t", 0.3)

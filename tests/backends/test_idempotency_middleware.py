@@ -249,6 +249,24 @@ def test_the_endpoint_completes_the_key_in_its_own_transaction(
     assert _effects(target) == [("in_tx", "paid")]
 
 
+def test_what_the_endpoint_answers_beside_its_own_completion_is_kept_only_if_committed(
+    client: AppClient, target: Target
+) -> None:
+    # Its transaction rolled back and it refused the request: the refusal is the key's answer.
+    refused = client.post("/in-tx?rollback=refuse", b"", {"Idempotency-Key": "r"})
+    assert (refused.status_code, refused.json()) == (422, {"error": "refused"})
+    again = client.post("/in-tx?rollback=refuse", b"", {"Idempotency-Key": "r"})
+    assert (again.status_code, again.json()) == (422, {"error": "refused"})
+    assert again.headers["idempotent-replayed"] == "true"
+    # Its completion committed: what it stored stands, whatever it answered after.
+    other = client.post("/in-tx?answer=other", b"", {"Idempotency-Key": "o"})
+    assert (other.status_code, other.json()) == (200, {"paid": "otherwise"})
+    again = client.post("/in-tx?answer=other", b"", {"Idempotency-Key": "o"})
+    assert (again.status_code, again.json()) == (201, {"paid": True})
+    assert _effects(target) == [("in_tx", "paid")]
+    assert _keys(target) == [("o", "completed"), ("r", "completed")]
+
+
 def test_keys_expire_after_ttl(client: AppClient, target: Target) -> None:
     assert _post(client, "/orders", "k").status_code == 201
     target.execute("UPDATE ackledger_idempotency_keys SET expires_at = expires_at - 86400")

@@ -134,6 +134,8 @@ class HeldKey:
     completed: bool = field(default=False)
     #: Where a completion is counted (the middleware's ledger's).
     outcomes: KeyOutcomes | None = field(default=None, repr=False)
+    #: The answer the last completion wrote, as stored: (result, body).
+    _stored: tuple[str, bytes] | None = field(default=None, repr=False)
 
     def _complete(
         self, tx: Tx, status: int, body: bytes, headers: Mapping[str, str] | None
@@ -148,8 +150,10 @@ class HeldKey:
             tx, HTTP_SCOPE, self.key, self._token, result=stored, body=body, now=time.time()
         )
         self.completed = self.completed or done
-        if done and self.outcomes is not None:
-            self.outcomes.add("completed")
+        if done:
+            self._stored = (stored, body)
+            if self.outcomes is not None:
+                self.outcomes.add("completed")
         return done
 
     def complete(
@@ -358,6 +362,11 @@ class IdempotencyMiddleware:
             await answer.flush()
             return
         stored = json.dumps({"status": status, "headers": answer.kept_headers()})
+        # The endpoint stored this very answer in its transaction: nothing left to write. Any
+        # other (its transaction rolled back, say) is stored here; a completed key refuses it.
+        if held._stored == (stored, answer.body()):
+            await answer.flush()
+            return
         # Stored before the last byte is sent: a client never holds an answer a repeat of its
         # request would not get again.
         await self._calls.call(self._complete, key, token, stored, answer.body())
