@@ -428,7 +428,7 @@ class Relay:
             pick.done()
         return busy
 
-    def step(self, source: RelaySource, window: int = 1) -> list[str]:
+    def step(self, source: RelaySource, window: int) -> list[str]:
         """One dispatch call, with up to ``window`` batches in flight in batch rounds; returns
         the ids marked sent, raises what stopped it."""
         self._sends.new_round()

@@ -98,6 +98,12 @@ _RESERVE = (
 )
 
 
+def numbered_from(before: int, rows: Sequence[Params]) -> list[tuple[Any, ...]]:
+    """Claim rows whose arrival numbers (their last two values) count from a block's start,
+    numbered from ``before``, the number before the block."""
+    return [(*row[:7], before + row[7], before + row[8]) for row in rows]
+
+
 class InboxQueries(CounterQueries):
     def inbox_claim_all(self, rows: Sequence[Params]) -> list[Outcome]:
         """``inbox_claim`` of many distinct identities, in one multi-row INSERT per 64; each
@@ -136,8 +142,7 @@ class InboxQueries(CounterQueries):
         locked before any receipt, as by the two calls. Here two statements; PostgreSQL's is
         one (``postgres.tx``): a round trip fewer for every transaction of the sink."""
         before, owed = self.inbox_reserve_arrivals(count, ahead)
-        numbered = [(*row[:7], before + row[7], before + row[8]) for row in rows]
-        return before, owed, self.inbox_claim_all(numbered)
+        return before, owed, self.inbox_claim_all(numbered_from(before, rows))
 
     def inbox_note_receipts(
         self, name: str, identities: Sequence[tuple[str, str]], now: float

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..._core.idempotency import Claim, Outcome
 from ..base import Params, Row, Tx
 from ..claims import claim_once, claimed, outcomes_of_claim
-from ..inbox import ARRIVAL
+from ..inbox import ARRIVAL, numbered_from
 from ..keys import DELIVERIES, INBOX, MANY, OUTBOX, claim_inbox_rows
 from ..ledger import INSERT_CONTROL, PURGE_CHUNK
 from ..outbox import Place, outbox_claim_row
@@ -135,8 +135,7 @@ class PostgresTx(Tx):
         before = next(int(taken) for taken, *_ in found if taken is not None)
         claimed = {(name, source, key) for taken, name, source, key in found if taken is None}
         if len(rows) > MANY:
-            tail = [(*row[:7], before + row[7], before + row[8]) for row in rows[MANY:]]
-            claimed |= claim_inbox_rows(self, tail)
+            claimed |= claim_inbox_rows(self, numbered_from(before, rows[MANY:]))
         return before, {}, outcomes_of_claim(self, INBOX, rows, claimed)
 
     # --- counters --------------------------------------------------------------------------
