@@ -267,6 +267,36 @@ def test_what_the_endpoint_answers_beside_its_own_completion_is_kept_only_if_com
     assert _keys(target) == [("o", "completed"), ("r", "completed")]
 
 
+def test_on_postgresql_every_write_of_a_first_request_waits_for_its_commit(
+    target: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL can lose an asynchronous commit while its client runs on, so there the claim
+    and the completion are both durable: no transaction of the middleware turns
+    ``synchronous_commit`` off (SQLite's claim does skip its fsync:
+    tests/test_idempotent_syncs.py)."""
+    if target.dialect != "postgres":
+        pytest.skip("SQLite's fsyncs are counted under strace")
+    import psycopg
+
+    sent: list[str] = []
+    execute = psycopg.Cursor.execute
+
+    def seen(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append(str(query))
+        return execute(cursor, query, *args, **kwargs)
+
+    target.execute(EFFECTS)
+    app = build(target.ref, lease="3s", sleep=0.0)
+    monkeypatch.setattr(psycopg.Cursor, "execute", seen)
+    with AppClient(app) as client:
+        for key in ("a", "b"):
+            assert client.post("/orders", b"{}", {"Idempotency-Key": key}).status_code == 201
+        assert client.post("/in-tx", b"", {"Idempotency-Key": "c"}).status_code == 201
+    app.close()
+    assert sum("INSERT INTO ackledger_idempotency_keys" in sql for sql in sent) == 3
+    assert not [sql for sql in sent if "synchronous_commit" in sql]
+
+
 def test_keys_expire_after_ttl(client: AppClient, target: Target) -> None:
     assert _post(client, "/orders", "k").status_code == 201
     target.execute("UPDATE ackledger_idempotency_keys SET expires_at = expires_at - 86400")
