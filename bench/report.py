@@ -563,11 +563,15 @@ def _against(against: dict[str, Any]) -> list[str]:
     facts = [f"`{p.key}` {_num(p.theirs)} there, {_num(p.ours)} here"
              for p in comparison.changed_facts()]  # fmt: skip
     failed = [f"{what} ({why})" for what, why in against["failed"].items()]
+    wrong = against.get("refused_theirs", {})
     for head, items in (
         ("Counts and shares that differ", facts),
-        ("Refused or not measured in one of the two", [f"`{k}`" for k in comparison.unmeasured]),
+        (f"Refused in {rev}, whose suite counted them although its service did not answer "
+         "as the workload expects", [f"`{k}` ({why})" for k, why in wrong.items()]),
+        ("Refused or not measured in one of the two",
+         [f"`{k}`" for k in comparison.unmeasured if k not in wrong]),
         ("Failed", failed),
-    ):
+    ):  # fmt: skip
         if items:
             lines += ["", f"{head}: {'; '.join(items)}."]
     return lines

@@ -10,11 +10,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from bench import moved, report, store
+from bench import against, moved, report, store
 from bench.__main__ import SECTIONS, main, measure
 from bench.against import read_figures
 from bench.common import QUICK
@@ -164,3 +165,50 @@ def test_the_help_names_the_option_and_its_threshold(capsys: pytest.CaptureFixtu
         main(["--help"])
     assert done.value.code == 0
     assert "--against REV" in capsys.readouterr().out
+
+
+def test_an_earlier_suites_figures_after_wrong_answers_are_refused(tmp_path: Path) -> None:
+    """REV's section runs with its load client's answers kept: what it added after a load that
+    got anything but 2xx is refused with those answers, the rest read as REV measured them."""
+    package = tmp_path / "bench"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "load.py").write_text(
+        "class Load:\n"
+        "    def __init__(self, statuses):\n"
+        "        self.statuses = statuses\n"
+        "def run_load(statuses):\n"
+        "    return Load(statuses)\n"
+    )
+    (package / "common.py").write_text(
+        "QUICK, FULL = 'quick', 'full'\n"
+        "class Figure:\n"
+        "    def __init__(self, key, label, unit, value):\n"
+        "        self.key, self.label, self.unit, self.value = key, label, unit, value\n"
+        "    def as_dict(self):\n"
+        "        return {'key': self.key, 'label': self.label, 'unit': self.unit,\n"
+        "                'median': self.value}\n"
+        "class Results:\n"
+        "    def __init__(self):\n"
+        "        self.figures = {}\n"
+        "    def add(self, key, label, unit, value):\n"
+        "        self.figures[key] = Figure(key, label, unit, value)\n"
+    )
+    (package / "__main__.py").write_text(
+        "from .load import run_load\n"
+        "def section(plan, results):\n"
+        "    results.add('before', 'no load yet', '/s', 1.0)\n"
+        "    run_load({200: 5, 201: 5})\n"
+        "    results.add('good', 'all 2xx', '/s', 2.0)\n"
+        "    run_load({400: 7})\n"
+        "    results.add('bad', 'all 400', '/s', 3.0)\n"
+        "SECTIONS = {'s': section}\n"
+    )
+    out = tmp_path / "theirs.json"
+    python = Path(sys.executable)
+    assert against._run(python, tmp_path, "--quick", "s", out, side=against.THEIRS) == ""
+    found = read_figures(out)
+    assert {key: figure["median"] for key, figure in found.items()} == {
+        "before": 1.0, "good": 2.0, "bad": None,
+    }  # fmt: skip
+    assert found["bad"]["why"] == "answered {400: 7}"
