@@ -2,8 +2,9 @@
 trace, with the outcome of each call checked too.
 
 Every group is one write transaction: the arrival numbers, ONE claim of every identity, each
-new event's handler in a savepoint of its own (none for a transaction's only event: its
-failure undoes the whole transaction), the counts in one upsert. A lone event is read
+new event's handler, the counts in one upsert. No handler runs in a savepoint until one
+fails: that undoes the whole transaction, and a group is then applied again with a savepoint
+per handler, so that only the failing event's run stops. A lone event is read
 by key first (not a consumer's message: its claim tells a redelivery), and a lone re-send is
 answered from that read and noted in one write transaction, with no write attempt rolled
 back. A run stopped by a conflict gives back the
@@ -56,7 +57,8 @@ def _verbs(seen: list[str]) -> list[str]:
     return [statement.split()[0].upper() for statement in seen]
 
 
-#: A new event's own statements: its savepoint, its handler's one write, the release.
+#: A new event's own statements in a group applied again: its savepoint, its handler's one
+#: write, the release.
 NEW = ["SAVEPOINT", "INSERT", "RELEASE"]
 
 
@@ -167,10 +169,57 @@ def test_a_group_of_new_events_is_one_claim_whatever_its_size(
     runs = [[_event(f"g-{n}", f"sku-{n % 8}", 1 + n % 3)] for n in range(16)]
     results = inbox.receive_runs(runs)
     assert [r.statuses for r in results] == [["applied"]] * 16
-    assert _verbs(seen) == ["BEGIN", "SELECT", "INSERT", *NEW * 16, "INSERT", "COMMIT"]
+    # The handlers' writes one after the other: no savepoint while none fails.
+    assert _verbs(seen) == ["BEGIN", "SELECT", "INSERT", *["INSERT"] * 16, "INSERT", "COMMIT"]
     assert not [statement for statement in seen if "RETURNING" in statement.upper()]
     assert sum(inbox.stock(f"sku-{n}") for n in range(8)) == sum(1 + n % 3 for n in range(16))
     assert inbox.counters() == {"applied": 16, "duplicate": 0, "conflict": 0}
+
+
+def test_a_failing_handler_rolls_the_group_back_and_it_is_applied_again_with_savepoints(
+    tmp_path: Path,
+) -> None:
+    calls: list[str] = []
+
+    def record(tx: HandlerTransaction, event: dict[str, Any]) -> None:
+        calls.append(event["id"])
+        tx.execute("INSERT INTO user_orders (id) VALUES (?)", (event["id"],))
+        if event["data"]["n"] < 0:
+            raise RuntimeError("refused by the handler")
+
+    inbox = Inbox(tmp_path / "inbox.db", handlers={"com.example.placed": record})
+    with inbox._db.write() as tx:
+        tx.execute("CREATE TABLE user_orders (id TEXT PRIMARY KEY)")
+    seen: list[str] = []
+    inbox._db._conn.set_trace_callback(seen.append)  # type: ignore[attr-defined]
+    try:
+        runs = [
+            [new_event("com.example.placed", {"n": n}, source=SOURCE, id=f"f-{n}")]
+            for n in (1, -2, 3)
+        ]
+        results = inbox.receive_runs(runs)
+    finally:
+        inbox._db._conn.set_trace_callback(None)  # type: ignore[attr-defined]
+    assert [r.statuses for r in results] == [["applied"], [], ["applied"]]
+    assert isinstance(results[1].error, RuntimeError) and results[0].error is None
+    # The first attempt stopped at the failure (its third handler never ran) and was rolled
+    # back whole; the second ran every handler in a savepoint of its own.
+    assert calls == ["f-1", "f--2", "f-1", "f--2", "f-3"]
+    verbs = _verbs(seen)
+    first = verbs.index("ROLLBACK")
+    assert verbs[:first] == ["BEGIN", "SELECT", "INSERT", "INSERT", "INSERT"]
+    assert "SAVEPOINT" not in verbs[:first]
+    again = verbs[first + 1 :]
+    assert again[:3] == ["BEGIN", "SELECT", "INSERT"] and again[-2:] == ["INSERT", "COMMIT"]
+    # f--2's write undone, its claim and f-3's given back (a DELETE each), f-3 claimed again.
+    undone = ["SAVEPOINT", "INSERT", "ROLLBACK", "RELEASE", "DELETE", "DELETE", "INSERT"]
+    assert again[3:-2] == [*NEW, *undone, *NEW]
+    assert inbox.counters() == {"applied": 2, "duplicate": 0, "conflict": 0}
+    inbox.close()
+    rows = raw_rows(tmp_path / "inbox.db", "SELECT id FROM user_orders ORDER BY id")
+    assert rows == [("f-1",), ("f-3",)]
+    receipts = raw_rows(tmp_path / "inbox.db", "SELECT id FROM ackledger_inbox ORDER BY id")
+    assert receipts == [("f-1",), ("f-3",)]
 
 
 def test_a_group_of_resends_runs_no_handler(traced: tuple[Inbox, list[str]]) -> None:

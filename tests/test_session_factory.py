@@ -105,7 +105,7 @@ def test_a_session_commits_the_rows_with_their_receipts_and_keeps_the_prefix_rul
     assert shipped(db) == ["s-1", "s-2", "s-5"]
 
 
-def test_only_a_lone_event_goes_without_a_savepoint_and_its_rows_fail_as_its_own(
+def test_savepoints_only_after_a_failure_and_a_handlers_rows_fail_as_its_own(
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "shipping.db"
@@ -124,15 +124,27 @@ def test_only_a_lone_event_goes_without_a_savepoint_and_its_rows_fail_as_its_own
         assert alone.statuses == ["applied"] and seen == ["INSERT"]
         seen.clear()
         (batch,) = inbox.receive_runs([[requested("s-2"), requested("s-3")]], awaiting=True)
-        assert batch.statuses == ["applied", "applied"]
-        assert seen == ["SAVEPOINT", "INSERT", "RELEASE"] * 2
+        # Each handler's rows flushed right after it, no savepoint while none fails.
+        assert batch.statuses == ["applied", "applied"] and seen == ["INSERT"] * 2
+        seen.clear()
         # Its row, still pending when the handler returned, breaks the key: the handler's
         # error (flushed in its call, not at the commit), and nothing of it stays.
         (clash,) = inbox.receive_runs([[requested("s-4", row="s-1")]], awaiting=True)
         assert clash.statuses == [] and isinstance(clash.error, IntegrityError)
         assert inbox.receipt("s-4") is None
-        assert inbox.counters()["applied"] == 3
-    assert shipped(db) == ["s-1", "s-2", "s-3"]
+        seen.clear()
+        # In a group: the first attempt stops at the clash and is rolled back; the group is
+        # applied again with a savepoint per handler, and only the clashing run stops.
+        first, second = inbox.receive_runs(
+            [[requested("s-5")], [requested("s-6", row="s-2")]], awaiting=True
+        )
+        assert first.statuses == ["applied"] and first.error is None
+        assert second.statuses == [] and isinstance(second.error, IntegrityError)
+        assert seen[:2] == ["INSERT", "INSERT"]
+        assert seen[2:] == ["SAVEPOINT", "INSERT", "RELEASE", "SAVEPOINT", "INSERT", "ROLLBACK"]
+        assert inbox.receipt("s-5") is not None and inbox.receipt("s-6") is None
+        assert inbox.counters()["applied"] == 4
+    assert shipped(db) == ["s-1", "s-2", "s-3", "s-5"]
 
 
 def test_a_session_is_told_by_its_database_not_by_how_it_is_written(tmp_path: Path) -> None:

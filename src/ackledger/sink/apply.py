@@ -93,9 +93,10 @@ def conflict(item: Item) -> Conflict:
     )
 
 
-class LoneFailed(Exception):
-    """The handler of a transaction's only event raised (its ``__cause__``): it ran without
-    a savepoint, so the caller rolls the whole transaction back, then ``take_arrival``."""
+class Unguarded(Exception):
+    """A handler raised (its ``__cause__``) with no savepoint around it: the caller rolls the
+    whole transaction back, then applies a group again with ``guarded`` (its other handlers
+    run again: their first run was rolled back with it), or a lone event ``take_arrival``."""
 
 
 def take_arrival(tx: Tx) -> None:
@@ -113,18 +114,23 @@ def apply_runs(
     *,
     handler_arg: object = None,
     name: str = DEFAULT_NAME,
+    guarded: bool = False,
 ) -> list[BatchResult]:
     """Apply ``runs`` in ``tx`` as the inbox ``name``; each run's result as if it were
     applied alone after the runs before it. The caller commits (a rolled-back attempt
     applied and counted nothing). Handlers get ``handler_arg`` as their first argument (the
     caller's own connection, for ``receive(using=)``), or else a ``HandlerTransaction`` on
-    ``tx``."""
+    ``tx``. ``guarded``: each handler of a transaction of more than one event in a savepoint
+    of its own; without it a failing handler raises ``Unguarded`` (handlers seldom fail, and
+    on a server database a savepoint costs two round trips per event)."""
     total = sum(map(len, runs))
     # Counted ahead as if every event applies (the common case), by the statement that takes
     # the arrival numbers where the dialect can (PostgreSQL: a round trip fewer); the walk's
     # own tally corrects it in the last bump, which a wholly applied run then needs not.
     ahead = {APPLIED_COUNTER: total}
-    walk = _Walk(tx, now, awaiter, guarded=total > 1, handler_arg=handler_arg, name=name)
+    walk = _Walk(
+        tx, now, awaiter, guarded=guarded and total > 1, handler_arg=handler_arg, name=name
+    )
     owed = walk.claim(runs, ahead)
     results: list[BatchResult] = []
     left = runs
@@ -167,7 +173,7 @@ class _Walk:
     ) -> None:
         self.tx = tx
         self.name = name
-        #: A savepoint per handler: only where the transaction holds more than its event.
+        #: A savepoint per handler (else a failure raises ``Unguarded``).
         self.guarded = guarded
         self.now = now
         self.awaiter = awaiter
@@ -257,10 +263,8 @@ class _Walk:
                 except NotAwaited:
                     raise
                 except Exception as exc:
-                    raise LoneFailed from exc
-                self.stored[key] = item.fingerprint
-                self.tally[APPLIED_COUNTER] = 1  # the transaction's only event
-                statuses.append(APPLIED)
+                    raise Unguarded from exc
+                self._applied(item, statuses)
                 return None
             # A savepoint holds the handler's writes: its failure undoes them and this
             # event's claim, and nothing before it (this run's or another's).

@@ -32,7 +32,7 @@ from .apply import (
     DUPLICATE,
     BatchResult,
     Item,
-    LoneFailed,
+    Unguarded,
     apply_runs,
     noted_resend,
     take_arrival,
@@ -229,10 +229,10 @@ class Inbox(InboxRecords):
         try:
             if awaiting:
                 with HandlerAwaiter() as awaiter:
-                    results = self._apply(runs, awaiter)
+                    results = self._apply_all(runs, awaiter)
             else:
-                results = self._apply(runs, None)
-        except LoneFailed as failed:
+                results = self._apply_all(runs, None)
+        except Unguarded as failed:
             # The only event's handler raised: all of it was rolled back, and what is left
             # is its arrival number, as for the same failure in a batch.
             with self._db.write() as tx:
@@ -245,12 +245,27 @@ class Inbox(InboxRecords):
                 result.error = refused
         return results
 
-    def _apply(self, runs: Sequence[Sequence[Item]], awaiter: Awaiter | None) -> list[BatchResult]:
+    def _apply_all(
+        self, runs: Sequence[Sequence[Item]], awaiter: Awaiter | None
+    ) -> list[BatchResult]:
+        """``_apply`` without savepoints first; if a handler of a group raised, everything was
+        rolled back, and the group is applied again with a savepoint per handler, so that
+        only the failing event's run stops. A lone event's failure is raised (``Unguarded``)."""
+        try:
+            return self._apply(runs, awaiter, guarded=False)
+        except Unguarded:
+            if sum(map(len, runs)) == 1:
+                raise
+        return self._apply(runs, awaiter, guarded=True)
+
+    def _apply(
+        self, runs: Sequence[Sequence[Item]], awaiter: Awaiter | None, *, guarded: bool
+    ) -> list[BatchResult]:
         """``apply_runs`` in one write transaction, committed; the handlers get a
         ``HandlerTransaction`` on it (``session_factory.SessionInbox`` holds it in the user's
         own session instead)."""
         with self._db.write() as tx:
-            return apply_runs(tx, runs, time.time(), awaiter, name=self._name)
+            return apply_runs(tx, runs, time.time(), awaiter, name=self._name, guarded=guarded)
 
     def stock(self, sku: str) -> int:
         """The reference domain's stock of ``sku`` (0 for an unknown one): the plug-in that

@@ -20,7 +20,7 @@ from ..errors import NoHandler
 from ..event_types import EventTypes
 from ..store import Tx
 from ..store.borrowed import has_schema
-from .apply import DEFAULT_NAME, Item, LoneFailed, apply_runs
+from .apply import DEFAULT_NAME, Item, Unguarded, apply_runs
 from .handler_call import Awaiter, async_refused, is_async_handler
 from .handler_tx import Handler
 
@@ -61,7 +61,7 @@ def receive_using(
         (result,) = apply_runs(
             tx, [[item]], time.time(), awaiter, handler_arg=handler_arg, name=name
         )
-    except LoneFailed as failed:
+    except Unguarded as failed:
         # The caller rolls its transaction back: the handler's own error is what it sees.
         raise failed.__cause__ or failed from None
     if result.error is not None:

@@ -7,12 +7,11 @@ Without one, the services apply events in ackledger's own transaction and hand h
 the session as every handler's first argument, and the session commits. Anything raised
 rolls it back, so the receipt and the handler's ORM rows are durable together or not at all.
 
-Each handler runs inside a savepoint of the session's own (``begin_nested``): its pending
-ORM objects are flushed there, so a failing handler's rows (even unflushed ones) are undone
-with its receipt, and a constraint its rows break is that handler's error, not the group's.
-The only event of a transaction needs no savepoint (its failure rolls the whole transaction
-back, as ``apply_runs`` does with its own): its handler's pending objects are flushed right
-after it, so such a constraint is still the handler's error.
+A group's handlers first run with no savepoint: each one's pending ORM objects are flushed
+right after it, so a constraint its rows break is that handler's error, and any failure rolls
+the whole transaction back (as ``apply_runs`` does with its own). The group is then applied
+again with each handler inside a savepoint of the session's own (``begin_nested``), so a
+failing handler's rows (even unflushed ones) are undone with its receipt and nothing else.
 """
 
 from __future__ import annotations
@@ -218,7 +217,9 @@ class SessionInbox(Inbox):
     def runs_user_code(self) -> bool:
         return True  # the session itself is the user's: always off the service's loop
 
-    def _apply(self, runs: Sequence[Sequence[Item]], awaiter: Awaiter | None) -> list[BatchResult]:
+    def _apply(
+        self, runs: Sequence[Sequence[Item]], awaiter: Awaiter | None, *, guarded: bool
+    ) -> list[BatchResult]:
         def work(
             using: object,
             session: object,
@@ -230,15 +231,18 @@ class SessionInbox(Inbox):
             # A plug-in's handler (the lab's) writes SQL: it gets the transaction as always.
             sql = HandlerTransaction(tx)
             plugin = self.plugin_types
-            # The only event needs no savepoint (two round trips on a server database):
-            # apply_runs rolls everything back when its handler fails (LoneFailed).
-            hold = savepoint if sum(map(len, runs)) > 1 else functools.partial(_flushed, flush)
+            # Unguarded, a handler's failure rolls everything back (``Inbox._apply_all``).
+            guard = guarded and sum(map(len, runs)) > 1
+            hold = savepoint if guard else functools.partial(_flushed, flush)
             held = [
                 [_held(item, hold, awaiter, sql if item.event["type"] in plugin else None)
                  for item in run]
                 for run in runs
             ]  # fmt: skip
-            return apply_runs(tx, held, time.time(), awaiter, handler_arg=session, name=self._name)
+            now, name = time.time(), self._name
+            return apply_runs(
+                tx, held, now, awaiter, handler_arg=session, name=name, guarded=guarded
+            )
 
         return self._transactions.run(work, awaiter)
 
