@@ -6,7 +6,7 @@ factory reading its database from the environment:
   ``IdempotencyMiddleware`` (``BENCH_LEDGER_DB``). Its effect is one durable commit (a row in
   the SQLite file ``BENCH_ORDERS_DB``, synchronous=FULL), what a real endpoint would at least
   do; it answers the order it was sent and how many times it has run, and ``GET /runs`` tells
-  that count, so a replay that ran it shows;
+  that count (and the serving process), so a replay that ran it shows;
 - ``in_transaction_app``: the same endpoint behind the middleware, writing its row and the
   key's completion (``request.state.idempotency.complete``) in one transaction on the
   ledger's own SQLite file (synchronous=FULL): one durable commit for the effect and the key.
@@ -57,7 +57,7 @@ def _shop(effect: Callable[[Request, bytes], None]) -> Starlette:
         return Response(body, 201, media_type="application/json")
 
     async def count(request: Request) -> Response:
-        return JSONResponse({"runs": ran[0]})
+        return JSONResponse({"runs": ran[0], "pid": os.getpid()})
 
     return Starlette(routes=[Route("/orders", orders, methods=["POST"]),
                              Route("/runs", count, methods=["GET"])])  # fmt: skip
@@ -107,6 +107,11 @@ def _get(port: int, path: str) -> bytes:
 def runs(base_url: str) -> int:
     """How many times the served ``/orders`` endpoint has run."""
     return int(json.loads(_get(int(base_url.rsplit(":", 1)[1]), "/runs"))["runs"])
+
+
+def server_pid(base_url: str) -> int:
+    """The process that serves ``/orders``."""
+    return int(json.loads(_get(int(base_url.rsplit(":", 1)[1]), "/runs"))["pid"])
 
 
 def _free_port() -> int:
