@@ -21,7 +21,7 @@ from ackledger._core.warm_threads import WarmThreads
 from ackledger.envelope import canonical_json
 from ackledger.ops.processes import Service
 from ackledger.web.bodies import MAX_BATCH_BODY_BYTES
-from ackledger.web.fastpath import GroupCommit
+from ackledger.web.fastpath import WAIT_TURNS, GroupCommit
 
 from .conftest import raw_rows
 from .events import SOURCE, lab
@@ -232,6 +232,32 @@ def test_group_commit_gathers_one_turn_into_one_call() -> None:
 
     assert asyncio.run(scenario()) == [0, 10, 20, 30, 40, 70]
     assert calls == [[0, 1, 2, 3, 4], [7]]
+
+
+def test_under_concurrency_a_group_waits_a_few_turns_and_a_lone_one_does_not() -> None:
+    calls: list[list[int]] = []
+
+    def apply_all(items: Sequence[int]) -> list[int]:
+        calls.append(list(items))
+        return list(items)
+
+    async def later(group: GroupCommit[int, int], number: int, turns: int) -> int:
+        for _ in range(turns):
+            await asyncio.sleep(0)  # one turn of the loop
+        return await group.submit(number)
+
+    async def scenario() -> None:
+        group: GroupCommit[int, int] = GroupCommit(apply_all)
+        # Alone: the group goes on the next turn; one submitted two turns later is another.
+        await asyncio.gather(group.submit(1), later(group, 2, 2))
+        # After a group of two, the next waits: one submitted two turns later joins it.
+        await asyncio.gather(group.submit(3), group.submit(4))
+        await asyncio.gather(group.submit(5), later(group, 6, 2))
+        # Not beyond the wait.
+        await asyncio.gather(group.submit(7), later(group, 8, WAIT_TURNS + 2))
+
+    asyncio.run(scenario())
+    assert calls == [[1], [2], [3, 4], [5, 6], [7], [8]]
 
 
 def test_group_commit_failure_reaches_every_member() -> None:

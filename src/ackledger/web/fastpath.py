@@ -8,7 +8,10 @@ that path still gets Starlette's 405, and a mounted app is routed as before.
 
 ``GroupCommit`` lets requests that are ready in the same turn of the event loop share one
 write transaction: each request still gets its own result, and is answered only after the one
-commit that made it durable.
+commit that made it durable. Under concurrency (the last group held more than one request) a
+group waits a few more turns of the loop before it goes, so that the requests the last group's
+answers bring back join it: one commit for more of them. A lone client never waits: as
+PostgreSQL's ``commit_delay`` applies only with ``commit_siblings`` at work.
 """
 
 from __future__ import annotations
@@ -69,6 +72,11 @@ class PostRoute:
 Item = TypeVar("Item")
 Result = TypeVar("Result")
 
+#: The turns of the event loop a group waits under concurrency before it goes (each turn polls
+#: the sockets once: a few µs when nothing else is ready). `serve sink` on SQLite FULL with 8
+#: clients: 6,800 events/s at 0 turns, 9,200 at 2, 10,400 at 4, no more at 8.
+WAIT_TURNS = 4
+
 
 class GroupCommit(Generic[Item, Result]):
     """Gather the items submitted in one turn of the event loop into one ``apply_all`` call.
@@ -99,6 +107,8 @@ class GroupCommit(Generic[Item, Result]):
         self._scheduled = False
         #: The loop the pending flush (or the group in the thread) belongs to.
         self._flush_loop: asyncio.AbstractEventLoop | None = None
+        #: How many items the last group held: more than one, and the next one waits.
+        self._last_size = 0
 
     async def submit(self, item: Item) -> Result:
         loop = asyncio.get_running_loop()
@@ -113,10 +123,20 @@ class GroupCommit(Generic[Item, Result]):
         done: asyncio.Future[Result] = loop.create_future()
         self._waiting.append((item, done))
         if not self._scheduled:
-            self._scheduled = True
-            self._flush_loop = loop
-            loop.call_soon(self._flush)
+            self._schedule(loop, WAIT_TURNS if self._last_size > 1 else 0)
         return await done
+
+    def _schedule(self, loop: asyncio.AbstractEventLoop, turns: int) -> None:
+        self._scheduled = True
+        self._flush_loop = loop
+        loop.call_soon(self._turn, turns)
+
+    def _turn(self, left: int) -> None:
+        """One turn of the loop gone: the flush, or another turn to wait."""
+        if left and self._flush_loop is not None:
+            self._flush_loop.call_soon(self._turn, left - 1)
+        else:
+            self._flush()
 
     def _flush(self) -> None:
         self._scheduled = False
@@ -124,6 +144,7 @@ class GroupCommit(Generic[Item, Result]):
             return  # the group in the thread flushes what waits once it is done
         waiting, self._waiting = self._waiting, []
         items = [item for item, _ in waiting]
+        self._last_size = len(items)
         if self._thread_pool is not None:
             self._busy = True
             applied = self._thread_pool.start(self._apply_all, items)
@@ -147,8 +168,7 @@ class GroupCommit(Generic[Item, Result]):
         if self._waiting and not self._scheduled:
             loop = self._flush_loop
             assert loop is not None
-            self._scheduled = True
-            loop.call_soon(self._flush)
+            self._schedule(loop, 0)  # they waited for a whole group already
 
 
 def _settle(
