@@ -8,6 +8,8 @@ count; the caller commits. A run that stops gives back the fresh claims made bey
 (they were taken by the one claim before the walk reached them) and the walk goes on with the
 next run, claiming what is left again: nothing of an abandoned tail stays, and every later
 event's arrival number is the one it would have had if the runs were applied one by one.
+Handlers run with no savepoint unless the caller asks (``guarded``): a failure then raises
+``Unguarded``, the caller rolls back, and a group is applied again with one per handler.
 """
 
 from __future__ import annotations
