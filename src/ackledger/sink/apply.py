@@ -122,17 +122,16 @@ def apply_runs(
     applied alone after the runs before it. The caller commits (a rolled-back attempt
     applied and counted nothing). Handlers get ``handler_arg`` as their first argument (the
     caller's own connection, for ``receive(using=)``), or else a ``HandlerTransaction`` on
-    ``tx``. ``guarded``: each handler of a transaction of more than one event in a savepoint
-    of its own; without it a failing handler raises ``Unguarded`` (handlers seldom fail, and
-    on a server database a savepoint costs two round trips per event)."""
+    ``tx``. ``guarded``: each handler in a savepoint of its own (``Inbox._apply_all`` asks
+    for it only for a group that failed without); without it a failing handler raises
+    ``Unguarded`` (handlers seldom fail, and on a server database a savepoint costs two round
+    trips per event)."""
     total = sum(map(len, runs))
     # Counted ahead as if every event applies (the common case), by the statement that takes
     # the arrival numbers where the dialect can (PostgreSQL: a round trip fewer); the walk's
     # own tally corrects it in the last bump, which a wholly applied run then needs not.
     ahead = {APPLIED_COUNTER: total}
-    walk = _Walk(
-        tx, now, awaiter, guarded=guarded and total > 1, handler_arg=handler_arg, name=name
-    )
+    walk = _Walk(tx, now, awaiter, guarded=guarded, handler_arg=handler_arg, name=name)
     owed = walk.claim(runs, ahead)
     results: list[BatchResult] = []
     left = runs

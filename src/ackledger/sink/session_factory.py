@@ -232,8 +232,7 @@ class SessionInbox(Inbox):
             sql = HandlerTransaction(tx)
             plugin = self.plugin_types
             # Unguarded, a handler's failure rolls everything back (``Inbox._apply_all``).
-            guard = guarded and sum(map(len, runs)) > 1
-            hold = savepoint if guard else functools.partial(_flushed, flush)
+            hold = savepoint if guarded else functools.partial(_flushed, flush)
             held = [
                 [_held(item, hold, awaiter, sql if item.event["type"] in plugin else None)
                  for item in run]
