@@ -109,11 +109,16 @@ def durable_commits(base: str, kind: str, tag: str, folder: Path) -> float | str
         tracer.wait(30)
     if not load.all_expected or not load.requests:
         return "its requests were not all answered as the workload expects"
-    synced = [found.group(1) for line in trace.read_text().splitlines()
+    return commits_in(trace.read_text()) / load.requests
+
+
+def commits_in(trace: str) -> int:
+    """The durable commits an ``strace -y -e trace=fsync,fdatasync`` output shows: the WAL
+    syncs less two for each sync of a database file (a checkpoint's)."""
+    synced = [found.group(1) for line in trace.splitlines()
               if (found := SYNCED_FILE.search(line))]  # fmt: skip
     checkpoints = sum(1 for name in synced if name.endswith(".db"))
-    commits = sum(1 for name in synced if name.endswith("-wal")) - 2 * checkpoints
-    return commits / load.requests
+    return sum(1 for name in synced if name.endswith("-wal")) - 2 * checkpoints
 
 
 def measure(plan: Plan, results: Results) -> None:

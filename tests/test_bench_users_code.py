@@ -12,7 +12,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from bench import report, store
+from bench import idemmiddleware, report, store
 from bench.__main__ import SECTIONS
 from bench.idemmiddleware import _load
 from bench.userapps import served
@@ -133,3 +133,24 @@ def test_a_replay_counts_only_if_the_endpoint_did_not_run_again(tmp_path: Path) 
         bare = _load(base, "replay", "t", 0.3)
     assert bare.requests > 3 and not bare.all_expected
     assert any("the endpoint ran" in why for why in bare.wrong)
+
+
+def test_durable_commits_are_the_wal_syncs_less_each_checkpoints_two() -> None:
+    """Three commits (one cut in two by strace), then a checkpoint (the WAL synced before it,
+    the database file, the restarted WAL's header), a fourth commit, and a file that is not a
+    database's."""
+    trace = "\n".join(
+        [
+            "101 fdatasync(5</t/ledger-0.db-wal>) = 0",
+            "101 fdatasync(7</t/orders-0.db-wal>) = 0",
+            "102 fdatasync(5</t/ledger-0.db-wal> <unfinished ...>",
+            "101 fdatasync(9</t/log.txt>) = 0",
+            "102 <... fdatasync resumed>) = 0",
+            "101 fsync(5</t/ledger-0.db-wal>) = 0",
+            "101 fsync(4</t/ledger-0.db>) = 0",
+            "101 fsync(5</t/ledger-0.db-wal>) = 0",
+            "101 fdatasync(5</t/ledger-0.db-wal>) = 0",
+        ]
+    )
+    assert idemmiddleware.commits_in(trace) == 4
+    assert idemmiddleware.commits_in("") == 0
