@@ -154,7 +154,9 @@ def test_resends_after_a_kill_are_at_most_the_batches_in_flight(
     flags: list[str],
     batches: int,
 ) -> None:
-    total = 600
+    # Enough that the kill lands mid-drain: at its defaults the relay marks 600 events in less
+    # than the poll below takes to see the first hundred.
+    total = 3000
     # One partition: at most ``batches`` batches of 16 in flight at any moment.
     events = [lab(f"k-{n:04d}", "tea", 1) for n in range(total)]
     _fill(pg_url, events)
